@@ -1,0 +1,21 @@
+"""EAGLE-3 aux hidden state capture in the DeepSeek-V2/V3 backbone (``DeepseekV2Model``)."""
+
+from packaging.specifiers import SpecifierSet
+
+from patchkit.codemods.capture import CaptureAuxHiddenStates
+from patchkit.spec import ClassTarget, Patch
+
+PATCH = Patch(
+    id="eagle3-deepseek-backbone",
+    summary="DeepseekV2Model captures the residual stream entering each requested layer (EAGLE-3 aux hidden states)",
+    why=(
+        "EAGLE-3 drafts read hidden states from three target layers. The DeepSeek backbone's forward "
+        "returns only the final normed state, so the runner has nothing to feed the draft. The capture "
+        "takes hidden_states + residual entering layer k (global ids, from start_layer), the final layer "
+        "output for id n, and returns (hidden_states, aux_hidden_states) only when ids were requested."
+    ),
+    reference="vllm-project/vllm, native from v0.18.0 (model_executor/models/deepseek_v2.py); final-layer capture: #46788",
+    vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    target=ClassTarget(architecture="DeepseekV2ForCausalLM", held=("model",)),
+    codemod=CaptureAuxHiddenStates(patch_id="eagle3-deepseek-backbone"),
+)

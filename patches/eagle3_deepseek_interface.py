@@ -1,0 +1,23 @@
+"""``SupportsEagle3`` and its two methods on ``DeepseekV2ForCausalLM`` (V3 and aliases inherit it)."""
+
+from packaging.specifiers import SpecifierSet
+
+from patchkit.codemods.interface import AddEagle3Interface
+from patchkit.spec import ClassTarget, Patch
+
+PATCH = Patch(
+    id="eagle3-deepseek-interface",
+    summary="DeepseekV2ForCausalLM implements SupportsEagle3 (set/get aux hidden state layers)",
+    why=(
+        "vLLM's runner asks supports_eagle3(model) and otherwise fails with 'Model does not support "
+        "EAGLE3 interface but aux_hidden_state_outputs was requested'. The Protocol's methods are stubs "
+        "returning None, so the class needs real ones: the setter sets the backbone's "
+        "aux_hidden_state_layers, the getter returns the default ids (2, n // 2, n - 3). "
+        "DeepseekV3ForCausalLM, DeepseekForCausalLM and the registry's aliases inherit the change."
+    ),
+    reference="vllm-project/vllm, native from v0.18.0; the Protocol: #22642",
+    vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    target=ClassTarget(architecture="DeepseekV2ForCausalLM", forwards_to="model"),
+    codemod=AddEagle3Interface(patch_id="eagle3-deepseek-interface"),
+    requires=("eagle3-deepseek-backbone",),
+)

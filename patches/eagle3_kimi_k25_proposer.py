@@ -1,0 +1,26 @@
+"""The EAGLE proposer maps Kimi-K2.5's image token (``media_placeholder_token_id``)."""
+
+from packaging.specifiers import SpecifierSet
+
+from patchkit.codemods.proposer import AddModelNameBranch
+from patchkit.spec import ModuleTarget, Patch
+
+PATCH = Patch(
+    id="eagle3-kimi-k25-proposer",
+    summary="the EAGLE proposer reads media_placeholder_token_id for KimiK25ForConditionalGeneration",
+    why=(
+        "For a multimodal target not in its hard-coded list, the proposer reads "
+        "target_model.config.image_token_index; Kimi-K2.5's config has media_placeholder_token_id "
+        "instead, so loading the draft fails with an AttributeError."
+    ),
+    reference="vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v0.18.0 (v1/spec_decode/eagle.py)",
+    vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
+    target=ModuleTarget(modules=("vllm.v1.spec_decode.eagle",)),
+    codemod=AddModelNameBranch(
+        model="KimiK25ForConditionalGeneration",
+        after="PixtralForConditionalGeneration",
+        attribute="media_placeholder_token_id",
+        patch_id="eagle3-kimi-k25-proposer",
+    ),
+    requires=("eagle3-kimi-k25-interface",),
+)

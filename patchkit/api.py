@@ -1,0 +1,231 @@
+"""patchkit's API: each function takes an :class:`~patchkit.install.Install` and returns a result.
+
+The CLI (:mod:`patchkit.cli`) is a thin layer over these functions; other tools can call them
+directly. Nothing here prints. Expected outcomes (refused, not applicable, not in effect) are in
+the returned results; exceptions (:mod:`patchkit.errors`) are for commands that cannot run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from patchkit import contract as contract_mod
+from patchkit.engine import plan as make_plan
+from patchkit.install import Install
+from patchkit.journal import Journal, PlannedWrite, sha256
+from patchkit.registry import Registry, Resolution
+from patchkit.results import (
+    ApplyReport,
+    FileChange,
+    InstallInfo,
+    Outcome,
+    PatchResult,
+    RevertedFile,
+    RevertReport,
+    StatusEntry,
+    StatusReport,
+    VerifyReport,
+)
+from patchkit.source import ClassRef, SourceTree
+from patchkit.spec import load_patches, select
+from patchkit.verify import verify as run_checks
+
+
+def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
+    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+
+
+def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
+          target: str = "vllm") -> ApplyReport:
+    """Apply every patch that applies to this release, all or nothing.
+
+    The run is planned in memory; the patched result is verified (the chain check) before any
+    byte is written; then every file is written atomically and journaled.
+
+    Args:
+        install: the vLLM install.
+        dry_run: plan and verify only; write nothing.
+        patch_ids: restrict to these patches (and what they require).
+        target: the distribution (``"vllm"``).
+    Returns:
+        An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
+        was nothing to write.
+    Raises:
+        UsageError: unknown target or patch id.
+        SourceError: a file on the way does not parse.
+        StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
+    """
+    patches = select(load_patches(target), patch_ids)
+    journal = Journal(install.site_packages, target)
+    if journal.pending and not dry_run:
+        with journal.lock():
+            journal.recover()
+    tree = SourceTree(install.site_packages)
+    contract = contract_mod.detect(tree)
+    registry = Registry(tree)
+    planned = make_plan(install, tree, contract, registry, journal, patches)
+    files = [
+        FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
+        for path, new in sorted(planned.changed.items())
+    ]
+    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
+    if planned.refused:
+        return report
+    if contract.patchable:
+        # Check the chain on the planned bytes before writing anything.
+        after = SourceTree(install.site_packages, overrides=planned.changed)
+        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
+        if not report.verify.ok and planned.changed:
+            failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
+            for r in report.patches:
+                if r.outcome is Outcome.APPLIED:
+                    r.outcome = Outcome.REFUSED
+                    r.reason = f"the patched result would not pass verify ({failures})"
+            return report
+    if dry_run or not planned.changed:
+        return report
+    writes = [
+        PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
+        for path, new in sorted(planned.changed.items())
+    ]
+    with journal.lock():
+        journal.commit(writes, str(install.version))
+    report.written = True
+    return report
+
+
+def verify(install: Install) -> VerifyReport:
+    """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
+
+    Returns:
+        A :class:`VerifyReport`; ``ok`` is True only when no check fails.
+    Raises:
+        SourceError: a file on the chain is missing or does not parse.
+    """
+    tree = SourceTree(install.site_packages)
+    contract = contract_mod.detect(tree)
+    return VerifyReport(_info(install, contract), run_checks(tree, Registry(tree), contract))
+
+
+def revert(install: Install, *, target: str = "vllm") -> RevertReport:
+    """Restore every file patchkit changed to its original bytes, all or nothing.
+
+    A file whose bytes are neither what patchkit wrote nor the original (edited since) makes the
+    whole revert refuse, writing nothing. A file that already has its original bytes again (a
+    reinstall) is only dropped from the journal.
+
+    Raises:
+        StateError: the journal or an original copy is unreadable, or a write failed (files
+            already restored are put back).
+    """
+    journal = Journal(install.site_packages, target)
+    tree = SourceTree(install.site_packages)
+    info = _info(install, contract_mod.detect(tree))
+    if not journal.entries and not journal.pending:
+        return RevertReport(info, [], refused=False)
+    with journal.lock():
+        rolled = journal.recover()
+        files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
+        restore: list[str] = []
+        forget: list[str] = []
+        refused = False
+        for path, entry in sorted(journal.entries.items()):
+            current_path = install.site_packages / path
+            current = sha256(current_path.read_bytes()) if current_path.exists() else None
+            if current == entry.sha256_after:
+                restore.append(path)
+                files.append(RevertedFile(path, True, "original bytes restored", entry.patches))
+            elif current == entry.sha256_before:
+                forget.append(path)
+                files.append(RevertedFile(path, False, "already the original bytes (reinstalled?)", entry.patches))
+            else:
+                refused = True
+                state = "is missing" if current is None else "was changed since patchkit wrote it"
+                files.append(RevertedFile(path, False, f"{state}; not touched", entry.patches))
+        if refused:
+            for f in files:
+                if f.restored and f.reason == "original bytes restored":
+                    f.restored, f.reason = False, "not restored: the revert was refused"
+            return RevertReport(info, files, refused=True)
+        journal.restore(restore)
+        journal.forget(forget)
+    journal.remove_if_empty()
+    return RevertReport(info, files, refused=False)
+
+
+def status(install: Install, *, target: str = "vllm") -> StatusReport:
+    """What patchkit has applied to this install: per journaled file, its patches and state."""
+    journal = Journal(install.site_packages, target)
+    tree = SourceTree(install.site_packages)
+    info = _info(install, contract_mod.detect(tree))
+    entries = []
+    for path, entry in sorted(journal.entries.items()):
+        file = install.site_packages / path
+        current = sha256(file.read_bytes()) if file.exists() else None
+        state = ("patched" if current == entry.sha256_after else
+                 "original" if current == entry.sha256_before else
+                 "missing" if current is None else "changed")
+        entries.append(StatusEntry(path, entry.patches, entry.vllm_version, state, entry.applied_at))
+    return StatusReport(info, entries)
+
+
+@dataclass
+class ResolveReport:
+    """Result of ``resolve``.
+
+    Attributes:
+        architecture: the name asked for.
+        resolution: the registry row and class, or None when the release does not register it.
+        bases: the class's bases, each ``"Name (file:line)"`` for vLLM classes or its source text.
+    """
+
+    install: InstallInfo
+    architecture: str
+    resolution: Resolution | None
+    bases: list[str]
+
+    @property
+    def native(self) -> bool:
+        """True when the architecture resolves to a native vLLM model class."""
+        return self.resolution is not None and self.resolution.cls is not None
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        r = self.resolution
+        cls = r.cls if r else None
+        return {
+            "command": "resolve",
+            "install": vars(self.install),
+            "architecture": self.architecture,
+            "native": self.native,
+            "registry": None if r is None else {"module": r.entry.module, "class": r.entry.class_name, "line": r.entry.lineno},
+            "file": cls.relpath if cls else None,
+            "line": cls.lineno if cls else None,
+            "class": cls.name if cls else None,
+            "bases": self.bases,
+            "aliases": list(r.aliases) if r else [],
+            "transformers_backend": bool(r and r.transformers_backend),
+        }
+
+
+def resolve(install: Install, architecture: str) -> ResolveReport:
+    """Resolve an architecture name through this vLLM's registry, read statically.
+
+    Returns:
+        A :class:`ResolveReport`; ``resolution`` is None when the architecture is not registered
+        (vLLM would then load it through its Transformers backend with ``trust_remote_code``).
+    Raises:
+        SourceError: the registry or the model file does not parse.
+    """
+    tree = SourceTree(install.site_packages)
+    contract = contract_mod.detect(tree)
+    registry = Registry(tree)
+    resolution = registry.resolve(architecture)
+    bases: list[str] = []
+    if resolution is not None and resolution.cls is not None:
+        for b in tree.bases(resolution.cls):
+            bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
+    return ResolveReport(_info(install, contract), architecture, resolution, bases)
+
+
+__all__ = ["apply", "verify", "revert", "status", "resolve", "ResolveReport", "PatchResult"]

@@ -1,0 +1,296 @@
+"""The ``patchkit`` command line: Typer options, a call into :mod:`patchkit.api`, rendering, an exit code.
+
+Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
+effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install, bad
+``--python``, or files that cannot be read or written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from patchkit import api
+from patchkit.errors import ExitCode, PatchkitError, UsageError
+from patchkit.install import Install, locate
+from patchkit.results import Check, Outcome
+from patchkit.spec import load_patches
+
+app = typer.Typer(
+    name="patchkit",
+    help="Patch an installed vLLM so EAGLE-3 works for DeepSeek-V2/V3 and Kimi-K2.5; verify; revert exactly.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+# On a terminal rich uses its width; piped output (a log, a script) is not cut at 80 columns.
+_PIPE_WIDTH = 240
+out = Console(highlight=False, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
+
+TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
+SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.", file_okay=False)
+PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model.")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
+
+_MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[dim]·[/]"}
+_OUTCOME_STYLE = {
+    Outcome.APPLIED: "green",
+    Outcome.ALREADY_APPLIED: "green",
+    Outcome.UPSTREAM: "cyan",
+    Outcome.NOT_APPLICABLE: "yellow",
+    Outcome.REFUSED: "red",
+}
+
+
+def _install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:
+    load_patches(target)  # validates --target
+    if site_packages is not None and python is not None:
+        raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+    return locate(site_packages=site_packages, python=python)
+
+
+def _run(as_json: bool, body: Callable[[], int]) -> None:
+    """Run a command body; map patchkit errors to their one-line message, hint and exit code."""
+    try:
+        code = body()
+    except PatchkitError as exc:
+        if as_json:
+            print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
+        else:
+            err.print(f"[red]error:[/] {escape(exc.message)}")
+            if exc.hint:
+                err.print(f"[dim]hint:[/] {escape(exc.hint)}")
+        raise typer.Exit(int(exc.exit_code))
+    raise typer.Exit(code)
+
+
+def _emit_json(data: dict[str, Any]) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _header(info) -> None:
+    out.print(f"vLLM {info.version} at {escape(info.site_packages)}  [dim](EAGLE-3 contract {info.era})[/]")
+
+
+@app.command()
+def apply(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
+    patch: Optional[list[str]] = typer.Option(None, "--patch", help="Only this patch (and what it needs); repeatable."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Apply every patch that applies to this vLLM release, all or nothing."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            _header(report.install)
+            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+            table.add_column("patch")
+            table.add_column("outcome")
+            table.add_column("where / why")
+            for p in report.patches:
+                style = _OUTCOME_STYLE[p.outcome]
+                detail = p.target or "" if p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) else p.reason
+                table.add_row(p.id, f"[{style}]{p.outcome.value}[/]", escape(detail))
+            out.print(table)
+            if dry_run and report.diff:
+                out.print(escape(report.diff), end="", markup=True)
+            if report.verify is not None and not report.verify.ok:
+                _print_checks(report.verify.checks)
+            if report.refused:
+                out.print("[red]refused:[/] nothing was written")
+            elif report.written:
+                out.print(f"wrote {len(report.files)} file(s); 'patchkit verify' shows the chain, 'patchkit revert' undoes it")
+            elif dry_run:
+                out.print("dry run: nothing was written")
+            else:
+                out.print("nothing to write")
+        return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
+
+    _run(as_json, body)
+
+
+def _check_tree(check: Check, parent: Tree | None = None) -> Tree:
+    text = f"{_MARK[check.ok]} {escape(check.label)}"
+    if check.detail:
+        text += f"  [dim]{escape(check.detail)}[/]"
+    if check.location:
+        text += f"  [blue]{escape(check.location)}[/]"
+    node = parent.add(text) if parent is not None else Tree(text)
+    for child in check.children:
+        _check_tree(child, node)
+    return node
+
+
+def _print_checks(checks: list[Check]) -> None:
+    for check in checks:
+        out.print(_check_tree(check))
+
+
+@app.command()
+def verify(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        report = api.verify(install)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            _header(report.install)
+            _print_checks(report.checks)
+            if report.ok:
+                out.print("[green]EAGLE-3 is in effect[/] for the resolved classes")
+            else:
+                out.print("[red]EAGLE-3 is not in effect:[/]")
+                for top in report.checks:
+                    for c in top.failures():
+                        out.print(f"  missing: {escape(c.label)}: {escape(c.detail)}" + (f" ({escape(c.location)})" if c.location else ""))
+                out.print("hint: run 'patchkit apply --target vllm' (add the same --python/--site-packages)")
+        return int(ExitCode.OK) if report.ok else int(ExitCode.NOT_IN_EFFECT)
+
+    _run(as_json, body)
+
+
+@app.command()
+def revert(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Restore every file patchkit changed to the exact bytes it had before."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        report = api.revert(install, target=target)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            _header(report.install)
+            if not report.files:
+                out.print("nothing to revert: patchkit has not changed this install")
+            for f in report.files:
+                mark = _MARK[True if f.restored else (False if report.refused and "not touched" in f.reason else None)]
+                out.print(f"{mark} {escape(f.path)}  [dim]{escape(f.reason)}[/]")
+            if report.refused:
+                out.print("[red]refused:[/] nothing was reverted")
+                out.print("hint: reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z) to get every original file back")
+        return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
+
+    _run(as_json, body)
+
+
+@app.command()
+def status(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """What patchkit has applied to this install: files, patches, vLLM version, state."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        report = api.status(install, target=target)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            _header(report.install)
+            if not report.entries:
+                out.print("no patchkit changes in this install")
+            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+            for col in ("file", "state", "patches", "vLLM", "applied at"):
+                table.add_column(col)
+            for e in report.entries:
+                table.add_row(escape(e.path), e.state, ", ".join(e.patches), e.vllm_version, e.applied_at)
+            if report.entries:
+                out.print(table)
+        return int(ExitCode.OK)
+
+    _run(as_json, body)
+
+
+@app.command()
+def resolve(
+    architecture: str = typer.Argument(..., help="Architecture name from a checkpoint's config.json."),
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Resolve an architecture through this vLLM's model registry: file, line, class, bases."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        report = api.resolve(install, architecture)
+        r = report.resolution
+        if as_json:
+            _emit_json(report.to_dict())
+        elif r is None:
+            out.print(
+                f"{escape(architecture)} is not a native model of vLLM {report.install.version}: it is not in the "
+                "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
+                "and no edit of vLLM's model files reaches it."
+            )
+            out.print("[dim]Kimi-K2 text checkpoints list DeepseekV3ForCausalLM; Kimi-K2.5 lists KimiK25ForConditionalGeneration.[/]")
+        elif r.transformers_backend:
+            out.print(f"{escape(architecture)} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); no native model file")
+        elif r.cls is None:
+            out.print(f"the registry maps {escape(architecture)} to {r.entry.module}.{r.entry.class_name}, which patchkit cannot find in this install")
+        else:
+            out.print(f"{escape(architecture)} -> {r.cls.name}  [blue]{r.cls.location}[/]")
+            out.print(f"  module: {r.cls.module}  [dim](registry row {r.entry.module}, line {r.entry.lineno})[/]")
+            out.print(f"  bases: {escape(', '.join(report.bases))}")
+            if len(r.aliases) > 1:
+                out.print(f"  same class for: {', '.join(r.aliases)}")
+        return int(ExitCode.OK) if report.native else int(ExitCode.NOT_IN_EFFECT)
+
+    _run(as_json, body)
+
+
+@app.command("list")
+def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
+    """List the patch definitions, their vLLM ranges and targets."""
+
+    def body() -> int:
+        patches = load_patches(target)
+        if as_json:
+            _emit_json({"command": "list", "patches": [
+                {"id": p.id, "vllm": str(p.vllm), "target": p.target.describe(), "summary": p.summary,
+                 "requires": list(p.requires), "reference": p.reference} for p in patches]})
+        else:
+            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+            for col in ("patch", "vLLM", "target", "summary"):
+                table.add_column(col)
+            for p in patches:
+                table.add_row(p.id, str(p.vllm), p.target.describe(), escape(p.summary))
+            out.print(table)
+        return int(ExitCode.OK)
+
+    _run(as_json, body)
+
+
+def main() -> None:
+    """Entry point of the ``patchkit`` script and ``python -m patchkit``; exits with the command's code."""
+    app(prog_name="patchkit")

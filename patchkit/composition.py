@@ -1,0 +1,137 @@
+"""What a model class holds in an attribute, resolved from its ``__init__`` without importing it.
+
+Facts (vLLM 0.10.2 - 0.17.1):
+
+- ``DeepseekV2ForCausalLM.__init__`` assigns ``self.model = self.model_cls(...)`` with the class
+  attribute ``model_cls = DeepseekV2Model`` (0.10.x: ``self.model = DeepseekV2Model(...)``).
+- ``KimiK25ForConditionalGeneration.__init__`` assigns ``self.language_model`` a bare
+  ``DeepseekV2Model(...)`` on 0.15.1 and ``init_vllm_registered_model(...,
+  architectures=["DeepseekV2ForCausalLM"])`` on 0.16.0 and 0.17.1, which vLLM builds through its
+  registry.
+
+Both forms are followed here: a constructor call resolved through imports (or a class attribute),
+or a registry call resolved through :class:`~patchkit.registry.Registry`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from patchkit.codemods.base import Holder
+from patchkit.registry import Registry
+from patchkit.source import ClassRef, SourceTree
+
+REGISTRY_BUILDER = "init_vllm_registered_model"
+
+
+class CompositionError(Exception):
+    """What a class holds cannot be resolved to exactly one vLLM class; the message says why."""
+
+
+@dataclass(frozen=True)
+class HeldClass:
+    """A class held by another, and how the holder builds it.
+
+    Attributes:
+        cls: the held class.
+        via: ``"constructor"`` or ``"registry"`` (``init_vllm_registered_model``).
+        lineno: line of the assignment in the holder's file.
+        architecture: for ``via == "registry"``, the architecture name passed.
+    """
+
+    cls: ClassRef
+    via: str
+    lineno: int
+    architecture: str | None = None
+
+
+def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> HeldClass:
+    """Resolve the class that ``owner.__init__`` assigns to ``self.<attr>``.
+
+    Raises:
+        CompositionError: no ``__init__`` in the MRO, no assignment, a callee that is not a vLLM
+            class, or assignments that resolve to different classes.
+    """
+    found = tree.find_member(owner, "__init__")
+    if found is None:
+        raise CompositionError(f"{owner.name} has no __init__ in its vLLM bases")
+    init_owner, init = found
+    results: list[HeldClass] = []
+    for node in ast.walk(init):
+        if not isinstance(node, ast.Assign):
+            continue
+        if not any(_is_self_attr(t, attr) for t in node.targets):
+            continue
+        if not isinstance(node.value, ast.Call):
+            continue
+        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno))
+    if not results:
+        raise CompositionError(f"{init_owner.name}.__init__ assigns no call result to self.{attr}")
+    distinct = {r.cls for r in results}
+    if len(distinct) != 1:
+        names = ", ".join(sorted(c.name for c in distinct))
+        raise CompositionError(f"self.{attr} is assigned different classes ({names}) in {init_owner.name}.__init__")
+    return results[0]
+
+
+def _is_self_attr(node: ast.expr, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int) -> HeldClass:
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    if name == REGISTRY_BUILDER:
+        archs = [kw.value for kw in call.keywords if kw.arg == "architectures"]
+        if len(archs) != 1 or not isinstance(archs[0], (ast.List, ast.Tuple)) or len(archs[0].elts) != 1:
+            raise CompositionError(f"{REGISTRY_BUILDER}(...) at line {lineno} does not name exactly one architecture")
+        arch_node = archs[0].elts[0]
+        if not (isinstance(arch_node, ast.Constant) and isinstance(arch_node.value, str)):
+            raise CompositionError(f"{REGISTRY_BUILDER}(...) at line {lineno} names its architecture indirectly")
+        resolution = registry.resolve(arch_node.value)
+        if resolution is None or resolution.cls is None:
+            raise CompositionError(f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry")
+        return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        # self.model_cls(...): a class attribute naming the class
+        member = tree.find_member(owner, func.attr)
+        if member is None or not isinstance(member[1], (ast.Assign, ast.AnnAssign)) or member[1].value is None:
+            raise CompositionError(f"self.{func.attr} (line {lineno}) is not a class attribute patchkit can read")
+        cls = tree.resolve_expr(member[0].module, member[1].value)
+    else:
+        cls = tree.resolve_expr(owner.module, func)
+    if not isinstance(cls, ClassRef):
+        raise CompositionError(f"the call at line {lineno} ({ast.unparse(func)}) is not a vLLM class")
+    return HeldClass(cls, "constructor", lineno)
+
+
+def kind_of(tree: SourceTree, cls: ClassRef) -> str | None:
+    """``"causal_lm"`` for a model class (defines ``compute_logits``), ``"backbone"`` for a decoder stack.
+
+    A backbone is a class whose ``forward`` loops over ``self.layers``. Returns None for anything else.
+    """
+    if tree.find_member(cls, "compute_logits") is not None:
+        return "causal_lm"
+    forward = tree.find_member(cls, "forward")
+    if forward is not None:
+        for node in ast.walk(forward[1]):
+            if isinstance(node, ast.For) and any(
+                isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
+                for n in ast.walk(node.iter)
+            ):
+                return "backbone"
+    return None
+
+
+def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> Holder:
+    """The :class:`Holder` an interface codemod needs: attribute, kind and class held.
+
+    Raises:
+        CompositionError: as :func:`held_class`, or the held class is neither a causal LM nor a backbone.
+    """
+    held = held_class(tree, registry, owner, attr)
+    kind = kind_of(tree, held.cls)
+    if kind is None:
+        raise CompositionError(f"self.{attr} holds {held.cls.name}, which is neither a causal LM nor a decoder backbone")
+    return Holder(attr=attr, kind=kind, cls=held.cls, lineno=held.lineno)

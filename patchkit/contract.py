@@ -1,0 +1,95 @@
+"""Detect which EAGLE-3 contract an installed vLLM has, from the shape of its files.
+
+Facts (read from release wheels, ``vllm/model_executor/models/interfaces.py``):
+
+- A0 (<= 0.10.1): no ``SupportsEagle3`` Protocol.
+- A1 (0.10.2 - 0.17.1): ``SupportsEagle3`` with stub methods ``set_aux_hidden_state_layers`` and
+  ``get_eagle3_aux_hidden_state_layers``; A1a (0.10.2 - 0.11.0) derives only from ``Protocol``,
+  A1b (0.11.2 - 0.17.1) also from ``SupportsEagleBase``.
+- A2 (>= 0.18.0): the getter is ``get_eagle3_default_aux_hidden_state_layers`` with default
+  method bodies; DeepSeek-V2/V3 and Kimi-K2.5 support EAGLE-3 natively.
+
+The era is read from the file; the version is only a cross-check (see :mod:`patchkit.engine`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from patchkit.source import ClassRef, SourceTree
+
+INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
+PROTOCOL = "SupportsEagle3"
+SETTER = "set_aux_hidden_state_layers"
+GETTER_A1 = "get_eagle3_aux_hidden_state_layers"
+GETTER_A2 = "get_eagle3_default_aux_hidden_state_layers"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The EAGLE-3 contract of one install.
+
+    Attributes:
+        era: ``"A0"``, ``"A1a"``, ``"A1b"`` or ``"A2"`` (A2 also covers the later A3).
+        protocol: the ``SupportsEagle3`` class, or None in A0.
+        getter: the name of the aux-layer getter the runner calls (None in A0).
+    """
+
+    era: str
+    protocol: ClassRef | None
+    getter: str | None
+
+    @property
+    def patchable(self) -> bool:
+        """True for the A1 eras, the only ones patchkit's EAGLE-3 patches are for."""
+        return self.era.startswith("A1")
+
+    @property
+    def native(self) -> bool:
+        """True from A2 on, where upstream vLLM supports EAGLE-3 for DeepSeek and Kimi-K2.5."""
+        return self.era == "A2"
+
+    @property
+    def description(self) -> str:
+        """One line for users."""
+        return {
+            "A0": "no SupportsEagle3 Protocol (vLLM <= 0.10.1)",
+            "A1a": "SupportsEagle3 Protocol with stub methods (vLLM 0.10.2 - 0.11.x)",
+            "A1b": "SupportsEagle3(SupportsEagleBase) with stub methods (vLLM 0.11.2 - 0.17.1)",
+            "A2": "SupportsEagle3 with default methods (vLLM >= 0.18.0, native DeepSeek/Kimi support)",
+        }[self.era]
+
+
+def detect(tree: SourceTree) -> Contract:
+    """Read ``interfaces.py`` of ``tree`` and return its EAGLE-3 contract.
+
+    Raises:
+        SourceError: ``interfaces.py`` is missing or does not parse.
+    """
+    tree.module_tree(INTERFACES_MODULE)  # raises SourceError when missing
+    protocol = tree.find_class(INTERFACES_MODULE, PROTOCOL)
+    if protocol is None:
+        return Contract("A0", None, None)
+    node = tree.class_node(protocol)
+    methods = {s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if GETTER_A2 in methods:
+        return Contract("A2", protocol, GETTER_A2)
+    base_names = {ast.unparse(b) for b in node.bases}
+    era = "A1b" if "SupportsEagleBase" in base_names else "A1a"
+    return Contract(era, protocol, GETTER_A1)
+
+
+def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """True when a function body does nothing: only a docstring, ``...`` or ``pass``.
+
+    The A1 Protocol's methods are such stubs: a class that inherits them without overriding
+    passes vLLM's ``supports_eagle3`` check and then breaks the runner.
+    """
+    for stmt in function.body:
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # docstring or Ellipsis
+        return False
+    return True

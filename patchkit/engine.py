@@ -1,0 +1,230 @@
+"""Plan a patch run in memory: decide each patch's outcome and compute every file's new bytes.
+
+Nothing here writes to disk. The order of decisions for each patch is fixed:
+
+1. the install's EAGLE-3 contract (A0: refused; A2: supported upstream; A1: go on);
+2. the patches it requires (not applicable or refused with them);
+3. its target, through the registry (an architecture this release does not register: not applicable);
+4. its version specifier, as a cross-check of the era;
+5. its codemod's post-condition on the file as planned so far (present and journaled: already
+   applied; present but not journaled: refused as a foreign edit; partial: refused), then the
+   transform, a re-parse of the result, and the post-condition again.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from patchkit.codemods.base import Presence, Refusal, Site
+from patchkit.composition import CompositionError, held_class, holder
+from patchkit.contract import Contract
+from patchkit.install import Install
+from patchkit.journal import Journal
+from patchkit.registry import Registry
+from patchkit.results import Outcome, PatchResult
+from patchkit.source import ClassRef, SourceTree
+from patchkit.spec import ClassTarget, ModuleTarget, Patch
+
+
+@dataclass
+class Plan:
+    """The in-memory result of planning a run.
+
+    Attributes:
+        results: one :class:`PatchResult` per patch, in run order.
+        originals: current bytes of every file a patch would change, by relative path.
+        changed: planned new bytes, by relative path.
+        patches_by_file: patch ids per changed file.
+    """
+
+    results: list[PatchResult] = field(default_factory=list)
+    originals: dict[str, bytes] = field(default_factory=dict)
+    changed: dict[str, bytes] = field(default_factory=dict)
+    patches_by_file: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> bool:
+        """True when any patch was refused."""
+        return any(r.outcome is Outcome.REFUSED for r in self.results)
+
+    def diff(self) -> str:
+        """Unified diff (``a/`` and ``b/`` paths relative to site-packages) of every planned change."""
+        chunks = []
+        for path, new in sorted(self.changed.items()):
+            old = self.originals[path]
+            chunks.extend(
+                difflib.unified_diff(
+                    old.decode("utf-8").splitlines(keepends=True),
+                    new.decode("utf-8").splitlines(keepends=True),
+                    fromfile=f"a/{path}",
+                    tofile=f"b/{path}",
+                )
+            )
+        return "".join(chunks)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    relpath: str
+    module: str
+    site: Site
+    where: str
+
+
+class _NotApplicable(Exception):
+    pass
+
+
+class _Refused(Exception):
+    pass
+
+
+def plan(install: Install, tree: SourceTree, contract: Contract, registry: Registry,
+         journal: Journal, patches: list[Patch]) -> Plan:
+    """Decide every patch's outcome and compute new file contents, writing nothing.
+
+    Args:
+        install: the vLLM install (its version is the cross-check).
+        tree: the install's sources as on disk.
+        contract: its EAGLE-3 contract (:func:`patchkit.contract.detect`).
+        registry: its model registry.
+        journal: its journal (to tell patchkit's own earlier changes from foreign ones).
+        patches: the patches to run, dependencies first.
+    Returns:
+        The :class:`Plan`; ``plan.refused`` tells whether the run must write nothing.
+    """
+    result = Plan()
+    outcome_of: dict[str, PatchResult] = {}
+    modules: dict[str, cst.Module] = {}  # relpath -> module as planned so far
+
+    for patch in patches:
+        try:
+            pr = _decide(patch, install, tree, contract, registry, journal, outcome_of, modules, result)
+        except _NotApplicable as exc:
+            pr = PatchResult(patch.id, Outcome.NOT_APPLICABLE, str(exc))
+        except _Refused as exc:
+            pr = PatchResult(patch.id, Outcome.REFUSED, str(exc))
+        result.results.append(pr)
+        outcome_of[patch.id] = pr
+
+    for relpath, module in modules.items():
+        new = module.bytes
+        if new != result.originals[relpath]:
+            result.changed[relpath] = new
+    return result
+
+
+def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
+            journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
+            result: Plan) -> PatchResult:
+    if contract.era == "A0":
+        raise _Refused(
+            f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
+            "EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"
+        )
+    if contract.native:
+        return PatchResult(
+            patch.id, Outcome.UPSTREAM,
+            f"vLLM {install.version} has the {contract.era} EAGLE-3 contract: DeepSeek-V2/V3 and Kimi-K2.5 "
+            "support EAGLE-3 natively (since 0.18.0); nothing to write",
+        )
+    for dep in patch.requires:
+        dep_result = outcome_of.get(dep)
+        if dep_result is None:
+            continue
+        if dep_result.outcome is Outcome.NOT_APPLICABLE:
+            raise _NotApplicable(f"needs {dep}, which is not applicable: {dep_result.reason}")
+        if dep_result.outcome is Outcome.REFUSED:
+            raise _Refused(f"needs {dep}, which was refused")
+
+    def load(relpath: str) -> cst.Module:
+        if relpath not in modules:
+            source = tree.read_bytes(relpath)
+            try:
+                modules[relpath] = cst.parse_module(source)
+            except cst.ParserSyntaxError as exc:
+                raise _Refused(f"{relpath} does not parse: {exc.message} (line {exc.raw_line})") from exc
+            result.originals[relpath] = source
+        return modules[relpath]
+
+    resolved = _resolve_target(patch, tree, registry, load)
+    if install.version not in patch.vllm:
+        raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
+
+    relpath = resolved.relpath
+    module = load(relpath)
+    codemod = patch.codemod
+    try:
+        presence, why = codemod.check(module, resolved.site)
+    except Refusal as exc:
+        raise _Refused(f"{relpath}: {exc}") from exc
+
+    if presence is Presence.PRESENT:
+        entry = journal.entries.get(relpath)
+        if entry is not None and patch.id in entry.patches:
+            return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where)
+        raise _Refused(
+            f"{relpath}: {why}, but patchkit's journal has no record of writing it "
+            "(a hand edit?); reinstall vLLM to get the original file, then apply again"
+        )
+    if presence is Presence.PARTIAL:
+        raise _Refused(f"{relpath}: {why}; reinstall vLLM to get the original file, then apply again")
+
+    try:
+        new_module = codemod.transform(module, resolved.site)
+    except Refusal as exc:
+        raise _Refused(f"{relpath}: {exc}") from exc
+    new_bytes = new_module.bytes
+    try:
+        ast.parse(new_bytes, filename=relpath)
+        reparsed = cst.parse_module(new_bytes)
+    except (SyntaxError, cst.ParserSyntaxError) as exc:
+        raise _Refused(f"{relpath}: the patched file would not parse ({exc}); nothing written") from exc
+    after, why_after = codemod.check(reparsed, resolved.site)
+    if after is not Presence.PRESENT:
+        raise _Refused(f"{relpath}: post-condition does not hold after the transform: {why_after}")
+    modules[relpath] = reparsed
+    result.patches_by_file.setdefault(relpath, []).append(patch.id)
+    return PatchResult(patch.id, Outcome.APPLIED, codemod.description, [relpath], resolved.where)
+
+
+def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) -> _Resolved:
+    target = patch.target
+    if isinstance(target, ClassTarget):
+        resolution = registry.resolve(target.architecture)
+        if resolution is None:
+            raise _NotApplicable(f"{target.architecture} is not in this release's model registry ({registry.relpath})")
+        if resolution.transformers_backend or resolution.cls is None:
+            raise _NotApplicable(
+                f"the registry maps {target.architecture} to {resolution.entry.module}.{resolution.entry.class_name}, "
+                "which is not a native model file"
+            )
+        cls: ClassRef = resolution.cls
+        try:
+            for attr in target.held:
+                cls = held_class(tree, registry, cls, attr).cls
+            hold = holder(tree, registry, cls, target.forwards_to) if target.forwards_to else None
+        except CompositionError as exc:
+            raise _Refused(str(exc)) from exc
+        site = Site(relpath=cls.relpath, module=cls.module, class_name=cls.name, holder=hold)
+        return _Resolved(cls.relpath, cls.module, site, f"{cls.location} {cls.name}")
+    assert isinstance(target, ModuleTarget)
+    candidates = [(m, tree.relpath_of_module(m)) for m in target.modules]
+    candidates = [(m, r) for m, r in candidates if r is not None]
+    if not candidates:
+        raise _Refused(f"none of the modules {', '.join(target.modules)} exists in this install")
+    if len(candidates) > 1:  # several layouts present: the module whose anchor is found is the one
+        with_anchor = []
+        for module, relpath in candidates:
+            try:
+                patch.codemod.check(load(relpath), Site(relpath=relpath, module=module))
+                with_anchor.append((module, relpath))
+            except Refusal:
+                continue
+        candidates = with_anchor or candidates[:1]
+    module, relpath = candidates[0]
+    return _Resolved(relpath, module, Site(relpath=relpath, module=module), relpath)

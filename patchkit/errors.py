@@ -1,0 +1,70 @@
+"""Errors that stop a patchkit command, each with a one-line message, a hint and an exit code.
+
+Expected outcomes of a patch (applied, refused, not applicable, ...) are *results*, not
+errors: see :mod:`patchkit.results`. The exceptions here are for situations where a command
+cannot run at all (no vLLM found, a bad ``--python``, a state directory that cannot be written).
+The CLI maps each to its exit code in one place (:func:`patchkit.cli.main`).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of every ``patchkit`` command (documented in the README)."""
+
+    OK = 0
+    """The command did what was asked; for ``verify``: EAGLE-3 is in effect."""
+    NOT_IN_EFFECT = 1
+    """``verify``: at least one check failed, EAGLE-3 is not in effect."""
+    USAGE = 2
+    """Bad command line (unknown option, unknown ``--target`` or ``--patch``)."""
+    REFUSED = 3
+    """``apply``/``revert`` refused; nothing on disk was changed."""
+    ENVIRONMENT = 4
+    """No usable vLLM install, bad ``--python``, unreadable or unwritable files."""
+
+
+class PatchkitError(Exception):
+    """A condition that stops a command before it changes anything.
+
+    Args:
+        message: one line saying what is wrong.
+        hint: one line saying what to do about it.
+    """
+
+    exit_code: ExitCode = ExitCode.ENVIRONMENT
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(PatchkitError):
+    """Bad command-line input, such as an unknown ``--target`` or ``--patch``."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InstallNotFound(PatchkitError):
+    """No vLLM distribution where patchkit was told to look."""
+
+
+class InterpreterError(PatchkitError):
+    """``--python`` is not a working Python interpreter."""
+
+
+class SourceError(PatchkitError):
+    """A vLLM source file is missing or cannot be parsed."""
+
+
+class StateError(PatchkitError):
+    """patchkit's journal cannot be read or written."""
+
+
+class RefusedError(PatchkitError):
+    """The command refuses to touch the install (for instance a pending, unfinished run)."""
+
+    exit_code = ExitCode.REFUSED

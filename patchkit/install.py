@@ -1,0 +1,179 @@
+"""Locate an installed vLLM distribution without importing it.
+
+Importing ``vllm`` pulls in torch and takes seconds; patchkit only needs to know where the
+package's files are and which release they belong to. Both come from the distribution's
+metadata (``vllm-X.Y.Z.dist-info``) through :mod:`importlib.metadata`, never from guessing paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.errors import InstallNotFound, InterpreterError
+
+DISTRIBUTION = "vllm"
+"""The distribution name patchkit patches (``--target vllm``)."""
+
+# Printed by the target interpreter: its import path, in import order. Standard library only.
+_PROBE = "import json, sys; print(json.dumps(sys.path))"
+
+
+@dataclass(frozen=True)
+class Install:
+    """An installed vLLM distribution.
+
+    Attributes:
+        site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
+        version: the release, from the distribution's metadata.
+        dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        editable: True when ``direct_url.json`` says the install is editable (a source tree).
+    """
+
+    site_packages: Path
+    version: Version
+    dist_info: Path
+    editable: bool
+
+    @property
+    def package_dir(self) -> Path:
+        """The ``vllm/`` package directory."""
+        return self.site_packages / "vllm"
+
+    def path_of(self, relative: str) -> Path:
+        """Absolute path of a file given relative to site-packages (``vllm/config/...py``)."""
+        return self.site_packages / relative
+
+
+def _from_distributions(dists: list[metadata.Distribution], where: str) -> Install:
+    if not dists:
+        raise InstallNotFound(
+            f"no vLLM distribution found in {where}",
+            "point patchkit at the environment that serves the model: "
+            "--python /path/to/venv/bin/python or --site-packages DIR",
+        )
+    dist = dists[0]  # sys.path order: the one Python would import
+    # PathDistribution keeps the dist-info folder it was read from; that is the one we need.
+    dist_path = Path(str(getattr(dist, "_path", ""))).resolve()
+    site_packages = Path(str(dist.locate_file(""))).resolve()
+    if not (site_packages / "vllm" / "__init__.py").is_file():
+        raise InstallNotFound(
+            f"{dist_path.name} in {site_packages} has no vllm/__init__.py beside it",
+            "the distribution's files are missing; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+        )
+    try:
+        version = Version(dist.version)
+    except (InvalidVersion, TypeError) as exc:
+        raise InstallNotFound(
+            f"vLLM in {site_packages} has an unreadable version {dist.version!r}",
+            "reinstall vLLM from a release wheel",
+        ) from exc
+    editable = False
+    direct_url = dist.read_text("direct_url.json")
+    if direct_url:
+        try:
+            editable = bool(json.loads(direct_url).get("dir_info", {}).get("editable", False))
+        except (ValueError, AttributeError):
+            editable = False
+    return Install(site_packages=site_packages, version=version, dist_info=dist_path, editable=editable)
+
+
+def from_site_packages(directory: Path) -> Install:
+    """Find vLLM in one directory (a site-packages, or any folder holding ``vllm/`` and its dist-info).
+
+    Args:
+        directory: the folder to look in; it is not searched recursively.
+    Returns:
+        The :class:`Install` found there.
+    Raises:
+        InstallNotFound: the folder does not exist or holds no vLLM distribution.
+    """
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise InstallNotFound(
+            f"--site-packages {directory} is not a directory",
+            "give the folder that holds vllm/ and vllm-X.Y.Z.dist-info/",
+        )
+    dists = list(metadata.distributions(name=DISTRIBUTION, path=[str(directory)]))
+    return _from_distributions(dists, str(directory))
+
+
+def from_python(interpreter: Path) -> Install:
+    """Find the vLLM that the interpreter ``interpreter`` would import.
+
+    The interpreter is run once with a one-line standard-library script that prints its
+    ``sys.path``; vLLM itself is not imported.
+
+    Args:
+        interpreter: path to a Python executable, e.g. ``/opt/venv/bin/python``.
+    Returns:
+        The :class:`Install` that interpreter sees first on its import path.
+    Raises:
+        InterpreterError: the path is not an executable Python interpreter.
+        InstallNotFound: that interpreter's environment has no vLLM.
+    """
+    interpreter = Path(interpreter).expanduser()
+    if not interpreter.exists():
+        raise InterpreterError(
+            f"--python {interpreter} does not exist",
+            "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
+        )
+    if interpreter.is_dir() or not os.access(interpreter, os.X_OK):
+        raise InterpreterError(
+            f"--python {interpreter} is not an executable file",
+            "give the python executable itself, e.g. /opt/venv/bin/python",
+        )
+    try:
+        proc = subprocess.run(
+            [str(interpreter), "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InterpreterError(
+            f"--python {interpreter} could not be run: {exc}",
+            "give the python executable of the serving environment",
+        ) from exc
+    try:
+        sys_path = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        sys_path = None
+    if not isinstance(sys_path, list):
+        raise InterpreterError(
+            f"--python {interpreter} is not a working Python interpreter (exit {proc.returncode})",
+            "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
+        )
+    entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
+    dists = list(metadata.distributions(name=DISTRIBUTION, path=entries))
+    return _from_distributions(dists, f"the environment of {interpreter}")
+
+
+def from_current_environment() -> Install:
+    """Find the vLLM that this Python process would import (patchkit's own environment).
+
+    Raises:
+        InstallNotFound: there is none (for instance patchkit was installed with pipx).
+    """
+    dists = list(metadata.distributions(name=DISTRIBUTION))
+    return _from_distributions(dists, "patchkit's own environment")
+
+
+def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:
+    """Find vLLM from the CLI's ``--site-packages`` / ``--python`` options (at most one given).
+
+    Raises:
+        InstallNotFound, InterpreterError: as the functions above.
+    """
+    if site_packages is not None:
+        return from_site_packages(site_packages)
+    if python is not None:
+        return from_python(python)
+    return from_current_environment()

@@ -1,0 +1,341 @@
+"""The journal: what patchkit changed in an install, the original bytes, and atomic writes.
+
+State lives beside the install it describes, in ``<site-packages>/.patchkit/<distribution>/``:
+
+- ``journal.json``: one entry per changed file (path relative to site-packages, SHA-256 of the
+  original and of what patchkit wrote, patch ids, vLLM version, time), plus a ``pending`` record
+  while a run is writing;
+- ``originals/<sha256>``: the original bytes of every journaled file, so revert is exact;
+- ``lock``: held while a command writes, so two runs never interleave.
+
+Every file write is atomic (a temporary file in the same folder, fsync, then ``os.replace``) and
+keeps the file's mode; ``os.replace`` gives the path a new inode, so a hard link shared with
+another path (an installer's cache) keeps its bytes. The ``__pycache__`` entries of a changed
+file are removed so Python recompiles it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from patchkit.errors import StateError
+
+STATE_DIR = ".patchkit"
+FORMAT = 1
+LOCK_TIMEOUT_S = 30.0
+
+
+def sha256(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Entry:
+    """One journaled file.
+
+    Attributes:
+        path: relative to site-packages, POSIX form.
+        sha256_before: digest of the original bytes (kept in ``originals/``).
+        sha256_after: digest of the bytes patchkit last wrote.
+        patches: ids of the patches in the file.
+        vllm_version: the release the file belonged to when patched.
+        applied_at: UTC time of the last write, ISO 8601.
+    """
+
+    path: str
+    sha256_before: str
+    sha256_after: str
+    patches: list[str]
+    vllm_version: str
+    applied_at: str
+
+
+@dataclass
+class PlannedWrite:
+    """A file a run is about to change: its current (original) and new bytes."""
+
+    path: str
+    before: bytes
+    after: bytes
+    patches: list[str]
+
+
+@dataclass
+class _State:
+    entries: dict[str, Entry] = field(default_factory=dict)
+    pending: list[dict[str, str]] = field(default_factory=list)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, keeping its permission bits.
+
+    Raises:
+        OSError: the folder is not writable, or the disk is full (the old file is untouched).
+    """
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".patchkit-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _drop_bytecode(path)
+
+
+def _drop_bytecode(path: Path) -> None:
+    cache = path.parent / "__pycache__"
+    if cache.is_dir():
+        for pyc in cache.glob(f"{path.stem}.*.pyc"):
+            pyc.unlink(missing_ok=True)
+
+
+class Journal:
+    """The journal of one distribution in one site-packages directory.
+
+    Args:
+        site_packages: the install's site-packages folder.
+        distribution: ``"vllm"``.
+    Raises:
+        StateError: ``journal.json`` exists but cannot be read.
+    """
+
+    def __init__(self, site_packages: Path, distribution: str = "vllm") -> None:
+        self.site_packages = Path(site_packages)
+        self.dir = self.site_packages / STATE_DIR / distribution
+        self._state = self._read()
+
+    # -- reading ----------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """``journal.json``."""
+        return self.dir / "journal.json"
+
+    @property
+    def entries(self) -> dict[str, Entry]:
+        """Journaled files by path."""
+        return self._state.entries
+
+    @property
+    def pending(self) -> list[dict[str, str]]:
+        """Files of a run that started writing and did not finish (empty normally)."""
+        return self._state.pending
+
+    def _read(self) -> _State:
+        if not self.path.exists():
+            return _State()
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            entries = {e["path"]: Entry(**e) for e in raw.get("entries", [])}
+            return _State(entries=entries, pending=list(raw.get("pending", [])))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise StateError(
+                f"cannot read patchkit's journal {self.path}: {exc}",
+                "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
+            ) from exc
+
+    def original(self, entry: Entry) -> bytes:
+        """The original bytes of a journaled file.
+
+        Raises:
+            StateError: the stored copy is missing or does not match its recorded digest.
+        """
+        path = self.dir / "originals" / entry.sha256_before
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise StateError(f"patchkit's copy of the original {entry.path} is missing ({path})",
+                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)") from exc
+        if sha256(data) != entry.sha256_before:
+            raise StateError(f"patchkit's copy of the original {entry.path} is damaged ({path})",
+                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)")
+        return data
+
+    # -- writing ----------------------------------------------------------------------
+
+    def lock(self) -> FileLock:
+        """The lock to hold while writing (bounded wait).
+
+        Raises:
+            StateError: the state folder cannot be created (read-only site-packages).
+        """
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(
+                f"cannot create patchkit's state folder {self.dir}: {exc.strerror or exc}",
+                "run patchkit as the user that owns the vLLM install, or make site-packages writable",
+            ) from exc
+        return FileLock(str(self.dir / "lock"), timeout=LOCK_TIMEOUT_S)
+
+    def _save(self) -> None:
+        data = {
+            "format": FORMAT,
+            "entries": [asdict(e) for e in sorted(self._state.entries.values(), key=lambda e: e.path)],
+            "pending": self._state.pending,
+        }
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, (json.dumps(data, indent=2) + "\n").encode())
+
+    def recover(self) -> list[str]:
+        """Roll back the files of a run that was killed while writing; return their paths.
+
+        A file whose bytes are what that run was writing gets its original bytes back; a file
+        still holding its original bytes is left alone.
+        """
+        if not self._state.pending:
+            return []
+        rolled: list[str] = []
+        for item in self._state.pending:
+            path = self.site_packages / item["path"]
+            current = sha256(path.read_bytes()) if path.exists() else None
+            if current == item["sha256_after"]:
+                original = self.dir / "originals" / item["sha256_before"]
+                write_atomic(path, original.read_bytes())
+                rolled.append(item["path"])
+            entry = self._state.entries.get(item["path"])
+            if entry is not None and entry.sha256_after == item["sha256_after"]:
+                # the run had recorded the entry already; the file is back to its original
+                del self._state.entries[item["path"]]
+        self._state.pending = []
+        self._save()
+        self._prune_originals()
+        return rolled
+
+    def commit(self, writes: list[PlannedWrite], vllm_version: str) -> None:
+        """Write every planned file, or none: on any error all files get their bytes back.
+
+        Raises:
+            StateError: a file or the journal could not be written (nothing is left changed).
+        """
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        originals = self.dir / "originals"
+        done: list[PlannedWrite] = []
+        saved_entries = dict(self._state.entries)
+        try:
+            originals.mkdir(parents=True, exist_ok=True)
+            for w in writes:
+                entry = self._state.entries.get(w.path)
+                before_digest = entry.sha256_before if entry else sha256(w.before)
+                if entry is None:
+                    target = originals / before_digest
+                    if not target.exists():
+                        write_atomic(target, w.before)
+            self._state.pending = [
+                {"path": w.path, "sha256_before": (self._state.entries[w.path].sha256_before
+                                                   if w.path in self._state.entries else sha256(w.before)),
+                 "sha256_after": sha256(w.after)}
+                for w in writes
+            ]
+            self._save()
+            for w in writes:
+                write_atomic(self.site_packages / w.path, w.after)
+                done.append(w)
+            for w in writes:
+                entry = self._state.entries.get(w.path)
+                self._state.entries[w.path] = Entry(
+                    path=w.path,
+                    sha256_before=entry.sha256_before if entry else sha256(w.before),
+                    sha256_after=sha256(w.after),
+                    patches=sorted(set(entry.patches if entry else []) | set(w.patches)),
+                    vllm_version=vllm_version,
+                    applied_at=now,
+                )
+            self._state.pending = []
+            self._save()
+        except OSError as exc:
+            restored_all = True
+            for w in reversed(done):
+                try:
+                    write_atomic(self.site_packages / w.path, w.before)
+                except OSError:
+                    restored_all = False  # the pending record lets the next command finish it
+            self._state.entries = saved_entries
+            if restored_all:
+                self._state.pending = []
+            try:
+                self._save()
+            except OSError:
+                pass
+            raise StateError(
+                f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}; "
+                + ("every file was put back" if restored_all else "the next patchkit command will put the rest back"),
+                "check permissions and free space of the vLLM install, then run the command again",
+            ) from exc
+
+    def restore(self, paths: list[str]) -> None:
+        """Write back the original bytes of the journaled ``paths`` and forget them (all or none).
+
+        Raises:
+            StateError: an original is missing, or a file could not be written (files already
+                restored are put back to what they were).
+        """
+        data = {p: self.original(self._state.entries[p]) for p in paths}
+        current = {p: (self.site_packages / p).read_bytes() for p in paths}
+        done: list[str] = []
+        try:
+            for p in paths:
+                write_atomic(self.site_packages / p, data[p])
+                done.append(p)
+        except OSError as exc:
+            for p in done:
+                try:
+                    write_atomic(self.site_packages / p, current[p])
+                except OSError:
+                    pass
+            raise StateError(
+                f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}; nothing was reverted",
+                "check permissions of the vLLM install, then run revert again",
+            ) from exc
+        self.forget(paths)
+
+    def forget(self, paths: list[str]) -> None:
+        """Drop journal entries (after a restore, or for files a reinstall already restored)."""
+        for p in paths:
+            self._state.entries.pop(p, None)
+        self._save()
+        self._prune_originals()
+        if not self._state.entries and not self._state.pending:
+            self.path.unlink(missing_ok=True)
+
+    def remove_if_empty(self) -> None:
+        """Delete the state folder (and ``.patchkit`` if nothing else is in it) once nothing is journaled.
+
+        Call after releasing :meth:`lock`; site-packages is then as it was before patchkit.
+        """
+        if self._state.entries or self._state.pending or not self.dir.exists():
+            return
+        for name in ("lock", "journal.json"):
+            (self.dir / name).unlink(missing_ok=True)
+        originals = self.dir / "originals"
+        if originals.is_dir() and not any(originals.iterdir()):
+            originals.rmdir()
+        for folder in (self.dir, self.dir.parent):
+            try:
+                folder.rmdir()
+            except OSError:
+                return  # not empty: something else lives there
+
+    def _prune_originals(self) -> None:
+        keep = {e.sha256_before for e in self._state.entries.values()}
+        keep |= {p["sha256_before"] for p in self._state.pending}
+        originals = self.dir / "originals"
+        if originals.is_dir():
+            for f in originals.iterdir():
+                if f.name not in keep:
+                    f.unlink(missing_ok=True)

@@ -1,0 +1,303 @@
+"""Static verification: is EAGLE-3 in effect for the resolved classes, patched or native?
+
+The check follows the chain the runner will follow, across modules, with bases resolved
+through imports (not text): from each registry architecture (``DeepseekV2ForCausalLM``,
+``DeepseekV3ForCausalLM``, ``KimiK25ForConditionalGeneration``) to its class, ``SupportsEagle3``
+in its MRO, real (non-stub) ``set_aux_hidden_state_layers`` and getter, what the setter reaches
+(``self.language_model`` -> ``DeepseekV2ForCausalLM`` -> ``self.model`` -> ``DeepseekV2Model``)
+and, at the end, the backbone's ``forward`` capture. It also checks the start-up allow-list and
+the proposer's Kimi-K2.5 branch. Each node carries ``file:line`` evidence.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from patchkit.codemods.allowlist import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
+from patchkit.composition import CompositionError, held_class, kind_of
+from patchkit.contract import SETTER, Contract, is_stub
+from patchkit.registry import Registry
+from patchkit.results import Check
+from patchkit.source import ClassRef, SourceTree
+
+ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
+"""The architectures whose EAGLE-3 support ``verify`` checks."""
+TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
+"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints."""
+KIMI_K25 = "KimiK25ForConditionalGeneration"
+PROPOSER_PACKAGE = "vllm.v1.spec_decode"
+PROPOSER_MODULES = ("eagle", "llm_base_proposer")
+ATTR = "aux_hidden_state_layers"
+
+
+def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Check]:
+    """Run every check on ``tree`` (files on disk, or a planned result through overrides).
+
+    Returns:
+        Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
+        the proposer.
+    Raises:
+        SourceError: a file on the chain does not parse.
+    """
+    checks = [
+        Check(
+            "EAGLE-3 contract",
+            contract.era != "A0",
+            f"{contract.era}: {contract.description}",
+            contract.protocol.location if contract.protocol else None,
+        )
+    ]
+    if contract.protocol is None:
+        return checks
+    for arch in ARCHITECTURES:
+        resolution = registry.resolve(arch)
+        if resolution is None:
+            checks.append(Check(arch, None, "not in this release's model registry; nothing to check"))
+            continue
+        if resolution.cls is None:
+            checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
+            continue
+        node = _model(tree, registry, contract, resolution.cls, set())
+        node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
+        checks.append(node)
+    checks.append(_allow_list(tree, contract))
+    if registry.entry(KIMI_K25) is not None:
+        checks.append(_proposer(tree))
+    return checks
+
+
+def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, seen: set[ClassRef]) -> Check:
+    node = Check(cls.name, True, "", cls.location)
+    if cls in seen:
+        node.ok, node.detail = False, "cycle in what the classes hold"
+        return node
+    seen = seen | {cls}
+    mro = tree.mro(cls)
+    protocol = contract.protocol
+    via = next((c for c in mro if protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)]), None)
+    node.children.append(
+        Check("SupportsEagle3 in its bases", via is not None,
+              f"through {via.name}" if via else "no class in its MRO derives from SupportsEagle3",
+              via.location if via else cls.location)
+    )
+    setter = _method_check(tree, cls, SETTER, protocol)
+    getter = _method_check(tree, cls, contract.getter or "", protocol)
+    node.children += [setter, getter]
+
+    found = tree.find_member(cls, SETTER)
+    if found is not None and found[0] != protocol:
+        node.children.append(_follow_setter(tree, registry, contract, cls, found, seen))
+    elif found is not None and contract.native:
+        node.children.append(Check("setter reaches the backbone", None, "upstream default implementation; not followed"))
+    node.ok = not any(c.failures() for c in node.children)
+    return node
+
+
+def _method_check(tree: SourceTree, cls: ClassRef, name: str, protocol: ClassRef | None) -> Check:
+    found = tree.find_member(cls, name)
+    if found is None:
+        return Check(f"{name}()", False, "not defined anywhere in its MRO", cls.location)
+    owner, stmt = found
+    location = f"{owner.relpath}:{stmt.lineno}"
+    if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return Check(f"{name}()", False, f"{owner.name}.{name} is not a method", location)
+    if owner == protocol and is_stub(stmt):
+        return Check(f"{name}()", False, "only the Protocol's stub, which returns None", location)
+    if is_stub(stmt):
+        return Check(f"{name}()", False, f"{owner.name}.{name} has an empty body", location)
+    return Check(f"{name}()", True, f"defined in {owner.name}", location)
+
+
+def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef,
+                   found: tuple[ClassRef, ast.stmt], seen: set[ClassRef]) -> Check:
+    owner, stmt = found
+    location = f"{owner.relpath}:{stmt.lineno}"
+    for sub in ast.walk(stmt):
+        attr, kind = None, None
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == SETTER:
+            attr, kind = _self_attr(sub.func.value), "causal_lm"
+        elif isinstance(sub, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == ATTR for t in sub.targets):
+            target = next(t for t in sub.targets if isinstance(t, ast.Attribute) and t.attr == ATTR)
+            attr, kind = _self_attr(target.value), "backbone"
+        if attr is None:
+            continue
+        try:
+            held = held_class(tree, registry, cls, attr)
+        except CompositionError as exc:
+            return Check(f"self.{attr}", False, str(exc), location)
+        how = f"built through the registry as {held.architecture}" if held.via == "registry" else "constructed directly"
+        label = f"self.{attr} holds {held.cls.name} ({how}, {owner.relpath}:{held.lineno})"
+        actual = kind_of(tree, held.cls)
+        if kind == "causal_lm":
+            child = _model(tree, registry, contract, held.cls, seen)
+        elif actual == "backbone":
+            child = _backbone(tree, held.cls)
+        else:
+            return Check(label, False, f"the setter sets {ATTR} on {held.cls.name}, which is not a decoder backbone", location)
+        child.label = label
+        return child
+    return Check("setter reaches the backbone", False,
+                 f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location)
+
+
+def _self_attr(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
+    node = Check(cls.name, True, "decoder backbone", cls.location)
+    init = tree.find_member(cls, "__init__")
+    sets_attr = init is not None and any(
+        isinstance(n, (ast.Assign, ast.AnnAssign))
+        and any(_self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        for n in ast.walk(init[1])
+    )
+    node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,
+                               "" if sets_attr else "the setter's attribute would not exist before the first call",
+                               f"{init[0].relpath}:{init[1].lineno}" if init else cls.location))
+    forward = tree.find_member(cls, "forward")
+    if forward is None:
+        node.children.append(Check("forward()", False, "no forward in its MRO", cls.location))
+    else:
+        node.children.extend(capture_checks(forward[1], f"{forward[0].relpath}"))
+    node.ok = not any(c.failures() for c in node.children)
+    return node
+
+
+def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
+    """Check a backbone ``forward`` against the capture semantics (REFERENCE.md, "Capture semantics").
+
+    Args:
+        forward: the function's AST.
+        relpath: its file, for locations.
+    Returns:
+        Checks for: global ids, residual-stream capture before each layer, the tuple return,
+        and (informational) the final-layer capture.
+    """
+    where = f"{relpath}:{forward.lineno}"
+    loops = [n for n in ast.walk(forward) if isinstance(n, ast.For) and _mentions_self(n.iter, "layers")]
+    if len(loops) != 1:
+        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
+    loop = loops[0]
+    at = f"{relpath}:{loop.lineno}"
+    index_name = None
+    global_ids = False
+    if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate":
+        if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[0], ast.Name):
+            index_name = loop.target.elts[0].id
+        start = [kw.value for kw in loop.iter.keywords if kw.arg == "start"] + loop.iter.args[1:2]
+        global_ids = bool(start) and _mentions_self(start[0], "start_layer")
+    checks = []
+    if index_name is None:
+        return [Check("forward captures aux hidden states", False, "the decoder-layer loop does not enumerate layers", at)]
+    checks.append(Check("ids are global layer indices", global_ids,
+                        "enumerate(..., start=self.start_layer)" if global_ids else
+                        "enumerate counts from 0: on a later pipeline stage every id is off by start_layer", at))
+    capture = None
+    layer_call_index = None
+    for i, stmt in enumerate(loop.body):
+        if isinstance(stmt, ast.If) and _is_membership(stmt.test, index_name):
+            capture = (i, stmt)
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and layer_call_index is None:
+            if isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == (loop.target.elts[1].id if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[1], ast.Name) else ""):
+                layer_call_index = i
+    if capture is None:
+        checks.append(Check("captures the residual stream entering each layer", False,
+                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at))
+        return checks
+    i, stmt = capture
+    appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
+    value = appended[0] if appended else None
+    if isinstance(value, ast.Name):  # captured through a local: aux = hidden_states + residual; ...append(aux)
+        assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+        value = assigned[0] if assigned else value
+    before_layer = layer_call_index is not None and i < layer_call_index
+    ok = value is not None and _is_residual_stream(value) and before_layer
+    detail = ast.unparse(value) if value is not None else "nothing appended"
+    if value is not None and not _is_residual_stream(value):
+        detail += " is not the residual stream (hidden_states + residual)"
+    elif not before_layer:
+        detail += " is taken after the layer runs: that is the next layer's input"
+    checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
+    states = appended_list_name(stmt)
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+               and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
+    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                        "" if returns else "the captured states never leave forward",
+                        f"{relpath}:{returns[0].lineno}" if returns else where))
+    final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
+    checks.append(Check("captures the final layer output (id n)", None,
+                        "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
+                        f"{relpath}:{final[0].lineno}" if final else None))
+    return checks
+
+
+def appended_list_name(stmt: ast.stmt) -> str | None:
+    """The name of the list a capture ``if`` appends to (``aux_hidden_states``)."""
+    for c in ast.walk(stmt):
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and isinstance(c.func.value, ast.Name):
+            return c.func.value.id
+    return None
+
+
+def _mentions_self(node: ast.AST, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self" for n in ast.walk(node))
+
+
+def _is_membership(test: ast.expr, index_name: str) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == index_name
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.In) and _mentions_self(test.comparators[0], ATTR))
+
+
+def _is_residual_stream(value: ast.expr) -> bool:
+    def is_sum(e: ast.expr) -> bool:
+        return (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add)
+                and {getattr(e.left, "id", None), getattr(e.right, "id", None)} == {"hidden_states", "residual"})
+    if is_sum(value):
+        return True
+    return isinstance(value, ast.IfExp) and (is_sum(value.orelse) or is_sum(value.body))
+
+
+def _allow_list(tree: SourceTree, contract: Contract) -> Check:
+    for module in ALLOW_LIST_MODULES:
+        relpath = tree.relpath_of_module(module)
+        if relpath is None:
+            continue
+        for node in ast.walk(tree.module_tree(module)):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in ALLOW_LIST_NAMES and isinstance(node.value, ast.List)):
+                entries = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                refused = [t for t in TEXT_MODEL_TYPES if not admits(entries, t)]
+                return Check(
+                    "speculative-config allow-list admits " + ", ".join(TEXT_MODEL_TYPES),
+                    not refused,
+                    f"{node.targets[0].id} lacks an entry for {', '.join(refused)}" if refused else f"{node.targets[0].id} = {entries}",
+                    f"{relpath}:{node.lineno}",
+                )
+    if contract.native:
+        return Check("speculative-config allow-list", None, "no model-type allow-list in this release")
+    return Check("speculative-config allow-list", False, f"no {' or '.join(ALLOW_LIST_NAMES)} list found in {', '.join(ALLOW_LIST_MODULES)}")
+
+
+def _proposer(tree: SourceTree) -> Check:
+    label = "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id"
+    for name in PROPOSER_MODULES:
+        module = f"{PROPOSER_PACKAGE}.{name}"
+        relpath = tree.relpath_of_module(module)
+        if relpath is None:
+            continue
+        mod = tree.module_tree(module)
+        fallback = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+                    and n.value.attr == "image_token_index" and any(isinstance(t, ast.Attribute) and t.attr == "image_token_index" for t in n.targets)]
+        if not fallback:
+            continue
+        mapped = [n for n in ast.walk(mod) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
+        names_kimi = any(isinstance(n, ast.Constant) and n.value == KIMI_K25 for n in ast.walk(mod))
+        ok = bool(mapped) and names_kimi
+        return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else
+                     "Kimi-K2.5 falls into 'target_model.config.image_token_index', which its config lacks",
+                     f"{relpath}:{(mapped[0] if mapped else fallback[0]).lineno}")
+    return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
