@@ -57,9 +57,10 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     """
     patches = select(load_patches(target), patch_ids)
     journal = Journal(install.site_packages, target)
+    recovered: list[str] = []
     if journal.pending and not dry_run:
         with journal.lock():
-            journal.recover()
+            recovered = journal.recover()
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
@@ -68,7 +69,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
+    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False,
+                         diff=planned.diff(), recovered=recovered)
     if planned.refused:
         return report
     if contract.patchable:

@@ -99,6 +99,8 @@ def apply(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
+            for path in report.recovered:
+                out.print(f"[yellow]rolled back[/] {escape(path)} [dim](an earlier run did not finish)[/]")
             table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
             table.add_column("patch")
             table.add_column("outcome")

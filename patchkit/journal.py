@@ -16,6 +16,7 @@ file are removed so Python recompiles it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -24,8 +25,9 @@ import stat
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from patchkit.errors import StateError
 
@@ -155,24 +157,17 @@ class Journal:
         Raises:
             StateError: the stored copy is missing or does not match its recorded digest.
         """
-        path = self.dir / "originals" / entry.sha256_before
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise StateError(f"patchkit's copy of the original {entry.path} is missing ({path})",
-                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)") from exc
-        if sha256(data) != entry.sha256_before:
-            raise StateError(f"patchkit's copy of the original {entry.path} is damaged ({path})",
-                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)")
-        return data
+        return self._stored(entry.sha256_before, f"the original {entry.path}")
 
     # -- writing ----------------------------------------------------------------------
 
-    def lock(self) -> FileLock:
-        """The lock to hold while writing (bounded wait).
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the state folder's lock while writing; wait at most :data:`LOCK_TIMEOUT_S` seconds.
 
         Raises:
-            StateError: the state folder cannot be created (read-only site-packages).
+            StateError: the state folder cannot be created (read-only site-packages), or another
+                patchkit run held the lock for longer than the timeout.
         """
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -181,7 +176,18 @@ class Journal:
                 f"cannot create patchkit's state folder {self.dir}: {exc.strerror or exc}",
                 "run patchkit as the user that owns the vLLM install, or make site-packages writable",
             ) from exc
-        return FileLock(str(self.dir / "lock"), timeout=LOCK_TIMEOUT_S)
+        lock = FileLock(str(self.dir / "lock"), timeout=LOCK_TIMEOUT_S)
+        try:
+            lock.acquire()
+        except Timeout as exc:
+            raise StateError(
+                f"another patchkit run is changing {self.site_packages} (waited {LOCK_TIMEOUT_S:.0f} s for {lock.lock_file})",
+                "wait for it to finish, then run the command again",
+            ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _save(self) -> None:
         data = {
@@ -195,8 +201,8 @@ class Journal:
     def recover(self) -> list[str]:
         """Roll back the files of a run that was killed while writing; return their paths.
 
-        A file whose bytes are what that run was writing gets its original bytes back; a file
-        still holding its original bytes is left alone.
+        A file whose bytes are what that run was writing gets back the bytes it had before that
+        run; a file the run had not reached yet is left alone.
         """
         if not self._state.pending:
             return []
@@ -205,20 +211,31 @@ class Journal:
             path = self.site_packages / item["path"]
             current = sha256(path.read_bytes()) if path.exists() else None
             if current == item["sha256_after"]:
-                original = self.dir / "originals" / item["sha256_before"]
-                write_atomic(path, original.read_bytes())
+                write_atomic(path, self._stored(item["sha256_before"], item["path"]))
                 rolled.append(item["path"])
-            entry = self._state.entries.get(item["path"])
-            if entry is not None and entry.sha256_after == item["sha256_after"]:
-                # the run had recorded the entry already; the file is back to its original
-                del self._state.entries[item["path"]]
         self._state.pending = []
         self._save()
         self._prune_originals()
         return rolled
 
+    def _stored(self, digest: str, what: str) -> bytes:
+        path = self.dir / "originals" / digest
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise StateError(f"patchkit's stored copy of {what} is missing ({path})",
+                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)") from exc
+        if sha256(data) != digest:
+            raise StateError(f"patchkit's stored copy of {what} is damaged ({path})",
+                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)")
+        return data
+
     def commit(self, writes: list[PlannedWrite], vllm_version: str) -> None:
         """Write every planned file, or none: on any error all files get their bytes back.
+
+        Before the first file is replaced, the bytes each file has now are stored and a
+        ``pending`` record is saved, so a run killed midway is rolled back by the next command
+        (:meth:`recover`).
 
         Raises:
             StateError: a file or the journal could not be written (nothing is left changed).
@@ -230,17 +247,11 @@ class Journal:
         try:
             originals.mkdir(parents=True, exist_ok=True)
             for w in writes:
-                entry = self._state.entries.get(w.path)
-                before_digest = entry.sha256_before if entry else sha256(w.before)
-                if entry is None:
-                    target = originals / before_digest
-                    if not target.exists():
-                        write_atomic(target, w.before)
+                stored = originals / sha256(w.before)
+                if not stored.exists():
+                    write_atomic(stored, w.before)
             self._state.pending = [
-                {"path": w.path, "sha256_before": (self._state.entries[w.path].sha256_before
-                                                   if w.path in self._state.entries else sha256(w.before)),
-                 "sha256_after": sha256(w.after)}
-                for w in writes
+                {"path": w.path, "sha256_before": sha256(w.before), "sha256_after": sha256(w.after)} for w in writes
             ]
             self._save()
             for w in writes:
@@ -258,6 +269,7 @@ class Journal:
                 )
             self._state.pending = []
             self._save()
+            self._prune_originals()
         except OSError as exc:
             restored_all = True
             for w in reversed(done):

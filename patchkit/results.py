@@ -79,6 +79,7 @@ class ApplyReport:
         written: True when files were changed on disk.
         diff: unified diff of the planned change (empty when nothing changes).
         verify: the chain check of the patched result, when one was run.
+        recovered: files of an earlier, unfinished run that were rolled back first.
     """
 
     install: InstallInfo
@@ -88,6 +89,7 @@ class ApplyReport:
     written: bool
     diff: str = ""
     verify: "VerifyReport | None" = None
+    recovered: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:

@@ -1,0 +1,169 @@
+"""Journal, atomic writes and all-or-nothing runs, with injected faults, on a real release copy."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from patchkit import api, journal as journal_mod
+from patchkit.errors import StateError
+from patchkit.install import from_site_packages
+from patchkit.journal import Journal
+
+from test_releases import snapshot
+
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+pytestmark = pytest.mark.release
+
+
+def test_apply_keeps_file_modes_and_drops_bytecode(release):
+    sp = release("0.17.1")
+    target = sp / DEEPSEEK
+    os.chmod(target, 0o640)
+    cache = target.parent / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    pyc = cache / "deepseek_v2.cpython-312.pyc"
+    pyc.write_bytes(b"stale")
+    other_pyc = cache / "llama.cpython-312.pyc"
+    other_pyc.write_bytes(b"keep")
+
+    api.apply(from_site_packages(sp))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert not pyc.exists()
+    assert other_pyc.exists()
+
+    pyc.write_bytes(b"stale again")
+    api.revert(from_site_packages(sp))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert not pyc.exists()
+
+
+def test_hard_linked_file_is_replaced_not_written_through(release, tmp_path):
+    sp = release("0.17.1")
+    cache_copy = tmp_path / "installer-cache-deepseek_v2.py"
+    os.link(sp / DEEPSEEK, cache_copy)
+    original = cache_copy.read_bytes()
+    api.apply(from_site_packages(sp))
+    assert (sp / DEEPSEEK).read_bytes() != original
+    assert cache_copy.read_bytes() == original
+
+
+def test_failed_write_puts_every_file_back(release, monkeypatch):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    real = journal_mod.write_atomic
+    calls = {"files": 0}
+
+    def failing(path: Path, data: bytes) -> None:
+        if path.name.endswith(".py") and ".patchkit" not in path.parts:
+            calls["files"] += 1
+            if calls["files"] == 3:  # the third vLLM file fails
+                raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(journal_mod, "write_atomic", failing)
+    with pytest.raises(StateError, match="every file was put back"):
+        api.apply(from_site_packages(sp))
+    monkeypatch.setattr(journal_mod, "write_atomic", real)
+    after = snapshot(sp)
+    assert {k: v for k, v in after.items() if not k.startswith(".patchkit/")} == before
+    assert Journal(sp).entries == {} and Journal(sp).pending == []
+    report = api.apply(from_site_packages(sp))  # and the next run works
+    assert report.written
+
+
+def test_run_killed_midway_is_rolled_back_by_the_next_command(release, monkeypatch):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    real = journal_mod.write_atomic
+    calls = {"files": 0}
+
+    def killed(path: Path, data: bytes) -> None:
+        if path.name.endswith(".py") and ".patchkit" not in path.parts:
+            calls["files"] += 1
+            if calls["files"] == 3:
+                raise KeyboardInterrupt  # the process dies; no cleanup code runs
+        real(path, data)
+
+    monkeypatch.setattr(journal_mod, "write_atomic", killed)
+    with pytest.raises(KeyboardInterrupt):
+        api.apply(from_site_packages(sp))
+    monkeypatch.setattr(journal_mod, "write_atomic", real)
+    half = snapshot(sp)
+    assert sum(half[p] != before[p] for p in before) == 2  # two files were written, then it died
+    assert len(Journal(sp).pending) == 4
+
+    report = api.apply(from_site_packages(sp), dry_run=False)
+    assert sorted(report.recovered) == sorted(p for p in before if half[p] != before[p])
+    assert report.written
+    api.revert(from_site_packages(sp))
+    assert snapshot(sp) == before
+
+
+def test_revert_refuses_a_file_edited_since(release, cli):
+    sp = release("0.17.1")
+    api.apply(from_site_packages(sp))
+    target = sp / DEEPSEEK
+    target.write_bytes(target.read_bytes() + b"\n# edited by hand\n")
+    patched = snapshot(sp)
+    result = cli("revert", "--site-packages", str(sp))
+    assert result.exit_code == 3
+    assert "was changed since patchkit wrote it" in result.stdout
+    assert "nothing was reverted" in result.stdout
+    assert snapshot(sp) == patched  # all or nothing: the other three files stay patched too
+
+
+def test_status_tells_patched_from_reinstalled(release, cli):
+    sp = release("0.17.1")
+    pristine = (sp / DEEPSEEK).read_bytes()
+    api.apply(from_site_packages(sp))
+    (sp / DEEPSEEK).write_bytes(pristine)  # what a reinstall of the same version does to this file
+    code, status = cli.json("status", "--site-packages", str(sp))
+    states = {e["path"]: e["state"] for e in status["entries"]}
+    assert states[DEEPSEEK] == "original"
+    assert states["vllm/config/speculative.py"] == "patched"
+    code, reverted = cli.json("revert", "--site-packages", str(sp))
+    assert code == 0
+    assert Journal(sp).entries == {}
+
+
+def test_second_run_waits_for_the_lock_then_gives_up(release, monkeypatch):
+    sp = release("0.17.1")
+    monkeypatch.setattr(journal_mod, "LOCK_TIMEOUT_S", 0.2)
+    holder = Journal(sp)
+    entered, release_it = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with holder.lock():
+            entered.set()
+            release_it.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    entered.wait(10)
+    try:
+        with pytest.raises(StateError, match="another patchkit run is changing"):
+            api.apply(from_site_packages(sp))
+    finally:
+        release_it.set()
+        t.join()
+    assert Journal(sp).entries == {}
+
+
+def test_read_only_state_folder_is_a_clear_error(release, cli, monkeypatch):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+
+    def no_mkdir(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", no_mkdir)
+    result = cli("apply", "--site-packages", str(sp))
+    assert result.exit_code == 4
+    assert "cannot create patchkit's state folder" in result.stderr
+    monkeypatch.undo()
+    assert snapshot(sp) == before
