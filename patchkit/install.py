@@ -33,13 +33,11 @@ class Install:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
         dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
-        editable: True when ``direct_url.json`` says the install is editable (a source tree).
     """
 
     site_packages: Path
     version: Version
     dist_info: Path
-    editable: bool
 
     @property
     def package_dir(self) -> Path:
@@ -62,6 +60,12 @@ def _from_distributions(dists: list[metadata.Distribution], where: str) -> Insta
     # PathDistribution keeps the dist-info folder it was read from; that is the one we need.
     dist_path = Path(str(getattr(dist, "_path", ""))).resolve()
     site_packages = Path(str(dist.locate_file(""))).resolve()
+    direct_url = _direct_url(dist)
+    if direct_url.get("dir_info", {}).get("editable"):
+        raise InstallNotFound(
+            f"vLLM in {site_packages} is an editable install of {direct_url.get('url', 'a source tree')}",
+            "patchkit patches installed release wheels; in a source checkout, change the code with git instead",
+        )
     if not (site_packages / "vllm" / "__init__.py").is_file():
         raise InstallNotFound(
             f"{dist_path.name} in {site_packages} has no vllm/__init__.py beside it",
@@ -74,14 +78,16 @@ def _from_distributions(dists: list[metadata.Distribution], where: str) -> Insta
             f"vLLM in {site_packages} has an unreadable version {dist.version!r}",
             "reinstall vLLM from a release wheel",
         ) from exc
-    editable = False
-    direct_url = dist.read_text("direct_url.json")
-    if direct_url:
-        try:
-            editable = bool(json.loads(direct_url).get("dir_info", {}).get("editable", False))
-        except (ValueError, AttributeError):
-            editable = False
-    return Install(site_packages=site_packages, version=version, dist_info=dist_path, editable=editable)
+    return Install(site_packages=site_packages, version=version, dist_info=dist_path)
+
+
+def _direct_url(dist: metadata.Distribution) -> dict:
+    """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
+    try:
+        data = json.loads(dist.read_text("direct_url.json") or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def from_site_packages(directory: Path) -> Install:

@@ -1,0 +1,156 @@
+"""Locating vLLM without importing it: --site-packages, --python, the current environment, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_releases import snapshot
+
+
+def make_venv(where: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    return where / "bin" / "python"
+
+
+def venv_site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+@pytest.mark.release
+def test_python_option_finds_vllm_in_another_environment(release, cli, tmp_path):
+    python = make_venv(tmp_path / "serving-venv")
+    site = venv_site_packages(python)
+    src = release("0.17.1")
+    for entry in src.iterdir():
+        shutil.move(str(entry), site / entry.name)
+    code, applied = cli.json("apply", "--python", str(python), "--dry-run")
+    assert code == 0, applied
+    assert applied["install"]["version"] == "0.17.1"
+    assert Path(applied["install"]["site_packages"]) == site.resolve()
+    assert {p["outcome"] for p in applied["patches"]} == {"applied"}
+    assert applied["written"] is False
+
+
+def test_python_that_does_not_exist(cli, tmp_path):
+    result = cli("verify", "--python", str(tmp_path / "nope" / "python"))
+    assert result.exit_code == 4
+    assert "does not exist" in result.stderr and "hint:" in result.stderr
+
+
+def test_python_that_is_not_an_interpreter(cli, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    os.chmod(fake, 0o755)
+    result = cli("verify", "--python", str(fake))
+    assert result.exit_code == 4
+    assert "is not a working Python interpreter" in result.stderr
+
+
+def test_python_that_is_a_directory(cli, tmp_path):
+    result = cli("verify", "--python", str(tmp_path))
+    assert result.exit_code == 4
+    assert "is not an executable file" in result.stderr
+
+
+def test_environment_without_vllm(cli, tmp_path):
+    python = make_venv(tmp_path / "empty-venv")
+    result = cli("apply", "--python", str(python))
+    assert result.exit_code == 4
+    assert "no vLLM distribution found" in result.stderr
+    code, err = cli.json("apply", "--python", str(python))
+    assert code == 4 and err["exit_code"] == 4 and "no vLLM distribution" in err["error"]
+
+
+def test_current_environment_without_vllm(cli):
+    result = cli("status")
+    assert result.exit_code == 4
+    assert "no vLLM distribution found in patchkit's own environment" in result.stderr
+    assert "--python" in result.stderr
+
+
+def test_site_packages_without_vllm(cli, tmp_path):
+    result = cli("verify", "--site-packages", str(tmp_path))
+    assert result.exit_code == 4
+    assert "no vLLM distribution found" in result.stderr
+
+
+def test_site_packages_and_python_together(cli, tmp_path):
+    result = cli("verify", "--site-packages", str(tmp_path), "--python", sys.executable)
+    assert result.exit_code == 2
+    assert "not both" in result.stderr
+
+
+def test_unknown_target_and_patch(cli, tmp_path):
+    result = cli("apply", "--target", "sglang", "--site-packages", str(tmp_path))
+    assert result.exit_code == 2
+    assert "unknown --target 'sglang'" in result.stderr
+
+
+@pytest.mark.release
+def test_unknown_patch_writes_nothing(release, cli):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    result = cli("apply", "--site-packages", str(sp), "--patch", "eagle3-nope")
+    assert result.exit_code == 2
+    assert "unknown --patch eagle3-nope" in result.stderr
+    assert snapshot(sp) == before
+
+
+@pytest.mark.release
+def test_single_patch_brings_what_it_needs(release, cli):
+    sp = release("0.17.1")
+    code, applied = cli.json("apply", "--site-packages", str(sp), "--patch", "eagle3-deepseek-interface", "--dry-run")
+    assert code == 0
+    assert [p["id"] for p in applied["patches"]] == ["eagle3-deepseek-backbone", "eagle3-deepseek-interface"]
+
+
+@pytest.mark.release
+def test_editable_install_is_refused(release, cli):
+    sp = release("0.17.1")
+    dist_info = sp / "vllm-0.17.1.dist-info"
+    (dist_info / "direct_url.json").write_text(json.dumps({"url": "file:///src/vllm", "dir_info": {"editable": True}}))
+    before = snapshot(sp)
+    result = cli("apply", "--site-packages", str(sp))
+    assert result.exit_code == 4
+    assert "is an editable install of file:///src/vllm" in result.stderr
+    assert snapshot(sp) == before
+
+
+@pytest.mark.release
+def test_damaged_target_file_is_refused_with_nothing_written(release, cli):
+    sp = release("0.17.1")
+    kimi = sp / "vllm/model_executor/models/kimi_k25.py"
+    kimi.write_bytes(kimi.read_bytes().replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1))
+    before = snapshot(sp)
+    result = cli("apply", "--site-packages", str(sp))
+    assert result.exit_code == 4
+    assert "kimi_k25.py" in result.stderr and "syntax error" in result.stderr
+    assert snapshot(sp) == before
+
+
+@pytest.mark.release
+def test_unexpected_structure_refuses_the_whole_run(release, cli):
+    """An anchor found twice: that patch is refused, and no other file is written either."""
+    sp = release("0.17.1")
+    eagle = sp / "vllm/v1/spec_decode/eagle.py"
+    text = eagle.read_text()
+    anchor = 'elif self.get_model_name(target_model) == "PixtralForConditionalGeneration":'
+    assert text.count(anchor) == 1
+    eagle.write_text(text + "\n\ndef extra(self, target_model):\n    if x:\n        pass\n    " + anchor + "\n        pass\n")
+    before = snapshot(sp)
+    code, applied = cli.json("apply", "--site-packages", str(sp))
+    assert code == 3
+    refused = {p["id"]: p["reason"] for p in applied["patches"] if p["outcome"] == "refused"}
+    assert list(refused) == ["eagle3-kimi-k25-proposer"]
+    assert "found 2" in refused["eagle3-kimi-k25-proposer"]
+    assert applied["written"] is False
+    assert snapshot(sp) == before
