@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patchkit import contract as contract_mod
-from patchkit.engine import plan as make_plan
 from patchkit.install import Install
 from patchkit.journal import Journal, PlannedWrite, sha256
 from patchkit.registry import Registry, Resolution
@@ -56,6 +55,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
+    from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
+
     patches = select(load_patches(target), patch_ids)
     journal = Journal(install.site_packages, target)
     recovered: list[str] = []

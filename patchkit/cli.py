@@ -22,7 +22,7 @@ from patchkit import api
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.install import Install, locate
 from patchkit.results import Check, Outcome
-from patchkit.spec import load_patches
+from patchkit.spec import check_target, load_patches
 
 app = typer.Typer(
     name="patchkit",
@@ -52,7 +52,7 @@ _OUTCOME_STYLE = {
 
 
 def _install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:
-    load_patches(target)  # validates --target
+    check_target(target)
     if site_packages is not None and python is not None:
         raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
     return locate(site_packages=site_packages, python=python)

@@ -18,11 +18,28 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.codemods.base import Holder
 from patchkit.registry import Registry
 from patchkit.source import ClassRef, SourceTree
 
 REGISTRY_BUILDER = "init_vllm_registered_model"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What a wrapper class holds in one attribute, as resolved from its ``__init__``.
+
+    Attributes:
+        attr: the attribute name, e.g. ``"language_model"``.
+        kind: ``"causal_lm"`` (a model class with its own EAGLE-3 methods) or ``"backbone"``
+            (a decoder stack whose ``aux_hidden_state_layers`` is set directly).
+        cls: the held class.
+        lineno: line of the assignment in the wrapper's file.
+    """
+
+    attr: str
+    kind: str
+    cls: ClassRef
+    lineno: int
 
 
 class CompositionError(Exception):

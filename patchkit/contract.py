@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from patchkit.source import ClassRef, SourceTree
 
 INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
+ALLOW_LIST_NAMES = ("eagle3_target_supported", "aux_hidden_states_supported")
+"""Names of the speculative config's EAGLE-3 model-type allow-list: 0.10.2 - 0.16.x, then 0.17.x on."""
+ALLOW_LIST_MODULES = ("vllm.config.speculative", "vllm.config")
+"""Modules holding it: ``config/speculative.py`` (0.11 on), then ``config/__init__.py`` (0.10.x)."""
+
 PROTOCOL = "SupportsEagle3"
 SETTER = "set_aux_hidden_state_layers"
 GETTER_A1 = "get_eagle3_aux_hidden_state_layers"
@@ -78,6 +83,15 @@ def detect(tree: SourceTree) -> Contract:
     base_names = {ast.unparse(b) for b in node.bases}
     era = "A1b" if "SupportsEagleBase" in base_names else "A1a"
     return Contract(era, protocol, GETTER_A1)
+
+
+def admits(entries: list[str], model_type: str) -> bool:
+    """vLLM's allow-list rule: an entry admits a model type when it is a substring of it.
+
+    Fact: ``any(supported in hf_text_config.model_type for supported in <list>)`` in
+    ``config/speculative.py`` (0.11 - 0.17.1) and ``config/__init__.py`` (0.10.x).
+    """
+    return any(entry in model_type for entry in entries)
 
 
 def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

@@ -60,6 +60,10 @@ class SourceError(PatchkitError):
     """A vLLM source file is missing or cannot be parsed."""
 
 
+class ConfigError(PatchkitError):
+    """A checkpoint's ``config.json`` given to ``doctor`` is missing, unreadable or not a JSON object."""
+
+
 class StateError(PatchkitError):
     """patchkit's journal cannot be read or written."""
 

@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.base import Codemod
+from typing import TYPE_CHECKING
+
 from patchkit.errors import UsageError
+
+if TYPE_CHECKING:
+    from patchkit.codemods.base import Codemod
 
 TARGETS = ("vllm",)
 """Distributions patchkit knows how to patch (``--target``)."""
@@ -85,6 +89,12 @@ class Patch:
     tags: tuple[str, ...] = field(default_factory=tuple)
 
 
+def check_target(distribution: str) -> None:
+    """Raise :class:`UsageError` unless ``distribution`` is a ``--target`` patchkit knows."""
+    if distribution not in TARGETS:
+        raise UsageError(f"unknown --target {distribution!r}", f"known targets: {', '.join(TARGETS)}")
+
+
 def load_patches(distribution: str = "vllm") -> list[Patch]:
     """Every patch shipped with patchkit for ``distribution``, dependencies before dependents.
 
@@ -95,8 +105,7 @@ def load_patches(distribution: str = "vllm") -> list[Patch]:
     Raises:
         UsageError: ``distribution`` is not one patchkit knows.
     """
-    if distribution not in TARGETS:
-        raise UsageError(f"unknown --target {distribution!r}", f"known targets: {', '.join(TARGETS)}")
+    check_target(distribution)
     package = importlib.import_module("patchkit.patches")
     found: dict[str, Patch] = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):

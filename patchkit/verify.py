@@ -12,10 +12,10 @@ the proposer's Kimi-K2.5 branch. Each node carries ``file:line`` evidence.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
-from patchkit.codemods.allowlist import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
 from patchkit.composition import CompositionError, held_class, kind_of
-from patchkit.contract import SETTER, Contract, is_stub
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, SETTER, Contract, admits, is_stub
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import ClassRef, SourceTree
@@ -28,6 +28,8 @@ KIMI_K25 = "KimiK25ForConditionalGeneration"
 PROPOSER_PACKAGE = "vllm.v1.spec_decode"
 PROPOSER_MODULES = ("eagle", "llm_base_proposer")
 ATTR = "aux_hidden_state_layers"
+FINAL_LAYER_CHECK = "captures the final layer output (id n)"
+"""Label of the informational capture check for id n; its ``location`` is set only when the capture exists."""
 
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Check]:
@@ -66,7 +68,25 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
     return checks
 
 
-def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, seen: set[ClassRef]) -> Check:
+def model_check(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, *,
+                follow_setter: bool = True) -> Check:
+    """The chain check of one model class, as ``verify`` runs it for each of :data:`ARCHITECTURES`.
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        cls: the class to check (a registry architecture's class).
+        follow_setter: also follow ``set_aux_hidden_state_layers`` into the held classes and
+            check the backbone's capture (False: only the interface: bases and non-stub methods).
+    Returns:
+        A :class:`Check` named after the class; its children are the individual checks.
+    Raises:
+        SourceError: a file on the chain does not parse.
+    """
+    return _model(tree, registry, contract, cls, set(), follow_setter=follow_setter)
+
+
+def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, seen: set[ClassRef],
+           follow_setter: bool = True) -> Check:
     node = Check(cls.name, True, "", cls.location)
     if cls in seen:
         node.ok, node.detail = False, "cycle in what the classes hold"
@@ -85,9 +105,9 @@ def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassR
     node.children += [setter, getter]
 
     found = tree.find_member(cls, SETTER)
-    if found is not None and found[0] != protocol:
+    if follow_setter and found is not None and found[0] != protocol:
         node.children.append(_follow_setter(tree, registry, contract, cls, found, seen))
-    elif found is not None and contract.native:
+    elif follow_setter and found is not None and contract.native:
         node.children.append(Check("setter reaches the backbone", None, "upstream default implementation; not followed"))
     node.ok = not any(c.failures() for c in node.children)
     return node
@@ -229,7 +249,7 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
                         "" if returns else "the captured states never leave forward",
                         f"{relpath}:{returns[0].lineno}" if returns else where))
     final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
-    checks.append(Check("captures the final layer output (id n)", None,
+    checks.append(Check(FINAL_LAYER_CHECK, None,
                         "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
                         f"{relpath}:{final[0].lineno}" if final else None))
     return checks
@@ -261,7 +281,28 @@ def _is_residual_stream(value: ast.expr) -> bool:
     return isinstance(value, ast.IfExp) and (is_sum(value.orelse) or is_sum(value.body))
 
 
-def _allow_list(tree: SourceTree, contract: Contract) -> Check:
+@dataclass(frozen=True)
+class AllowList:
+    """The speculative config's EAGLE-3 model-type allow-list, read statically.
+
+    Attributes:
+        name: the variable (``eagle3_target_supported`` or ``aux_hidden_states_supported``).
+        entries: its string entries; vLLM admits a model type when an entry is a substring of it.
+        location: ``file:line`` of the assignment.
+    """
+
+    name: str
+    entries: list[str]
+    location: str
+
+
+def read_allow_list(tree: SourceTree) -> AllowList | None:
+    """The first allow-list assignment found in :data:`ALLOW_LIST_MODULES`, or None when there is none.
+
+    Fact: see :mod:`patchkit.codemods.allowlist` (vLLM 0.10.2 - 0.18.0; later releases have no list).
+    Raises:
+        SourceError: a module holding it does not parse.
+    """
     for module in ALLOW_LIST_MODULES:
         relpath = tree.relpath_of_module(module)
         if relpath is None:
@@ -270,20 +311,54 @@ def _allow_list(tree: SourceTree, contract: Contract) -> Check:
             if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                     and node.targets[0].id in ALLOW_LIST_NAMES and isinstance(node.value, ast.List)):
                 entries = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                refused = [t for t in TEXT_MODEL_TYPES if not admits(entries, t)]
-                return Check(
-                    "speculative-config allow-list admits " + ", ".join(TEXT_MODEL_TYPES),
-                    not refused,
-                    f"{node.targets[0].id} lacks an entry for {', '.join(refused)}" if refused else f"{node.targets[0].id} = {entries}",
-                    f"{relpath}:{node.lineno}",
-                )
+                return AllowList(node.targets[0].id, entries, f"{relpath}:{node.lineno}")
+    return None
+
+
+def _allow_list(tree: SourceTree, contract: Contract) -> Check:
+    found = read_allow_list(tree)
+    if found is not None:
+        refused = [t for t in TEXT_MODEL_TYPES if not admits(found.entries, t)]
+        return Check(
+            "speculative-config allow-list admits " + ", ".join(TEXT_MODEL_TYPES),
+            not refused,
+            f"{found.name} lacks an entry for {', '.join(refused)}" if refused else f"{found.name} = {found.entries}",
+            found.location,
+        )
     if contract.native:
         return Check("speculative-config allow-list", None, "no model-type allow-list in this release")
     return Check("speculative-config allow-list", False, f"no {' or '.join(ALLOW_LIST_NAMES)} list found in {', '.join(ALLOW_LIST_MODULES)}")
 
 
-def _proposer(tree: SourceTree) -> Check:
-    label = "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id"
+@dataclass(frozen=True)
+class ProposerFallback:
+    """The EAGLE proposer module whose image-token mapping falls back to ``image_token_index``.
+
+    Fact (vLLM 0.15.1 - 0.18.0, ``v1/spec_decode/eagle.py``): for a multimodal target whose class
+    name has no branch, the proposer runs ``self.model.config.image_token_index =
+    target_model.config.image_token_index``.
+
+    Attributes:
+        relpath: the module's file, relative to site-packages.
+        tree: its parsed AST.
+        lineno: line of the first fallback assignment.
+    """
+
+    relpath: str
+    tree: ast.Module
+    lineno: int
+
+    def names(self, value: str) -> int | None:
+        """Line of the first string constant equal to ``value`` (a class-name branch), or None."""
+        return next((n.lineno for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and n.value == value), None)
+
+
+def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
+    """The first of :data:`PROPOSER_MODULES` with the ``image_token_index`` fallback, or None.
+
+    Raises:
+        SourceError: the module does not parse.
+    """
     for name in PROPOSER_MODULES:
         module = f"{PROPOSER_PACKAGE}.{name}"
         relpath = tree.relpath_of_module(module)
@@ -292,12 +367,19 @@ def _proposer(tree: SourceTree) -> Check:
         mod = tree.module_tree(module)
         fallback = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
                     and n.value.attr == "image_token_index" and any(isinstance(t, ast.Attribute) and t.attr == "image_token_index" for t in n.targets)]
-        if not fallback:
-            continue
-        mapped = [n for n in ast.walk(mod) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
-        names_kimi = any(isinstance(n, ast.Constant) and n.value == KIMI_K25 for n in ast.walk(mod))
-        ok = bool(mapped) and names_kimi
-        return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else
-                     "Kimi-K2.5 falls into 'target_model.config.image_token_index', which its config lacks",
-                     f"{relpath}:{(mapped[0] if mapped else fallback[0]).lineno}")
-    return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
+        if fallback:
+            return ProposerFallback(relpath, mod, fallback[0].lineno)
+    return None
+
+
+def _proposer(tree: SourceTree) -> Check:
+    label = "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id"
+    found = find_proposer_fallback(tree)
+    if found is None:
+        return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
+    mapped = [n for n in ast.walk(found.tree) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
+    names_kimi = found.names(KIMI_K25) is not None
+    ok = bool(mapped) and names_kimi
+    return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else
+                 "Kimi-K2.5 falls into 'target_model.config.image_token_index', which its config lacks",
+                 f"{found.relpath}:{mapped[0].lineno if mapped else found.lineno}")

@@ -13,11 +13,9 @@ import libcst as cst
 from libcst import matchers as m
 
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
 
-ALLOW_LIST_NAMES = ("eagle3_target_supported", "aux_hidden_states_supported")
-"""Names of the allow-list variable: 0.10.2 - 0.16.x, then 0.17.x and later."""
-ALLOW_LIST_MODULES = ("vllm.config.speculative", "vllm.config")
-"""Modules holding it: 0.11 and later, then 0.10.x (``config/__init__.py``)."""
+__all__ = ["ALLOW_LIST_MODULES", "ALLOW_LIST_NAMES", "ExtendAllowList", "admits", "find_allow_lists", "list_entries"]
 
 
 def _allow_list_matcher(names: tuple[str, ...]) -> m.Assign:
@@ -36,11 +34,6 @@ def list_entries(node: cst.Assign) -> list[str]:
     """The string values of an allow-list assignment's elements."""
     assert isinstance(node.value, cst.List)
     return [e.value.evaluated_value for e in node.value.elements if isinstance(e.value, cst.SimpleString)]  # type: ignore[misc]
-
-
-def admits(entries: list[str], model_type: str) -> bool:
-    """vLLM's rule: an entry admits a model type when it is a substring of it."""
-    return any(entry in model_type for entry in entries)
 
 
 class ExtendAllowList(Codemod):

@@ -16,7 +16,7 @@ from typing import Sequence, TypeVar
 import libcst as cst
 from libcst import matchers as m
 
-from patchkit.source import ClassRef
+from patchkit.composition import Holder
 
 
 class Presence(Enum):
@@ -32,24 +32,6 @@ class Presence(Enum):
 
 class Refusal(Exception):
     """A codemod cannot make its change safely; the message says what it looked for and found."""
-
-
-@dataclass(frozen=True)
-class Holder:
-    """What a wrapper class holds in one attribute, as resolved from its ``__init__``.
-
-    Attributes:
-        attr: the attribute name, e.g. ``"language_model"``.
-        kind: ``"causal_lm"`` (a model class with its own EAGLE-3 methods) or ``"backbone"``
-            (a decoder stack whose ``aux_hidden_state_layers`` is set directly).
-        cls: the held class.
-        lineno: line of the assignment in the wrapper's file.
-    """
-
-    attr: str
-    kind: str
-    cls: ClassRef
-    lineno: int
 
 
 @dataclass(frozen=True)
