@@ -1,0 +1,283 @@
+"""Runtime probe: asks the installed vLLM itself whether EAGLE-3 is in effect. Run by ``verify --runtime``.
+
+This file is executed as a script by the *target* interpreter (the environment that serves the
+model), in a fresh subprocess, never inside patchkit's own process. It imports only the standard
+library and what that environment already has (vLLM, torch). It must not import patchkit.
+
+Input: one JSON argument::
+
+    {"architectures": ["DeepseekV2ForCausalLM", ...],
+     "chains": {"KimiK25ForConditionalGeneration": [["language_model", "mod:Class"], ["model", "mod:Class"]], ...},
+     "backbone": "vllm.model_executor.models.deepseek_v2:DeepseekV2Model",
+     "model_types": ["deepseek_v3", "kimi_k2"]}
+
+Output: a line ``PATCHKIT-PROBE-RESULT {"checks": [{"label", "ok", "detail"}, ...]}`` on stdout
+(vLLM's own log lines may come before it).
+
+Checks, each independent (facts from vLLM 0.10.2 - 0.17.1):
+
+1. the registry loads each architecture's class and ``supports_eagle3`` (``interfaces.py``) accepts it;
+2. ``set_aux_hidden_state_layers`` / ``get_eagle3_aux_hidden_state_layers`` are not the Protocol's
+   stubs, and on a stand-in of the class (its real methods, attributes holding stand-ins of what
+   ``__init__`` would build) the setter reaches the backbone and the getter returns
+   ``(2, n // 2, n - 3)``;
+3. ``SpeculativeConfig._verify_args`` (``config/speculative.py``), vLLM's own start-up
+   validation, accepts an EAGLE-3 target whose ``hf_text_config.model_type`` is each model type;
+4. the backbone's real (installed) ``forward`` on a tiny stand-in: cheap deterministic decoder
+   layers on CPU tensors, pipeline-stage bounds that do not start at 0; each requested id must
+   return the residual stream entering that layer (id n: the final output before the norm), in
+   layer order, and with no ids the return value must be exactly the unpatched result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import traceback
+import types
+
+SENTINEL = "PATCHKIT-PROBE-RESULT"
+SETTER = "set_aux_hidden_state_layers"
+GETTER = "get_eagle3_aux_hidden_state_layers"
+NUM_LAYERS = 61  # DeepSeek-V3 / Kimi-K2: default ids (2, 30, 58)
+
+
+def load(qualified: str):
+    module, _, name = qualified.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def blank(cls):
+    """An instance of ``cls`` with nn.Module state but without running its ``__init__``."""
+    import torch
+
+    obj = cls.__new__(cls)
+    torch.nn.Module.__init__(obj)
+    return obj
+
+
+def stand_in_backbone(cls, num_layers: int):
+    import torch
+
+    obj = blank(cls)
+    obj.layers = torch.nn.ModuleList([torch.nn.Identity() for _ in range(num_layers)])
+    obj.aux_hidden_state_layers = ()
+    return obj
+
+
+def check_registry(archs, results):
+    from vllm.model_executor.models import interfaces
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    classes = {}
+    for arch in archs:
+        label = f"vLLM's supports_eagle3 accepts {arch}"
+        try:
+            cls = ModelRegistry._try_load_model_cls(arch)
+        except Exception as exc:  # noqa: BLE001 - report whatever vLLM raised
+            results.append({"label": label, "ok": False, "detail": f"the registry could not load it: {exc!r}"})
+            continue
+        if cls is None:
+            results.append({"label": label, "ok": False, "detail": "the registry could not load it"})
+            continue
+        classes[arch] = cls
+        ok = bool(interfaces.supports_eagle3(cls))
+        results.append({"label": label, "ok": ok,
+                        "detail": f"{cls.__module__}.{cls.__qualname__}" + ("" if ok else ": supports_eagle3 is False")})
+    return classes
+
+
+def check_methods(classes, chains, results):
+    from vllm.model_executor.models import interfaces
+
+    protocol = interfaces.SupportsEagle3
+    for arch, cls in classes.items():
+        label = f"{arch}: real EAGLE-3 methods reach the backbone"
+        stubs = [n for n in (SETTER, GETTER) if getattr(cls, n, None) is getattr(protocol, n, object())]
+        if stubs:
+            results.append({"label": label, "ok": False,
+                            "detail": f"{', '.join(stubs)} is the Protocol's stub (returns None)"})
+            continue
+        try:
+            obj = blank(cls)
+            holder = obj
+            chain = chains.get(arch, [])
+            for i, (attr, qualified) in enumerate(chain):
+                held_cls = load(qualified)
+                held = stand_in_backbone(held_cls, NUM_LAYERS) if i == len(chain) - 1 else blank(held_cls)
+                setattr(holder, attr, held)
+                holder = held
+            backbone = holder
+            ids = (2, 30, 58)
+            returned = getattr(obj, SETTER)(ids)
+            got = getattr(backbone, "aux_hidden_state_layers", None)
+            default = getattr(obj, GETTER)()
+        except Exception as exc:  # noqa: BLE001
+            results.append({"label": label, "ok": False, "detail": f"calling them raised {exc!r}"})
+            continue
+        expected_default = (2, NUM_LAYERS // 2, NUM_LAYERS - 3)
+        problems = []
+        if returned is not None:
+            problems.append(f"the setter returned {returned!r}")
+        if tuple(got or ()) != ids:
+            problems.append(f"the backbone's aux_hidden_state_layers is {got!r} after set_aux_hidden_state_layers({ids})")
+        if default is None or tuple(default) != expected_default:
+            problems.append(f"the getter returned {default!r}, expected {expected_default} for {NUM_LAYERS} layers")
+        path = " -> ".join([cls.__name__] + [f"{a}: {q.split(':')[1]}" for a, q in chains.get(arch, [])])
+        results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or path})
+
+
+class _StandInSpecConfig:
+    """``self`` for ``SpeculativeConfig._verify_args``: an EAGLE-3 request with nothing else set."""
+
+    def __init__(self, model_type: str) -> None:
+        self.method = "eagle3"
+        self.num_speculative_tokens = 3
+        self.tensor_parallel_size = None
+        self.draft_tensor_parallel_size = None
+        self.disable_by_batch_size = None
+        self.draft_model_config = None
+        self.target_model_config = types.SimpleNamespace(hf_text_config=types.SimpleNamespace(model_type=model_type))
+
+    def __getattr__(self, name: str):
+        if "verify" in name or "validate" in name:
+            return lambda *a, **k: None
+        return None
+
+
+def check_speculative_config(model_types, results):
+    from vllm.config.speculative import SpeculativeConfig
+
+    validator = SpeculativeConfig.__dict__.get("_verify_args")
+    validator = getattr(validator, "__func__", validator)
+    for model_type in model_types:
+        label = f"vLLM's speculative-config validation accepts an EAGLE-3 target of model type {model_type}"
+        if not callable(validator):
+            results.append({"label": label, "ok": False, "detail": "SpeculativeConfig._verify_args not found"})
+            continue
+        try:
+            validator(_StandInSpecConfig(model_type))
+            results.append({"label": label, "ok": True, "detail": "accepted"})
+        except ValueError as exc:
+            results.append({"label": label, "ok": False, "detail": str(exc).splitlines()[0]})
+        except Exception as exc:  # noqa: BLE001
+            results.append({"label": label, "ok": False, "detail": f"could not run the validation: {exc!r}"})
+
+
+def check_forward(backbone_name, results):
+    import torch
+    from vllm.sequence import IntermediateTensors
+
+    label = "the installed backbone forward captures the residual stream (stand-in run)"
+    cls = load(backbone_name)
+    module = sys.modules[cls.__module__]
+
+    class Layer(torch.nn.Module):
+        """vLLM's decoder-layer contract: (h, r) in, (new h, residual stream) out."""
+
+        def __init__(self, i: int) -> None:
+            super().__init__()
+            self.i = i
+
+        def forward(self, positions, hidden_states, residual, *args, **kwargs):
+            stream = hidden_states if residual is None else hidden_states + residual
+            return stream * (self.i + 2) + 0.25 * self.i, stream
+
+    class Norm(torch.nn.Module):
+        def forward(self, hidden_states, residual):
+            stream = hidden_states + residual
+            return stream * 0.5 - 1.0, stream
+
+    n = 8
+    tokens, width = 3, 4
+    positions = torch.arange(tokens)
+    h0 = torch.arange(tokens * width, dtype=torch.float64).reshape(tokens, width) / 7.0
+    r0 = torch.ones(tokens, width, dtype=torch.float64) * 0.125
+
+    def reference(start, end, residual):
+        """Residual stream entering each layer of [start, end], then the normed output."""
+        h, r = h0.clone(), residual
+        streams = {}
+        for k in range(start, end):
+            streams[k] = h if r is None else h + r
+            h, r = Layer(k)(positions, h, r)
+        streams[end] = h + r
+        normed = h + r
+        return streams, normed * 0.5 - 1.0, h, r
+
+    def run(start, end, first, last, ids):
+        obj = blank(cls)
+        obj.layers = torch.nn.ModuleList([Layer(i) for i in range(n)])
+        obj.start_layer, obj.end_layer = start, end
+        obj.norm = Norm()
+        obj.config = types.SimpleNamespace(llama_4_scaling=None)
+        obj.aux_hidden_state_layers = tuple(ids)
+        group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last)
+        saved = module.__dict__.get("get_pp_group")
+        module.get_pp_group = lambda: group
+        try:
+            if first:
+                return cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=None, inputs_embeds=h0.clone())
+            tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()})
+            return cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=tensors, inputs_embeds=None)
+        finally:
+            module.get_pp_group = saved
+
+    problems = []
+    try:
+        # a later, last pipeline stage owning layers [2, 8): ids 2 (its first layer), 5, and n (final output)
+        streams, normed, _, _ = reference(2, n, r0)
+        ids = (2, 5, n)
+        out = run(2, n, False, True, ids)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            problems.append(f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)")
+        else:
+            hidden, aux = out
+            if not torch.equal(hidden, normed):
+                problems.append("the returned hidden_states changed")
+            if len(aux) != len(ids):
+                problems.append(f"{len(aux)} aux states for ids {ids} (expected {len(ids)}; id n is the final layer output)")
+            for k, got in zip(ids, aux):
+                if not torch.equal(got, streams[k]):
+                    what = "the normed output" if torch.equal(got, normed) else "not the residual stream entering that layer"
+                    problems.append(f"id {k} on stage [2, {n}): captured {what}")
+        # no ids requested: exactly the unpatched result
+        out = run(2, n, False, True, ())
+        if not (isinstance(out, torch.Tensor) and torch.equal(out, normed)):
+            problems.append("with no ids requested the return value is not the unpatched hidden_states tensor")
+        # a non-last stage keeps returning IntermediateTensors
+        _, _, h_mid, r_mid = reference(2, 5, r0)
+        out = run(2, 5, False, False, (3,))
+        if not (isinstance(out, IntermediateTensors) and torch.equal(out["hidden_states"], h_mid) and torch.equal(out["residual"], r_mid)):
+            problems.append("a non-last pipeline stage no longer returns its IntermediateTensors unchanged")
+        # the first stage: id 0 is the embedding itself (residual is still None)
+        streams0, normed0, _, _ = reference(0, n, None)
+        out = run(0, n, True, True, (0, 4))
+        if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams0[0]) and torch.equal(out[1][1], streams0[4])):
+            problems.append("on the first stage ids (0, 4) did not return the embedding and the stream entering layer 4")
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"running forward raised {exc!r}: {traceback.format_exc(limit=-1).strip().splitlines()[-1]}")
+    results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
+                    f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage"})
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    results: list[dict] = []
+    steps = [
+        lambda: check_methods(check_registry(spec["architectures"], results), spec.get("chains", {}), results),
+        lambda: check_speculative_config(spec.get("model_types", []), results),
+        lambda: check_forward(spec["backbone"], results),
+    ]
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - an import failure must still produce a report
+            results.append({"label": "probe step", "ok": False, "detail": f"{exc!r}"})
+    sys.stdout.flush()
+    print(f"{SENTINEL} {json.dumps({'checks': results})}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
