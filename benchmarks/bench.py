@@ -1,12 +1,16 @@
 """Wall time of patchkit's commands on a real vLLM release, next to plain parse times.
 
-Usage: python benchmarks/bench.py [VERSION ...] [--repeat N]
+Usage: python benchmarks/bench.py [VERSION ...] [--repeat N] [--runtime PYTHON]
 
 For each release (default 0.17.1): a fresh copy of its files (fetched once, see
 tests/vllm_release.py), then ``patchkit apply``, ``verify``, ``status`` and ``revert`` run as
 subprocesses (what a user waits for, interpreter start included), each repeated N times on a
 fresh copy; the median is printed. Beside them: the time to parse the files apply touches
 with ``ast`` and with libcst, in this process. Prints a Markdown table.
+
+With ``--runtime PYTHON`` (an environment with a real, importable vLLM): the wall time of
+``patchkit verify --runtime --python PYTHON`` next to a bare import of the same vLLM modules
+(registry, the model files, the speculative config) by that interpreter.
 """
 
 from __future__ import annotations
@@ -75,10 +79,27 @@ def bench(version: str, repeat: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
+BARE_IMPORT = (
+    "import vllm.model_executor.models.registry, vllm.model_executor.models.deepseek_v2, "
+    "vllm.model_executor.models.kimi_k25, vllm.config.speculative, vllm.model_executor.models.interfaces"
+)
+
+
+def bench_runtime(python: str, repeat: int) -> dict[str, float]:
+    runs: dict[str, list[float]] = {"verify --runtime": [], "bare import": []}
+    for _ in range(repeat):
+        runs["bare import"].append(timed([python, "-c", BARE_IMPORT], 0))
+        start = time.perf_counter()
+        subprocess.run([*PATCHKIT, "verify", "--runtime", "--python", python], capture_output=True)
+        runs["verify --runtime"].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="*", default=["0.17.1"])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--runtime", metavar="PYTHON", help="interpreter of an environment with an importable vLLM")
     args = parser.parse_args()
     cols = ["apply", "verify", "verify (unpatched)", "status", "revert", "ast", "libcst"]
     print(f"median of {args.repeat} runs, seconds; ast/libcst: parsing the {len(TOUCHED)} files apply touches\n")
@@ -87,6 +108,10 @@ def main() -> None:
     for v in args.versions:
         r = bench(v, args.repeat)
         print(f"| {v} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+    if args.runtime:
+        r = bench_runtime(args.runtime, args.repeat)
+        print(f"\n| {args.runtime} | verify --runtime | bare import of the same vLLM modules |\n|---|---|---|")
+        print(f"| median of {args.repeat} | {r['verify --runtime']:.2f} | {r['bare import']:.2f} |")
 
 
 if __name__ == "__main__":

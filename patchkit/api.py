@@ -8,9 +8,10 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit import contract as contract_mod
-from patchkit.install import Install
+from patchkit.install import Install, record_sha256
 from patchkit.journal import Journal, PlannedWrite, sha256
 from patchkit.registry import Registry, Resolution
 from patchkit.results import (
@@ -35,7 +36,7 @@ def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
-          target: str = "vllm") -> ApplyReport:
+          target: str = "vllm", force: bool = False) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -47,6 +48,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         dry_run: plan and verify only; write nothing.
         patch_ids: restrict to these patches (and what they require).
         target: the distribution (``"vllm"``).
+        force: patch files whose bytes differ from the distribution's RECORD (someone else
+            changed them) instead of refusing.
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
         was nothing to write.
@@ -75,6 +78,15 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                          diff=planned.diff(), recovered=recovered)
     if planned.refused:
         return report
+    drifted = [] if force else _drifted(install, journal, planned.originals, list(planned.changed))
+    if drifted:
+        for r in report.patches:
+            hit = sorted(set(r.files) & set(drifted))
+            if r.outcome is Outcome.APPLIED and hit:
+                r.outcome = Outcome.REFUSED
+                r.reason = (f"{', '.join(hit)} differs from what vLLM {install.version}'s RECORD lists "
+                            "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
+        return report
     if contract.patchable:
         # Check the chain on the planned bytes before writing anything.
         after = SourceTree(install.site_packages, overrides=planned.changed)
@@ -99,17 +111,42 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     return report
 
 
-def verify(install: Install) -> VerifyReport:
+def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Files about to be patched whose bytes are neither RECORD's nor what patchkit last wrote."""
+    record = record_sha256(install)
+    out = []
+    for path in paths:
+        digest = sha256(originals[path])
+        entry = journal.entries.get(path)
+        if entry is not None and digest == entry.sha256_after:
+            continue  # patchkit's own earlier change; the journal holds the original
+        if path in record and digest != record[path]:
+            out.append(path)
+    return sorted(out)
+
+
+def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
+    Args:
+        install: the vLLM install.
+        runtime_python: when given, also run :mod:`patchkit.runtime_probe` with this interpreter
+            (the serving environment's): vLLM's own code answers, in a fresh subprocess.
     Returns:
         A :class:`VerifyReport`; ``ok`` is True only when no check fails.
     Raises:
         SourceError: a file on the chain is missing or does not parse.
+        InterpreterError: ``runtime_python`` cannot be started.
     """
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
-    return VerifyReport(_info(install, contract), run_checks(tree, Registry(tree), contract))
+    registry = Registry(tree)
+    checks = run_checks(tree, registry, contract)
+    if runtime_python is not None:
+        from patchkit.runtime import probe_spec, run_probe
+
+        checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
+    return VerifyReport(_info(install, contract), checks)
 
 
 def revert(install: Install, *, target: str = "vllm") -> RevertReport:

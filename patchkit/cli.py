@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from patchkit import api
+from patchkit import doctor as doctor_mod
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.install import Install, locate
 from patchkit.results import Check, Outcome
@@ -88,13 +89,14 @@ def apply(
     python: Optional[Path] = PythonOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     patch: Optional[list[str]] = typer.Option(None, "--patch", help="Only this patch (and what it needs); repeatable."),
+    force: bool = typer.Option(False, "--force", help="Patch files that differ from the distribution's RECORD."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
     def body() -> int:
         install = _install(target, site_packages, python)
-        report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target)
+        report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -149,13 +151,24 @@ def verify(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
+    runtime: bool = typer.Option(
+        False, "--runtime", help="Also ask vLLM's own code, in a fresh subprocess of the target interpreter."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
 
     def body() -> int:
         install = _install(target, site_packages, python)
-        report = api.verify(install)
+        runtime_python = None
+        if runtime:
+            if python is None and site_packages is not None:
+                raise UsageError("--runtime runs vLLM's own code and needs its interpreter",
+                                 "give --python /path/to/venv/bin/python instead of --site-packages")
+            runtime_python = python if python is not None else Path(sys.executable)
+        if runtime and not as_json:
+            err.print(f"[dim]running vLLM's own checks with {escape(str(runtime_python))} (imports vLLM: ~10 s)...[/]")
+        report = api.verify(install, runtime_python=runtime_python)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -287,6 +300,73 @@ def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
                 table.add_column(col)
             for p in patches:
                 table.add_row(p.id, str(p.vllm), p.target.describe(), escape(p.summary))
+            out.print(table)
+        return int(ExitCode.OK)
+
+    _run(as_json, body)
+
+
+@app.command("doctor")
+def doctor_cmd(
+    model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
+    draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a target (and EAGLE-3 draft) checkpoint against this vLLM: one checklist and a verdict."""
+
+    def body() -> int:
+        install = _install(target, site_packages, python)
+        options = (["--python", str(python)] if python is not None else
+                   ["--site-packages", str(site_packages)] if site_packages is not None else None)
+        report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            _header(report.install)
+            out.print(f"target: {escape(report.target.config)}"
+                      + (f"  draft: {escape(report.draft.config)}" if report.draft else "  [dim](no --draft)[/]"))
+            _print_checks(report.checks)
+            if report.ready:
+                out.print("[green]verdict: ready[/] for EAGLE-3 with this vLLM")
+            else:
+                n = len(report.missing)
+                out.print(f"[red]verdict: not ready[/] ({n} failing check{'s' if n != 1 else ''}, marked ✗ above)")
+            for action in report.actions:
+                out.print(f"next: {escape(action)}")
+        return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)
+
+    _run(as_json, body)
+
+
+@app.command("explain")
+def explain_cmd(
+    patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it."),
+    target: str = TargetOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """What one patch changes and why, where it lands, its vLLM range and the upstream reference."""
+
+    def body() -> int:
+        report = doctor_mod.explain(patch_id, target)
+        if as_json:
+            _emit_json(report.to_dict())
+        else:
+            p = report.patch
+            name, description, doc = report.codemod
+            out.print(f"[bold]{escape(p.id)}[/]: {escape(p.summary)}")
+            table = Table(show_header=False, box=None, pad_edge=False)
+            table.add_column(style="dim")
+            table.add_column()
+            table.add_row("vLLM", escape(str(p.vllm)))
+            table.add_row("target", escape(report.target))
+            table.add_row("codemod", escape(f"{name}: {description}" + (f" ({doc})" if doc else "")))
+            table.add_row("requires", escape(", ".join(p.requires) or "-"))
+            table.add_row("needed by", escape(", ".join(report.required_by) or "-"))
+            table.add_row("why", escape(p.why))
+            table.add_row("reference", escape(p.reference))
             out.print(table)
         return int(ExitCode.OK)
 

@@ -152,3 +152,29 @@ def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> 
     if kind is None:
         raise CompositionError(f"self.{attr} holds {held.cls.name}, which is neither a causal LM nor a decoder backbone")
     return Holder(attr=attr, kind=kind, cls=held.cls, lineno=held.lineno)
+
+
+HOLDER_ATTRS = ("language_model", "model")
+"""Attributes through which vLLM model classes hold their language model or backbone
+(``KimiK25ForConditionalGeneration.language_model``, ``DeepseekV2ForCausalLM.model``)."""
+
+
+def chain(tree: SourceTree, registry: Registry, cls: ClassRef, _depth: int = 0) -> list[tuple[str, ClassRef]]:
+    """What ``cls`` holds, down to the decoder backbone: ``[(attr, held class), ...]``.
+
+    At each level the first of :data:`HOLDER_ATTRS` that ``__init__`` assigns a causal LM or a
+    backbone to is followed. Returns an empty list when nothing is found (or after 4 levels).
+    """
+    if _depth > 4:
+        return []
+    for attr in HOLDER_ATTRS:
+        try:
+            held = held_class(tree, registry, cls, attr)
+        except CompositionError:
+            continue
+        kind = kind_of(tree, held.cls)
+        if kind == "backbone":
+            return [(attr, held.cls)]
+        if kind == "causal_lm" and held.cls != cls:
+            return [(attr, held.cls), *chain(tree, registry, held.cls, _depth + 1)]
+    return []

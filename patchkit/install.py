@@ -7,6 +7,7 @@ metadata (``vllm-X.Y.Z.dist-info``) through :mod:`importlib.metadata`, never fro
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -79,6 +80,20 @@ def _from_distributions(dists: list[metadata.Distribution], where: str) -> Insta
             "reinstall vLLM from a release wheel",
         ) from exc
     return Install(site_packages=site_packages, version=version, dist_info=dist_path)
+
+
+def record_sha256(install: Install) -> dict[str, str]:
+    """SHA-256 (hex) of every file the distribution's ``RECORD`` lists with a hash, by relative path.
+
+    RECORD (the wheel spec) stores ``sha256=<urlsafe base64, no padding>``; this converts to hex
+    so it compares with :func:`patchkit.journal.sha256`. Empty when there is no RECORD.
+    """
+    out: dict[str, str] = {}
+    for entry in metadata.PathDistribution(install.dist_info).files or []:
+        if entry.hash is not None and entry.hash.mode == "sha256":
+            digest = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
+            out[entry.as_posix()] = digest.hex()
+    return out
 
 
 def _direct_url(dist: metadata.Distribution) -> dict:

@@ -1,0 +1,77 @@
+"""``verify --runtime``: run :mod:`patchkit.runtime_probe` in a fresh subprocess of the target interpreter.
+
+patchkit's own process never imports vLLM or torch. This module works out statically what the
+probe should look at (the registry's classes, what each holds down to the backbone), runs the
+probe with the interpreter of the environment that serves the model, and turns its report into
+:class:`~patchkit.results.Check` nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from patchkit.composition import chain
+from patchkit.errors import InterpreterError
+from patchkit.registry import Registry
+from patchkit.results import Check
+from patchkit.source import SourceTree
+from patchkit.verify import ARCHITECTURES, TEXT_MODEL_TYPES
+
+PROBE = Path(__file__).with_name("runtime_probe.py")
+SENTINEL = "PATCHKIT-PROBE-RESULT"
+TIMEOUT_S = 900
+"""Importing vLLM's model modules takes about 10 s on a CPU-only machine; allow for slow disks."""
+
+
+def probe_spec(tree: SourceTree, registry: Registry) -> dict:
+    """The probe's input: architectures this release registers, their holder chains, the backbone.
+
+    Returns:
+        ``{"architectures", "chains", "backbone", "model_types"}`` (see :mod:`patchkit.runtime_probe`).
+    """
+    archs: list[str] = []
+    chains: dict[str, list[list[str]]] = {}
+    backbone = None
+    for arch in ARCHITECTURES:
+        resolution = registry.resolve(arch)
+        if resolution is None or resolution.cls is None:
+            continue
+        archs.append(arch)
+        links = chain(tree, registry, resolution.cls)
+        chains[arch] = [[attr, f"{cls.module}:{cls.name}"] for attr, cls in links]
+        if links and backbone is None:
+            backbone = f"{links[-1][1].module}:{links[-1][1].name}"
+    return {"architectures": archs, "chains": chains, "backbone": backbone, "model_types": list(TEXT_MODEL_TYPES)}
+
+
+def run_probe(python: Path, spec: dict) -> Check:
+    """Run the probe with ``python`` and return one :class:`Check` whose children are its checks.
+
+    Args:
+        python: the target environment's interpreter.
+        spec: from :func:`probe_spec`.
+    Raises:
+        InterpreterError: the interpreter cannot be started.
+    """
+    node = Check(f"runtime: vLLM's own code, run by {python}", True, "a fresh subprocess; patchkit imports neither vLLM nor torch")
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+    try:
+        proc = subprocess.run([str(python), str(PROBE), json.dumps(spec)], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+    except OSError as exc:
+        raise InterpreterError(f"--python {python} could not be run: {exc}", "give the serving environment's python") from exc
+    except subprocess.TimeoutExpired:
+        node.ok, node.detail = False, f"the probe did not finish in {TIMEOUT_S} s"
+        return node
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(SENTINEL)), None)
+    if line is None:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        node.ok, node.detail = False, f"the probe exited {proc.returncode} without a report: {tail}"
+        return node
+    for item in json.loads(line[len(SENTINEL):])["checks"]:
+        node.children.append(Check(item["label"], bool(item["ok"]), item.get("detail", "")))
+    node.ok = all(c.ok for c in node.children) and bool(node.children)
+    return node

@@ -1,0 +1,148 @@
+"""``verify --runtime`` against a real, importable vLLM 0.16.0 install (torch included, no GPU).
+
+The venv is built once (``pip install vllm==0.16.0``, about 11 GB, a few minutes) and cached
+outside the repository in ``$PATCHKIT_TEST_CACHE/venv-vllm-0.16.0``; later runs reuse it. Each
+test leaves the install as it found it (pristine: the files match the distribution's RECORD).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+from patchkit import api
+from patchkit.install import from_python, record_sha256
+from patchkit.journal import sha256
+
+from vllm_release import CACHE_ROOT
+
+pytestmark = pytest.mark.runtime
+
+VERSION = "0.16.0"
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+TOUCHED = ["vllm/config/speculative.py", DEEPSEEK, "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py"]
+
+
+def _pristine(python: Path) -> None:
+    """Undo anything a crashed earlier run left: patchkit's revert, then RECORD as the judge."""
+    install = from_python(python)
+    api.revert(install)
+    record = record_sha256(install)
+    drifted = [p for p in TOUCHED if sha256((install.site_packages / p).read_bytes()) != record[p]]
+    if drifted:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", f"vllm=={VERSION}"], check=True)
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    venv = CACHE_ROOT / f"venv-vllm-{VERSION}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    # Held for the whole module: another test run on this machine waits instead of interleaving.
+    with FileLock(str(CACHE_ROOT / f"venv-vllm-{VERSION}.lock")):
+        if not (venv / ".complete").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"vllm=={VERSION}"], check=True)
+            (venv / ".complete").touch()
+        _pristine(python)
+        yield python
+        _pristine(python)
+
+
+def tree_digest(site: Path) -> dict[str, str]:
+    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((site / "vllm").rglob("*.py"))}
+
+
+def runtime_checks(cli, python: Path) -> tuple[int, dict]:
+    code, report = cli.json("verify", "--python", str(python), "--runtime")
+    runtime = report["checks"][-1]
+    assert runtime["label"].startswith("runtime: vLLM's own code")
+    return code, runtime
+
+
+def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vllm_python):
+    site = from_python(vllm_python).site_packages
+    before = tree_digest(site)
+
+    code, runtime = runtime_checks(cli, vllm_python)
+    assert code == 1
+    first = next(c for c in runtime["children"] if c["ok"] is False)
+    assert first["label"] == "vLLM's supports_eagle3 accepts DeepseekV2ForCausalLM"
+    assert "supports_eagle3 is False" in first["detail"]
+    text = cli("verify", "--python", str(vllm_python), "--runtime").stdout
+    assert "missing: vLLM's supports_eagle3 accepts DeepseekV2ForCausalLM" in text
+
+    code, applied = cli.json("apply", "--python", str(vllm_python))
+    assert code == 0 and applied["written"]
+
+    code, runtime = runtime_checks(cli, vllm_python)
+    assert code == 0, [c for c in runtime["children"] if not c["ok"]]
+    labels = [c["label"] for c in runtime["children"]]
+    assert labels == [
+        "vLLM's supports_eagle3 accepts DeepseekV2ForCausalLM",
+        "vLLM's supports_eagle3 accepts DeepseekV3ForCausalLM",
+        "vLLM's supports_eagle3 accepts KimiK25ForConditionalGeneration",
+        "DeepseekV2ForCausalLM: real EAGLE-3 methods reach the backbone",
+        "DeepseekV3ForCausalLM: real EAGLE-3 methods reach the backbone",
+        "KimiK25ForConditionalGeneration: real EAGLE-3 methods reach the backbone",
+        "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
+        "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
+        "the installed backbone forward captures the residual stream (stand-in run)",
+    ]
+    kimi = runtime["children"][5]
+    assert kimi["detail"] == "KimiK25ForConditionalGeneration -> language_model: DeepseekV2ForCausalLM -> model: DeepseekV2Model"
+
+    code, reverted = cli.json("revert", "--python", str(vllm_python))
+    assert code == 0
+    assert tree_digest(site) == before  # byte-identical
+    code, runtime = runtime_checks(cli, vllm_python)
+    assert code == 1
+    assert runtime["ok"] is False
+
+
+# Deliberately wrong captures, written into a copy of the patched file (then put back).
+WRONG_CAPTURES = {
+    "normed value": (
+        "aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n            hidden_states, residual = layer(",
+        "aux_hidden_states.append(self.norm(hidden_states, residual)[0] if residual is not None else hidden_states)\n            hidden_states, residual = layer(",
+        "not the residual stream entering that layer",
+    ),
+    "ids counted from 0 on a later stage": (
+        "start=self.start_layer):",
+        "start=0):",
+        "id 2 on stage [2, 8)",
+    ),
+    "missing final-layer capture": (
+        "        if self.end_layer == len(self.layers) and self.end_layer in self.aux_hidden_state_layers:\n"
+        "            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n",
+        "",
+        "aux states for ids (2, 5, 8)",
+    ),
+}
+
+
+def test_wrong_captures_are_caught(cli, vllm_python):
+    install = from_python(vllm_python)
+    code, _ = cli.json("apply", "--python", str(vllm_python))
+    assert code == 0
+    target = install.site_packages / DEEPSEEK
+    patched = target.read_bytes()
+    try:
+        for name, (old, new, expected) in WRONG_CAPTURES.items():
+            text = patched.decode()
+            assert text.count(old) == 1, name
+            target.write_text(text.replace(old, new))
+            report = api.verify(install, runtime_python=vllm_python)
+            forward = report.checks[-1].children[-1]
+            assert forward.label == "the installed backbone forward captures the residual stream (stand-in run)"
+            assert forward.ok is False, name
+            assert expected in forward.detail, (name, forward.detail)
+    finally:
+        target.write_bytes(patched)
+    code, _ = cli.json("revert", "--python", str(vllm_python))
+    assert code == 0
