@@ -12,10 +12,11 @@ from pathlib import Path
 
 from patchkit import contract as contract_mod
 from patchkit.install import Install, record_sha256
-from patchkit.journal import Journal, PlannedWrite, sha256
+from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.registry import Registry, Resolution
 from patchkit.results import (
     ApplyReport,
+    Check,
     FileChange,
     InstallInfo,
     Outcome,
@@ -142,6 +143,14 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     checks = run_checks(tree, registry, contract)
+    journal = Journal(install.site_packages)
+    if journal.entries:
+        record = record_sha256(install)
+        states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
+        odd = {p: st for p, st in states.items() if st != "patched"}
+        detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
+                  "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
+        checks.insert(1, Check("patchkit journal", None, detail))
     if runtime_python is not None:
         from patchkit.runtime import probe_spec, run_probe
 
@@ -149,12 +158,43 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
     return VerifyReport(_info(install, contract), checks)
 
 
-def revert(install: Install, *, target: str = "vllm") -> RevertReport:
+FILE_STATES = {
+    "patched": "holds the bytes patchkit wrote",
+    "reinstalled": "original bytes again: replaced by a reinstall of the same vLLM version",
+    "upgraded": "vLLM was upgraded to another version since; the file belongs to the new release",
+    "edited": "edited by hand since patchkit wrote it",
+    "missing": "the file is gone",
+}
+"""What ``status`` (and ``verify``) say about each journaled file."""
+
+
+def file_state(install: Install, entry: Entry, record: dict[str, str]) -> str:
+    """Classify a journaled file: one of :data:`FILE_STATES`.
+
+    Args:
+        install: the install as it is now (its version may differ from the entry's).
+        entry: the journal entry.
+        record: ``RECORD`` digests of the installed distribution (:func:`record_sha256`).
+    """
+    path = install.site_packages / entry.path
+    current = sha256(path.read_bytes()) if path.exists() else None
+    if current == entry.sha256_after:
+        return "patched"
+    if current is None:
+        return "missing"
+    if entry.vllm_version != str(install.version):
+        return "upgraded" if current == record.get(entry.path) else "edited"
+    if current == entry.sha256_before:
+        return "reinstalled"
+    return "edited"
+
+
+def revert(install: Install, *, target: str = "vllm", force: bool = False) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
 
-    A file whose bytes are neither what patchkit wrote nor the original (edited since) makes the
-    whole revert refuse, writing nothing. A file that already has its original bytes again (a
-    reinstall) is only dropped from the journal.
+    A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
+    writing nothing, unless ``force``: then its original bytes are written back over the edit.
+    A file a reinstall or an upgrade already replaced is only dropped from the journal.
 
     Raises:
         StateError: the journal or an original copy is unreadable, or a write failed (files
@@ -168,25 +208,25 @@ def revert(install: Install, *, target: str = "vllm") -> RevertReport:
     with journal.lock():
         rolled = journal.recover()
         files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
+        record = record_sha256(install)
         restore: list[str] = []
         forget: list[str] = []
         refused = False
         for path, entry in sorted(journal.entries.items()):
-            current_path = install.site_packages / path
-            current = sha256(current_path.read_bytes()) if current_path.exists() else None
-            if current == entry.sha256_after:
+            state = file_state(install, entry, record)
+            if state == "patched" or (force and state in ("edited", "missing")):
                 restore.append(path)
-                files.append(RevertedFile(path, True, "original bytes restored", entry.patches))
-            elif current == entry.sha256_before:
+                how = "original bytes restored" + (f" (--force: it was {FILE_STATES[state]})" if state != "patched" else "")
+                files.append(RevertedFile(path, True, how, entry.patches))
+            elif state in ("reinstalled", "upgraded"):
                 forget.append(path)
-                files.append(RevertedFile(path, False, "already the original bytes (reinstalled?)", entry.patches))
+                files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
             else:
                 refused = True
-                state = "is missing" if current is None else "was changed since patchkit wrote it"
-                files.append(RevertedFile(path, False, f"{state}; not touched", entry.patches))
+                files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
         if refused:
             for f in files:
-                if f.restored and f.reason == "original bytes restored":
+                if f.restored and f.reason.startswith("original bytes restored"):
                     f.restored, f.reason = False, "not restored: the revert was refused"
             return RevertReport(info, files, refused=True)
         journal.restore(restore)
@@ -196,18 +236,18 @@ def revert(install: Install, *, target: str = "vllm") -> RevertReport:
 
 
 def status(install: Install, *, target: str = "vllm") -> StatusReport:
-    """What patchkit has applied to this install: per journaled file, its patches and state."""
+    """What patchkit has applied to this install: per journaled file, its patches and state.
+
+    States (:data:`FILE_STATES`): patched, reinstalled, upgraded, edited, missing.
+    """
     journal = Journal(install.site_packages, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    entries = []
-    for path, entry in sorted(journal.entries.items()):
-        file = install.site_packages / path
-        current = sha256(file.read_bytes()) if file.exists() else None
-        state = ("patched" if current == entry.sha256_after else
-                 "original" if current == entry.sha256_before else
-                 "missing" if current is None else "changed")
-        entries.append(StatusEntry(path, entry.patches, entry.vllm_version, state, entry.applied_at))
+    record = record_sha256(install) if journal.entries else {}
+    entries = [
+        StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
+        for path, entry in sorted(journal.entries.items())
+    ]
     return StatusReport(info, entries)
 
 

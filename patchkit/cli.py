@@ -192,13 +192,14 @@ def revert(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
+    force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Restore every file patchkit changed to the exact bytes it had before."""
 
     def body() -> int:
         install = _install(target, site_packages, python)
-        report = api.revert(install, target=target)
+        report = api.revert(install, target=target, force=force)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -210,7 +211,8 @@ def revert(
                 out.print(f"{mark} {escape(f.path)}  [dim]{escape(f.reason)}[/]")
             if report.refused:
                 out.print("[red]refused:[/] nothing was reverted")
-                out.print("hint: reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z) to get every original file back")
+                out.print("hint: 'patchkit revert --force' writes the originals over the edits; or reinstall vLLM "
+                          "(pip install --force-reinstall --no-deps vllm==X.Y.Z)")
         return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
 
     _run(as_json, body)
@@ -241,6 +243,10 @@ def status(
                 table.add_row(escape(e.path), e.state, ", ".join(e.patches), e.vllm_version, e.applied_at)
             if report.entries:
                 out.print(table)
+                for state in sorted({e.state for e in report.entries} - {"patched"}):
+                    out.print(f"[yellow]{state}[/]: {api.FILE_STATES[state]}")
+                if {e.state for e in report.entries} & {"reinstalled", "upgraded"}:
+                    out.print("hint: run 'patchkit apply --target vllm' again for this release")
         return int(ExitCode.OK)
 
     _run(as_json, body)

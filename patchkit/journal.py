@@ -259,6 +259,8 @@ class Journal:
                 done.append(w)
             for w in writes:
                 entry = self._state.entries.get(w.path)
+                if entry is not None and sha256(w.before) != entry.sha256_after:
+                    entry = None  # reinstalled or upgraded since: these bytes are the new original
                 self._state.entries[w.path] = Entry(
                     path=w.path,
                     sha256_before=entry.sha256_before if entry else sha256(w.before),

@@ -112,7 +112,7 @@ def test_revert_refuses_a_file_edited_since(release, cli):
     patched = snapshot(sp)
     result = cli("revert", "--site-packages", str(sp))
     assert result.exit_code == 3
-    assert "was changed since patchkit wrote it" in result.stdout
+    assert "edited by hand since patchkit wrote it; not touched" in result.stdout
     assert "nothing was reverted" in result.stdout
     assert snapshot(sp) == patched  # all or nothing: the other three files stay patched too
 
@@ -124,7 +124,7 @@ def test_status_tells_patched_from_reinstalled(release, cli):
     (sp / DEEPSEEK).write_bytes(pristine)  # what a reinstall of the same version does to this file
     code, status = cli.json("status", "--site-packages", str(sp))
     states = {e["path"]: e["state"] for e in status["entries"]}
-    assert states[DEEPSEEK] == "original"
+    assert states[DEEPSEEK] == "reinstalled"
     assert states["vllm/config/speculative.py"] == "patched"
     code, reverted = cli.json("revert", "--site-packages", str(sp))
     assert code == 0
@@ -166,4 +166,49 @@ def test_read_only_state_folder_is_a_clear_error(release, cli, monkeypatch):
     assert result.exit_code == 4
     assert "cannot create patchkit's state folder" in result.stderr
     monkeypatch.undo()
+    assert snapshot(sp) == before
+
+
+def test_upgrade_since_apply_is_told_apart_and_apply_works_on_the_new_release(release, cli, tmp_path):
+    """Patched on 0.16.0, then vLLM upgraded to 0.17.1 in the same site-packages."""
+    import shutil
+
+    sp = release("0.16.0")
+    code, _ = cli.json("apply", "--site-packages", str(sp))
+    assert code == 0
+    journal_dir = sp / ".patchkit"
+    upgraded = release("0.17.1")
+    shutil.copytree(journal_dir, upgraded / ".patchkit")  # the journal survives an upgrade
+    pristine = snapshot(upgraded)
+
+    code, status = cli.json("status", "--site-packages", str(upgraded))
+    assert {e["state"] for e in status["entries"]} == {"upgraded"}
+    assert {e["vllm_version"] for e in status["entries"]} == {"0.16.0"}
+    code, verified = cli.json("verify", "--site-packages", str(upgraded))
+    assert code == 1
+    journal_check = next(c for c in verified["checks"] if c["label"] == "patchkit journal")
+    assert "vLLM was upgraded to another version since" in journal_check["detail"]
+
+    code, applied = cli.json("apply", "--site-packages", str(upgraded))
+    assert code == 0 and applied["written"], applied
+    code, status = cli.json("status", "--site-packages", str(upgraded))
+    assert {(e["state"], e["vllm_version"]) for e in status["entries"]} == {("patched", "0.17.1")}
+    code, _ = cli.json("revert", "--site-packages", str(upgraded))
+    assert code == 0
+    assert {k: v for k, v in snapshot(upgraded).items() if not k.startswith(".patchkit/")} == \
+        {k: v for k, v in pristine.items() if not k.startswith(".patchkit/")}
+
+
+def test_revert_force_writes_originals_over_a_hand_edit(release, cli):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    api.apply(from_site_packages(sp))
+    target = sp / DEEPSEEK
+    target.write_bytes(target.read_bytes() + b"# hand edit\n")
+    code, status = cli.json("status", "--site-packages", str(sp))
+    assert {e["path"]: e["state"] for e in status["entries"]}[DEEPSEEK] == "edited"
+    assert cli("revert", "--site-packages", str(sp)).exit_code == 3
+    result = cli("revert", "--site-packages", str(sp), "--force")
+    assert result.exit_code == 0
+    assert "--force: it was edited by hand" in result.stdout
     assert snapshot(sp) == before

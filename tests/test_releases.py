@@ -209,3 +209,25 @@ def test_resolve_absolute_module_names(release, cli):
     assert code == 0
     assert resolved["registry"]["module"] == "vllm.models.deepseek_v4"
     assert resolved["file"].startswith("vllm/models/deepseek_v4/")
+
+
+ALL_RELEASES = ["0.9.2", "0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.22.0", "0.33.0"]
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_every_release_round_trips(release, version):
+    """For every release in the test set: apply twice equals apply once; revert restores every byte."""
+    from patchkit import api
+    from patchkit.install import from_site_packages
+
+    sp = release(version)
+    before = snapshot(sp)
+    first = api.apply(from_site_packages(sp))
+    once = snapshot(sp)
+    second = api.apply(from_site_packages(sp))
+    assert snapshot(sp) == once
+    assert not second.written
+    if first.written:
+        assert {p.outcome.value for p in second.patches} <= {"already applied", "not applicable"}
+    api.revert(from_site_packages(sp))
+    assert snapshot(sp) == before
