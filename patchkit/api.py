@@ -7,7 +7,8 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import contract as contract_mod
@@ -63,10 +64,21 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     patches = select(load_patches(target), patch_ids)
     journal = Journal(install.site_packages, target)
-    recovered: list[str] = []
-    if journal.pending and not dry_run:
-        with journal.lock():
-            recovered = journal.recover()
+    if dry_run:
+        return _apply(install, journal, patches, make_plan, dry_run=True, partial=bool(patch_ids), force=force)
+    # Plan and write under the lock, from the files as they are once the lock is held: a second,
+    # concurrent run then sees the first one's result ("already applied").
+    with journal.lock():
+        journal = Journal(install.site_packages, target)
+        recovered = journal.recover()
+        report = _apply(install, journal, patches, make_plan, dry_run=False, partial=bool(patch_ids), force=force)
+        report.recovered = recovered
+    journal.remove_if_empty()
+    return report
+
+
+def _apply(install: Install, journal: Journal, patches, make_plan, *, dry_run: bool, partial: bool,
+           force: bool) -> ApplyReport:
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
@@ -75,8 +87,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False,
-                         diff=planned.diff(), recovered=recovered)
+    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
     if planned.refused:
         return report
     drifted = [] if force else _drifted(install, journal, planned.originals, list(planned.changed))
@@ -93,7 +104,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         after = SourceTree(install.site_packages, overrides=planned.changed)
         report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
         # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
-        if not report.verify.ok and planned.changed and not patch_ids:
+        if not report.verify.ok and planned.changed and not partial:
             failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
             for r in report.patches:
                 if r.outcome is Outcome.APPLIED:
@@ -106,8 +117,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    with journal.lock():
-        journal.commit(writes, str(install.version))
+    journal.commit(writes, str(install.version))
     report.written = True
     return report
 
@@ -265,6 +275,8 @@ class ResolveReport:
     architecture: str
     resolution: Resolution | None
     bases: list[str]
+    registry_file: str = ""
+    suggestions: list[str] = field(default_factory=list)
 
     @property
     def native(self) -> bool:
@@ -280,13 +292,16 @@ class ResolveReport:
             "install": vars(self.install),
             "architecture": self.architecture,
             "native": self.native,
-            "registry": None if r is None else {"module": r.entry.module, "class": r.entry.class_name, "line": r.entry.lineno},
+            "registry": None if r is None else {"module": r.entry.module, "class": r.entry.class_name,
+                                                "file": self.registry_file, "line": r.entry.lineno},
             "file": cls.relpath if cls else None,
             "line": cls.lineno if cls else None,
             "class": cls.name if cls else None,
             "bases": self.bases,
             "aliases": list(r.aliases) if r else [],
-            "transformers_backend": bool(r and r.transformers_backend),
+            # not in the registry: vLLM would load it through its Transformers backend too
+            "suggestions": self.suggestions,
+            "transformers_backend": r is None or r.transformers_backend,
         }
 
 
@@ -307,7 +322,10 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     if resolution is not None and resolution.cls is not None:
         for b in tree.bases(resolution.cls):
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
-    return ResolveReport(_info(install, contract), architecture, resolution, bases)
+    suggestions = [] if resolution is not None else difflib.get_close_matches(
+        architecture, list(registry.entries), n=3, cutoff=0.75
+    ) or [a for a in registry.entries if a.lower() == architecture.lower()]
+    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions)
 
 
 __all__ = ["apply", "verify", "revert", "status", "resolve", "ResolveReport", "PatchResult"]

@@ -8,6 +8,7 @@ effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -33,9 +34,11 @@ app = typer.Typer(
 )
 
 # On a terminal rich uses its width; piped output (a log, a script) is not cut at 80 columns.
+# NO_COLOR (no-color.org) turns off every escape code, bold and dim included.
 _PIPE_WIDTH = 240
-out = Console(highlight=False, width=None if sys.stdout.isatty() else _PIPE_WIDTH)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
+_PLAIN = {"color_system": None} if os.environ.get("NO_COLOR") else {}
+out = Console(highlight=False, width=None if sys.stdout.isatty() else _PIPE_WIDTH, **_PLAIN)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else _PIPE_WIDTH, **_PLAIN)
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.", file_okay=False)
@@ -50,6 +53,22 @@ _OUTCOME_STYLE = {
     Outcome.NOT_APPLICABLE: "yellow",
     Outcome.REFUSED: "red",
 }
+
+
+def _table(*columns: str) -> Table:
+    """A borderless table whose cells fold instead of being cut (paths and ids stay whole)."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    return table
+
+
+def _print_table(table: Table) -> None:
+    """Print a table without the trailing padding rich adds to each row."""
+    with out.capture() as captured:
+        out.print(table)
+    for line in captured.get().splitlines():
+        out.file.write(line.rstrip() + "\n")
 
 
 def _install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:
@@ -103,15 +122,17 @@ def apply(
             _header(report.install)
             for path in report.recovered:
                 out.print(f"[yellow]rolled back[/] {escape(path)} [dim](an earlier run did not finish)[/]")
-            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-            table.add_column("patch")
-            table.add_column("outcome")
-            table.add_column("where / why")
+            table = _table("patch", "outcome", "where / why")
             for p in report.patches:
                 style = _OUTCOME_STYLE[p.outcome]
+                label = p.outcome.value
+                if p.outcome is Outcome.APPLIED and (dry_run or report.refused):
+                    label, style = ("would apply" if dry_run and not report.refused else "not written"), "yellow"
                 detail = p.target or "" if p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) else p.reason
-                table.add_row(p.id, f"[{style}]{p.outcome.value}[/]", escape(detail))
-            out.print(table)
+                if p.outcome is Outcome.ALREADY_APPLIED and p.reason.startswith("note:"):
+                    detail = f"{detail} ({p.reason})"
+                table.add_row(p.id, f"[{style}]{label}[/]", escape(detail))
+            _print_table(table)
             if dry_run and report.diff:
                 out.print(escape(report.diff), end="", markup=True)
             if report.verify is not None and not report.verify.ok:
@@ -129,21 +150,42 @@ def apply(
     _run(as_json, body)
 
 
-def _check_tree(check: Check, parent: Tree | None = None) -> Tree:
+def _check_tree(check: Check, parent: Tree | None, shown: set[tuple[str, str | None]]) -> Tree:
+    """Render a check subtree; a subtree already printed (same label and place) is referred back to."""
     text = f"{_MARK[check.ok]} {escape(check.label)}"
-    if check.detail:
+    key = (check.label, check.location)
+    repeat = bool(check.children) and key in shown and parent is not None
+    if repeat:
+        text += "  [dim](as above)[/]"
+    elif check.detail:
         text += f"  [dim]{escape(check.detail)}[/]"
     if check.location:
         text += f"  [blue]{escape(check.location)}[/]"
     node = parent.add(text) if parent is not None else Tree(text)
+    if repeat:
+        return node
+    if check.children:
+        shown.add(key)
     for child in check.children:
-        _check_tree(child, node)
+        _check_tree(child, node, shown)
     return node
 
 
 def _print_checks(checks: list[Check]) -> None:
+    shown: set[tuple[str, str | None]] = set()
     for check in checks:
-        out.print(_check_tree(check))
+        out.print(_check_tree(check, None, shown))
+
+
+def _missing_lines(checks: list[Check]) -> list[str]:
+    """One line per distinct failing check (a class shared by several architectures counts once)."""
+    lines: list[str] = []
+    for top in checks:
+        for c in top.failures():
+            line = f"  missing: {c.label}: {c.detail}" + (f" ({c.location})" if c.location else "")
+            if line not in lines:
+                lines.append(line)
+    return lines
 
 
 @app.command()
@@ -178,9 +220,8 @@ def verify(
                 out.print("[green]EAGLE-3 is in effect[/] for the resolved classes")
             else:
                 out.print("[red]EAGLE-3 is not in effect:[/]")
-                for top in report.checks:
-                    for c in top.failures():
-                        out.print(f"  missing: {escape(c.label)}: {escape(c.detail)}" + (f" ({escape(c.location)})" if c.location else ""))
+                for line in _missing_lines(report.checks):
+                    out.print(escape(line))
                 out.print("hint: run 'patchkit apply --target vllm' (add the same --python/--site-packages)")
         return int(ExitCode.OK) if report.ok else int(ExitCode.NOT_IN_EFFECT)
 
@@ -236,13 +277,11 @@ def status(
             _header(report.install)
             if not report.entries:
                 out.print("no patchkit changes in this install")
-            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-            for col in ("file", "state", "patches", "vLLM", "applied at"):
-                table.add_column(col)
+            table = _table("file", "state", "patches", "vLLM", "applied at")
             for e in report.entries:
                 table.add_row(escape(e.path), e.state, ", ".join(e.patches), e.vllm_version, e.applied_at)
             if report.entries:
-                out.print(table)
+                _print_table(table)
                 for state in sorted({e.state for e in report.entries} - {"patched"}):
                     out.print(f"[yellow]{state}[/]: {api.FILE_STATES[state]}")
                 if {e.state for e in report.entries} & {"reinstalled", "upgraded"}:
@@ -275,13 +314,15 @@ def resolve(
                 "and no edit of vLLM's model files reaches it."
             )
             out.print("[dim]Kimi-K2 text checkpoints list DeepseekV3ForCausalLM; Kimi-K2.5 lists KimiK25ForConditionalGeneration.[/]")
+            if report.suggestions:
+                out.print(f"did you mean: {', '.join(report.suggestions)}?")
         elif r.transformers_backend:
             out.print(f"{escape(architecture)} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); no native model file")
         elif r.cls is None:
             out.print(f"the registry maps {escape(architecture)} to {r.entry.module}.{r.entry.class_name}, which patchkit cannot find in this install")
         else:
             out.print(f"{escape(architecture)} -> {r.cls.name}  [blue]{r.cls.location}[/]")
-            out.print(f"  module: {r.cls.module}  [dim](registry row {r.entry.module}, line {r.entry.lineno})[/]")
+            out.print(f"  module: {r.cls.module}  [dim](registry: {report.registry_file}:{r.entry.lineno})[/]")
             out.print(f"  bases: {escape(', '.join(report.bases))}")
             if len(r.aliases) > 1:
                 out.print(f"  same class for: {', '.join(r.aliases)}")
@@ -301,12 +342,10 @@ def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
                 {"id": p.id, "vllm": str(p.vllm), "target": p.target.describe(), "summary": p.summary,
                  "requires": list(p.requires), "reference": p.reference} for p in patches]})
         else:
-            table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-            for col in ("patch", "vLLM", "target", "summary"):
-                table.add_column(col)
+            table = _table("patch", "vLLM", "target", "summary")
             for p in patches:
                 table.add_row(p.id, str(p.vllm), p.target.describe(), escape(p.summary))
-            out.print(table)
+            _print_table(table)
         return int(ExitCode.OK)
 
     _run(as_json, body)
@@ -373,7 +412,7 @@ def explain_cmd(
             table.add_row("needed by", escape(", ".join(report.required_by) or "-"))
             table.add_row("why", escape(p.why))
             table.add_row("reference", escape(p.reference))
-            out.print(table)
+            _print_table(table)
         return int(ExitCode.OK)
 
     _run(as_json, body)

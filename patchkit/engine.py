@@ -23,7 +23,7 @@ from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.composition import CompositionError, held_class, holder
 from patchkit.contract import Contract
 from patchkit.install import Install
-from patchkit.journal import Journal
+from patchkit.journal import Journal, sha256
 from patchkit.registry import Registry
 from patchkit.results import Outcome, PatchResult
 from patchkit.source import ClassRef, SourceTree
@@ -166,6 +166,8 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
     if presence is Presence.PRESENT:
         entry = journal.entries.get(relpath)
         if entry is not None and patch.id in entry.patches:
+            if sha256(result.originals[relpath]) != entry.sha256_after:
+                why = "note: the file was edited since patchkit wrote it ('patchkit status' shows it)"
             return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where)
         raise _Refused(
             f"{relpath}: {why}, but patchkit's journal has no record of writing it "

@@ -6,7 +6,8 @@ State lives beside the install it describes, in ``<site-packages>/.patchkit/<dis
   original and of what patchkit wrote, patch ids, vLLM version, time), plus a ``pending`` record
   while a run is writing;
 - ``originals/<sha256>``: the original bytes of every journaled file, so revert is exact;
-- ``lock``: held while a command writes, so two runs never interleave.
+and a lock file in the temporary folder (:attr:`Journal.lock_path`), held while a command plans
+and writes, so two runs never interleave.
 
 Every file write is atomic (a temporary file in the same folder, fsync, then ``os.replace``) and
 keeps the file's mode; ``os.replace`` gives the path a new inode, so a hard link shared with
@@ -161,29 +162,44 @@ class Journal:
 
     # -- writing ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Hold the state folder's lock while writing; wait at most :data:`LOCK_TIMEOUT_S` seconds.
+    @property
+    def lock_path(self) -> Path:
+        """The lock file: in the temporary folder, named after this site-packages folder.
 
-        Raises:
-            StateError: the state folder cannot be created (read-only site-packages), or another
-                patchkit run held the lock for longer than the timeout.
+        It lives outside site-packages so that taking it leaves no trace there, and one lock
+        serves every run on the same environment, whichever path spelling it was given.
         """
+        key = hashlib.sha256(str(self.site_packages.resolve()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"patchkit-{key}.lock"
+
+    def _ensure_dir(self) -> None:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "originals").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(
                 f"cannot create patchkit's state folder {self.dir}: {exc.strerror or exc}",
                 "run patchkit as the user that owns the vLLM install, or make site-packages writable",
             ) from exc
-        lock = FileLock(str(self.dir / "lock"), timeout=LOCK_TIMEOUT_S)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold this environment's lock while writing; wait at most :data:`LOCK_TIMEOUT_S` seconds.
+
+        Raises:
+            StateError: another patchkit run held the lock for longer than the timeout, or the
+                lock file cannot be created.
+        """
+        lock = FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
         try:
             lock.acquire()
-        except Timeout as exc:
+        except Timeout as exc:  # filelock's Timeout is an OSError too: catch it first
             raise StateError(
                 f"another patchkit run is changing {self.site_packages} (waited {LOCK_TIMEOUT_S:.0f} s for {lock.lock_file})",
                 "wait for it to finish, then run the command again",
             ) from exc
+        except OSError as exc:
+            raise StateError(f"cannot create the lock file {lock.lock_file}: {exc.strerror or exc}",
+                             "check the permissions of the temporary folder (TMPDIR)") from exc
         try:
             yield
         finally:
@@ -241,6 +257,7 @@ class Journal:
             StateError: a file or the journal could not be written (nothing is left changed).
         """
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._ensure_dir()
         originals = self.dir / "originals"
         done: list[PlannedWrite] = []
         saved_entries = dict(self._state.entries)
@@ -330,12 +347,11 @@ class Journal:
     def remove_if_empty(self) -> None:
         """Delete the state folder (and ``.patchkit`` if nothing else is in it) once nothing is journaled.
 
-        Call after releasing :meth:`lock`; site-packages is then as it was before patchkit.
+        Site-packages is then as it was before patchkit.
         """
         if self._state.entries or self._state.pending or not self.dir.exists():
             return
-        for name in ("lock", "journal.json"):
-            (self.dir / name).unlink(missing_ok=True)
+        (self.dir / "journal.json").unlink(missing_ok=True)
         originals = self.dir / "originals"
         if originals.is_dir() and not any(originals.iterdir()):
             originals.rmdir()

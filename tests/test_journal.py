@@ -158,8 +158,12 @@ def test_read_only_state_folder_is_a_clear_error(release, cli, monkeypatch):
     sp = release("0.17.1")
     before = snapshot(sp)
 
-    def no_mkdir(self, *a, **k):
-        raise PermissionError(13, "Permission denied", str(self))
+    real_mkdir = Path.mkdir
+
+    def no_mkdir(self, *a, **k):  # site-packages is read-only; the temporary folder is not
+        if ".patchkit" in self.parts:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *a, **k)
 
     monkeypatch.setattr(Path, "mkdir", no_mkdir)
     result = cli("apply", "--site-packages", str(sp))
