@@ -54,7 +54,7 @@ def run_probe(python: Path, spec: dict) -> Check:
         python: the target environment's interpreter.
         spec: from :func:`probe_spec`.
     Raises:
-        InterpreterError: the interpreter cannot be started.
+        InterpreterError: the interpreter cannot be started, or cannot import vLLM and torch.
     """
     node = Check(f"runtime: vLLM's own code, run by {python}", True, "a fresh subprocess; patchkit imports neither vLLM nor torch")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
@@ -71,7 +71,13 @@ def run_probe(python: Path, spec: dict) -> Check:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         node.ok, node.detail = False, f"the probe exited {proc.returncode} without a report: {tail}"
         return node
-    for item in json.loads(line[len(SENTINEL):])["checks"]:
+    report = json.loads(line[len(SENTINEL):])
+    if "fatal" in report:
+        raise InterpreterError(
+            f"{python} cannot import vLLM and torch: {report['fatal']}",
+            "verify --runtime needs the serving environment itself, with vLLM and its dependencies installed",
+        )
+    for item in report["checks"]:
         node.children.append(Check(item["label"], bool(item["ok"]), item.get("detail", "")))
     node.ok = all(c.ok for c in node.children) and bool(node.children)
     return node

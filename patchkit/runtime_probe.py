@@ -264,17 +264,24 @@ def check_forward(backbone_name, results):
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
+    try:
+        import torch  # noqa: F401
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - the environment cannot run vLLM at all
+        print(f"{SENTINEL} {json.dumps({'fatal': repr(exc)})}", flush=True)
+        return
     results: list[dict] = []
     steps = [
-        lambda: check_methods(check_registry(spec["architectures"], results), spec.get("chains", {}), results),
-        lambda: check_speculative_config(spec.get("model_types", []), results),
-        lambda: check_forward(spec["backbone"], results),
+        ("registry, supports_eagle3 and the methods",
+         lambda: check_methods(check_registry(spec["architectures"], results), spec.get("chains", {}), results)),
+        ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
+        ("backbone forward run", lambda: check_forward(spec["backbone"], results)),
     ]
-    for step in steps:
+    for name, step in steps:
         try:
             step()
-        except Exception as exc:  # noqa: BLE001 - an import failure must still produce a report
-            results.append({"label": "probe step", "ok": False, "detail": f"{exc!r}"})
+        except Exception as exc:  # noqa: BLE001 - a failing step must still produce a report
+            results.append({"label": f"probe step: {name}", "ok": False, "detail": f"{exc!r}"})
     sys.stdout.flush()
     print(f"{SENTINEL} {json.dumps({'checks': results})}", flush=True)
 

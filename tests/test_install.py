@@ -154,3 +154,21 @@ def test_unexpected_structure_refuses_the_whole_run(release, cli):
     assert "found 2" in refused["eagle3-kimi-k25-proposer"]
     assert applied["written"] is False
     assert snapshot(sp) == before
+
+
+@pytest.mark.release
+def test_runtime_in_an_environment_without_torch_is_an_environment_error(release, cli, tmp_path):
+    python = make_venv(tmp_path / "no-torch")
+    site = venv_site_packages(python)
+    for entry in release("0.17.1").iterdir():
+        shutil.move(str(entry), site / entry.name)
+    result = cli("verify", "--python", str(python), "--runtime")
+    assert result.exit_code == 4
+    assert "cannot import vLLM and torch" in result.stderr and "No module named 'torch'" in result.stderr
+
+
+@pytest.mark.release
+def test_runtime_with_site_packages_asks_for_python(release, cli):
+    result = cli("verify", "--site-packages", str(release("0.17.1")), "--runtime")
+    assert result.exit_code == 2
+    assert "give --python" in result.stderr
