@@ -7,6 +7,7 @@ effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,6 +22,7 @@ from rich.tree import Tree
 
 from patchkit import api
 from patchkit import doctor as doctor_mod
+from patchkit import explain as explain_mod
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.install import Install, locate
 from patchkit.results import Check, Outcome
@@ -78,6 +80,13 @@ def _install(target: str, site_packages: Optional[Path], python: Optional[Path])
     return locate(site_packages=site_packages, python=python)
 
 
+def _working(message: str, as_json: bool):
+    """A spinner on stderr while something slow runs, only on a terminal and never with --json."""
+    if as_json or not err.is_terminal:
+        return contextlib.nullcontext()
+    return err.status(message, spinner="dots")
+
+
 def _run(as_json: bool, body: Callable[[], int]) -> None:
     """Run a command body; map patchkit errors to their one-line message, hint and exit code."""
     try:
@@ -115,7 +124,8 @@ def apply(
 
     def body() -> int:
         install = _install(target, site_packages, python)
-        report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force)
+        with _working("planning and checking the patches...", as_json):
+            report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -208,9 +218,9 @@ def verify(
                 raise UsageError("--runtime runs vLLM's own code and needs its interpreter",
                                  "give --python /path/to/venv/bin/python instead of --site-packages")
             runtime_python = python if python is not None else Path(sys.executable)
-        if runtime and not as_json:
-            err.print(f"[dim]running vLLM's own checks with {escape(str(runtime_python))} (imports vLLM: ~10 s)...[/]")
-        report = api.verify(install, runtime_python=runtime_python)
+        message = f"running vLLM's own checks with {runtime_python} (imports vLLM and torch)..." if runtime else "checking..."
+        with _working(message, as_json):
+            report = api.verify(install, runtime_python=runtime_python)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -366,7 +376,8 @@ def doctor_cmd(
         install = _install(target, site_packages, python)
         options = (["--python", str(python)] if python is not None else
                    ["--site-packages", str(site_packages)] if site_packages is not None else None)
-        report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target)
+        with _working("checking the checkpoints against this vLLM...", as_json):
+            report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -395,7 +406,7 @@ def explain_cmd(
     """What one patch changes and why, where it lands, its vLLM range and the upstream reference."""
 
     def body() -> int:
-        report = doctor_mod.explain(patch_id, target)
+        report = explain_mod.explain(patch_id, target)
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -408,6 +419,7 @@ def explain_cmd(
             table.add_row("vLLM", escape(str(p.vllm)))
             table.add_row("target", escape(report.target))
             table.add_row("codemod", escape(f"{name}: {description}" + (f" ({doc})" if doc else "")))
+            table.add_row("expects", escape(p.codemod.expects))
             table.add_row("requires", escape(", ".join(p.requires) or "-"))
             table.add_row("needed by", escape(", ".join(report.required_by) or "-"))
             table.add_row("why", escape(p.why))

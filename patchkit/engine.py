@@ -100,10 +100,11 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
     result = Plan()
     outcome_of: dict[str, PatchResult] = {}
     modules: dict[str, cst.Module] = {}  # relpath -> module as planned so far
+    written: dict[str, bytes] = {}  # relpath -> bytes of that module, once a patch changed it
 
     for patch in patches:
         try:
-            pr = _decide(patch, install, tree, contract, registry, journal, outcome_of, modules, result)
+            pr = _decide(patch, install, tree, contract, registry, journal, outcome_of, modules, written, result)
         except _NotApplicable as exc:
             pr = PatchResult(patch.id, Outcome.NOT_APPLICABLE, str(exc))
         except _Refused as exc:
@@ -111,8 +112,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
         result.results.append(pr)
         outcome_of[patch.id] = pr
 
-    for relpath, module in modules.items():
-        new = module.bytes
+    for relpath, new in written.items():
         if new != result.originals[relpath]:
             result.changed[relpath] = new
     return result
@@ -120,7 +120,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
 
 def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
             journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
-            result: Plan) -> PatchResult:
+            written: dict[str, bytes], result: Plan) -> PatchResult:
     if contract.era == "A0":
         raise _Refused(
             f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
@@ -181,15 +181,15 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
     except Refusal as exc:
         raise _Refused(f"{relpath}: {exc}") from exc
     new_bytes = new_module.bytes
-    try:
+    try:  # fail closed: what would be written must parse
         ast.parse(new_bytes, filename=relpath)
-        reparsed = cst.parse_module(new_bytes)
-    except (SyntaxError, cst.ParserSyntaxError) as exc:
+    except (SyntaxError, ValueError) as exc:
         raise _Refused(f"{relpath}: the patched file would not parse ({exc}); nothing written") from exc
-    after, why_after = codemod.check(reparsed, resolved.site)
+    after, why_after = codemod.check(new_module, resolved.site)
     if after is not Presence.PRESENT:
         raise _Refused(f"{relpath}: post-condition does not hold after the transform: {why_after}")
-    modules[relpath] = reparsed
+    modules[relpath] = new_module
+    written[relpath] = new_bytes
     result.patches_by_file.setdefault(relpath, []).append(patch.id)
     return PatchResult(patch.id, Outcome.APPLIED, codemod.description, [relpath], resolved.where)
 
@@ -219,14 +219,12 @@ def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) ->
     candidates = [(m, r) for m, r in candidates if r is not None]
     if not candidates:
         raise _Refused(f"none of the modules {', '.join(target.modules)} exists in this install")
-    if len(candidates) > 1:  # several layouts present: the module whose anchor is found is the one
-        with_anchor = []
+    if len(candidates) > 1:  # several layouts present: the first (newest) whose anchor is found
         for module, relpath in candidates:
             try:
                 patch.codemod.check(load(relpath), Site(relpath=relpath, module=module))
-                with_anchor.append((module, relpath))
             except Refusal:
                 continue
-        candidates = with_anchor or candidates[:1]
+            return _Resolved(relpath, module, Site(relpath=relpath, module=module), relpath)
     module, relpath = candidates[0]
     return _Resolved(relpath, module, Site(relpath=relpath, module=module), relpath)

@@ -50,6 +50,11 @@ class ExtendAllowList(Codemod):
         self.names = names
         self.entries = entries
 
+    @property
+    def expects(self) -> str:
+        """See :meth:`Codemod.expects`."""
+        return f"exactly one assignment '{' or '.join(self.names)} = [\"...\", ...]' (a list of string literals)"
+
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         found = find_allow_lists(module, self.names)
         node = exactly_one(found, f"allow-list assignment to {' or '.join(self.names)}")

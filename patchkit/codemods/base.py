@@ -56,6 +56,11 @@ class Codemod(ABC):
 
     description: str = ""
 
+    @property
+    @abstractmethod
+    def expects(self) -> str:
+        """The file shape the transform needs, in words (each anchor and how often it must occur)."""
+
     @abstractmethod
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         """Return the post-condition's state in ``module`` and a one-line explanation."""
@@ -93,6 +98,23 @@ def top_level_class(module: cst.Module, name: str) -> cst.ClassDef:
     """
     found = [s for s in module.body if m.matches(s, m.ClassDef(name=m.Name(name)))]
     return exactly_one(found, f"module-level class {name}")  # type: ignore[return-value]
+
+
+def replace_top_level(module: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Module:
+    """Replace a module-level statement (or the statement line holding ``old``) without a full walk.
+
+    ``with_deep_changes`` searches the whole tree; for a node directly in ``module.body`` (or a
+    small statement of a line there) this is a list edit.
+    """
+    body = list(module.body)
+    for i, stmt in enumerate(body):
+        if stmt is old:
+            body[i] = new  # type: ignore[assignment]
+            return module.with_changes(body=body)
+        if isinstance(stmt, cst.SimpleStatementLine) and any(small is old for small in stmt.body):
+            body[i] = stmt.with_changes(body=[new if small is old else small for small in stmt.body])
+            return module.with_changes(body=body)
+    return module.deep_replace(old, new)  # type: ignore[return-value]
 
 
 def method_of(cls: cst.ClassDef, name: str) -> list[cst.FunctionDef]:

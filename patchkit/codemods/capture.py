@@ -22,7 +22,16 @@ from __future__ import annotations
 import libcst as cst
 from libcst import matchers as m
 
-from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, method_of, top_level_class
+from patchkit.codemods.base import (
+    Codemod,
+    Presence,
+    Refusal,
+    Site,
+    exactly_one,
+    method_of,
+    replace_top_level,
+    top_level_class,
+)
 
 ATTR = "aux_hidden_state_layers"
 INDEX = "layer_idx"
@@ -65,6 +74,16 @@ class CaptureAuxHiddenStates(Codemod):
     def __init__(self, patch_id: str) -> None:
         self.patch_id = patch_id
 
+    @property
+    def expects(self) -> str:
+        """See :meth:`Codemod.expects`."""
+        return (
+            "the target class exactly once at module level, with exactly one __init__ and one forward; "
+            "forward holds exactly one top-level 'for layer in ...self.layers...' loop whose body has exactly one "
+            "'hidden_states, residual = layer(...)', then '... = self.norm(...)' and exactly one top-level "
+            f"'return hidden_states'; the names {INDEX} and {STATES} are unused"
+        )
+
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         cls = top_level_class(module, _class_name(site))
         init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
@@ -93,7 +112,7 @@ class CaptureAuxHiddenStates(Codemod):
         new_init = init.with_changes(body=init.body.with_changes(body=[*init.body.body, *self._init_statements()]))
         new_forward = forward.with_changes(body=forward.body.with_changes(body=self._forward_body(forward)))
         body = [new_init if s is init else new_forward if s is forward else s for s in cls.body.body]
-        return module.with_deep_changes(cls, body=cls.body.with_changes(body=body))
+        return replace_top_level(module, cls, cls.with_changes(body=cls.body.with_changes(body=body)))
 
     def _init_statements(self) -> list[cst.BaseStatement]:
         stmt = cst.parse_statement(f"self.{ATTR}: tuple[int, ...] = ()\n")

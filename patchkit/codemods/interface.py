@@ -26,6 +26,7 @@ from patchkit.codemods.base import (
     insert_into_sequence,
     method_of,
     parse_members,
+    replace_top_level,
     top_level_class,
 )
 
@@ -69,6 +70,14 @@ class AddEagle3Interface(Codemod):
     def __init__(self, patch_id: str) -> None:
         self.patch_id = patch_id
 
+    @property
+    def expects(self) -> str:
+        """See :meth:`Codemod.expects`."""
+        return (
+            "the target class exactly once at module level, with at least one base and at most one __init__; "
+            f"exactly one module-level 'from ... import' of {INTERFACES_MODULE} (relative or absolute, not '*')"
+        )
+
     # -- check ------------------------------------------------------------------------
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
@@ -96,7 +105,7 @@ class AddEagle3Interface(Codemod):
         cls = top_level_class(module, _class_name(site))
         new_cls = _add_base(cls)
         new_cls = self._add_methods(new_cls, site)
-        return module.with_deep_changes(cls, bases=new_cls.bases, body=new_cls.body)
+        return replace_top_level(module, cls, new_cls)
 
     def _add_methods(self, cls: cst.ClassDef, site: Site) -> cst.ClassDef:
         holder = site.holder
@@ -164,7 +173,7 @@ def _add_import(module: cst.Module, site: Site) -> cst.Module:
     names = list(node.names)
     at = next((i for i, a in enumerate(names) if a.evaluated_name > PROTOCOL), len(names))
     new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(PROTOCOL)))
-    return module.with_deep_changes(node, names=new_names)
+    return replace_top_level(module, node, node.with_changes(names=new_names))
 
 
 def _has_base(cls: cst.ClassDef) -> bool:

@@ -51,6 +51,14 @@ class AddModelNameBranch(Codemod):
         self.attribute = attribute
         self.patch_id = patch_id
 
+    @property
+    def expects(self) -> str:
+        """See :meth:`Codemod.expects`."""
+        return (
+            f"exactly one 'self.get_model_name(...) == \"{self.after}\"' branch, followed by an "
+            "'else:' that assigns '... = ....image_token_index'"
+        )
+
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         if m.findall(module, _branch_for(self.model)):
             return Presence.PRESENT, f"the proposer has a branch for {self.model}"
