@@ -90,6 +90,15 @@ def _apply(install: Install, journal: Journal, patches, make_plan, *, dry_run: b
     report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
     if planned.refused:
         return report
+    linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
+    if linked:
+        for r in report.patches:
+            hit = sorted(set(r.files) & set(linked))
+            if r.outcome is Outcome.APPLIED and hit:
+                r.outcome = Outcome.REFUSED
+                r.reason = (f"{', '.join(hit)} is a symbolic link; patchkit replaces files, it does not write "
+                            "through links: patch the link's target install instead")
+        return report
     drifted = [] if force else _drifted(install, journal, planned.originals, list(planned.changed))
     if drifted:
         for r in report.patches:
@@ -190,10 +199,13 @@ def file_state(install: Install, entry: Entry, record: dict[str, str]) -> str:
     current = sha256(path.read_bytes()) if path.exists() else None
     if current == entry.sha256_after:
         return "patched"
+    if entry.vllm_version != str(install.version):
+        # another release now: its file (or its lack of one) is the installer's doing
+        if current is None:
+            return "upgraded" if entry.path not in record else "missing"
+        return "upgraded" if current == record.get(entry.path) else "edited"
     if current is None:
         return "missing"
-    if entry.vllm_version != str(install.version):
-        return "upgraded" if current == record.get(entry.path) else "edited"
     if current == entry.sha256_before:
         return "reinstalled"
     return "edited"
@@ -258,7 +270,7 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
         StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
     ]
-    return StatusReport(info, entries)
+    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending))
 
 
 @dataclass

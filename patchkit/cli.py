@@ -43,7 +43,7 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else _PIPE_WIDT
 err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else _PIPE_WIDTH, **_PLAIN)
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
-SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.", file_okay=False)
+SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
 
@@ -285,7 +285,10 @@ def status(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
-            if not report.entries:
+            if report.pending:
+                out.print(f"[yellow]unfinished run:[/] an earlier apply stopped while writing {', '.join(report.pending)}; "
+                          "the next 'patchkit apply' or 'patchkit revert' rolls it back first")
+            if not report.entries and not report.pending:
                 out.print("no patchkit changes in this install")
             table = _table("file", "state", "patches", "vLLM", "applied at")
             for e in report.entries:

@@ -18,16 +18,24 @@ import difflib
 from dataclasses import dataclass, field
 
 import libcst as cst
+from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.composition import CompositionError, held_class, holder
 from patchkit.contract import Contract
 from patchkit.install import Install
+from patchkit.errors import SourceError
 from patchkit.journal import Journal, sha256
 from patchkit.registry import Registry
 from patchkit.results import Outcome, PatchResult
 from patchkit.source import ClassRef, SourceTree
 from patchkit.spec import ClassTarget, ModuleTarget, Patch
+
+
+A1_RELEASES = SpecifierSet(">=0.10.2,<0.18.0", prereleases=True)
+"""Releases with the A1 EAGLE-3 contract (REFERENCE.md, "The EAGLE-3 contract in vLLM, by era")."""
+
+_REINSTALL = "the installed file is damaged or was edited; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)"
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Plan:
     originals: dict[str, bytes] = field(default_factory=dict)
     changed: dict[str, bytes] = field(default_factory=dict)
     patches_by_file: dict[str, list[str]] = field(default_factory=dict)
+    encodings: dict[str, str] = field(default_factory=dict)
 
     @property
     def refused(self) -> bool:
@@ -56,10 +65,11 @@ class Plan:
         chunks = []
         for path, new in sorted(self.changed.items()):
             old = self.originals[path]
+            encoding = self.encodings.get(path, "utf-8")
             chunks.extend(
                 difflib.unified_diff(
-                    old.decode("utf-8").splitlines(keepends=True),
-                    new.decode("utf-8").splitlines(keepends=True),
+                    old.decode(encoding, errors="replace").splitlines(keepends=True),
+                    new.decode(encoding, errors="replace").splitlines(keepends=True),
                     fromfile=f"a/{path}",
                     tofile=f"b/{path}",
                 )
@@ -147,12 +157,20 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             try:
                 modules[relpath] = cst.parse_module(source)
             except cst.ParserSyntaxError as exc:
-                raise _Refused(f"{relpath} does not parse: {exc.message} (line {exc.raw_line})") from exc
+                raise SourceError(f"{relpath}:{exc.raw_line}: syntax error: {exc.message}", _REINSTALL) from exc
+            except (SyntaxError, UnicodeError, ValueError) as exc:  # encoding declaration, bytes
+                raise SourceError(f"{relpath}: cannot be read as Python source: {exc}", _REINSTALL) from exc
             result.originals[relpath] = source
+            result.encodings[relpath] = modules[relpath].encoding
         return modules[relpath]
 
     resolved = _resolve_target(patch, tree, registry, load)
     if install.version not in patch.vllm:
+        if install.version not in A1_RELEASES:
+            raise _Refused(
+                f"the metadata says vLLM {install.version}, but the files have the {contract.era} EAGLE-3 contract "
+                f"of {A1_RELEASES}; a mixed install: reinstall vLLM"
+            )
         raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
 
     relpath = resolved.relpath

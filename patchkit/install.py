@@ -8,6 +8,7 @@ metadata (``vllm-X.Y.Z.dist-info``) through :mod:`importlib.metadata`, never fro
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import subprocess
@@ -23,7 +24,8 @@ DISTRIBUTION = "vllm"
 """The distribution name patchkit patches (``--target vllm``)."""
 
 # Printed by the target interpreter: its import path, in import order. Standard library only.
-_PROBE = "import json, sys; print(json.dumps(sys.path))"
+_SENTINEL = "PATCHKIT-SYS-PATH "
+_PROBE = f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path))"
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,21 @@ def _from_distributions(dists: list[metadata.Distribution], where: str) -> Insta
             "--python /path/to/venv/bin/python or --site-packages DIR",
         )
     dist = dists[0]  # sys.path order: the one Python would import
+    here = Path(str(dist.locate_file(""))).resolve()
+    same_folder = sorted(
+        Path(str(getattr(d, "_path", ""))).name for d in dists if Path(str(d.locate_file(""))).resolve() == here
+    )
+    if len(same_folder) > 1:
+        raise InstallNotFound(
+            f"{here} holds several vLLM distributions: {', '.join(same_folder)}",
+            "remove the stale .dist-info folders (or reinstall vLLM) so one release owns the vllm/ package",
+        )
     # PathDistribution keeps the dist-info folder it was read from; that is the one we need.
     dist_path = Path(str(getattr(dist, "_path", ""))).resolve()
     site_packages = Path(str(dist.locate_file(""))).resolve()
     direct_url = _direct_url(dist)
-    if direct_url.get("dir_info", {}).get("editable"):
+    dir_info = direct_url.get("dir_info")
+    if isinstance(dir_info, dict) and dir_info.get("editable"):
         raise InstallNotFound(
             f"vLLM in {site_packages} is an editable install of {direct_url.get('url', 'a source tree')}",
             "patchkit patches installed release wheels; in a source checkout, change the code with git instead",
@@ -89,10 +101,16 @@ def record_sha256(install: Install) -> dict[str, str]:
     so it compares with :func:`patchkit.journal.sha256`. Empty when there is no RECORD.
     """
     out: dict[str, str] = {}
-    for entry in metadata.PathDistribution(install.dist_info).files or []:
-        if entry.hash is not None and entry.hash.mode == "sha256":
-            digest = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
-            out[entry.as_posix()] = digest.hex()
+    try:
+        for entry in metadata.PathDistribution(install.dist_info).files or []:
+            if entry.hash is not None and entry.hash.mode == "sha256":
+                digest = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
+                out[entry.as_posix()] = digest.hex()
+    except (UnicodeError, ValueError, binascii.Error) as exc:
+        raise InstallNotFound(
+            f"cannot read {install.dist_info / 'RECORD'}: {exc}",
+            "the install's metadata is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+        ) from exc
     return out
 
 
@@ -163,8 +181,9 @@ def from_python(interpreter: Path) -> Install:
             f"--python {interpreter} could not be run: {exc}",
             "give the python executable of the serving environment",
         ) from exc
-    try:
-        sys_path = json.loads(proc.stdout) if proc.returncode == 0 else None
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)), None)
+    try:  # a sitecustomize may print banners: read only the sentinel line
+        sys_path = json.loads(line[len(_SENTINEL):]) if proc.returncode == 0 and line else None
     except ValueError:
         sys_path = None
     if not isinstance(sys_path, list):

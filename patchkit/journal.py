@@ -6,8 +6,8 @@ State lives beside the install it describes, in ``<site-packages>/.patchkit/<dis
   original and of what patchkit wrote, patch ids, vLLM version, time), plus a ``pending`` record
   while a run is writing;
 - ``originals/<sha256>``: the original bytes of every journaled file, so revert is exact;
-and a lock file in the temporary folder (:attr:`Journal.lock_path`), held while a command plans
-and writes, so two runs never interleave.
+and an exclusive ``flock`` on the site-packages folder itself, held while a command plans and
+writes, so two runs on one install never interleave.
 
 Every file write is atomic (a temporary file in the same folder, fsync, then ``os.replace``) and
 keeps the file's mode; ``os.replace`` gives the path a new inode, so a hard link shared with
@@ -19,22 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
 import stat
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
-
-from filelock import FileLock, Timeout
 
 from patchkit.errors import StateError
 
 STATE_DIR = ".patchkit"
 FORMAT = 1
-LOCK_TIMEOUT_S = 30.0
+LOCK_TIMEOUT_S = float(os.environ.get("PATCHKIT_LOCK_TIMEOUT", "30"))
+"""How long a run waits for another run on the same install (seconds; env ``PATCHKIT_LOCK_TIMEOUT``)."""
 
 
 def sha256(data: bytes) -> str:
@@ -80,20 +81,31 @@ class _State:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, keeping its permission bits.
+    """Replace ``path`` with ``data`` atomically, keeping its permission bits and owner.
 
     Raises:
         OSError: the folder is not writable, or the disk is full (the old file is untouched).
     """
-    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".patchkit-tmp", dir=path.parent)
+    st = path.stat() if path.exists() else None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".patchkit-tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st else 0o644)
+        if st is not None and (st.st_uid, st.st_gid) != (os.getuid(), os.getgid()):
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)  # keep the owner when run as root
+            except PermissionError:
+                pass
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -144,9 +156,18 @@ class Journal:
             return _State()
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("the top level is not an object")
             entries = {e["path"]: Entry(**e) for e in raw.get("entries", [])}
-            return _State(entries=entries, pending=list(raw.get("pending", [])))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+            pending = list(raw.get("pending", []))
+            for item in pending:
+                if not isinstance(item, dict) or not {"path", "sha256_before", "sha256_after"} <= set(item):
+                    raise ValueError("a pending record lacks path or digests")
+            for path in [*entries, *(item["path"] for item in pending)]:
+                if not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
+                    raise ValueError(f"path {path!r} is not inside site-packages")
+            return _State(entries=entries, pending=pending)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             raise StateError(
                 f"cannot read patchkit's journal {self.path}: {exc}",
                 "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
@@ -162,16 +183,6 @@ class Journal:
 
     # -- writing ----------------------------------------------------------------------
 
-    @property
-    def lock_path(self) -> Path:
-        """The lock file: in the temporary folder, named after this site-packages folder.
-
-        It lives outside site-packages so that taking it leaves no trace there, and one lock
-        serves every run on the same environment, whichever path spelling it was given.
-        """
-        key = hashlib.sha256(str(self.site_packages.resolve()).encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"patchkit-{key}.lock"
-
     def _ensure_dir(self) -> None:
         try:
             (self.dir / "originals").mkdir(parents=True, exist_ok=True)
@@ -183,29 +194,48 @@ class Journal:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold this environment's lock while writing; wait at most :data:`LOCK_TIMEOUT_S` seconds.
+        """Hold this install's lock while planning and writing; wait at most :data:`LOCK_TIMEOUT_S` s.
+
+        The lock is an exclusive ``flock`` on the site-packages folder itself: every patchkit run
+        on this install contends for it whatever its ``TMPDIR``, user or path spelling, and it
+        leaves no file behind.
 
         Raises:
             StateError: another patchkit run held the lock for longer than the timeout, or the
-                lock file cannot be created.
+                folder cannot be opened.
         """
-        lock = FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
         try:
-            lock.acquire()
-        except Timeout as exc:  # filelock's Timeout is an OSError too: catch it first
-            raise StateError(
-                f"another patchkit run is changing {self.site_packages} (waited {LOCK_TIMEOUT_S:.0f} s for {lock.lock_file})",
-                "wait for it to finish, then run the command again",
-            ) from exc
+            fd = os.open(self.site_packages, os.O_RDONLY)
         except OSError as exc:
-            raise StateError(f"cannot create the lock file {lock.lock_file}: {exc.strerror or exc}",
-                             "check the permissions of the temporary folder (TMPDIR)") from exc
+            raise StateError(f"cannot open {self.site_packages} to lock it: {exc.strerror or exc}",
+                             "check that the folder exists and is readable") from exc
         try:
+            deadline = time.monotonic() + LOCK_TIMEOUT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise StateError(
+                            f"another patchkit run is changing {self.site_packages} (waited {LOCK_TIMEOUT_S:.0f} s)",
+                            "wait for it to finish, then run the command again",
+                        ) from None
+                    time.sleep(0.1)
             yield
         finally:
-            lock.release()
+            os.close(fd)  # closing the descriptor releases the lock
 
     def _save(self) -> None:
+        try:
+            self._write_state()
+        except OSError as exc:
+            raise StateError(
+                f"cannot write patchkit's journal {self.path}: {exc.strerror or exc}",
+                "the vLLM files are as reported above; make the .patchkit folder writable and run the command again",
+            ) from exc
+
+    def _write_state(self) -> None:
         data = {
             "format": FORMAT,
             "entries": [asdict(e) for e in sorted(self._state.entries.values(), key=lambda e: e.path)],
@@ -301,7 +331,9 @@ class Journal:
                 self._state.pending = []
             try:
                 self._save()
-            except OSError:
+                self._prune_originals()
+                self.remove_if_empty()
+            except (OSError, StateError):
                 pass
             raise StateError(
                 f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}; "
@@ -317,7 +349,7 @@ class Journal:
                 restored are put back to what they were).
         """
         data = {p: self.original(self._state.entries[p]) for p in paths}
-        current = {p: (self.site_packages / p).read_bytes() for p in paths}
+        current = {p: (self.site_packages / p).read_bytes() if (self.site_packages / p).exists() else None for p in paths}
         done: list[str] = []
         try:
             for p in paths:
@@ -326,7 +358,10 @@ class Journal:
         except OSError as exc:
             for p in done:
                 try:
-                    write_atomic(self.site_packages / p, current[p])
+                    if current[p] is None:
+                        (self.site_packages / p).unlink()
+                    else:
+                        write_atomic(self.site_packages / p, current[p])
                 except OSError:
                     pass
             raise StateError(
@@ -368,4 +403,7 @@ class Journal:
         if originals.is_dir():
             for f in originals.iterdir():
                 if f.name not in keep:
-                    f.unlink(missing_ok=True)
+                    try:
+                        f.unlink(missing_ok=True)
+                    except OSError:
+                        pass  # an unused copy left behind harms nothing; the journal no longer names it

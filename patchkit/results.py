@@ -196,6 +196,8 @@ class StatusReport:
 
     install: InstallInfo
     entries: list[StatusEntry]
+    pending: list[str] = field(default_factory=list)
+    """Files of a run that started writing and did not finish; the next apply or revert rolls it back."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -114,6 +114,11 @@ class SourceTree:
         source = self.read_bytes(relpath)
         try:
             tree = ast.parse(source, filename=relpath)
+        except (ValueError, UnicodeError) as exc:  # null bytes, undecodable bytes
+            raise SourceError(
+                f"{relpath}: cannot be read as Python source: {exc}",
+                "the installed file is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+            ) from exc
         except SyntaxError as exc:
             raise SourceError(
                 f"{relpath}:{exc.lineno}: syntax error: {exc.msg}",
