@@ -92,21 +92,13 @@ def _apply(install: Install, journal: Journal, patches, make_plan, *, dry_run: b
         return report
     linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
     if linked:
-        for r in report.patches:
-            hit = sorted(set(r.files) & set(linked))
-            if r.outcome is Outcome.APPLIED and hit:
-                r.outcome = Outcome.REFUSED
-                r.reason = (f"{', '.join(hit)} is a symbolic link; patchkit replaces files, it does not write "
-                            "through links: patch the link's target install instead")
+        _refuse(report, linked, lambda hit: f"{hit} is a symbolic link; patchkit replaces files, it does not write "
+                                            "through links: patch the link's target install instead")
         return report
     drifted = [] if force else _drifted(install, journal, planned.originals, list(planned.changed))
     if drifted:
-        for r in report.patches:
-            hit = sorted(set(r.files) & set(drifted))
-            if r.outcome is Outcome.APPLIED and hit:
-                r.outcome = Outcome.REFUSED
-                r.reason = (f"{', '.join(hit)} differs from what vLLM {install.version}'s RECORD lists "
-                            "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
+        _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
+                                             "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
         return report
     if contract.patchable:
         # Check the chain on the planned bytes before writing anything.
@@ -129,6 +121,15 @@ def _apply(install: Install, journal: Journal, patches, make_plan, *, dry_run: b
     journal.commit(writes, str(install.version))
     report.written = True
     return report
+
+
+def _refuse(report: ApplyReport, paths: list[str], reason) -> None:
+    """Mark every planned patch that writes one of ``paths`` as refused; ``reason(files)`` says why."""
+    for r in report.patches:
+        hit = sorted(set(r.files) & set(paths))
+        if r.outcome is Outcome.APPLIED and hit:
+            r.outcome = Outcome.REFUSED
+            r.reason = reason(", ".join(hit))
 
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
