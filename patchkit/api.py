@@ -290,6 +290,7 @@ class ResolveReport:
     bases: list[str]
     registry_file: str = ""
     suggestions: list[str] = field(default_factory=list)
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def native(self) -> bool:
@@ -314,6 +315,7 @@ class ResolveReport:
             "aliases": list(r.aliases) if r else [],
             # not in the registry: vLLM would load it through its Transformers backend too
             "suggestions": self.suggestions,
+            "alternatives": self.alternatives,
             "transformers_backend": r is None or r.transformers_backend,
         }
 
@@ -338,7 +340,9 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     suggestions = [] if resolution is not None else difflib.get_close_matches(
         architecture, list(registry.entries), n=3, cutoff=0.75
     ) or [a for a in registry.entries if a.lower() == architecture.lower()]
-    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions)
+    alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
+    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions,
+                         alternatives)
 
 
 __all__ = ["apply", "verify", "revert", "status", "resolve", "ResolveReport", "PatchResult"]

@@ -339,6 +339,9 @@ def resolve(
             out.print(f"  bases: {escape(', '.join(report.bases))}")
             if len(r.aliases) > 1:
                 out.print(f"  same class for: {', '.join(r.aliases)}")
+            if report.alternatives:
+                out.print(f"  note: {r.entry.module} picks the class per platform; shown: its first branch; "
+                          f"also: {', '.join(report.alternatives)}")
         return int(ExitCode.OK) if report.native else int(ExitCode.NOT_IN_EFFECT)
 
     _run(as_json, body)

@@ -61,6 +61,8 @@ class _Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     # local name -> (absolute module, imported name or None for a module import)
     imports: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    # names bound again in another arm of a module-level `if`: (absolute module, imported name)
+    alternatives: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
 
 class SourceTree:
@@ -131,14 +133,21 @@ class SourceTree:
         self._modules[module] = mod
         return mod
 
-    def _index_statement(self, mod: _Module, node: ast.stmt, package: str) -> None:
+    def _index_statement(self, mod: _Module, node: ast.stmt, package: str, branch: bool = False) -> None:
         if isinstance(node, ast.ClassDef):
             mod.classes[node.name] = node
         elif isinstance(node, ast.ImportFrom):
             source_module = _absolute_module(node.module, node.level, package)
             for alias in node.names:
-                if alias.name != "*":
-                    mod.imports[alias.asname or alias.name] = (source_module, alias.name)
+                if alias.name == "*":
+                    continue
+                local = alias.asname or alias.name
+                if branch and local in mod.imports:
+                    # another arm of an `if` binds it too (a per-platform dispatch): the first
+                    # arm (the static default type checkers see) wins; the others are noted
+                    mod.alternatives.setdefault(local, []).append((source_module, alias.name))
+                    continue
+                mod.imports[local] = (source_module, alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -147,9 +156,9 @@ class SourceTree:
                     top = alias.name.split(".")[0]
                     mod.imports[top] = (top, None)
         elif isinstance(node, ast.If):
-            # `if TYPE_CHECKING:` and platform branches: index both arms.
+            # `if TYPE_CHECKING:` and platform branches: index both arms, the first arm first.
             for child in node.body + node.orelse:
-                self._index_statement(mod, child, package)
+                self._index_statement(mod, child, package, branch=True)
         elif isinstance(node, ast.Try):
             for child in node.body:
                 self._index_statement(mod, child, package)
@@ -212,6 +221,15 @@ class SourceTree:
             if self.has_module(submodule):
                 return ModuleRef(submodule)
         return None
+
+    def alternatives(self, module: str, name: str) -> list[str]:
+        """Other bindings of ``name`` in ``module`` from other arms of an ``if`` (``"module.Name"``).
+
+        vLLM 0.22+ ``vllm/models/deepseek_v4/__init__.py`` picks a per-platform implementation this
+        way; :meth:`resolve_name` follows the first arm.
+        """
+        mod = self._load(module)
+        return [f"{m}.{n}" for m, n in mod.alternatives.get(name, [])] if mod else []
 
     def resolve_expr(self, module: str, expr: ast.expr) -> ClassRef | ModuleRef | None:
         """Resolve a name or dotted attribute expression (``SupportsPP``, ``interfaces.SupportsPP``)."""
