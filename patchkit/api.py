@@ -60,25 +60,25 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
-    from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
-
     patches = select(load_patches(target), patch_ids)
     journal = Journal(install.site_packages, target)
     if dry_run:
-        return _apply(install, journal, patches, make_plan, dry_run=True, partial=bool(patch_ids), force=force)
+        return _apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with journal.lock():
         journal = Journal(install.site_packages, target)
         recovered = journal.recover()
-        report = _apply(install, journal, patches, make_plan, dry_run=False, partial=bool(patch_ids), force=force)
+        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
         report.recovered = recovered
     journal.remove_if_empty()
     return report
 
 
-def _apply(install: Install, journal: Journal, patches, make_plan, *, dry_run: bool, partial: bool,
-           force: bool) -> ApplyReport:
+def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
+    """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
+    from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
+
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
