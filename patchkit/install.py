@@ -42,15 +42,6 @@ class Install:
     version: Version
     dist_info: Path
 
-    @property
-    def package_dir(self) -> Path:
-        """The ``vllm/`` package directory."""
-        return self.site_packages / "vllm"
-
-    def path_of(self, relative: str) -> Path:
-        """Absolute path of a file given relative to site-packages (``vllm/config/...py``)."""
-        return self.site_packages / relative
-
 
 def _from_distributions(dists: list[metadata.Distribution], where: str) -> Install:
     if not dists:

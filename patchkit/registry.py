@@ -97,8 +97,9 @@ class Registry:
             if rows:
                 env[target] = rows
         if ALL_MODELS_DICT not in env:
+            why = next((s for s in self.skipped if f": {ALL_MODELS_DICT}: " in s), None)
             raise SourceError(
-                f"{self.relpath} has no {ALL_MODELS_DICT} dict patchkit can read",
+                f"{self.relpath} has no {ALL_MODELS_DICT} dict patchkit can read" + (f" ({why})" if why else ""),
                 "this vLLM's registry has a shape patchkit does not know; report it with the vLLM version",
             )
         return env[ALL_MODELS_DICT]

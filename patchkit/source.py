@@ -38,11 +38,6 @@ class ClassRef:
         """``relpath:lineno``, the form shown to users."""
         return f"{self.relpath}:{self.lineno}"
 
-    @property
-    def qualname(self) -> str:
-        """``module.name``."""
-        return f"{self.module}.{self.name}"
-
 
 @dataclass(frozen=True)
 class ModuleRef:

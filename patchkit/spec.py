@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
@@ -86,7 +86,6 @@ class Patch:
     codemod: Codemod
     requires: tuple[str, ...] = ()
     distribution: str = "vllm"
-    tags: tuple[str, ...] = field(default_factory=tuple)
 
 
 def check_target(distribution: str) -> None:
