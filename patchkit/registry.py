@@ -47,7 +47,9 @@ class Resolution:
     Attributes:
         entry: the registry row.
         cls: the class definition (followed through re-exports), or None if the module or class is missing.
-        aliases: every architecture of this release that resolves to the same class (sorted).
+        aliases: every architecture of this release whose row names the same class (sorted): the
+            same module and class, or the same class name re-exported by another module. A row
+            that re-exports it under another name is not found (that would parse every model file).
         transformers_backend: the row points at vLLM's Transformers backend, not a native model file.
     """
 
