@@ -63,7 +63,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     patches = select(load_patches(target), patch_ids)
     journal = Journal(install.site_packages, target)
     if dry_run:
-        return _apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force)
+        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force))
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with journal.lock():
@@ -72,7 +72,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
         report.recovered = recovered
     journal.remove_if_empty()
-    return report
+    return _mark_unwritten(report)
 
 
 def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
@@ -120,6 +120,15 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
     ]
     journal.commit(writes, str(install.version))
     report.written = True
+    return report
+
+
+def _mark_unwritten(report: ApplyReport) -> ApplyReport:
+    """In a refused run, patches that were ready are reported as not written rather than applied."""
+    if report.refused:
+        for r in report.patches:
+            if r.outcome is Outcome.APPLIED:
+                r.outcome = Outcome.NOT_WRITTEN
     return report
 
 
@@ -239,7 +248,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
             state = file_state(install, entry, record)
             if state == "patched" or (force and state in ("edited", "missing")):
                 restore.append(path)
-                how = "original bytes restored" + (f" (--force: it was {FILE_STATES[state]})" if state != "patched" else "")
+                how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
                 files.append(RevertedFile(path, True, how, entry.patches))
             elif state in ("reinstalled", "upgraded"):
                 forget.append(path)
@@ -337,9 +346,11 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     if resolution is not None and resolution.cls is not None:
         for b in tree.bases(resolution.cls):
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
-    suggestions = [] if resolution is not None else difflib.get_close_matches(
-        architecture, list(registry.entries), n=3, cutoff=0.75
-    ) or [a for a in registry.entries if a.lower() == architecture.lower()]
+    suggestions: list[str] = []
+    if resolution is None:  # a case slip or a one-letter typo, not every vaguely similar name
+        by_lower = {a.lower(): a for a in registry.entries}
+        close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
+        suggestions = [by_lower[c] for c in close]
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
     return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions,
                          alternatives)

@@ -54,6 +54,7 @@ _OUTCOME_STYLE = {
     Outcome.UPSTREAM: "cyan",
     Outcome.NOT_APPLICABLE: "yellow",
     Outcome.REFUSED: "red",
+    Outcome.NOT_WRITTEN: "yellow",
 }
 
 
@@ -136,8 +137,8 @@ def apply(
             for p in report.patches:
                 style = _OUTCOME_STYLE[p.outcome]
                 label = p.outcome.value
-                if p.outcome is Outcome.APPLIED and (dry_run or report.refused):
-                    label, style = ("would apply" if dry_run and not report.refused else "not written"), "yellow"
+                if p.outcome is Outcome.APPLIED and dry_run:
+                    label, style = "would apply", "yellow"
                 detail = p.target or "" if p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) else p.reason
                 if p.outcome is Outcome.ALREADY_APPLIED and p.reason.startswith("note:"):
                     detail = f"{detail} ({p.reason})"
@@ -394,8 +395,10 @@ def doctor_cmd(
             if report.ready:
                 out.print("[green]verdict: ready[/] for EAGLE-3 with this vLLM")
             else:
-                n = len(report.missing)
-                out.print(f"[red]verdict: not ready[/] ({n} failing check{'s' if n != 1 else ''}, marked ✗ above)")
+                lines = _missing_lines(report.checks)
+                out.print(f"[red]verdict: not ready[/] ({len(lines)} problem{'s' if len(lines) != 1 else ''}):")
+                for line in lines:
+                    out.print(escape(line))
             for action in report.actions:
                 out.print(f"next: {escape(action)}")
         return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)

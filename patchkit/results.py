@@ -24,6 +24,8 @@ class Outcome(str, Enum):
     """Not for this release (reason given); nothing written."""
     REFUSED = "refused"
     """The patch cannot be made safely (reason given); the whole run writes nothing."""
+    NOT_WRITTEN = "not written"
+    """The patch was ready, but another patch of the run was refused, so nothing was written."""
 
 
 @dataclass
@@ -101,6 +103,7 @@ class ApplyReport:
         out = _plain(asdict(self))
         out["command"] = "apply"
         out["refused"] = self.refused
+        out["verify"] = self.verify.to_dict() if self.verify is not None else None
         return out
 
 

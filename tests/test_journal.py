@@ -214,5 +214,5 @@ def test_revert_force_writes_originals_over_a_hand_edit(release, cli):
     assert cli("revert", "--site-packages", str(sp)).exit_code == 3
     result = cli("revert", "--site-packages", str(sp), "--force")
     assert result.exit_code == 0
-    assert "--force: it was edited by hand" in result.stdout
+    assert "original bytes restored (--force; the file was edited)" in result.stdout
     assert snapshot(sp) == before

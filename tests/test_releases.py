@@ -42,6 +42,7 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert code == 0, applied
     assert applied["written"] is True
     assert {p["id"]: p["outcome"] for p in applied["patches"]} == {pid: "applied" for pid in ALL_PATCHES}
+    assert applied["verify"]["ok"] is True and applied["verify"]["missing"] == []  # checked before writing
     touched = {f["path"] for f in applied["files"]}
     assert touched == {
         "vllm/config/speculative.py",
