@@ -395,10 +395,10 @@ def doctor_cmd(
             if report.ready:
                 out.print("[green]verdict: ready[/] for EAGLE-3 with this vLLM")
             else:
-                lines = _missing_lines(report.checks)
-                out.print(f"[red]verdict: not ready[/] ({len(lines)} problem{'s' if len(lines) != 1 else ''}):")
-                for line in lines:
-                    out.print(escape(line))
+                labels = list(dict.fromkeys(c.label for top in report.checks for c in top.failures()))
+                out.print(f"[red]verdict: not ready[/] ({len(labels)} problem{'s' if len(labels) != 1 else ''}, details above):")
+                for label in labels:
+                    out.print(f"  - {escape(label)}")
             for action in report.actions:
                 out.print(f"next: {escape(action)}")
         return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)
