@@ -78,7 +78,7 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
     for node in ast.walk(init):
         if not isinstance(node, ast.Assign):
             continue
-        if not any(_is_self_attr(t, attr) for t in node.targets):
+        if not any(self_attr(t) == attr for t in node.targets):
             continue
         if not isinstance(node.value, ast.Call):
             continue
@@ -92,8 +92,11 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
     return results[0]
 
 
-def _is_self_attr(node: ast.expr, attr: str) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
+def self_attr(node: ast.expr) -> str | None:
+    """``"x"`` for the expression ``self.x``, else None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
 
 
 def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int) -> HeldClass:
@@ -110,7 +113,7 @@ def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: a
         if resolution is None or resolution.cls is None:
             raise CompositionError(f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry")
         return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+    if self_attr(func) is not None:
         # self.model_cls(...): a class attribute naming the class
         member = tree.find_member(owner, func.attr)
         if member is None or not isinstance(member[1], (ast.Assign, ast.AnnAssign)) or member[1].value is None:

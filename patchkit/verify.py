@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.composition import CompositionError, held_class, kind_of
+from patchkit.composition import CompositionError, held_class, kind_of, self_attr
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, SETTER, Contract, admits, is_stub
 from patchkit.registry import Registry
 from patchkit.results import Check
@@ -135,10 +135,10 @@ def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls
     for sub in ast.walk(stmt):
         attr, kind = None, None
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == SETTER:
-            attr, kind = _self_attr(sub.func.value), "causal_lm"
+            attr, kind = self_attr(sub.func.value), "causal_lm"
         elif isinstance(sub, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == ATTR for t in sub.targets):
             target = next(t for t in sub.targets if isinstance(t, ast.Attribute) and t.attr == ATTR)
-            attr, kind = _self_attr(target.value), "backbone"
+            attr, kind = self_attr(target.value), "backbone"
         if attr is None:
             continue
         try:
@@ -160,18 +160,12 @@ def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls
                  f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location)
 
 
-def _self_attr(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return node.attr
-    return None
-
-
 def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
     node = Check(cls.name, True, "decoder backbone", cls.location)
     init = tree.find_member(cls, "__init__")
     sets_attr = init is not None and any(
         isinstance(n, (ast.Assign, ast.AnnAssign))
-        and any(_self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
         for n in ast.walk(init[1])
     )
     node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,

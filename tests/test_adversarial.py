@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 

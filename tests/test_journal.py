@@ -52,20 +52,26 @@ def test_hard_linked_file_is_replaced_not_written_through(release, tmp_path):
     assert cache_copy.read_bytes() == original
 
 
-def test_failed_write_puts_every_file_back(release, monkeypatch):
-    sp = release("0.17.1")
-    before = snapshot(sp)
+def fail_third_vllm_write(monkeypatch, error: BaseException):
+    """Make the third write of a vLLM file (not patchkit's own state) raise ``error``; return the real writer."""
     real = journal_mod.write_atomic
     calls = {"files": 0}
 
-    def failing(path: Path, data: bytes) -> None:
+    def faulty(path: Path, data: bytes) -> None:
         if path.name.endswith(".py") and ".patchkit" not in path.parts:
             calls["files"] += 1
-            if calls["files"] == 3:  # the third vLLM file fails
-                raise OSError(28, "No space left on device", str(path))
+            if calls["files"] == 3:
+                raise error
         real(path, data)
 
-    monkeypatch.setattr(journal_mod, "write_atomic", failing)
+    monkeypatch.setattr(journal_mod, "write_atomic", faulty)
+    return real
+
+
+def test_failed_write_puts_every_file_back(release, monkeypatch):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    real = fail_third_vllm_write(monkeypatch, OSError(28, "No space left on device"))
     with pytest.raises(StateError, match="every file was put back"):
         api.apply(from_site_packages(sp))
     monkeypatch.setattr(journal_mod, "write_atomic", real)
@@ -77,17 +83,7 @@ def test_failed_write_puts_every_file_back(release, monkeypatch):
 def test_run_killed_midway_is_rolled_back_by_the_next_command(release, monkeypatch):
     sp = release("0.17.1")
     before = snapshot(sp)
-    real = journal_mod.write_atomic
-    calls = {"files": 0}
-
-    def killed(path: Path, data: bytes) -> None:
-        if path.name.endswith(".py") and ".patchkit" not in path.parts:
-            calls["files"] += 1
-            if calls["files"] == 3:
-                raise KeyboardInterrupt  # the process dies; no cleanup code runs
-        real(path, data)
-
-    monkeypatch.setattr(journal_mod, "write_atomic", killed)
+    real = fail_third_vllm_write(monkeypatch, KeyboardInterrupt())  # the process dies; no cleanup runs
     with pytest.raises(KeyboardInterrupt):
         api.apply(from_site_packages(sp))
     monkeypatch.setattr(journal_mod, "write_atomic", real)
