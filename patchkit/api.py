@@ -30,6 +30,7 @@ from patchkit.results import (
 )
 from patchkit.source import ClassRef, SourceTree
 from patchkit.spec import load_patches, select
+from patchkit.verify import TEXT_MODEL_TYPES
 from patchkit.verify import verify as run_checks
 
 
@@ -37,8 +38,52 @@ def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
 
 
+@dataclass(frozen=True)
+class Request:
+    """Which architectures a command is about: ``--arch`` names and ``--model DIR``.
+
+    Attributes:
+        architectures: registry names given with ``--arch`` (repeatable).
+        model: a checkpoint folder given with ``--model`` (its ``config.json`` names architectures,
+            ``text_config`` included, and the model type).
+    """
+
+    architectures: tuple[str, ...] = ()
+    model: Path | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.architectures) or self.model is not None
+
+
+def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request):
+    """The patches, pre-decided results, architectures and model types for an ``--arch``/``--model`` run."""
+    from patchkit.arch_patches import read_model_config, select_architectures
+    from patchkit.spec import load_families
+    from patchkit.verify import read_allow_list
+
+    config = read_model_config(request.model) if request.model is not None else None
+    archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
+    allow = read_allow_list(tree)
+    families = load_families()
+    selection = select_architectures(tree, registry, contract, archs, families, config, allow.entries if allow else None)
+    decided = []
+    for d in selection.decisions:
+        if d.refusal is not None:
+            decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.REFUSED, d.refusal, [], d.shape.location))
+        elif not d.patch_ids:
+            decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.UPSTREAM,
+                                       f"{d.architecture} {d.shape.reason}; nothing to write", [], d.shape.location))
+    types: list[str] = []
+    for arch in archs:
+        if config is not None and config.model_type and arch in config.architectures:
+            types.append(config.model_type)
+        else:
+            types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
+    return list(selection.patches), tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
+
+
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
-          target: str = "vllm", force: bool = False) -> ApplyReport:
+          target: str = "vllm", force: bool = False, request: Request = Request()) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -52,6 +97,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         target: the distribution (``"vllm"``).
         force: patch files whose bytes differ from the distribution's RECORD (someone else
             changed them) instead of refusing.
+        request: ``--arch`` / ``--model``: patch these architectures, in the shape this release's
+            own native classes use (:mod:`patchkit.arch_patches`), instead of the default set.
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
         was nothing to write.
@@ -60,29 +107,40 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
-    patches = select(load_patches(target), patch_ids)
+    patches = select(load_patches(target), patch_ids) if not request else None
     journal = Journal(install.site_packages, target)
     if dry_run:
-        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force))
+        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force,
+                                      request=request))
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with journal.lock():
         journal = Journal(install.site_packages, target)
         recovered = journal.recover()
-        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
+        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force,
+                        request=request)
         report.recovered = recovered
     journal.remove_if_empty()
     return _mark_unwritten(report)
 
 
-def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
+def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool,
+           request: Request) -> ApplyReport:
     """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    planned = make_plan(install, tree, contract, registry, journal, patches)
+    decided: tuple[PatchResult, ...] = ()
+    archs, types = None, TEXT_MODEL_TYPES
+    if request and contract.protocol is not None:
+        patches, decided, archs, types = _arch_selection(tree, registry, contract, request)
+    elif request:
+        patches = []
+        decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
+                               f"(contract {contract.era}); EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"),)
+    planned = make_plan(install, tree, contract, registry, journal, patches, decided)
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
@@ -100,10 +158,11 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
         _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
                                              "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
         return report
-    if contract.patchable:
+    if planned.changed:
         # Check the chain on the planned bytes before writing anything.
         after = SourceTree(install.site_packages, overrides=planned.changed)
-        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
+        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after),
+                                                                archs, types))
         # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
         if not report.verify.ok and planned.changed and not partial:
             failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
@@ -155,13 +214,15 @@ def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], pa
     return sorted(out)
 
 
-def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyReport:
+def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
     Args:
         install: the vLLM install.
         runtime_python: when given, also run :mod:`patchkit.runtime_probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
+        request: ``--arch`` / ``--model``: check these architectures. Without it: the default
+            set's architectures plus every architecture the journal shows patchkit patched.
     Returns:
         A :class:`VerifyReport`; ``ok`` is True only when no check fails.
     Raises:
@@ -171,8 +232,19 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    checks = run_checks(tree, registry, contract)
     journal = Journal(install.site_packages)
+    from patchkit.verify import default_architectures
+
+    archs, types = default_architectures(), TEXT_MODEL_TYPES
+    if request and contract.protocol is not None:
+        _, _, archs, types = _arch_selection(tree, registry, contract, request)
+    else:
+        patched = journaled_architectures(journal, registry)
+        if patched:
+            _, _, extra, extra_types = _arch_selection(tree, registry, contract, Request(tuple(patched)))
+            archs = tuple(dict.fromkeys([*archs, *extra]))
+            types = tuple(dict.fromkeys([*types, *extra_types]))
+    checks = run_checks(tree, registry, contract, archs, types)
     if journal.entries:
         record = record_sha256(install)
         states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
@@ -185,6 +257,17 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
 
         checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
     return VerifyReport(_info(install, contract), checks)
+
+
+def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
+    """Registry architectures whose class an ``--arch`` run patched, from the journal's patch ids.
+
+    The interface patch of class ``C`` is journaled as ``eagle3:C:interface``
+    (:func:`patchkit.arch_patches.interface_id`); every registry row naming ``C`` counts.
+    """
+    classes = {pid.split(":")[1] for e in journal.entries.values() for pid in e.patches
+               if pid.startswith("eagle3:") and pid.endswith(":interface")}
+    return sorted(a for a, e in registry.entries.items() if e.class_name in classes)
 
 
 FILE_STATES = {

@@ -448,7 +448,7 @@ def _allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) 
 def _in_scope(tree: SourceTree, registry: Registry, cls: ClassRef) -> bool:
     """True when ``cls`` is, or derives from, a class whose EAGLE-3 chain patchkit's verify knows."""
     roots = set()
-    for arch in verify_mod.ARCHITECTURES:
+    for arch in verify_mod.default_architectures():
         r = registry.resolve(arch)
         if r is not None and r.cls is not None:
             roots.add(r.cls)

@@ -18,7 +18,7 @@ from patchkit.errors import InterpreterError
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import SourceTree
-from patchkit.verify import ARCHITECTURES, TEXT_MODEL_TYPES
+from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
 PROBE = Path(__file__).with_name("runtime_probe.py")
 SENTINEL = "PATCHKIT-PROBE-RESULT"
@@ -35,7 +35,7 @@ def probe_spec(tree: SourceTree, registry: Registry) -> dict:
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
     backbone = None
-    for arch in ARCHITECTURES:
+    for arch in default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:
             continue

@@ -30,10 +30,8 @@ from patchkit.codemods.base import (
     top_level_class,
 )
 
-PROTOCOL = "SupportsEagle3"
-SETTER = "set_aux_hidden_state_layers"
-GETTER = "get_eagle3_aux_hidden_state_layers"
-INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
+from patchkit.contract import GETTER_A1 as GETTER
+from patchkit.contract import INTERFACES_MODULE, PROTOCOL, SETTER
 
 _BACKBONE_METHODS = '''
 def {setter}(self, layers: tuple[int, ...]) -> None:
@@ -63,20 +61,17 @@ class AddEagle3Interface(Codemod):
     Args:
         patch_id: written into a comment in each added method, so a reader of the file sees
             who added it.
+        methods: write the two A1 methods (vLLM 0.10.2 - 0.17.1, whose Protocol methods are
+            stubs); False from 0.18.0, where the Protocol's default methods find the backbone
+            through ``get_language_model()`` / ``language_model`` and ``.model``.
     """
 
-    description = "SupportsEagle3 base, its import, and the two A1 methods"
+    kind = "interface"
 
-    def __init__(self, patch_id: str) -> None:
+    def __init__(self, patch_id: str, methods: bool = True) -> None:
         self.patch_id = patch_id
-
-    @property
-    def expects(self) -> str:
-        """See :meth:`Codemod.expects`."""
-        return (
-            "the target class exactly once at module level, with at least one base and at most one __init__; "
-            f"exactly one module-level 'from ... import' of {INTERFACES_MODULE} (relative or absolute, not '*')"
-        )
+        self.methods = methods
+        self.options = {"patch_id": patch_id, "methods": methods}
 
     # -- check ------------------------------------------------------------------------
 
@@ -85,9 +80,10 @@ class AddEagle3Interface(Codemod):
         parts = {
             "import": _imported_names(module, site) >= {PROTOCOL},
             "base": _has_base(cls),
-            SETTER: bool(method_of(cls, SETTER)),
-            GETTER: bool(method_of(cls, GETTER)),
         }
+        if self.methods:
+            parts[SETTER] = bool(method_of(cls, SETTER))
+            parts[GETTER] = bool(method_of(cls, GETTER))
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} has {PROTOCOL} and both methods"
         if not any(parts.values()):
@@ -99,12 +95,13 @@ class AddEagle3Interface(Codemod):
     # -- transform --------------------------------------------------------------------
 
     def transform(self, module: cst.Module, site: Site) -> cst.Module:
-        if site.holder is None:
+        if self.methods and site.holder is None:
             raise Refusal(f"no resolved holder for {site.class_name}: cannot tell what its methods forward to")
-        module = _add_import(module, site)
+        module = add_interfaces_import(module, site, PROTOCOL)
         cls = top_level_class(module, _class_name(site))
         new_cls = _add_base(cls)
-        new_cls = self._add_methods(new_cls, site)
+        if self.methods:
+            new_cls = self._add_methods(new_cls, site)
         return replace_top_level(module, cls, new_cls)
 
     def _add_methods(self, cls: cst.ClassDef, site: Site) -> cst.ClassDef:
@@ -164,15 +161,20 @@ def _imported_names(module: cst.Module, site: Site) -> set[str]:
     return names
 
 
-def _add_import(module: cst.Module, site: Site) -> cst.Module:
-    if PROTOCOL in _imported_names(module, site):
+def add_interfaces_import(module: cst.Module, site: Site, name: str) -> cst.Module:
+    """Add ``name`` to the module's one ``from ... import`` of the interfaces module (sorted in).
+
+    Raises:
+        Refusal: no such import, several, or a ``*`` import.
+    """
+    if name in _imported_names(module, site):
         return module
     node = exactly_one(_interfaces_imports(module, site), f"module-level 'from ... import' of {INTERFACES_MODULE}")
     if isinstance(node.names, cst.ImportStar):
         raise Refusal(f"{INTERFACES_MODULE} is imported with '*'")
     names = list(node.names)
-    at = next((i for i, a in enumerate(names) if a.evaluated_name > PROTOCOL), len(names))
-    new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(PROTOCOL)))
+    at = next((i for i, a in enumerate(names) if a.evaluated_name > name), len(names))
+    new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(name)))
     return replace_top_level(module, node, node.with_changes(names=new_names))
 
 
