@@ -46,6 +46,12 @@ TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only '
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
+ArchOpt = typer.Option(None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM.")
+ModelOpt = typer.Option(None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json.")
+
+
+def _request(arch: Optional[list[str]], model: Optional[Path]) -> api.Request:
+    return api.Request(tuple(arch or ()), model)
 
 _MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[dim]·[/]"}
 _OUTCOME_STYLE = {
@@ -119,6 +125,8 @@ def apply(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     patch: Optional[list[str]] = typer.Option(None, "--patch", help="Only this patch (and what it needs); repeatable."),
     force: bool = typer.Option(False, "--force", help="Patch files that differ from the distribution's RECORD."),
+    arch: Optional[list[str]] = ArchOpt,
+    model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
@@ -126,7 +134,10 @@ def apply(
     def body() -> int:
         install = _install(target, site_packages, python)
         with _working("planning and checking the patches...", as_json):
-            report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force)
+            if patch and (arch or model):
+                raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
+            report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force,
+                               request=_request(arch, model))
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -207,6 +218,8 @@ def verify(
     runtime: bool = typer.Option(
         False, "--runtime", help="Also ask vLLM's own code, in a fresh subprocess of the target interpreter."
     ),
+    arch: Optional[list[str]] = ArchOpt,
+    model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
@@ -221,7 +234,7 @@ def verify(
             runtime_python = python if python is not None else Path(sys.executable)
         message = f"running vLLM's own checks with {runtime_python} (imports vLLM and torch)..." if runtime else "checking..."
         with _working(message, as_json):
-            report = api.verify(install, runtime_python=runtime_python)
+            report = api.verify(install, runtime_python=runtime_python, request=_request(arch, model))
         if as_json:
             _emit_json(report.to_dict())
         else:
@@ -344,6 +357,32 @@ def resolve(
                 out.print(f"  note: {r.entry.module} picks the class per platform; shown: its first branch; "
                           f"also: {', '.join(report.alternatives)}")
         return int(ExitCode.OK) if report.native else int(ExitCode.NOT_IN_EFFECT)
+
+    _run(as_json, body)
+
+
+@app.command("scan")
+def scan_cmd(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List every registered architecture with its EAGLE-3 state and a one-line reason."""
+    from patchkit.scan import scan
+
+    def body() -> int:
+        report = scan(_install(target, site_packages, python))
+        if as_json:
+            _emit_json(report.to_dict())
+            return int(ExitCode.OK)
+        _header(report.install)
+        table = _table("architecture", "state", "shape", "reason")
+        for r in report.rows:
+            table.add_row(escape(r.architecture), r.state, r.shape or "", escape(r.reason))
+        _print_table(table)
+        out.print(", ".join(f"{n} {state}" for state, n in sorted(report.counts().items())))
+        return int(ExitCode.OK)
 
     _run(as_json, body)
 

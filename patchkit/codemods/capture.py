@@ -178,7 +178,8 @@ class CaptureAuxHiddenStates(Codemod):
                 cst.Module(body=body[: at_return]),
                 m.Assign(value=m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("norm")))),
             )
-            exactly_one(norms, "'... = self.norm(...)' before the final return")
+            if not norms:
+                raise Refusal("expected at least 1 '... = self.norm(...)' before the final return, found 0")
 
         loop_body = list(loop.body.body)
         if self.form == "inline":
