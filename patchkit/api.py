@@ -65,7 +65,10 @@ def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod
     archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
     allow = read_allow_list(tree)
     families = load_families()
-    selection = select_architectures(tree, registry, contract, archs, families, config, allow.entries if allow else None)
+    # Architectures the shipped patch set serves get exactly those patches (their proposer branch included).
+    shipped = [p for p in load_patches() if set(p.architectures) & set(archs)]
+    generic = [a for a in archs if not any(a in p.architectures for p in shipped)]
+    selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None)
     decided = []
     for d in selection.decisions:
         if d.refusal is not None:
@@ -79,7 +82,10 @@ def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod
             types.append(config.model_type)
         else:
             types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
-    return list(selection.patches), tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
+    if shipped:
+        types.extend(TEXT_MODEL_TYPES)
+    patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
+    return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,

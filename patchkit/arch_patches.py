@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, Contract, admits
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
 from patchkit.errors import UsageError
 from patchkit.registry import Registry
 from patchkit.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
@@ -191,6 +191,11 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         out.extend(out_allow)
         requires.extend(p.id for p in out_allow)
     attr = WRAPPER_ATTR if shape.shape is Shape.WRAPPER_ONLY else BACKBONE_ATTR
+    methods, getter = a1, GETTER_A1
+    if not a1 and shape.shape is Shape.WRAPPER_ONLY and not _mixin_backbone(tree, registry, contract, shape.inner):
+        # vLLM's default methods would go past the language model's own ones to .model, which must be an
+        # EagleModelMixin; a language model that captures its own way (0.33.0 deepseek_v2.py) gets forwarding.
+        methods, getter = True, GETTER_A2
     out.append(Patch(
         id=interface_id(shape.cls.name),
         summary=f"{shape.cls.name} implements SupportsEagle3" + (" (set/get aux hidden state layers)" if a1 else ""),
@@ -199,11 +204,21 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         reference="vLLM's own native EAGLE-3 classes of this release (model_executor/models/interfaces.py)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, forwards_to=attr),
-        codemod=CodemodRef.of("interface", patch_id=interface_id(shape.cls.name), methods=a1),
+        codemod=CodemodRef.of("interface", patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
         requires=tuple(requires),
         architectures=(arch,),
     ))
     return out
+
+
+def _mixin_backbone(tree: SourceTree, registry: Registry, contract: Contract, architecture: str | None) -> bool:
+    """True when ``architecture``'s backbone (``.model``) is an ``EagleModelMixin``, or will be once patched."""
+    if architecture is None or contract.mixin is None:
+        return False
+    inner = classify(tree, registry, contract, architecture)
+    if inner.state is State.PATCHABLE and inner.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return True  # the capture patch adds the mixin
+    return inner.backbone is not None and contract.mixin in tree.mro(inner.backbone)
 
 
 def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:

@@ -82,7 +82,7 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
             continue
         if not isinstance(node.value, ast.Call):
             continue
-        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno))
+        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner))
     if not results:
         raise CompositionError(f"{init_owner.name}.__init__ assigns no call result to self.{attr}")
     distinct = {r.cls for r in results}
@@ -99,7 +99,8 @@ def self_attr(node: ast.expr) -> str | None:
     return None
 
 
-def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int) -> HeldClass:
+def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int,
+                  instance: ClassRef | None = None) -> HeldClass:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
     if name == REGISTRY_BUILDER:
@@ -114,8 +115,15 @@ def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: a
             raise CompositionError(f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry")
         return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
     if self_attr(func) is not None:
-        # self.model_cls(...): a class attribute naming the class
-        member = tree.find_member(owner, func.attr)
+        # self.model_cls(...): a class attribute naming the class; self._init_model(...): a method
+        # returning one (vLLM 0.18+ llama.py), looked up on the instance's class (a subclass may override it)
+        member = tree.find_member(instance or owner, func.attr)
+        if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            made = {tree.resolve_expr(member[0].module, r.value.func) for r in ast.walk(member[1])
+                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)}
+            if len(made) == 1 and isinstance(next(iter(made)), ClassRef):
+                return HeldClass(next(iter(made)), "constructor", lineno)
+            raise CompositionError(f"self.{func.attr}(...) (line {lineno}) does not return exactly one vLLM class")
         if member is None or not isinstance(member[1], (ast.Assign, ast.AnnAssign)) or member[1].value is None:
             raise CompositionError(f"self.{func.attr} (line {lineno}) is not a class attribute patchkit can read")
         cls = tree.resolve_expr(member[0].module, member[1].value)

@@ -116,10 +116,12 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     layer_var = _loop_layer_name(loop)
     if layer_var is None:
         return "its decoder-layer loop does not bind the layer to a plain name"
-    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
-             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
     captures = any(_mentions_self(n, ATTR) for n in ast.walk(forward)) or any(
         isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward))
+    if not isinstance(loop.target, ast.Name) and not captures:
+        return "its decoder-layer loop already enumerates with an index of its own (patchkit writes its own)"
+    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
     if len(calls) != 1 or calls[0] not in loop.body:
         return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
     targets = calls[0].targets

@@ -269,9 +269,10 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     checks = []
     if index_name is None:
         return [Check("forward captures aux hidden states", False, "the decoder-layer loop does not enumerate layers", at)]
-    checks.append(Check("ids are global layer indices", global_ids,
+    checks.append(Check("ids are global layer indices", True if global_ids else None,
                         "enumerate(..., start=self.start_layer)" if global_ids else
-                        "enumerate counts from 0: on a later pipeline stage every id is off by start_layer", at))
+                        "enumerate counts from 0 on each stage: right without pipeline parallelism only "
+                        "(upstream's own form in some releases)", at))
     capture = None
     layer_call_index = None
     for i, stmt in enumerate(loop.body):

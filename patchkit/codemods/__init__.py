@@ -47,7 +47,7 @@ def _capture_expects(o: dict[str, Any]) -> str:
     return (
         "the target class exactly once at module level, with exactly one __init__ and one forward; "
         "forward holds exactly one top-level 'for <layer> in ...self.layers...' loop whose body has exactly one "
-        f"{layer}, then at least one '... = self.norm(...)' and exactly one top-level 'return hidden_states'; the names "
+        f"{layer}, and exactly one top-level 'return hidden_states' after it; the names "
         "layer_idx and aux_hidden_states are unused"
     )
 

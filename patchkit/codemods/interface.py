@@ -61,6 +61,8 @@ class AddEagle3Interface(Codemod):
     Args:
         patch_id: written into a comment in each added method, so a reader of the file sees
             who added it.
+        getter: the getter's name: ``get_eagle3_aux_hidden_state_layers`` (A1) or, for a wrapper
+            that must forward on 0.18.0 on, ``get_eagle3_default_aux_hidden_state_layers``.
         methods: write the two A1 methods (vLLM 0.10.2 - 0.17.1, whose Protocol methods are
             stubs); False from 0.18.0, where the Protocol's default methods find the backbone
             through ``get_language_model()`` / ``language_model`` and ``.model``.
@@ -68,24 +70,25 @@ class AddEagle3Interface(Codemod):
 
     kind = "interface"
 
-    def __init__(self, patch_id: str, methods: bool = True) -> None:
+    def __init__(self, patch_id: str, methods: bool = True, getter: str = GETTER) -> None:
         self.patch_id = patch_id
         self.methods = methods
-        self.options = {"patch_id": patch_id, "methods": methods}
+        self.getter = getter
+        self.options = {"patch_id": patch_id, "methods": methods, "getter": getter}
 
     # -- check ------------------------------------------------------------------------
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         cls = top_level_class(module, _class_name(site))
-        parts = {
-            "import": _imported_names(module, site) >= {PROTOCOL},
-            "base": _has_base(cls),
-        }
+        # The import alone is no part of the change: another class of the module may use it.
+        parts = {"base": _has_base(cls)}
         if self.methods:
             parts[SETTER] = bool(method_of(cls, SETTER))
-            parts[GETTER] = bool(method_of(cls, GETTER))
+            parts[self.getter] = bool(method_of(cls, self.getter))
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} has {PROTOCOL} and both methods"
+        if self.methods and not parts["base"] and all(v for k, v in parts.items() if k != "base"):
+            return Presence.ABSENT, f"{cls.name.value} defines both methods but lacks the {PROTOCOL} base"
         if not any(parts.values()):
             return Presence.ABSENT, f"{cls.name.value} lacks {PROTOCOL}"
         have = ", ".join(k for k, v in parts.items() if v)
@@ -100,7 +103,7 @@ class AddEagle3Interface(Codemod):
         module = add_interfaces_import(module, site, PROTOCOL)
         cls = top_level_class(module, _class_name(site))
         new_cls = _add_base(cls)
-        if self.methods:
+        if self.methods and not (method_of(cls, SETTER) and method_of(cls, self.getter)):
             new_cls = self._add_methods(new_cls, site)
         return replace_top_level(module, cls, new_cls)
 
@@ -108,7 +111,7 @@ class AddEagle3Interface(Codemod):
         holder = site.holder
         assert holder is not None
         template = _BACKBONE_METHODS if holder.kind == "backbone" else _FORWARDING_METHODS
-        code = template.format(setter=SETTER, getter=GETTER, attr=holder.attr, patch_id=self.patch_id)
+        code = template.format(setter=SETTER, getter=self.getter, attr=holder.attr, patch_id=self.patch_id)
         new_members = parse_members(code.lstrip("\n"))
         new_members = [
             s.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if isinstance(s, cst.FunctionDef) else s
@@ -169,13 +172,27 @@ def add_interfaces_import(module: cst.Module, site: Site, name: str) -> cst.Modu
     """
     if name in _imported_names(module, site):
         return module
-    node = exactly_one(_interfaces_imports(module, site), f"module-level 'from ... import' of {INTERFACES_MODULE}")
+    found = _interfaces_imports(module, site)
+    if not found:
+        return _new_import(module, name)
+    node = exactly_one(found, f"module-level 'from ... import' of {INTERFACES_MODULE}")
     if isinstance(node.names, cst.ImportStar):
         raise Refusal(f"{INTERFACES_MODULE} is imported with '*'")
     names = list(node.names)
     at = next((i for i, a in enumerate(names) if a.evaluated_name > name), len(names))
     new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(name)))
     return replace_top_level(module, node, node.with_changes(names=new_names))
+
+
+def _new_import(module: cst.Module, name: str) -> cst.Module:
+    """Add ``from vllm.model_executor.models.interfaces import name`` after the last module-level import."""
+    body = list(module.body)
+    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)), default=None)
+    if last is None:
+        raise Refusal(f"no module-level import to place 'from {INTERFACES_MODULE} import {name}' after")
+    body.insert(last + 1, cst.parse_statement(f"from {INTERFACES_MODULE} import {name}\n"))
+    return module.with_changes(body=body)
 
 
 def _has_base(cls: cst.ClassDef) -> bool:
