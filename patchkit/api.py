@@ -261,7 +261,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     if runtime_python is not None:
         from patchkit.runtime import probe_spec, run_probe
 
-        checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
+        checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
     return VerifyReport(_info(install, contract), checks)
 
 

@@ -144,12 +144,20 @@ def kind_of(tree: SourceTree, cls: ClassRef) -> str | None:
     forward = tree.find_member(cls, "forward")
     if forward is not None:
         for node in ast.walk(forward[1]):
-            if isinstance(node, ast.For) and any(
-                isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
-                for n in ast.walk(node.iter)
-            ):
+            if isinstance(node, ast.For) and is_layer_loop(node):
                 return "backbone"
     return None
+
+
+def is_layer_loop(loop: ast.For) -> bool:
+    """A loop over the decoder layers: its iterable names ``self.layers``, or it is
+    ``range(self.start_layer, self.end_layer)`` (0.33.0 ``step3p5.py``: ``layer = self.layers[i]``)."""
+    def mentions(attr: str) -> bool:
+        return any(self_attr(n) == attr for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute))
+
+    return mentions("layers") or (
+        isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"
+        and mentions("start_layer") and mentions("end_layer"))
 
 
 def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> Holder:

@@ -25,7 +25,7 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.composition import CompositionError, held_class, kind_of, self_attr
+from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
 from patchkit.contract import ATTR, MAYBE_ADD, Contract
 from patchkit.registry import Registry
 from patchkit.source import ClassRef, SourceTree
@@ -65,12 +65,25 @@ class Loop:
     Attributes:
         returns_residual: the layer call is ``hidden_states, residual = layer(...)``.
         captures: the loop (or forward) already captures aux hidden states.
-        lineno: line of the ``for`` statement.
+        lineno: line of the ``for`` statement (1-based, in the parsed source).
+        layer: the name the layer is bound to.
+        index: Python expression of the global id of the layer being run, or None when the loop
+            has no index and patchkit enumerates it from ``self.start_layer`` itself.
+        call_at: position of the layer call among the loop body's statements.
+        residual_before: ``residual`` is bound before the loop (else the first layer's input is
+            ``hidden_states`` alone and the capture before the loop must not read ``residual``).
+        tuple_target: the layer call assigns ``hidden_states, residual`` (also when the layer
+            keeps the residual inside and ``hidden_states`` alone is the stream, 0.33.0 ``stablelm.py``).
     """
 
     returns_residual: bool
     captures: bool
     lineno: int
+    layer: str = "layer"
+    index: str | None = None
+    call_at: int = 0
+    residual_before: bool = True
+    tuple_target: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,7 @@ class ArchShape:
         architecture: the registry name.
         group: the registry dict that lists it (``_TEXT_GENERATION_MODELS``, ...), or None.
         state: see :class:`State` (``PATCHED`` is decided by the caller, from the journal).
-        shape: the patch shape (patchable and patched states), else None.
+        shape: the patch shape (patchable and repairable broken states), else None.
         reason: one line for users: what is there, what is missing, or what breaks.
         cls: the registry class, or None when it cannot be found.
         backbone: the decoder backbone class the capture lives in, when found.
@@ -103,39 +116,88 @@ class ArchShape:
 def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
 
+    Loop forms read (vLLM 0.10.2 - 0.33.0 model files):
+
+    - ``for layer in <self.layers from self.start_layer>``: no index (patchkit enumerates);
+    - ``for i, layer in enumerate(..., start=self.start_layer)``: index ``i``;
+    - ``for i, layer in enumerate(<self.layers from self.start_layer>)``: index ``self.start_layer + i``;
+    - ``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]``: index ``i``.
+
     Returns:
         A :class:`Loop`, or a one-line reason (several loops, no layer call, another call shape).
     """
-    loops = [s for s in forward.body if isinstance(s, ast.For) and _mentions_self(s.iter, "layers")]
+    loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
     if len(loops) != 1:
-        nested = [n for n in ast.walk(forward) if isinstance(n, ast.For) and _mentions_self(n.iter, "layers")]
+        nested = [n for n in ast.walk(forward) if isinstance(n, ast.For) and is_layer_loop(n)]
         if len(loops) == 0 and nested:
             return "its decoder-layer loop is nested inside another statement"
         return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
     loop = loops[0]
-    layer_var = _loop_layer_name(loop)
-    if layer_var is None:
-        return "its decoder-layer loop does not bind the layer to a plain name"
     captures = any(_mentions_self(n, ATTR) for n in ast.walk(forward)) or any(
         isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward))
-    if not isinstance(loop.target, ast.Name) and not captures:
-        return "its decoder-layer loop already enumerates with an index of its own (patchkit writes its own)"
+    form = _loop_form(loop)
+    if isinstance(form, str):
+        if captures:
+            return Loop(True, True, loop.lineno)
+        return form
+    layer_var, index = form
     calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
              and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
     if len(calls) != 1 or calls[0] not in loop.body:
         return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
+    call_at = loop.body.index(calls[0])
     targets = calls[0].targets
     if len(targets) != 1:
         return "the layer call assigns to several targets"
     target = targets[0]
     names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) else None
     if names == ["hidden_states", "residual"]:
-        return Loop(True, captures, loop.lineno)
+        call = calls[0].value
+        if not any(isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]):
+            # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
+            return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
+        before = forward.body[: forward.body.index(loop)]
+        bound = any(isinstance(t, ast.Name) and t.id == "residual" for stmt in before for n in ast.walk(stmt)
+                    if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
     if isinstance(target, ast.Name) and target.id == "hidden_states":
         if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):
             return "the layer returns hidden_states alone but forward keeps a residual of its own"
-        return Loop(False, captures, loop.lineno)
+        return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, False)
     return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
+
+
+def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
+    """``(layer name, index expression or None)`` of a decoder-layer loop, or why it is not one patchkit reads."""
+    it = loop.iter
+    if isinstance(loop.target, ast.Name):
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            index = loop.target.id
+            first = loop.body[0] if loop.body else None
+            if (isinstance(first, ast.Assign) and len(first.targets) == 1 and isinstance(first.targets[0], ast.Name)
+                    and isinstance(first.value, ast.Subscript) and _mentions_self(first.value.value, "layers")
+                    and isinstance(first.value.slice, ast.Name) and first.value.slice.id == index):
+                return first.targets[0].id, index
+            return "its range loop does not start with 'layer = self.layers[i]'"
+        if not _mentions_self(it, "start_layer"):
+            return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+        return loop.target.id, None
+    if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in loop.target.elts)
+            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"):
+        index, layer = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
+        if index == "_":
+            return "its decoder-layer loop discards its enumerate index"
+        start = [kw.value for kw in it.keywords if kw.arg == "start"] + list(it.args[1:2])
+        if start:
+            if _mentions_self(start[0], "start_layer"):
+                return layer, index
+            return f"its enumerate starts at {ast.unparse(start[0])}, not self.start_layer"
+        if it.args and _mentions_self(it.args[0], "start_layer"):
+            return layer, f"self.start_layer + {index}"
+        return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+    return "its decoder-layer loop does not bind the layer to a plain name"
 
 
 def final_return_count(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -268,7 +330,7 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
         return no(f"{backbone.cls.name}: {shape}", backbone.cls.location)
     reason = {
         Shape.STANDARD: "standard decoder loop; lacks SupportsEagle3 and the capture",
-        Shape.HIDDEN_ONLY: "layers return hidden_states alone; lacks SupportsEagle3 and the capture",
+        Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
         Shape.INTERFACE_ONLY: f"{backbone.cls.name} already captures; only SupportsEagle3 is missing",
     }[shape]
     return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls, backbone.cls,
@@ -342,14 +404,6 @@ def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str
                     and isinstance(archs[0].elts[0], ast.Constant):
                 return node.lineno, str(archs[0].elts[0].value)
             return node.lineno, None
-    return None
-
-
-def _loop_layer_name(loop: ast.For) -> str | None:
-    if isinstance(loop.target, ast.Name):
-        return loop.target.id
-    if isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 and isinstance(loop.target.elts[1], ast.Name):
-        return loop.target.elts[1].id
     return None
 
 

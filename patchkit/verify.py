@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.composition import CompositionError, held_class, kind_of, self_attr
+from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
 from patchkit.contract import (
     ALLOW_LIST_MODULES,
     ALLOW_LIST_NAMES,
@@ -226,11 +226,15 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
         node.ok = not any(c.failures() for c in node.children)
         return node
     init = tree.find_member(cls, "__init__")
-    sets_attr = init is not None and any(
+    # the attribute may be set by any __init__ of the MRO (a subclass's __init__ calls super().__init__)
+    inits = [(c, m) for c in tree.mro(cls) if (m := tree.method(c, "__init__")) is not None]
+    setter_init = next(((c, m) for c, m in inits if any(
         isinstance(n, (ast.Assign, ast.AnnAssign))
         and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-        for n in ast.walk(init[1])
-    )
+        for n in ast.walk(m))), None)
+    sets_attr = setter_init is not None
+    if setter_init is not None:
+        init = setter_init
     node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,
                                "" if sets_attr else "the setter's attribute would not exist before the first call",
                                f"{init[0].relpath}:{init[1].lineno}" if init else cls.location))
@@ -253,47 +257,50 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         Checks for: global ids, residual-stream capture before each layer, the tuple return,
         and (informational) the final-layer capture.
     """
+    from patchkit.shapes import Loop, decoder_loop
+
     where = f"{relpath}:{forward.lineno}"
-    loops = [n for n in ast.walk(forward) if isinstance(n, ast.For) and _mentions_self(n.iter, "layers")]
-    if len(loops) != 1:
-        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
+    form = decoder_loop(forward)
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
+    if not isinstance(form, Loop) or len(loops) != 1:
+        return [Check("forward captures aux hidden states", False,
+                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where)]
     loop = loops[0]
     at = f"{relpath}:{loop.lineno}"
-    index_name = None
-    global_ids = False
-    if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate":
-        if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[0], ast.Name):
-            index_name = loop.target.elts[0].id
-        start = [kw.value for kw in loop.iter.keywords if kw.arg == "start"] + loop.iter.args[1:2]
-        global_ids = bool(start) and _mentions_self(start[0], "start_layer")
+    tests = [s for s in loop.body if isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
+             and len(s.test.ops) == 1 and isinstance(s.test.ops[0], ast.In) and _mentions_self(s.test.comparators[0], ATTR)]
+    if not tests:
+        return [Check("captures the residual stream entering each layer", False,
+                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at)]
+    index_name = ast.unparse(tests[0].test.left)
     checks = []
-    if index_name is None:
-        return [Check("forward captures aux hidden states", False, "the decoder-layer loop does not enumerate layers", at)]
+    if form.index is None:
+        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at)]
+    global_ids = index_name == form.index
     checks.append(Check("ids are global layer indices", True if global_ids else None,
-                        "enumerate(..., start=self.start_layer)" if global_ids else
-                        "enumerate counts from 0 on each stage: right without pipeline parallelism only "
-                        "(upstream's own form in some releases)", at))
+                        f"{index_name} is the global layer id" if global_ids else
+                        f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
+                        "pipeline parallelism only (upstream's own form in some releases)", at))
     capture = None
     layer_call_index = None
     for i, stmt in enumerate(loop.body):
-        if isinstance(stmt, ast.If) and _is_membership(stmt.test, index_name):
+        if stmt is tests[0]:
             capture = (i, stmt)
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and layer_call_index is None:
-            if isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == (loop.target.elts[1].id if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[1], ast.Name) else ""):
-                layer_call_index = i
+    layer_call_index = form.call_at
     if capture is None:
         checks.append(Check("captures the residual stream entering each layer", False,
                             f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at))
         return checks
     i, stmt = capture
     appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
-    value = appended[0] if appended else None
+    # an 'if residual is None: append(hidden_states) else: append(hidden_states + residual)' capture counts as one
+    value = next((a for a in appended if _is_residual_stream(a)), appended[0] if appended else None)
     if isinstance(value, ast.Name):  # captured through a local: aux = hidden_states + residual; ...append(aux)
         assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
         value = assigned[0] if assigned else value
     before_layer = layer_call_index is not None and i < layer_call_index
-    hidden_only = layer_call_index is not None and isinstance(loop.body[layer_call_index].targets[0], ast.Name)
+    hidden_only = not form.returns_residual
     if hidden_only and isinstance(value, ast.Name) and value.id == "hidden_states":
         value = ast.BinOp(ast.Name("hidden_states"), ast.Add(), ast.Name("residual"))  # the layer keeps the residual inside
     ok = value is not None and _is_residual_stream(value) and before_layer
@@ -327,14 +334,18 @@ def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
     where = f"{relpath}:{forward.lineno}"
     calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and n.func.attr == MAYBE_ADD and len(n.args) >= 2]
-    loops = [n for n in forward.body if isinstance(n, ast.For) and _mentions_self(n.iter, "layers")]
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
     if len(loops) != 1:
         return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
     loop = loops[0]
     in_loop = [c for c in calls if any(c is n for n in ast.walk(loop))]
     before = [c for c in calls if c not in in_loop]
-    start = [kw.value for kw in getattr(loop.iter, "keywords", []) if kw.arg == "start"] + list(getattr(loop.iter, "args", [])[1:2])
-    global_ids = bool(start) and _mentions_self(start[0], "start_layer")
+    from patchkit.shapes import Loop, decoder_loop
+
+    form = decoder_loop(forward)
+    index = in_loop[0].args[1] if in_loop and isinstance(in_loop[0].args[1], ast.BinOp) else None
+    global_ids = isinstance(form, Loop) and form.index is not None and index is not None \
+        and ast.unparse(index.left) == form.index
     checks = [Check("ids are global layer indices", True if global_ids else None,
                     "enumerate(..., start=self.start_layer)" if global_ids else
                     "counts from 0 on each stage (upstream's own form; vLLM refuses EAGLE-3 with pipeline parallelism "

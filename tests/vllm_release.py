@@ -11,6 +11,7 @@ Run as a script to warm the cache: ``python tests/vllm_release.py 0.16.0 0.17.1`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -64,6 +65,47 @@ def pristine_site_packages(version: str) -> Path:
             wheel.unlink()
         done.touch()
     return target
+
+
+@contextlib.contextmanager
+def runtime_venv(version: str):
+    """Yield the interpreter of a cached, real, importable ``vllm==version`` venv (torch included).
+
+    Built once with ``pip install vllm==version`` (about 10 GB, minutes) in ``$CACHE_ROOT/venv-vllm-X``.
+    A FileLock is held for the whole use, so concurrent test runs on the machine wait. Before and
+    after, the install is made pristine: patchkit's revert, then RECORD as the judge (a file that
+    still differs makes pip reinstall vLLM without dependencies).
+    """
+    from patchkit import api
+    from patchkit.install import from_python, record_sha256
+    from patchkit.journal import sha256
+
+    venv = CACHE_ROOT / f"venv-vllm-{version}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+
+    def pristine() -> None:
+        install = from_python(python)
+        api.revert(install, force=True)
+        record = record_sha256(install)
+        site = install.site_packages
+        drifted = [p for p, digest in record.items() if p.startswith("vllm/") and p.endswith(".py")
+                   and (site / p).is_file() and sha256((site / p).read_bytes()) != digest]
+        if drifted:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps",
+                            f"vllm=={version}"], check=True)
+
+    with FileLock(str(CACHE_ROOT / f"venv-vllm-{version}.lock")):
+        if not (venv / ".complete").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            f"vllm=={version}"], check=True)
+            (venv / ".complete").touch()
+        pristine()
+        try:
+            yield python
+        finally:
+            pristine()
 
 
 def fresh_copy(version: str, dest: Path) -> Path:

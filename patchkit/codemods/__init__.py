@@ -36,7 +36,8 @@ class Kind:
 
 
 def _capture_expects(o: dict[str, Any]) -> str:
-    layer = "'hidden_states, residual = layer(...)'" if o.get("residual", True) else "'hidden_states = layer(...)'"
+    layer = ("'hidden_states, residual = layer(..., residual, ...)'" if o.get("residual", True) else
+             "'hidden_states = layer(...)' (or 'hidden_states, residual = layer(...)' with no residual passed in)")
     if o.get("form", "inline") == "mixin":
         return (
             "the backbone class exactly once at module level, with exactly one forward; forward holds exactly one "

@@ -48,7 +48,7 @@ HIDDEN_STREAM = "hidden_states"
 
 _SELF_ATTR = m.Attribute(value=m.Name("self"), attr=m.Name(ATTR))
 _CAPTURE_IN_LOOP = m.If(
-    test=m.Comparison(left=m.Name(INDEX), comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)])
+    test=m.Comparison(comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)])
 )
 _CAPTURE_FINAL = m.If(
     test=m.BooleanOperation(
@@ -69,10 +69,28 @@ def _layer_call(layer: str, residual: bool) -> m.Assign:
     return m.Assign(targets=[m.AssignTarget(target=target)], value=m.Call(func=m.Name(layer)))
 
 
-_DECODER_LOOP = m.For(
-    target=m.Name(),
-    iter=m.MatchIfTrue(lambda node: bool(m.findall(node, m.Attribute(value=m.Name("self"), attr=m.Name("layers"))))),
-)
+def _read_loop(forward: cst.FunctionDef):
+    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.shapes.decoder_loop`
+    on the same code, so the classifier and this codemod agree on every loop form."""
+    import ast
+
+    from patchkit.composition import is_layer_loop
+    from patchkit.shapes import Loop, decoder_loop
+
+    body = list(forward.body.body)
+    loops = []
+    for stmt in body:
+        if isinstance(stmt, cst.For):
+            node = ast.parse(cst.Module(body=[stmt]).code).body[0]
+            if isinstance(node, ast.For) and is_layer_loop(node):
+                loops.append(stmt)
+    loop = exactly_one(loops, "decoder-layer loop 'for <layer> in ...self.layers...'")
+    parsed = ast.parse(cst.Module(body=[forward]).code).body[0]
+    assert isinstance(parsed, (ast.FunctionDef, ast.AsyncFunctionDef))
+    form = decoder_loop(parsed)
+    if not isinstance(form, Loop):
+        raise Refusal(form)
+    return loop, form
 
 
 class CaptureAuxHiddenStates(Codemod):
@@ -161,57 +179,46 @@ class CaptureAuxHiddenStates(Codemod):
 
     def _forward_body(self, forward: cst.FunctionDef) -> list[cst.BaseStatement]:
         body = list(forward.body.body)
-        loop = exactly_one([s for s in body if m.matches(s, _DECODER_LOOP)], "decoder-layer loop 'for <layer> in ...self.layers...'")
-        assert isinstance(loop, cst.For) and isinstance(loop.target, cst.Name)
-        layer = loop.target.value
-        shape = "'hidden_states, residual = " if self.residual else "'hidden_states = "
-        calls = [i for i, s in enumerate(loop.body.body) if m.matches(s, m.SimpleStatementLine(body=[_layer_call(layer, self.residual)]))]
-        at_call = exactly_one(calls, f"{shape}{layer}(...)' directly in the decoder-layer loop")
-        exactly_one(m.findall(loop.body, _layer_call(layer, self.residual)), f"{shape}{layer}(...)' in the decoder-layer loop")
+        loop, form = _read_loop(forward)
+        if form.returns_residual != self.residual:
+            raise Refusal("the residual stream is " + ("hidden_states + residual" if form.returns_residual else
+                                                       "hidden_states alone") + ", not what this patch was planned for")
+        if form.captures:
+            raise Refusal(f"{forward.name.value} already captures aux hidden states")
+        at_call = form.call_at
         returns = [i for i, s in enumerate(body) if m.matches(s, m.SimpleStatementLine(body=[m.Return(value=m.Name("hidden_states"))]))]
         at_return = exactly_one(returns, "top-level 'return hidden_states' in forward")
         at_loop = body.index(loop)
         if at_return < at_loop:
             raise Refusal("the final 'return hidden_states' comes before the decoder-layer loop")
+        index = form.index or INDEX
         loop_body = list(loop.body.body)
+        if len(loop_body) <= at_call or not m.matches(loop_body[at_call], m.SimpleStatementLine(
+                body=[_layer_call(form.layer, form.tuple_target)])):
+            raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
         if self.form == "inline":
-            loop_body.insert(0, cst.parse_statement(f"if {INDEX} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
+            loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
         else:
             residual = "residual" if self.residual else "None"
             loop_body.insert(at_call + 1, cst.parse_statement(
-                f"self.{MAYBE_ADD}({STATES}, {INDEX} + 1, hidden_states, {residual})\n"))
-        new_loop = loop.with_changes(
-            target=cst.Tuple(
-                elements=[
-                    cst.Element(cst.Name(INDEX), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                    cst.Element(cst.Name(layer)),
-                ],
-                lpar=[],
-                rpar=[],
-            ),
-            iter=cst.Call(
-                func=cst.Name("enumerate"),
-                args=[
-                    cst.Arg(value=loop.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                    cst.Arg(
-                        keyword=cst.Name("start"),
-                        value=cst.parse_expression("self.start_layer"),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                    ),
-                ],
-            ),
-            body=loop.body.with_changes(body=loop_body),
-        )
+                f"self.{MAYBE_ADD}({STATES}, {index} + 1, hidden_states, {residual})\n"))
+        if form.index is not None:  # the loop already has a global index: keep its header
+            new_loop = loop.with_changes(body=loop.body.with_changes(body=loop_body))
+        else:
+            new_loop = _enumerated_header(loop, loop_body)
         comment = cst.EmptyLine(comment=cst.Comment(
             f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
             "(residual stream entering each requested global layer id)."))
+        before: list[cst.BaseStatement] = []
         if self.form == "inline":
-            start = cst.parse_statement(f"{STATES} = []\n")
+            if not form.residual_before:  # the first layer takes hidden_states alone: its stream has no residual
+                before.append(cst.parse_statement("residual = None\n"))
+            before.append(cst.parse_statement(f"{STATES} = []\n"))
         else:
-            residual = "residual" if self.residual else "None"
-            start = cst.parse_statement(
-                f"{STATES} = self.{MAYBE_ADD}([], self.start_layer, hidden_states, {residual})\n")
-        start = start.with_changes(leading_lines=[*loop.leading_lines, comment])
+            residual = "residual" if self.residual and form.residual_before else "None"
+            before.append(cst.parse_statement(
+                f"{STATES} = self.{MAYBE_ADD}([], self.start_layer, hidden_states, {residual})\n"))
+        before[0] = before[0].with_changes(leading_lines=[*loop.leading_lines, comment])
         new_loop = new_loop.with_changes(leading_lines=[])
         after_loop: list[cst.BaseStatement] = []
         if self.form == "inline":
@@ -222,7 +229,35 @@ class CaptureAuxHiddenStates(Codemod):
         ret = cst.parse_statement(f"if len({STATES}) > 0:\n    return hidden_states, {STATES}\n")
         ret = ret.with_changes(leading_lines=body[at_return].leading_lines)
         last = body[at_return].with_changes(leading_lines=[])
-        return [*body[:at_loop], start, new_loop, *after_loop, *body[at_loop + 1 : at_return], ret, last, *body[at_return + 1 :]]
+        return [*body[:at_loop], *before, new_loop, *after_loop, *body[at_loop + 1 : at_return], ret, last, *body[at_return + 1 :]]
+
+
+def _enumerated_header(loop: cst.For, loop_body: list[cst.BaseStatement]) -> cst.For:
+    """``for layer in X`` -> ``for layer_idx, layer in enumerate(X, start=self.start_layer)`` with ``loop_body``."""
+    assert isinstance(loop.target, cst.Name)
+    layer = loop.target.value
+    return loop.with_changes(
+        target=cst.Tuple(
+            elements=[
+                cst.Element(cst.Name(INDEX), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Element(cst.Name(layer)),
+            ],
+            lpar=[],
+            rpar=[],
+        ),
+        iter=cst.Call(
+            func=cst.Name("enumerate"),
+            args=[
+                cst.Arg(value=loop.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(
+                    keyword=cst.Name("start"),
+                    value=cst.parse_expression("self.start_layer"),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                ),
+            ],
+        ),
+        body=loop.body.with_changes(body=loop_body),
+    )
 
 
 def _class_name(site: Site) -> str:
