@@ -10,8 +10,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from patchkit import contract as contract_mod
+from patchkit.errors import PatchkitError, UsageError
 from patchkit.install import Install, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.registry import Registry, Resolution
@@ -22,6 +24,7 @@ from patchkit.results import (
     InstallInfo,
     Outcome,
     PatchResult,
+    Problem,
     RevertedFile,
     RevertReport,
     StatusEntry,
@@ -34,11 +37,13 @@ from patchkit.verify import verify as run_checks
 
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
-    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
+                       contract.patchable, contract.native)
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
-          target: str = "vllm", force: bool = False) -> ApplyReport:
+          target: str = "vllm", force: bool = False,
+          on_wait: Callable[[Path, float], None] | None = None) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -52,30 +57,47 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         target: the distribution (``"vllm"``).
         force: patch files whose bytes differ from the distribution's RECORD (someone else
             changed them) instead of refusing.
+        on_wait: called once, with the site-packages folder and the timeout in seconds, when
+            another patchkit run holds the install's lock and this one starts waiting.
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
-        was nothing to write.
+        was nothing to write. A patch named in ``patch_ids`` that is not applicable to this
+        release is refused (with the reason), so its prerequisites are not written either.
     Raises:
-        UsageError: unknown target or patch id.
+        UsageError: unknown target or patch id (the hint names the closest ids).
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
-    patches = select(load_patches(target), patch_ids)
+    everything = load_patches(target)
+    _check_patch_ids(patch_ids, [p.id for p in everything])
+    patches = select(everything, patch_ids)
+    requested = set(patch_ids or ())
     journal = Journal(install.site_packages, target)
     if dry_run:
-        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force))
+        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, requested=requested, force=force))
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
-    with journal.lock():
+    with journal.lock(on_wait=on_wait):
         journal = Journal(install.site_packages, target)
         recovered = journal.recover()
-        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
+        report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force)
         report.recovered = recovered
     journal.remove_if_empty()
     return _mark_unwritten(report)
 
 
-def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
+def _check_patch_ids(ids: list[str] | None, known: list[str]) -> None:
+    """Raise :class:`UsageError` for an unknown ``--patch``, suggesting the closest known ids."""
+    unknown = [i for i in ids or () if i not in known]
+    if not unknown:
+        return
+    close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")
+
+
+def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
+           force: bool) -> ApplyReport:
     """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
 
@@ -89,6 +111,13 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
     ]
     report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
     if planned.refused:
+        return report
+    for r in report.patches:
+        # --patch X asks for X: writing only its prerequisites would not be what was asked for
+        if r.id in requested and r.outcome is Outcome.NOT_APPLICABLE:
+            r.outcome = Outcome.REFUSED
+            r.reason = f"requested with --patch, but not applicable to vLLM {install.version}: {r.reason}"
+    if report.refused:
         return report
     linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
     if linked:
@@ -105,7 +134,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
         after = SourceTree(install.site_packages, overrides=planned.changed)
         report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
         # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
-        if not report.verify.ok and planned.changed and not partial:
+        if not report.verify.ok and planned.changed and not requested:
             failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
             for r in report.patches:
                 if r.outcome is Outcome.APPLIED:
@@ -163,10 +192,11 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
         runtime_python: when given, also run :mod:`patchkit.runtime_probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
     Returns:
-        A :class:`VerifyReport`; ``ok`` is True only when no check fails.
+        A :class:`VerifyReport`; ``ok`` is True only when no check fails. When the runtime probe
+        cannot run (``runtime_python`` cannot be started, or cannot import vLLM and torch), the
+        static checks are kept and ``runtime_error`` says why.
     Raises:
         SourceError: a file on the chain is missing or does not parse.
-        InterpreterError: ``runtime_python`` cannot be started.
     """
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
@@ -180,11 +210,15 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
         checks.insert(1, Check("patchkit journal", None, detail))
+    runtime_error = None
     if runtime_python is not None:
         from patchkit.runtime import probe_spec, run_probe
 
-        checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
-    return VerifyReport(_info(install, contract), checks)
+        try:
+            checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
+        except PatchkitError as exc:
+            runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
+    return VerifyReport(_info(install, contract), checks, runtime_error)
 
 
 FILE_STATES = {
@@ -221,12 +255,14 @@ def file_state(install: Install, entry: Entry, record: dict[str, str]) -> str:
     return "edited"
 
 
-def revert(install: Install, *, target: str = "vllm", force: bool = False) -> RevertReport:
+def revert(install: Install, *, target: str = "vllm", force: bool = False,
+           on_wait: Callable[[Path, float], None] | None = None) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
     writing nothing, unless ``force``: then its original bytes are written back over the edit.
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
+    ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
     Raises:
         StateError: the journal or an original copy is unreadable, or a write failed (files
@@ -237,7 +273,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
     info = _info(install, contract_mod.detect(tree))
     if not journal.entries and not journal.pending:
         return RevertReport(info, [], refused=False)
-    with journal.lock():
+    with journal.lock(on_wait=on_wait):
         rolled = journal.recover()
         files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
         record = record_sha256(install)
@@ -329,6 +365,17 @@ class ResolveReport:
         }
 
 
+def check_architecture(architecture: str) -> None:
+    """Raise :class:`UsageError` for an architecture name that cannot be one (empty, or with spaces).
+
+    vLLM's registry keys are Python class names (``DeepseekV2ForCausalLM``).
+    """
+    if not architecture.strip() or any(ch.isspace() for ch in architecture):
+        raise UsageError(f"{architecture!r} is not an architecture name",
+                         "give a class name from the checkpoint's config.json \"architectures\", "
+                         "e.g. DeepseekV3ForCausalLM")
+
+
 def resolve(install: Install, architecture: str) -> ResolveReport:
     """Resolve an architecture name through this vLLM's registry, read statically.
 
@@ -336,8 +383,10 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
         A :class:`ResolveReport`; ``resolution`` is None when the architecture is not registered
         (vLLM would then load it through its Transformers backend with ``trust_remote_code``).
     Raises:
+        UsageError: ``architecture`` is empty or holds spaces (:func:`check_architecture`).
         SourceError: the registry or the model file does not parse.
     """
+    check_architecture(architecture)
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)

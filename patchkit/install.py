@@ -11,8 +11,9 @@ import base64
 import binascii
 import json
 import os
+import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -36,11 +37,13 @@ class Install:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
         dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        python: the interpreter it was found through (``--python``, resolved), or None.
     """
 
     site_packages: Path
     version: Version
     dist_info: Path
+    python: Path | None = None
 
 
 def _from_distributions(dists: list[metadata.Distribution], where: str) -> Install:
@@ -134,31 +137,64 @@ def from_site_packages(directory: Path) -> Install:
     return _from_distributions(dists, str(directory))
 
 
-def from_python(interpreter: Path) -> Install:
+def interpreter_path(given: Path | str) -> Path:
+    """The Python executable ``--python`` names: a path, a command on ``PATH``, or a venv folder.
+
+    ``python3`` (no slash, not a folder here) is looked up on ``PATH`` as a shell would; a folder
+    holding ``bin/python`` (a venv or conda environment) stands for that interpreter.
+
+    Raises:
+        InterpreterError: nothing executable is found.
+    """
+    text = str(given)
+    path = Path(text).expanduser()
+    if "/" not in text and not path.is_dir():
+        found = shutil.which(text)  # a bare name means a command, as in a shell
+        if found is not None:
+            return Path(found)
+        if not path.exists():
+            raise InterpreterError(
+                f"--python {text}: no such file, and no command {text!r} on PATH",
+                "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
+            )
+    if not path.exists():
+        raise InterpreterError(
+            f"--python {path} does not exist",
+            "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
+        )
+    if path.is_dir():
+        for name in ("bin/python", "bin/python3"):
+            if (path / name).is_file() and os.access(path / name, os.X_OK):
+                return path / name
+        raise InterpreterError(
+            f"--python {path} is a folder without bin/python",
+            "give the python executable itself, or the venv folder that holds bin/python",
+        )
+    if not os.access(path, os.X_OK):
+        raise InterpreterError(
+            f"--python {path} is not an executable file",
+            "give the python executable itself, e.g. /opt/venv/bin/python",
+        )
+    return path
+
+
+def from_python(interpreter: Path | str) -> Install:
     """Find the vLLM that the interpreter ``interpreter`` would import.
 
     The interpreter is run once with a one-line standard-library script that prints its
-    ``sys.path``; vLLM itself is not imported.
+    ``sys.path`` (any Python 3 runs it); vLLM itself is not imported.
 
     Args:
-        interpreter: path to a Python executable, e.g. ``/opt/venv/bin/python``.
+        interpreter: a Python executable (``/opt/venv/bin/python``), a command on ``PATH``
+            (``python3``), or a venv folder (its ``bin/python``); see :func:`interpreter_path`.
     Returns:
-        The :class:`Install` that interpreter sees first on its import path.
+        The :class:`Install` that interpreter sees first on its import path, with ``python``
+        set to the executable used.
     Raises:
-        InterpreterError: the path is not an executable Python interpreter.
+        InterpreterError: no executable Python interpreter is found there.
         InstallNotFound: that interpreter's environment has no vLLM.
     """
-    interpreter = Path(interpreter).expanduser()
-    if not interpreter.exists():
-        raise InterpreterError(
-            f"--python {interpreter} does not exist",
-            "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
-        )
-    if interpreter.is_dir() or not os.access(interpreter, os.X_OK):
-        raise InterpreterError(
-            f"--python {interpreter} is not an executable file",
-            "give the python executable itself, e.g. /opt/venv/bin/python",
-        )
+    interpreter = interpreter_path(interpreter)
     try:
         proc = subprocess.run(
             [str(interpreter), "-c", _PROBE],
@@ -184,7 +220,7 @@ def from_python(interpreter: Path) -> Install:
         )
     entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
     dists = list(metadata.distributions(name=DISTRIBUTION, path=entries))
-    return _from_distributions(dists, f"the environment of {interpreter}")
+    return replace(_from_distributions(dists, f"the environment of {interpreter}"), python=interpreter)
 
 
 def from_current_environment() -> Install:

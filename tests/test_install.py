@@ -55,10 +55,10 @@ def test_python_that_is_not_an_interpreter(cli, tmp_path):
     assert "is not a working Python interpreter" in result.stderr
 
 
-def test_python_that_is_a_directory(cli, tmp_path):
+def test_python_that_is_a_folder_without_an_interpreter(cli, tmp_path):
     result = cli("verify", "--python", str(tmp_path))
     assert result.exit_code == 4
-    assert "is not an executable file" in result.stderr
+    assert "is a folder without bin/python" in result.stderr
 
 
 def test_environment_without_vllm(cli, tmp_path):
