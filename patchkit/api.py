@@ -7,16 +7,14 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from patchkit import contract as contract_mod
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.install import Install, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
-from patchkit.registry import Registry, Resolution
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -32,8 +30,12 @@ from patchkit.results import (
     VerifyReport,
 )
 from patchkit.source import ClassRef, SourceTree
-from patchkit.spec import load_patches, select
-from patchkit.verify import verify as run_checks
+
+if TYPE_CHECKING:
+    from patchkit.registry import Resolution
+
+# The registry, the chain check and the patch set are imported by the functions that use them,
+# so 'status' and 'revert' start without them (issue 11).
 
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
@@ -68,6 +70,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
+    from patchkit.spec import load_patches, select
+
     everything = load_patches(target)
     _check_patch_ids(patch_ids, [p.id for p in everything])
     patches = select(everything, patch_ids)
@@ -91,6 +95,8 @@ def _check_patch_ids(ids: list[str] | None, known: list[str]) -> None:
     unknown = [i for i in ids or () if i not in known]
     if not unknown:
         return
+    import difflib
+
     close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")
@@ -100,6 +106,8 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
            force: bool) -> ApplyReport:
     """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
+    from patchkit.registry import Registry
+    from patchkit.verify import verify as run_checks
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
@@ -172,7 +180,7 @@ def _refuse(report: ApplyReport, paths: list[str], reason) -> None:
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
     """Files about to be patched whose bytes are neither RECORD's nor what patchkit last wrote."""
-    record = record_sha256(install)
+    record = record_sha256(install, paths)
     out = []
     for path in paths:
         digest = sha256(originals[path])
@@ -198,13 +206,16 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
     Raises:
         SourceError: a file on the chain is missing or does not parse.
     """
+    from patchkit.registry import Registry
+    from patchkit.verify import verify as run_checks
+
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     checks = run_checks(tree, registry, contract)
     journal = Journal(install.site_packages)
     if journal.entries:
-        record = record_sha256(install)
+        record = record_sha256(install, journal.entries)
         states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
         odd = {p: st for p, st in states.items() if st != "patched"}
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
@@ -276,7 +287,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     with journal.lock(on_wait=on_wait):
         rolled = journal.recover()
         files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
-        record = record_sha256(install)
+        record = record_sha256(install, journal.entries)
         restore: list[str] = []
         forget: list[str] = []
         refused = False
@@ -311,7 +322,7 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
     journal = Journal(install.site_packages, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    record = record_sha256(install) if journal.entries else {}
+    record = record_sha256(install, journal.entries) if journal.entries else {}
     entries = [
         StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
@@ -386,6 +397,8 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
         UsageError: ``architecture`` is empty or holds spaces (:func:`check_architecture`).
         SourceError: the registry or the model file does not parse.
     """
+    from patchkit.registry import Registry
+
     check_architecture(architecture)
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
@@ -397,6 +410,8 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
     suggestions: list[str] = []
     if resolution is None:  # a case slip or a one-letter typo, not every vaguely similar name
+        import difflib
+
         by_lower = {a.lower(): a for a in registry.entries}
         close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
         suggestions = [by_lower[c] for c in close]
