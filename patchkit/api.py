@@ -73,7 +73,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     from patchkit.spec import load_patches, select
 
     everything = load_patches(target)
-    _check_patch_ids(patch_ids, [p.id for p in everything])
+    _unknown_patch_ids(patch_ids, [p.id for p in everything])
     patches = select(everything, patch_ids)
     requested = set(patch_ids or ())
     journal = Journal(install.site_packages, target)
@@ -90,7 +90,18 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     return _mark_unwritten(report)
 
 
-def _check_patch_ids(ids: list[str] | None, known: list[str]) -> None:
+def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
+    """Raise :class:`UsageError` for an unknown ``--patch`` id (the hint suggests the closest ids).
+
+    The CLI calls this before it looks for the install, so a typo is reported as one.
+    """
+    if ids:
+        from patchkit.spec import load_patches
+
+        _unknown_patch_ids(ids, [p.id for p in load_patches(target)])
+
+
+def _unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
     """Raise :class:`UsageError` for an unknown ``--patch``, suggesting the closest known ids."""
     unknown = [i for i in ids or () if i not in known]
     if not unknown:

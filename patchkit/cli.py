@@ -160,6 +160,7 @@ def apply(
         from patchkit import api
         from patchkit.results import Outcome
 
+        api.check_patch_ids(patch, target)
         install = _install(target, site_packages, python)
         with _working("planning and checking the patches...", as_json):
             report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force,
