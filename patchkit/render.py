@@ -131,14 +131,15 @@ class Writer:
         """Write a table: every column but the last is as wide as its widest cell; the last wraps.
 
         On a terminal too narrow for that (the last column would get fewer than
-        :data:`MIN_LAST_COLUMN` characters), each row becomes a block: its first cell, then one
-        ``header: value`` line per other cell.
+        :data:`MIN_LAST_COLUMN` characters, or less than its longest word), each row becomes a
+        block: its first cell, then one ``header: value`` line per other cell.
         """
         cells = [[(c, None) if isinstance(c, str) else c for c in row] for row in rows]
         fixed = [max([len(headers[i]) if show_header else 0, *(len(r[i][0]) for r in cells)])
                  for i in range(len(headers) - 1)]
         offset = sum(fixed) + 2 * len(fixed)
-        if self.width is not None and self.width - offset < MIN_LAST_COLUMN:
+        longest = max((len(w) for r in cells for w in r[-1][0].split(" ")), default=0)
+        if self.width is not None and self.width - offset < max(MIN_LAST_COLUMN, longest):
             self._blocks(headers, cells)
             return
         lines: list[str] = []
