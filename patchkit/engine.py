@@ -33,7 +33,8 @@ from patchkit.spec import ClassTarget, ModuleTarget, Patch
 
 
 A1_RELEASES = SpecifierSet(">=0.10.2,<0.18.0", prereleases=True)
-"""Releases with the A1 EAGLE-3 contract (REFERENCE.md, "The EAGLE-3 contract in vLLM, by era")."""
+"""Releases with the A1 EAGLE-3 contract: ``SupportsEagle3`` with stub methods in vLLM 0.10.2 - 0.17.1
+``model_executor/models/interfaces.py`` (absent from 0.9.2's file; default methods from 0.18.0's)."""
 
 _REINSTALL = "the installed file is damaged or was edited; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)"
 

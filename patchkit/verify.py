@@ -181,7 +181,10 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
 
 
 def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
-    """Check a backbone ``forward`` against the capture semantics (REFERENCE.md, "Capture semantics").
+    """Check a backbone ``forward`` against the capture semantics (:mod:`patchkit.codemods.capture`).
+
+    The semantics are vLLM's own native capture: vLLM 0.18.0 ``model_executor/models/deepseek_v2.py``
+    ``DeepseekV2Model.forward`` (and, for id ``n``, vLLM 0.25.0's same forward).
 
     Args:
         forward: the function's AST.

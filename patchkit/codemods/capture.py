@@ -6,7 +6,11 @@ slice), each layer returning ``(hidden_states, residual)`` separately, then the 
 stage applies ``hidden_states, _ = self.norm(hidden_states, residual)`` and returns
 ``hidden_states``; other stages return ``IntermediateTensors`` first.
 
-The capture semantics written here (REFERENCE.md, "Capture semantics"):
+The capture semantics written here are vLLM's own where it captures natively (vLLM 0.18.0
+``model_executor/models/deepseek_v2.py`` ``DeepseekV2Model.forward``: ``hidden_states + residual``
+appended before each requested layer, the loop enumerating from ``self.start_layer``, the pair
+returned only when something was captured; vLLM 0.25.0's same forward adds id ``n`` after the loop,
+before the norm):
 
 - id ``k`` is the residual stream entering layer ``k``: ``hidden_states + residual``, or
   ``hidden_states`` where ``residual`` is still None (the first layer); never the normed value;
