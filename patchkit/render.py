@@ -89,16 +89,19 @@ class Writer:
             return text
         return f"\x1b[{';'.join(_SGR[s] for s in style.split())}m{text}\x1b[0m"
 
-    def fit(self, pieces: Sequence[Piece], first: str = "", rest: str | None = None) -> list[str]:
+    def fit(self, pieces: Sequence[Piece], first: str = "", rest: str | None = None,
+            first_width: int | None = None) -> list[str]:
         """Lay ``pieces`` out as lines: ``first`` prefixes the first line, ``rest`` the others.
 
-        Words are never split; breaks fall only where the text has a space. Returns the lines,
-        styled, without trailing spaces.
+        Words are never split; breaks fall only where the text has a space. ``first_width`` is
+        the visible width of ``first`` when it holds ANSI styles. Returns the lines, styled,
+        without trailing spaces.
         """
-        rest = " " * len(first) if rest is None else rest
+        first_width = len(first) if first_width is None else first_width
+        rest = " " * first_width if rest is None else rest
         words = _words(pieces)
         lines: list[str] = []
-        current, used = first, len(first)
+        current, used = first, first_width
         start = True
         for w in words:
             gap = "" if start else w.gap
@@ -149,7 +152,7 @@ class Writer:
         for row in cells:
             lead = "".join(self._paint(text, style) + " " * (w - len(text) + 2)
                            for (text, style), w in zip(row, fixed))
-            lines.extend(self.fit([row[-1]], lead, " " * offset))
+            lines.extend(self.fit([row[-1]], lead, " " * offset, first_width=offset))
         self.write_lines(lines)
 
     def _blocks(self, headers: Sequence[str], cells: list[list[tuple[str, str | None]]]) -> None:
