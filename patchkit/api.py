@@ -38,6 +38,13 @@ if TYPE_CHECKING:
 # so 'status' and 'revert' start without them (issue 11).
 
 
+def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract) -> list[Check]:
+    """The chain check, :func:`patchkit.verify.verify` (imported on first use)."""
+    from patchkit.verify import verify as chain_check
+
+    return chain_check(tree, registry, contract)
+
+
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
                        contract.patchable, contract.native)
@@ -118,7 +125,6 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
     from patchkit.registry import Registry
-    from patchkit.verify import verify as run_checks
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
@@ -218,7 +224,6 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
         SourceError: a file on the chain is missing or does not parse.
     """
     from patchkit.registry import Registry
-    from patchkit.verify import verify as run_checks
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
