@@ -119,7 +119,7 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
         raise ConfigError(f"{option} {location} has no {CONFIG_FILE}",
                           f"give the checkpoint folder itself (the one with {CONFIG_FILE} and the weights)")
     try:
-        text = file.read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8-sig")  # a byte-order mark some editors write is not JSON
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}",
                           "check that the file is readable UTF-8 JSON") from exc
@@ -322,7 +322,8 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     Returns:
         A :class:`DoctorReport`; ``ready`` is True only when no check fails.
     Raises:
-        ConfigError: a ``config.json`` is missing or unreadable (see :func:`read_config`).
+        ConfigError: a ``config.json`` is missing or unreadable (see :func:`read_config`), or the
+            target's ``num_hidden_layers`` is not a positive integer.
         SourceError: a vLLM file on the way does not parse.
         StateError: patchkit's journal in the install cannot be read.
         UsageError: unknown ``distribution``.
@@ -333,7 +334,8 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
+                       contract.patchable, contract.native)
     facts = _target_facts(target_cfg, tree, registry)
     actions: list[str] = []
 
@@ -362,6 +364,11 @@ def _target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     text, nested = text_config(data)
+    layers = text.get("num_hidden_layers")
+    if layers is not None and (_int(layers) is None or layers < 1):
+        where = "text_config.num_hidden_layers" if nested else "num_hidden_layers"
+        raise ConfigError(f"{cfg.path}: {where} is {json.dumps(layers)}, not a positive layer count",
+                          "the target's config.json is damaged or was edited; download the checkpoint's config.json again")
     facts = TargetFacts(
         config=str(cfg.path),
         architectures=architectures,

@@ -51,13 +51,14 @@ FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,
            architectures: tuple[str, ...] | None = None,
-           model_types: tuple[str, ...] = TEXT_MODEL_TYPES) -> list[Check]:
+           model_types: tuple[str, ...] | None = None) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
     Args:
         tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
         architectures: the registry names to check (default: :func:`default_architectures`).
-        model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit.
+        model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit
+            (default: :data:`TEXT_MODEL_TYPES`).
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
         the proposer.
@@ -85,7 +86,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         node = _model(tree, registry, contract, resolution.cls, set())
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
-    checks.append(_allow_list(tree, contract, model_types))
+    checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
     if registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures()):
         checks.append(_proposer(tree))
     return checks
@@ -248,7 +249,10 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
 
 
 def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
-    """Check a backbone ``forward`` against the capture semantics (REFERENCE.md, "Capture semantics").
+    """Check a backbone ``forward`` against the capture semantics (:mod:`patchkit.codemods.capture`).
+
+    The semantics are vLLM's own native capture: vLLM 0.18.0 ``model_executor/models/deepseek_v2.py``
+    ``DeepseekV2Model.forward`` (and, for id ``n``, vLLM 0.25.0's same forward).
 
     Args:
         forward: the function's AST.

@@ -1,7 +1,7 @@
 """Fetch real vLLM release files for tests: the ``.py`` files and ``.dist-info`` of a wheel.
 
-A release is downloaded once with ``pip download --no-deps`` (the x86-64 manylinux wheel, as
-REFERENCE.md "Real input" describes), its ``vllm/**/*.py`` files and ``vllm-X.Y.Z.dist-info/``
+A release is downloaded once with ``pip download --no-deps`` (the x86-64 manylinux wheel: the
+tests run on real release files, never on vLLM source kept in this repository), its ``vllm/**/*.py`` files and ``vllm-X.Y.Z.dist-info/``
 are extracted into a cache directory outside the repository, and the wheel is deleted. Each test
 gets a fresh copy of that pristine tree, so tests can write to it.
 

@@ -10,7 +10,11 @@ From 0.18.0 (A2/A3, ``interfaces.py`` ``EagleModelMixin``) native backbones inhe
 call ``self._maybe_add_hidden_state(aux, idx, hidden_states, residual)`` once before the loop and
 after each layer (``qwen3_moe.py``); the ``mixin`` form writes exactly that, with global ids.
 
-The capture semantics written here (vLLM's own, as its native classes capture):
+The capture semantics written here are vLLM's own where it captures natively (vLLM 0.18.0
+``model_executor/models/deepseek_v2.py`` ``DeepseekV2Model.forward``: ``hidden_states + residual``
+appended before each requested layer, the loop enumerating from ``self.start_layer``, the pair
+returned only when something was captured; vLLM 0.25.0's same forward adds id ``n`` after the loop,
+before the norm):
 
 - id ``k`` is the residual stream entering layer ``k``: ``hidden_states + residual``, or
   ``hidden_states`` where ``residual`` is still None (the first layer); never the normed value;
