@@ -15,7 +15,7 @@ PATCH = Patch(
         "methods are generated for what this release's __init__ actually assigns."
     ),
     reference="vllm-project/vllm, native from v0.18.0 (model_executor/models/kimi_k25.py); #35966",
-    vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
+    vllm=SpecifierSet(">=0.16.0,<0.18.0", prereleases=True),
     target=ClassTarget(architecture="KimiK25ForConditionalGeneration", forwards_to="language_model"),
     codemod=AddEagle3Interface(patch_id="eagle3-kimi-k25-interface"),
     requires=("eagle3-deepseek-interface",),

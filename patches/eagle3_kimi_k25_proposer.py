@@ -14,7 +14,7 @@ PATCH = Patch(
         "instead, so loading the draft fails with an AttributeError."
     ),
     reference="vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v0.18.0 (v1/spec_decode/eagle.py)",
-    vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
+    vllm=SpecifierSet(">=0.16.0,<0.18.0", prereleases=True),
     target=ModuleTarget(modules=("vllm.v1.spec_decode.eagle",)),
     codemod=AddModelNameBranch(
         model="KimiK25ForConditionalGeneration",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from packaging.specifiers import SpecifierSet
 
+from patchkit import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.composition import CompositionError, held_class, holder
 from patchkit.contract import Contract
@@ -224,6 +225,9 @@ def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) ->
                 "which is not a native model file"
             )
         cls: ClassRef = resolution.cls
+        fault = loadpath.bare_language_model(tree, registry, cls)
+        if fault is not None:  # EAGLE-3 cannot work through this wrapper here: patch nothing for it
+            raise _NotApplicable(f"not patched on this release: {fault.reason()}")
         try:
             for attr in target.held:
                 cls = held_class(tree, registry, cls, attr).cls

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from patchkit import loadpath
 from patchkit.composition import CompositionError, held_class, kind_of, self_attr
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, SETTER, Contract, admits, is_stub
 from patchkit.registry import Registry
@@ -59,11 +60,15 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
         if resolution.cls is None:
             checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
             continue
+        fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
+        if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
+            checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
+            continue
         node = _model(tree, registry, contract, resolution.cls, set())
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract))
-    if registry.entry(KIMI_K25) is not None:
+    if registry.entry(KIMI_K25) is not None and not any(c.label == KIMI_K25 and c.ok is None for c in checks):
         checks.append(_proposer(tree))
     return checks
 
