@@ -623,6 +623,12 @@ def _backbone_transport(ctx: DraftContext) -> tuple[bool, str]:
         links = []
     if links:
         backbone = links[-1][1]
+    else:  # built through a helper (``self.model = self._init_model(...)``): the one backbone its module defines
+        found = [ref for node in ctx.tree.module_tree(cls.module).body if isinstance(node, ast.ClassDef)
+                 for ref in [ctx.tree.find_class(cls.module, node.name)]
+                 if ref is not None and composition.kind_of(ctx.tree, ref) == "backbone"]
+        if len(found) == 1:
+            backbone = found[0]
     for klass in ctx.tree.mro(backbone):
         for stmt in ctx.tree.class_node(klass).body:
             if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_TRANSPORT_FLAG)
