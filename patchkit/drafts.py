@@ -450,14 +450,20 @@ def _architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftConte
 
 
 def _transformers_allows(spec: SpecifierSet | None, since: str) -> bool:
-    """Whether a transformers release >= ``since`` satisfies ``spec`` (None: no requirement)."""
+    """Whether some transformers release >= ``since`` satisfies ``spec`` (None: no requirement).
+
+    Only upper bounds and exact pins can exclude every release from ``since`` on.
+    """
     if spec is None:
         return True
     floor = Version(since)
     for s in spec:
-        if s.operator in ("<", "<=") and Version(s.version) <= floor and not (s.operator == "<=" and Version(s.version) == floor):
+        if "*" in s.version:
+            continue
+        bound = Version(s.version)
+        if (s.operator == "<" and bound <= floor) or (s.operator == "<=" and bound < floor):
             return False
-        if s.operator in ("==", "===") and "*" not in s.version and Version(s.version) < floor:
+        if s.operator in ("==", "===") and bound < floor:
             return False
     return True
 
