@@ -32,7 +32,7 @@ import json
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
@@ -643,6 +643,16 @@ def _backbone_transport(ctx: DraftContext) -> tuple[bool, str]:
     return False, f"{backbone.name} does not set {PP_TRANSPORT_FLAG}"
 
 
+class _Pick(NamedTuple):
+    """The ids one runner picks: ``source`` is ``"draft config"``, ``"draft eagle_config"`` or ``"default"``."""
+
+    runner: str
+    location: str | None
+    ids: list[int] | None
+    source: str
+    how: str
+
+
 def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check:
     n = ctx.target.num_hidden_layers
     reading = ctx.reading
@@ -671,14 +681,14 @@ def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[s
     facts.intended_aux_layer_ids = intended
 
     # what each runner picks
-    picks: list[tuple[str, str | None, list[int] | None, str, str]] = []  # runner, location, ids, source, how
+    picks: list[_Pick] = []
     for r in reading.readers or (None,):
         if r is not None and top_seen is not None and r.top_level:
-            picks.append((r.runner, r.location, top_seen, "draft config", f"reads the top-level {IDS_FIELD} verbatim"))
+            picks.append(_Pick(r.runner, r.location, top_seen, "draft config", f"reads the top-level {IDS_FIELD} verbatim"))
         elif r is not None and top_seen is None and nested is not None and r.nested:
             how = ("adds 1 to eagle_config's ids" if r.nested_offset else
                    f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention")
-            picks.append((r.runner, r.location, [k + r.nested_offset for k in nested], "draft eagle_config", how))
+            picks.append(_Pick(r.runner, r.location, [k + r.nested_offset for k in nested], "draft eagle_config", how))
         else:
             if r is None:
                 how = "this release's runner reads no ids from the draft: the target's default decides"
@@ -688,18 +698,18 @@ def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[s
                 how = f"reads only a top-level {IDS_FIELD}: eagle_config's ids are ignored, the target's default decides"
             else:
                 how = "the target's default (2, n // 2, n - 3)" + (f" with n = {n}" if n is not None else "")
-            picks.append((r.runner if r else "model runner", r.location if r else None, default, "default", how))
+            picks.append(_Pick(r.runner if r else "model runner", r.location if r else None, default, "default", how))
 
-    if len(picks) > 1 and all(sorted(p[2] or []) == sorted(picks[0][2] or []) and p[3] == picks[0][3] for p in picks):
-        picks = [("every model runner", picks[0][1], picks[0][2], picks[0][3], picks[0][4])]  # they agree: say it once
-    ids, source = picks[0][2], picks[0][3]
+    if len(picks) > 1 and all(sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source == picks[0].source for p in picks):
+        picks = [picks[0]._replace(runner="every model runner")]  # they agree: say it once
+    ids, source = picks[0].ids, picks[0].source
     facts.aux_layer_ids, facts.aux_layer_ids_source = ids, source
     if ids is None:
         return Check("aux layer ids", False, "the target's text config has no num_hidden_layers: the ids cannot be known",
                      ctx.target.config)
 
     node = Check(f"aux layer ids {_ids_text(ids)}", True, "")
-    same_everywhere = all(sorted(p[2] or []) == sorted(ids) for p in picks)
+    same_everywhere = all(sorted(p.ids or []) == sorted(ids) for p in picks)
     if source == "default":
         node.detail = (f"the target's default (2, n // 2, n - 3) with n = {n}" if same_everywhere
                        else "the runners pick different ids (below)")
@@ -710,13 +720,14 @@ def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[s
 
     # does every runner capture the layers the draft was trained on?
     wrong = []
-    for runner, location, picked, picked_from, how in picks:
-        right = intended is not None and picked is not None and sorted(picked) == sorted(intended)
-        if len(picks) > 1 or not right or (facts.declared_aux_layer_ids is not None and picked_from != "draft config"):
-            detail = f"{how}: {_ids_text(picked or [])}; the draft was trained on {_ids_text(intended or [])} ({intended_why})"
-            node.children.append(Check(f"{runner} captures the trained layers", right, detail, location))
+    for pick in picks:
+        right = intended is not None and pick.ids is not None and sorted(pick.ids) == sorted(intended)
+        if len(picks) > 1 or not right or (facts.declared_aux_layer_ids is not None and pick.source != "draft config"):
+            detail = (f"{pick.how}: {_ids_text(pick.ids or [])}; the draft was trained on {_ids_text(intended or [])} "
+                      f"({intended_why})")
+            node.children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
         if not right:
-            wrong.append(runner)
+            wrong.append(pick.runner)
     if wrong and intended is not None:
         if top is not None and top_seen is not None:
             ctx.actions.append(f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "

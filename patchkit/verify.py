@@ -52,6 +52,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
     ]
     if contract.protocol is None:
         return checks
+    unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
     for arch in ARCHITECTURES:
         resolution = registry.resolve(arch)
         if resolution is None:
@@ -63,12 +64,13 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
         fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
             checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
+            unloadable.add(arch)
             continue
         node = _model(tree, registry, contract, resolution.cls, set())
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract))
-    if registry.entry(KIMI_K25) is not None and not any(c.label == KIMI_K25 and c.ok is None for c in checks):
+    if registry.entry(KIMI_K25) is not None and KIMI_K25 not in unloadable:
         checks.append(_proposer(tree))
     return checks
 
