@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import ast
 import json
+import pickletools
 import struct
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -513,10 +515,12 @@ def _model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext
 
 
 def _weight_names(folder: Path) -> set[str] | None:
-    """Tensor names of the draft's safetensors weights in ``folder`` (None: no readable safetensors files).
+    """Tensor names of the draft's weights in ``folder`` (None: no weights patchkit can read there).
 
-    Reads ``model.safetensors.index.json``'s ``weight_map`` or each ``*.safetensors`` header (an
-    8-byte little-endian length, then a JSON object); never loads a tensor.
+    Reads ``model.safetensors.index.json``'s ``weight_map``, or each ``*.safetensors`` header (an
+    8-byte little-endian length, then a JSON object), or the pickle of each ``*.bin`` in PyTorch's
+    zip format (its string constants, listed with :mod:`pickletools`, which executes nothing).
+    Never loads a tensor.
     """
     index = folder / "model.safetensors.index.json"
     try:
@@ -525,8 +529,8 @@ def _weight_names(folder: Path) -> set[str] | None:
             if isinstance(weight_map, dict):
                 return set(weight_map)
         names: set[str] = set()
-        files = sorted(folder.glob("*.safetensors"))
-        for file in files:
+        safetensors = sorted(folder.glob("*.safetensors"))
+        for file in safetensors:
             with file.open("rb") as fh:
                 head = fh.read(8)
                 if len(head) != 8:
@@ -538,8 +542,18 @@ def _weight_names(folder: Path) -> set[str] | None:
             if not isinstance(header, dict):
                 return None
             names |= {k for k in header if k != "__metadata__"}
-        return names if files else None
-    except (OSError, ValueError, UnicodeDecodeError):
+        if safetensors:
+            return names
+        pickles = sorted(folder.glob("*.bin"))
+        for file in pickles:
+            with zipfile.ZipFile(file) as zf:
+                member = next((m for m in zf.namelist() if m.endswith("/data.pkl") or m == "data.pkl"), None)
+                if member is None:
+                    return None
+                data = zf.read(member)
+            names |= {arg for _, arg, _ in pickletools.genops(data) if isinstance(arg, str)}
+        return names if pickles else None
+    except (OSError, ValueError, UnicodeDecodeError, zipfile.BadZipFile):
         return None
 
 
@@ -580,7 +594,7 @@ def _vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any]
             if names is None:
                 node.children.append(Check(f"draft_vocab_size {draft_vocab}", None,
                                            f"the head predicts {draft_vocab} of {vocab} ids through the {DRAFT_TO_TARGET} map "
-                                           "in the weights; no safetensors weights next to config.json: not checked"))
+                                           "in the weights; no weights patchkit can read next to config.json: not checked"))
             elif any(n.split(".")[-1] == DRAFT_TO_TARGET for n in names):
                 node.children.append(Check(f"draft_vocab_size {draft_vocab}", True,
                                            f"the weights hold the {DRAFT_TO_TARGET} map to the {vocab} target ids"))

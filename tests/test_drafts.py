@@ -373,3 +373,28 @@ def test_kimi_k25_on_0_15_1_doctor_agrees_with_verify(release, cli, tmp_path):
     code, report = doctor(cli, newer, model, draft)
     assert code == 0, report["missing"]
     assert not [c for c in report["checks"] if c["label"] == "EAGLE proposer loads a draft for this target"]
+
+
+def write_torch_bin(folder: Path, names: list[str]) -> None:
+    """A ``pytorch_model.bin`` in PyTorch's zip layout whose pickle maps each name to a placeholder."""
+    import pickle
+    import zipfile
+
+    with zipfile.ZipFile(folder / "pytorch_model.bin", "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps({n: i for i, n in enumerate(names)}, protocol=2))
+        zf.writestr("archive/version", "3\n")
+
+
+def test_eagle_repo_draft_vocabulary_map_in_a_torch_bin(release, cli, tmp_path):
+    """The EAGLE repository ships pytorch_model.bin: its tensor names are read without unpickling."""
+    sp = release("0.20.2")
+    model = checkpoint(tmp_path, "llama", LLAMA_3_8B)
+    draft = checkpoint(tmp_path, "eagle", eagle_repo())
+    write_torch_bin(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "t2d"])
+    code, report = doctor(cli, sp, model, draft)
+    assert code == 1
+    assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is False
+    write_torch_bin(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "d2t", "t2d"])
+    code, report = doctor(cli, sp, model, draft)
+    assert code == 0, report["missing"]
+    assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is True
