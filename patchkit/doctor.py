@@ -1,4 +1,4 @@
-"""``doctor`` and ``explain``: is a target + draft checkpoint pair ready for EAGLE-3 on this vLLM?
+"""``doctor``: is a target + draft checkpoint pair ready for EAGLE-3 on this vLLM?
 
 :func:`doctor` reads the ``config.json`` of a target checkpoint (and optionally of an EAGLE-3
 draft) from local folders -- it never downloads anything and never imports vLLM -- and checks
@@ -10,7 +10,8 @@ them against the installed vLLM's files, read statically:
    speculative config's EAGLE-3 start-up allow-list;
 3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.verify`),
    and if not, the ``patchkit apply`` that fixes it;
-4. for a multimodal target, the EAGLE proposer's image-token mapping;
+4. for a multimodal target, the EAGLE proposer's image-token mapping, and whether the proposer can
+   load a draft through the target's ``get_language_model()`` (:mod:`patchkit.loadpath`);
 5. the draft (:mod:`patchkit.drafts`): the class vLLM builds for it, whether this release loads
    its model type, its vocabulary, the aux layer ids each runner of this release captures (in
    the convention of the field they come from), their order, which of them reach the draft with
@@ -36,24 +37,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from patchkit import api
+from patchkit import api, loadpath
 from patchkit import contract as contract_mod
 from patchkit import verify as verify_mod
-from patchkit import loadpath
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
-from patchkit.drafts import DraftContext, DraftFacts, draft_checks, final_layer_capture, read_release
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
+from patchkit.drafts import DraftContext, DraftFacts, draft_checks, final_layer_capture, read_release
+from patchkit.errors import UsageError
 from patchkit.install import Install
 from patchkit.journal import Journal
 from patchkit.registry import Registry
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.source import ClassRef, SourceTree
-from patchkit.errors import UsageError
 from patchkit.spec import ClassTarget, check_target, load_patches
 
 MULTIMODAL_PROTOCOL = "SupportsMultiModal"
 """Interface class in ``model_executor/models/interfaces.py`` that multimodal models derive from."""
-
 
 
 # -- results ---------------------------------------------------------------------------------
