@@ -85,26 +85,26 @@ before): a backbone that sets it True carries aux states between pipeline stages
 runner refuses EAGLE-3 with pipeline parallelism for a backbone without it."""
 TRANSFORMERS_CHECKED = "5.24.0"
 """The newest transformers release the table below was checked against."""
-TRANSFORMERS_MODEL_TYPES: dict[str, str | None] = {
-    "llama": "4.55.2",
-    "mistral": "4.55.2",
-    "qwen2": "4.55.2",
-    "qwen3": "4.55.2",
-    "qwen3_moe": "4.55.2",
-    "deepseek_v2": "4.55.2",
-    "deepseek_v3": "4.55.2",
-    "glm4_moe": "4.55.2",
-    "gpt_oss": "4.55.2",
-    "kimi_k25": "5.20.2",
-    "kimi_k2": None,
+TRANSFORMERS_MODEL_TYPES: dict[str, tuple[str | None, str | None]] = {
+    "llama": (None, "4.55.2"),
+    "mistral": (None, "4.55.2"),
+    "qwen2": (None, "4.55.2"),
+    "qwen3": (None, "4.55.2"),
+    "qwen3_moe": (None, "4.55.2"),
+    "deepseek_v2": (None, "4.55.2"),
+    "deepseek_v3": (None, "4.55.2"),
+    "glm4_moe": (None, "4.55.2"),
+    "gpt_oss": (None, "4.55.2"),
+    "kimi_k25": ("5.0", "5.20.2"),
+    "kimi_k2": ("5.24.1", None),
 }
-"""Model types EAGLE-3 drafts use -> the oldest checked transformers release whose
-``CONFIG_MAPPING_NAMES`` registers it (None: none does).
+"""Model types EAGLE-3 drafts use -> (every transformers release below this lacks it, the oldest
+checked release that has it); None: no such bound / no such release.
 
 Fact: read from the wheels of transformers 4.55.2 (the oldest any vLLM release here allows),
-4.57.6 (the newest 4.x), 5.20.2 and 5.24.0 (``models/auto/configuration_auto.py``, from 5.x
+4.57.6 (the last 4.x), 5.20.2 and 5.24.0 (``models/auto/configuration_auto.py``, from 5.x
 ``models/auto/auto_mappings.py``). ``kimi_k2`` is in none of them (Kimi-K2 checkpoints ship it as
-remote code); ``kimi_k25`` is in 5.20.2 and 5.24.0, not in 4.57.6.
+remote code); ``kimi_k25`` is in 5.20.2 and 5.24.0, not in 4.57.6. A model type, once added, stays.
 """
 FC_STATES = 3
 """Aux states the draft's ``fc`` takes unless the draft class reads a count from the config.
@@ -470,6 +470,21 @@ def _transformers_allows(spec: SpecifierSet | None, since: str) -> bool:
     return True
 
 
+def _transformers_has(spec: SpecifierSet | None, model_type: str) -> bool | None:
+    """Whether a transformers release ``spec`` allows registers ``model_type`` (None: not known).
+
+    From :data:`TRANSFORMERS_MODEL_TYPES`: yes when ``spec`` allows the oldest checked release with
+    it or a later one; no when every release it allows lies below the bound without it (releases
+    after :data:`TRANSFORMERS_CHECKED`, the newest when the table was read, do not count).
+    """
+    absent_below, present_from = TRANSFORMERS_MODEL_TYPES[model_type]
+    if present_from is not None and _transformers_allows(spec, present_from):
+        return True
+    if absent_below is None or Version(absent_below) > Version(TRANSFORMERS_CHECKED):
+        return False
+    return None if _transformers_allows(spec, absent_below) else False
+
+
 def _model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
     """Can this release load the draft's config at all (vLLM's config registry, else transformers)?
 
@@ -493,13 +508,18 @@ def _model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext
     if mt not in TRANSFORMERS_MODEL_TYPES:
         return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; whether {spec_text} knows it "
                                   "is not checked", reading.config_registry)
-    since = TRANSFORMERS_MODEL_TYPES[mt]
-    if since is not None and _transformers_allows(reading.transformers, since):
-        return Check(label, True, f"known to transformers (>= {since}); this release requires {spec_text}")
+    known = _transformers_has(reading.transformers, mt)
+    absent_below, has = TRANSFORMERS_MODEL_TYPES[mt]
+    if known:
+        return Check(label, True, f"known to transformers (>= {has}); this release requires {spec_text}")
+    if known is None:
+        return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; transformers lacks it before {absent_below} "
+                                  f"and has it from {has}: whether {spec_text} has it is not known",
+                     reading.config_registry)
     why = (f"not in vLLM {ctx.install.version}'s config registry, and no transformers release up to "
-           f"{TRANSFORMERS_CHECKED} registers it" if since is None else
-           f"not in vLLM {ctx.install.version}'s config registry, and transformers registers it only from {since}, "
-           f"outside this release's {spec_text}")
+           f"{TRANSFORMERS_CHECKED} registers it" if has is None else
+           f"not in vLLM {ctx.install.version}'s config registry, and no transformers release this release allows "
+           f"({spec_text}) registers it (none before {absent_below}; {has} does)")
     if isinstance(data.get("auto_map"), dict):
         ctx.warnings.append(f"the draft's model_type {mt!r} loads only through its auto_map remote code: serve with "
                             "--trust-remote-code")

@@ -212,7 +212,8 @@ def test_kimi_k25_model_type_needs_transformers_5_outside_the_registry(release, 
     draft = checkpoint(tmp_path, "draft", {**torchspec_kimi(), "model_type": "kimi_k25", "vocab_size": 129280})
     _, report = doctor(cli, sp, model, draft)
     mt = check(report, "draft model type kimi_k25")
-    assert mt["ok"] is False and "only from 5.20.2, outside this release's transformers<5,>=4.56.0" in mt["detail"]
+    assert mt["ok"] is False
+    assert "no transformers release this release allows (transformers<5,>=4.56.0) registers it (none before 5.0; 5.20.2 does)" in mt["detail"]
 
 
 # -- vocabulary -------------------------------------------------------------------------------
@@ -398,3 +399,19 @@ def test_eagle_repo_draft_vocabulary_map_in_a_torch_bin(release, cli, tmp_path):
     code, report = doctor(cli, sp, model, draft)
     assert code == 0, report["missing"]
     assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is True
+
+
+@pytest.mark.parametrize("spec, kimi_k25, kimi_k2", [
+    ("<5,>=4.56.0", False, False),            # 0.14.1 - 0.17.1: the 4.x line has neither
+    ("<5.21.0,>=5.16.1", True, False),        # 0.33.0
+    (">=4.55.2", True, False),                # 0.10.2: no upper bound
+    ("<5.10,>=4.56", None, False),            # releases between the checked ones: not known, not guessed
+])
+def test_transformers_range_decides_model_types_outside_vllms_registry(spec, kimi_k25, kimi_k2):
+    from packaging.specifiers import SpecifierSet
+
+    from patchkit.drafts import _transformers_has
+
+    assert _transformers_has(SpecifierSet(spec), "kimi_k25") is kimi_k25
+    assert _transformers_has(SpecifierSet(spec), "kimi_k2") is kimi_k2
+    assert _transformers_has(SpecifierSet(spec), "llama") is True
