@@ -459,6 +459,8 @@ def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
 def doctor_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
     draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1,
+                                               help="The --pipeline-parallel-size vLLM will serve with: names aux ids that would never reach the draft."),
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
@@ -473,7 +475,8 @@ def doctor_cmd(
         options = (["--python", str(python)] if python is not None else
                    ["--site-packages", str(site_packages)] if site_packages is not None else None)
         with _working("checking the checkpoints against this vLLM...", as_json):
-            report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target)
+            report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target,
+                                       pipeline_parallel_size=pipeline_parallel_size)
         if as_json:
             _emit_json(report.to_dict())
             return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)
@@ -490,6 +493,8 @@ def doctor_cmd(
                      f" ({len(labels)} problem{'s' if len(labels) != 1 else ''}, details above):")
             for label in labels:
                 out.line(f"- {label}", indent="  ")
+        for warning in report.warnings:
+            out.line(("warning:", "yellow"), f" {warning}")
         for action in report.actions:
             out.line(f"next: {action}")
         return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from packaging.version import Version
 
+from patchkit import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.composition import CompositionError, Holder, held_class, holder
 from patchkit.contract import A1_RELEASES, Contract
@@ -221,6 +222,9 @@ def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry,
                 "which is not a native model file"
             )
         cls: ClassRef = resolution.cls
+        fault = loadpath.bare_language_model(tree, registry, cls)
+        if fault is not None:  # EAGLE-3 cannot work through this wrapper here: patch nothing for it
+            raise _NotApplicable(f"not patched on this release: {fault.reason()}")
         try:
             for attr in target.held:
                 cls = held_class(tree, registry, cls, attr).cls

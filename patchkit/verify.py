@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from patchkit import loadpath
 from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
 from patchkit.contract import (
     ALLOW_LIST_MODULES,
@@ -75,6 +76,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     ]
     if contract.protocol is None:
         return checks
+    unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:
@@ -83,11 +85,17 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         if resolution.cls is None:
             checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
             continue
+        fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
+        if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
+            checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
+            unloadable.add(arch)
+            continue
         node = _model(tree, registry, contract, resolution.cls, set())
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
-    if registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures()):
+    if (registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures())
+            and KIMI_K25 not in unloadable):
         checks.append(_proposer(tree))
     return checks
 
