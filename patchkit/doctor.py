@@ -32,18 +32,19 @@ Decisions (see the docstrings below and in :mod:`patchkit.drafts` for the vLLM f
 
 from __future__ import annotations
 
+import json as _json
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from patchkit import api, loadpath
+from patchkit import loadpath
 from patchkit import contract as contract_mod
 from patchkit import verify as verify_mod
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
 from patchkit.drafts import DraftContext, DraftFacts, draft_checks, final_layer_capture, read_release
-from patchkit.errors import UsageError
+from patchkit.errors import ConfigError, UsageError
 from patchkit.install import Install
 from patchkit.journal import Journal
 from patchkit.registry import Registry
@@ -189,9 +190,9 @@ def _target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     text, nested = text_config(data)
     layers = text.get("num_hidden_layers")
-    if layers is not None and (_int(layers) is None or layers < 1):
+    if layers is not None and (as_int(layers) is None or layers < 1):
         where = "text_config.num_hidden_layers" if nested else "num_hidden_layers"
-        raise ConfigError(f"{cfg.path}: {where} is {json.dumps(layers)}, not a positive layer count",
+        raise ConfigError(f"{cfg.path}: {where} is {_json.dumps(layers)}, not a positive layer count",
                           "the target's config.json is damaged or was edited; download the checkpoint's config.json again")
     facts = TargetFacts(
         config=str(cfg.path),
@@ -390,12 +391,27 @@ def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, 
 
 def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
                    command_options: Sequence[str] | None) -> None:
-    """Dry-run ``patchkit apply`` (all patches, as the command would) and phrase the next step."""
-    planned = api.apply(install, dry_run=True, target=distribution)
-    refused = [p for p in planned.patches if p.outcome is Outcome.REFUSED]
-    would = [p.id for p in planned.patches if p.outcome is Outcome.APPLIED]
+    """Dry-run ``patchkit apply`` (all patches, as the command would) and phrase the next step.
+
+    The dry run is planned in a child ``python -m patchkit`` process: planning needs libcst, and
+    doctor, a read-only command, never imports it itself.
+    """
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--dry-run", "--json", "--target", distribution,
+                           "--site-packages", str(install.site_packages)],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        planned = json.loads(proc.stdout)["patches"]
+    except (ValueError, KeyError, TypeError):
+        report.actions.insert(0, "'patchkit apply --dry-run' could not plan on this install; run it to see why")
+        return
+    refused = [p for p in planned if p["outcome"] == Outcome.REFUSED.value]
+    would = [p["id"] for p in planned if p["outcome"] == Outcome.APPLIED.value]
     if refused:
-        report.actions.insert(0, f"'patchkit apply' would refuse on this install ({refused[0].id}: {refused[0].reason}); "
+        report.actions.insert(0, f"'patchkit apply' would refuse on this install ({refused[0]['id']}: {refused[0]['reason']}); "
                                  "see 'patchkit apply --dry-run'")
         return
     if not would:

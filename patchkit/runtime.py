@@ -46,10 +46,14 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
     backbones: dict[str, dict] = {}
+    from patchkit import loadpath
+
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:
             continue
+        if not contract.native and loadpath.bare_language_model(tree, registry, resolution.cls) is not None:
+            continue  # not supported on this release (verify says why); nothing to prove at runtime
         archs.append(arch)
         links = chain(tree, registry, resolution.cls)
         chains[arch] = [[attr, f"{cls.module}:{cls.name}"] for attr, cls in links]

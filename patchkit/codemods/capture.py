@@ -41,7 +41,7 @@ from patchkit.codemods.base import (
     replace_top_level,
     top_level_class,
 )
-from patchkit.contract import ATTR, INTERFACES_MODULE, MAYBE_ADD, MIXIN
+from patchkit.contract import ATTR, MAYBE_ADD, MIXIN
 
 INDEX = "layer_idx"
 STATES = "aux_hidden_states"
