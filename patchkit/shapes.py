@@ -174,12 +174,12 @@ def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
     if isinstance(loop.target, ast.Name):
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
             index = loop.target.id
-            first = loop.body[0] if loop.body else None
-            if (isinstance(first, ast.Assign) and len(first.targets) == 1 and isinstance(first.targets[0], ast.Name)
-                    and isinstance(first.value, ast.Subscript) and _mentions_self(first.value.value, "layers")
-                    and isinstance(first.value.slice, ast.Name) and first.value.slice.id == index):
-                return first.targets[0].id, index
-            return "its range loop does not start with 'layer = self.layers[i]'"
+            for stmt in loop.body:
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                        and isinstance(stmt.value, ast.Subscript) and _mentions_self(stmt.value.value, "layers")
+                        and isinstance(stmt.value.slice, ast.Name) and stmt.value.slice.id == index):
+                    return stmt.targets[0].id, index
+            return "its range loop does not bind 'layer = self.layers[i]'"
         if not _mentions_self(it, "start_layer"):
             return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
         return loop.target.id, None

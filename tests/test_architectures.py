@@ -69,13 +69,14 @@ def test_newest_release_every_patchable_architecture_round_trips(release, tmp_pa
     assert failures == {"apply": [], "verify": [], "revert": []}
 
 
-def test_a1_release_standard_loop_architectures_round_trip(release, tmp_path):
+def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
     sp = release("0.17.1")
     report = scan(from_site_packages(sp))
-    standard = [r for r in report.rows if r.state == "patchable" and r.shape == "standard-loop"
-                and r.group == "_TEXT_GENERATION_MODELS"]
-    assert len(standard) >= 45, len(standard)
-    failures = _round_trip(sp, tmp_path, standard, with_model=True)
+    patchable = [r for r in report.rows if r.state == "patchable"]
+    text = [r for r in patchable if r.group == "_TEXT_GENERATION_MODELS"]
+    # 0.17.1's own files: 43 text architectures with the standard loop, 15 whose layers keep the residual inside
+    assert sum(r.shape == "standard-loop" for r in text) >= 43 and len(text) >= 60, len(text)
+    failures = _round_trip(sp, tmp_path, patchable, with_model=True)
     assert failures == {"apply": [], "verify": [], "revert": []}
 
 

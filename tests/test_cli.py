@@ -14,7 +14,7 @@ def test_list_text_and_json(cli):
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["patch", "vLLM", "target", "summary"]
-    assert any(line.startswith("eagle3-kimi-k25-proposer ") and ">=0.16.0" in line for line in lines)
+    assert any(line.startswith("eagle3-kimi-k25-proposer ") and ">=0.15.1" in line for line in lines)
     assert all(line == line.rstrip() for line in lines), "no trailing padding"
     code, listed = cli.json("list")
     assert code == 0

@@ -191,7 +191,7 @@ def test_python_route_works_with_a_python_3_8_serving_env(release, cli, tmp_path
     runtime probe) works from 3.8, so an older serving environment can be patched from outside."""
     old = _old_python("3.8")
     if old is None:
-        pytest.skip("no Python 3.8 interpreter on this machine (PATH or pyenv)")
+        pytest.fail("no Python 3.8 interpreter on this machine (PATH or pyenv): the image lost one")
     venv = tmp_path / "py38"
     subprocess.run([old, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
