@@ -14,7 +14,8 @@ waits for, interpreter start included), and so does each baseline:
 
 Prints the medians, then the ratios the project holds itself to (issue 11):
 ``status`` <= 2.5x its ``ast`` baseline, ``verify`` <= 3x, ``list`` and ``explain`` no slower than
-``status``, ``apply --dry-run`` and ``apply`` <= 1.5x the ``libcst`` baseline.
+``status``, ``apply --dry-run`` and ``apply`` <= 1.5x the ``libcst`` baseline (issue 11), and
+``scan`` <= 1.5x ``python -c`` parsing every model file of the release with ``ast`` (issue 8).
 
 With ``--runtime PYTHON`` (an environment with a real, importable vLLM): the wall time of
 ``patchkit verify --runtime --python PYTHON`` next to a bare import of the same vLLM modules
@@ -54,6 +55,7 @@ LIMITS = [
     ("explain / status", "explain", "status", 1.0),
     ("apply --dry-run / libcst baseline", "apply --dry-run", "libcst: apply", 1.5),
     ("apply / libcst baseline", "apply", "libcst: apply", 1.5),
+    ("scan / ast baseline (every model file)", "scan", "ast: scan", 1.5),
 ]
 
 
@@ -117,6 +119,9 @@ def bench(version: str, repeat: int) -> tuple[dict[str, float], dict[str, list[s
             sp = ["--site-packages", str(site)]
             for name in ("status", "verify"):
                 add(f"ast: {name}", timed([sys.executable, "-c", AST_BASELINE, *(str(site / f) for f in reads[name])], 0))
+            models = [str(p) for d in ("vllm/model_executor/models", "vllm/models") for p in sorted((site / d).rglob("*.py"))]
+            add("ast: scan", timed([sys.executable, "-c", AST_BASELINE, *models], 0))
+            add("scan", timed([*PATCHKIT, "scan", "--json", *sp], 0))
             add("libcst: apply", timed([sys.executable, "-c", CST_BASELINE, *(str(site / f) for f in reads["apply"])], 0))
             add("verify (unpatched)", timed([*PATCHKIT, "verify", *sp], 1))
             add("apply --dry-run", timed([*PATCHKIT, "apply", "--dry-run", *sp], 0))
