@@ -45,18 +45,24 @@ def row(version: str, round_trip: bool) -> list[str]:
         patchable = [a for a in archs if a["state"] == "patchable"]
         refused = sum(1 for a in archs if a["state"] == "not patchable")
         verified = "-"
-        if round_trip:
+        if round_trip:  # in this process through the API (what the CLI calls), one architecture at a time
+            from patchkit import api
+            from patchkit.install import from_site_packages
+
+            install = from_site_packages(sp)
             pristine, ok = digest(sp), 0
             for a in patchable:
                 model = Path(tmp) / "ckpt"
                 model.mkdir(exist_ok=True)
+                # a model type of our own for the start-up allow-list of 0.10.2 - 0.20.x (a user's config.json has it)
                 (model / "config.json").write_text(json.dumps({"architectures": [a["architecture"]],
                                                                "model_type": a["architecture"].lower()}))
-                code, _ = patchkit("apply", "--site-packages", str(sp), "--model", str(model))
-                if code == 0:
-                    vcode, _ = patchkit("verify", "--site-packages", str(sp), "--model", str(model))
-                    patchkit("revert", "--site-packages", str(sp))
-                    ok += vcode == 0 and digest(sp) == pristine
+                request = api.Request((), model)
+                applied = api.apply(install, request=request)
+                if applied.written and not applied.refused:
+                    verified_ok = api.verify(install, request=request).ok
+                    api.revert(install)
+                    ok += verified_ok and digest(sp) == pristine
             verified = str(ok)
         return [version, scanned["install"]["era"], str(native), str(broken), str(len(patchable)), verified, str(refused)]
 

@@ -202,11 +202,11 @@ def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: s
     from patchkit.contract import MIXIN
     from patchkit.shapes import registry_built
 
-    parent, how = cls, "the model itself"
+    parent, how = cls, "self"
     built = registry_built(tree, cls, "language_model")
     try:
         held = held_class(tree, registry, cls, "language_model")
-        parent, how = held.cls, f"language_model -> {held.cls.name}"
+        parent, how = held.cls, f"self.language_model ({held.cls.name})"
     except CompositionError:
         if built is not None and built[1] is None:
             return Check("default methods reach the backbone", None,
