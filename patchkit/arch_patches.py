@@ -234,7 +234,7 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
              "ids were requested."),
         reference="vLLM's own native EAGLE-3 backbones of this release (llama.py, qwen3_moe.py, granite.py)",
         vllm=EAGLE3_RELEASES,
-        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,)),
+        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="forward"),
         codemod=CodemodRef.of("capture", patch_id=pid, form="inline" if a1 else "mixin", residual=residual),
         architectures=(arch,),
     )

@@ -228,6 +228,9 @@ def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry,
         try:
             for attr in target.held:
                 cls = held_class(tree, registry, cls, attr).cls
+            if target.defining is not None:
+                found = tree.find_member(cls, target.defining)
+                cls = found[0] if found is not None else cls
             hold = _holder(tree, registry, cls, target.forwards_to) if target.forwards_to else None
         except CompositionError as exc:
             raise _Refused(str(exc)) from exc

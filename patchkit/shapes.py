@@ -333,8 +333,11 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
         Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
         Shape.INTERFACE_ONLY: f"{backbone.cls.name} already captures; only SupportsEagle3 is missing",
     }[shape]
-    return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls, backbone.cls,
-                     location=backbone.cls.location)
+    owner = forward_owner(tree, backbone.cls)
+    if owner != backbone.cls and shape is not Shape.INTERFACE_ONLY:
+        reason += f" (forward inherited from {owner.name}, patched there)"
+    return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls,
+                     owner if shape is not Shape.INTERFACE_ONLY else backbone.cls, location=backbone.cls.location)
 
 
 @dataclass(frozen=True)
@@ -351,8 +354,14 @@ def _repairable(tree: SourceTree, registry: Registry, contract: Contract, cls: C
         return None
     shape = _backbone_shape(tree, contract, backbone.cls)
     if shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
-        return _Repair(shape, backbone.cls)
+        return _Repair(shape, forward_owner(tree, backbone.cls))
     return None
+
+
+def forward_owner(tree: SourceTree, backbone: ClassRef) -> ClassRef:
+    """The class of ``backbone``'s MRO that defines its ``forward`` (where a capture is written)."""
+    found = tree.find_member(backbone, "forward")
+    return found[0] if found is not None else backbone
 
 
 def _backbone_shape(tree: SourceTree, contract: Contract, backbone: ClassRef) -> Shape | str:
@@ -367,11 +376,10 @@ def _backbone_shape(tree: SourceTree, contract: Contract, backbone: ClassRef) ->
         return loop
     if loop.captures:
         return Shape.INTERFACE_ONLY
-    if owner != backbone:
-        return f"forward is inherited from {owner.name}, which does not capture; patchkit edits the class that defines it"
     if final_return_count(forward) != 1:
         return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
-    init = tree.method(backbone, "__init__")
+    # an inherited forward is patched where it is defined (0.33.0 longcat_flash_ngram.py: FlashModel.forward)
+    init = tree.method(owner, "__init__")
     if init is None:
         return "no __init__ of its own"
     return Shape.STANDARD if loop.returns_residual else Shape.HIDDEN_ONLY

@@ -32,11 +32,15 @@ class ClassTarget:
             backbone a causal LM holds in ``self.model``; empty to edit the registered class.
         forwards_to: for interface patches, the attribute whose held object the new methods
             forward to (``"model"``, ``"language_model"``); None otherwise.
+        defining: edit the class of the reached class's MRO that defines this member (a
+            capture goes where ``forward`` is defined, which may be a base class); None: the
+            reached class itself.
     """
 
     architecture: str
     held: tuple[str, ...] = ()
     forwards_to: str | None = None
+    defining: str | None = None
 
     def describe(self) -> str:
         """``Arch`` or ``Arch.attr``, for listings."""
