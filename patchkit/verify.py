@@ -241,7 +241,8 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
         isinstance(n, (ast.Assign, ast.AnnAssign))
         and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
         for n in ast.walk(m))), None)
-    sets_attr = setter_init is not None
+    # ... or a class of the MRO declares it (0.18+ EagleModelMixin: ``aux_hidden_state_layers = ()``)
+    sets_attr = setter_init is not None or tree.find_member(cls, ATTR) is not None
     if setter_init is not None:
         init = setter_init
     node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,

@@ -164,3 +164,12 @@ def test_scan_json_and_broken_class(release, cli):
     assert "MiMoModel.forward captures no aux hidden states" in by["MiMoForCausalLM"]["reason"]
     assert by["Glm4MoeForCausalLM"]["state"] == "patchable" and by["Glm4MoeForCausalLM"]["shape"] == "standard-loop"
     assert sum(out["counts"].values()) == len(out["architectures"])
+
+
+def test_verify_fails_a_declared_but_broken_class(release, cli):
+    """MiMo declares SupportsEagle3, but its backbone's own forward captures nothing (every release)."""
+    for version in ("0.17.1", "0.33.0"):
+        sp = release(version)
+        code, out = cli.json("verify", "--site-packages", str(sp), "--arch", "MiMoForCausalLM")
+        assert code == 1, out
+        assert any("aux_hidden_state_layers' in the decoder-layer loop" in m for m in out["missing"]), out["missing"]
