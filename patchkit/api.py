@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit import contract as contract_mod
-from patchkit.install import Install, record_sha256
+from patchkit import interrupt, missing
+from patchkit.errors import Interrupted
+from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.registry import Registry, Resolution
 from patchkit.results import (
@@ -35,6 +37,31 @@ from patchkit.verify import verify as run_checks
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+
+
+def journal_for(install: Install, target: str = "vllm") -> Journal:
+    """The journal of ``install`` for ``target``, knowing where its interpreter keeps bytecode."""
+    return Journal(install.site_packages, target, install.pycache_prefix, install.spellings)
+
+
+def _late_signal(what: str) -> None:
+    """A signal that arrived after the last safe point: say so (the run itself completed)."""
+    signum = interrupt.received()
+    if signum is not None:
+        raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}",
+                          "'patchkit status' shows the install as it is")
+
+
+def unfinished_check(journal: Journal) -> Check | None:
+    """A failing check naming an unfinished apply or revert (and leftovers), or None when there is none.
+
+    Used by ``verify`` and ``doctor``: until the next apply or revert puts the written files back,
+    the files are a mix of two states that neither run meant to leave.
+    """
+    run = journal.unfinished()
+    if run is None:
+        return None
+    return Check("no unfinished patchkit run", False if run.unfinished else None, run.summary())
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
@@ -61,33 +88,52 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
     patches = select(load_patches(target), patch_ids)
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     if dry_run:
-        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force))
+        # Plan exactly what the real run will: from the files as its rollback will leave them.
+        overrides, rolled = journal.rolled_back_view()
+        report = _apply(install, journal.without_pending(), patches, dry_run=True, partial=bool(patch_ids),
+                        force=force, overrides=overrides)
+        report.recovered, report.unfinished = rolled, journal.unfinished()
+        return _mark_unwritten(report)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
-    with journal.lock():
-        journal = Journal(install.site_packages, target)
-        recovered = journal.recover()
-        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
-        report.recovered = recovered
-    journal.remove_if_empty()
+    with interrupt.deferred():
+        with journal.lock():
+            journal = journal_for(install, target)
+            unfinished = journal.unfinished()
+            recovered = journal.recover()
+            report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
+            report.recovered, report.unfinished = recovered, unfinished
+            journal.remove_if_empty()
+        _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _mark_unwritten(report)
 
 
-def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
-    """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
+def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool,
+           overrides: dict[str, bytes] | None = None) -> ApplyReport:
+    """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry.
+
+    ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
+    """
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
 
-    tree = SourceTree(install.site_packages)
+    overrides = dict(overrides or {})
+    tree = SourceTree(install.site_packages, overrides=overrides)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
+    order = {p.id: i for i, p in enumerate(patches)}
+    patches, gone, missing_files = missing.split(list(patches), tree, registry)
+    partial = partial or bool(missing_files)  # the chain through a missing file cannot hold
     planned = make_plan(install, tree, contract, registry, journal, patches)
+    if gone:
+        planned.results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order)))
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
+    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff(),
+                         missing_files=missing_files)
     if planned.refused:
         return report
     linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
@@ -100,9 +146,15 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
         _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
                                              "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
         return report
+    unchecked = [] if force else _unchecked(install, journal, planned.originals, list(planned.changed))
+    if unchecked:
+        _refuse(report, unchecked, lambda hit: f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
+                                               f"so patchkit cannot check that {hit} is the release's file (a hand edit "
+                                               "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is")
+        return report
     if contract.patchable:
         # Check the chain on the planned bytes before writing anything.
-        after = SourceTree(install.site_packages, overrides=planned.changed)
+        after = SourceTree(install.site_packages, overrides={**overrides, **planned.changed})
         report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
         # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
         if not report.verify.ok and planned.changed and not partial:
@@ -155,6 +207,14 @@ def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], pa
     return sorted(out)
 
 
+def _unchecked(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Files about to be patched that no RECORD vouches for (the distribution has none) nor the journal."""
+    if has_record(install):
+        return []
+    return sorted(p for p in paths
+                  if not (p in journal.entries and sha256(originals[p]) == journal.entries[p].sha256_after))
+
+
 def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
@@ -172,7 +232,10 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     checks = run_checks(tree, registry, contract)
-    journal = Journal(install.site_packages)
+    journal = journal_for(install)
+    pending = unfinished_check(journal)
+    if pending is not None:
+        checks.insert(1, pending)
     if journal.entries:
         record = record_sha256(install)
         states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
@@ -232,38 +295,44 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
         StateError: the journal or an original copy is unreadable, or a write failed (files
             already restored are put back).
     """
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    if not journal.entries and not journal.pending:
+    if not journal.entries and not journal.pending and not journal.leftovers():
         return RevertReport(info, [], refused=False)
-    with journal.lock():
-        rolled = journal.recover()
-        files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
-        record = record_sha256(install)
-        restore: list[str] = []
-        forget: list[str] = []
-        refused = False
-        for path, entry in sorted(journal.entries.items()):
-            state = file_state(install, entry, record)
-            if state == "patched" or (force and state in ("edited", "missing")):
-                restore.append(path)
-                how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
-                files.append(RevertedFile(path, True, how, entry.patches))
-            elif state in ("reinstalled", "upgraded"):
-                forget.append(path)
-                files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
-            else:
-                refused = True
-                files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
-        if refused:
-            for f in files:
-                if f.restored and f.reason.startswith("original bytes restored"):
+    with interrupt.deferred():
+        with journal.lock():
+            journal = journal_for(install, target)
+            unfinished = journal.unfinished()
+            rolled = journal.recover()
+            what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
+            files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", []) for p in rolled]
+            record = record_sha256(install)
+            restore: list[str] = []
+            forget: list[str] = []
+            restoring: list[RevertedFile] = []
+            refused = False
+            for path, entry in sorted(journal.entries.items()):
+                state = file_state(install, entry, record)
+                if state == "patched" or (force and state in ("edited", "missing")):
+                    restore.append(path)
+                    how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
+                    restoring.append(RevertedFile(path, True, how, entry.patches))
+                    files.append(restoring[-1])
+                elif state in ("reinstalled", "upgraded"):
+                    forget.append(path)
+                    files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
+                else:
+                    refused = True
+                    files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
+            if refused:
+                for f in restoring:
                     f.restored, f.reason = False, "not restored: the revert was refused"
-            return RevertReport(info, files, refused=True)
-        journal.restore(restore)
-        journal.forget(forget)
-    journal.remove_if_empty()
+                return RevertReport(info, files, refused=True)
+            if restore or forget:
+                journal.restore(restore, forget=forget)
+            journal.remove_if_empty()
+        _late_signal(f"restored {len(restore)} file(s)")
     return RevertReport(info, files, refused=False)
 
 
@@ -272,7 +341,7 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
 
     States (:data:`FILE_STATES`): patched, reinstalled, upgraded, edited, missing.
     """
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
     record = record_sha256(install) if journal.entries else {}
@@ -280,7 +349,8 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
         StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
     ]
-    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending))
+    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
+                        unfinished=journal.unfinished(), record_missing=not has_record(install))
 
 
 @dataclass

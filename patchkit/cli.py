@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -23,6 +25,7 @@ from rich.tree import Tree
 from patchkit import api
 from patchkit import doctor as doctor_mod
 from patchkit import explain as explain_mod
+from patchkit import settings
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.install import Install, locate
 from patchkit.results import Check, Outcome
@@ -88,10 +91,36 @@ def _working(message: str, as_json: bool):
     return err.status(message, spinner="dots")
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside a writing step (nothing written by this command)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
 def _run(as_json: bool, body: Callable[[], int]) -> None:
-    """Run a command body; map patchkit errors to their one-line message, hint and exit code."""
+    """Run a command body; map patchkit errors to their one-line message, hint and exit code.
+
+    SIGINT/SIGTERM while ``apply``/``revert`` write are handled by the API (the run puts back what
+    it wrote and raises :class:`~patchkit.errors.Interrupted`); anywhere else nothing has been
+    written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM).
+    """
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        settings.check_environment()
         code = body()
+    except (KeyboardInterrupt, _Terminated) as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        code = int(ExitCode.TERMINATED if isinstance(exc, _Terminated) else ExitCode.INTERRUPTED)
+        message = f"interrupted by {signal.Signals(signum).name} before anything was written"
+        if as_json:
+            print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
+        else:
+            err.print(f"[red]interrupted:[/] {escape(message)}")
+        raise typer.Exit(code)
     except PatchkitError as exc:
         if as_json:
             print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
@@ -100,6 +129,9 @@ def _run(as_json: bool, body: Callable[[], int]) -> None:
             if exc.hint:
                 err.print(f"[dim]hint:[/] {escape(exc.hint)}")
         raise typer.Exit(int(exc.exit_code))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(code)
 
 
@@ -131,8 +163,13 @@ def apply(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
+            if report.unfinished is not None:
+                out.print(f"[yellow]unfinished run:[/] {escape(report.unfinished.summary())}")
             for path in report.recovered:
-                out.print(f"[yellow]rolled back[/] {escape(path)} [dim](an earlier run did not finish)[/]")
+                if dry_run:
+                    out.print(f"[yellow]would roll back[/] {escape(path)} first [dim](the plan below starts from its bytes before that run)[/]")
+                else:
+                    out.print(f"[yellow]rolled back[/] {escape(path)} [dim](an earlier run did not finish)[/]")
             table = _table("patch", "outcome", "where / why")
             for p in report.patches:
                 style = _OUTCOME_STYLE[p.outcome]
@@ -156,6 +193,15 @@ def apply(
                 out.print("dry run: nothing was written")
             else:
                 out.print("nothing to write")
+        if report.missing_files and not report.refused:
+            message = (f"{', '.join(report.missing_files)} missing from this install; the patches that need "
+                       + ("it" if len(report.missing_files) == 1 else "them") + " were not run"
+                       + (", the others were" + (" planned" if dry_run else " applied")
+                          if any(p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) for p in report.patches) else ""))
+            if not as_json:
+                err.print(f"[red]error:[/] {escape(message)}")
+                err.print("[dim]hint:[/] reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z), then apply again")
+            return int(ExitCode.ENVIRONMENT)
         return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
 
     _run(as_json, body)
@@ -286,9 +332,11 @@ def status(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
-            if report.pending:
-                out.print(f"[yellow]unfinished run:[/] an earlier apply stopped while writing {', '.join(report.pending)}; "
-                          "the next 'patchkit apply' or 'patchkit revert' rolls it back first")
+            if report.unfinished is not None:
+                out.print(f"[yellow]unfinished run:[/] {escape(report.unfinished.summary())}")
+            if report.record_missing:
+                out.print("[yellow]no RECORD:[/] this vLLM has no RECORD file, so edits by others cannot be detected; "
+                          "'patchkit apply' refuses such files unless --force")
             if not report.entries and not report.pending:
                 out.print("no patchkit changes in this install")
             table = _table("file", "state", "patches", "vLLM", "applied at")

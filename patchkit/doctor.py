@@ -342,6 +342,11 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, distribution, actions)
     proposer_check = _proposer_check(facts, tree, target_cfg.data)
     checks = [target_check, allow_check, effect_check, proposer_check]
+    pending = api.unfinished_check(api.journal_for(install, distribution))
+    if pending is not None:  # the files are a mix of two runs until the next apply or revert
+        checks.insert(0, pending)
+        if pending.ok is False:
+            actions.append("finish the unfinished patchkit run: 'patchkit apply' (or 'patchkit revert') puts its files back first")
 
     draft_facts = None
     if draft_cfg is not None:

@@ -11,7 +11,9 @@ import base64
 import binascii
 import json
 import os
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +27,9 @@ DISTRIBUTION = "vllm"
 
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 _SENTINEL = "PATCHKIT-SYS-PATH "
-_PROBE = f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path))"
+_PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))")
 
 
 @dataclass(frozen=True)
@@ -36,15 +40,30 @@ class Install:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
         dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (where it also keeps
+            bytecode), or None. With ``--python``: that interpreter's; otherwise patchkit's own
+            (``PYTHONPYCACHEPREFIX`` / ``-X pycache_prefix`` of this process).
+        spellings: the site-packages folder as the interpreter's import path spells it, when
+            that differs from ``site_packages`` (a symbolic link on the way).
     """
 
     site_packages: Path
     version: Version
     dist_info: Path
+    pycache_prefix: Path | None = None
+    spellings: tuple[Path, ...] = ()
 
 
-def _from_distributions(dists: list[metadata.Distribution], where: str) -> Install:
+def _from_distributions(dists: list[metadata.Distribution], where: str, folders: list[Path] = (),
+                        pycache_prefix: Path | None = None) -> Install:
     if not dists:
+        orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
+        if orphans:
+            raise InstallNotFound(
+                f"no vLLM distribution found in {where}, but patchkit's journal {orphans[0]} is still there: "
+                "vLLM was uninstalled after patchkit changed it, so the journal describes files that are gone",
+                f"remove it: rm -r {shlex.quote(str(orphans[0].parent))}  (or reinstall vLLM first; its files are new)",
+            )
         raise InstallNotFound(
             f"no vLLM distribution found in {where}",
             "point patchkit at the environment that serves the model: "
@@ -82,7 +101,14 @@ def _from_distributions(dists: list[metadata.Distribution], where: str) -> Insta
             f"vLLM in {site_packages} has an unreadable version {dist.version!r}",
             "reinstall vLLM from a release wheel",
         ) from exc
-    return Install(site_packages=site_packages, version=version, dist_info=dist_path)
+    spelled = Path(os.path.abspath(str(dist.locate_file(""))))
+    return Install(site_packages=site_packages, version=version, dist_info=dist_path,
+                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else ())
+
+
+def has_record(install: Install) -> bool:
+    """True when the distribution has a ``RECORD`` file (what :func:`record_sha256` reads)."""
+    return (install.dist_info / "RECORD").is_file()
 
 
 def record_sha256(install: Install) -> dict[str, str]:
@@ -131,7 +157,11 @@ def from_site_packages(directory: Path) -> Install:
             "give the folder that holds vllm/ and vllm-X.Y.Z.dist-info/",
         )
     dists = list(metadata.distributions(name=DISTRIBUTION, path=[str(directory)]))
-    return _from_distributions(dists, str(directory))
+    return _from_distributions(dists, str(directory), [directory], _own_pycache_prefix())
+
+
+def _own_pycache_prefix() -> Path | None:
+    return Path(sys.pycache_prefix) if sys.pycache_prefix else None
 
 
 def from_python(interpreter: Path) -> Install:
@@ -183,8 +213,14 @@ def from_python(interpreter: Path) -> Install:
             "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
         )
     entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
+    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_PREFIX)), None)
+    try:
+        prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
+    except ValueError:
+        prefix = None
     dists = list(metadata.distributions(name=DISTRIBUTION, path=entries))
-    return _from_distributions(dists, f"the environment of {interpreter}")
+    return _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
+                               Path(prefix) if isinstance(prefix, str) and prefix else None)
 
 
 def from_current_environment() -> Install:
@@ -194,7 +230,8 @@ def from_current_environment() -> Install:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
     dists = list(metadata.distributions(name=DISTRIBUTION))
-    return _from_distributions(dists, "patchkit's own environment")
+    folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    return _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
 
 
 def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:
