@@ -302,6 +302,10 @@ class Journal:
             if originals.is_dir():
                 keep = self._referenced()
                 out.extend(sorted(f for f in originals.iterdir() if f.name not in keep))
+        if not self.path.exists():  # folders of a first run that stopped before its journal was saved
+            out.extend(d for d in (self.dir / "originals", self.dir) if d.is_dir())
+            if self.dir.parent.is_dir() and not [p for p in self.dir.parent.iterdir() if p != self.dir]:
+                out.append(self.dir.parent)
         return out
 
     def rolled_back_view(self) -> tuple[dict[str, bytes], list[str]]:
@@ -448,15 +452,17 @@ class Journal:
         preflight.check([self.site_packages / p for p in relpaths], self._bytecode_folders(relpaths),
                         self.dir, self.owner)
 
-    def sweep(self) -> list[str]:
-        """Remove what interrupted runs left (:meth:`leftovers`); return their paths (relative).
+    def sweep(self, leftovers: list[Path] | None = None) -> list[str]:
+        """Remove what interrupted runs left (:meth:`leftovers`, or those given); return their paths.
 
-        Run under the lock, after :meth:`recover`. Removes the state folder when nothing is journaled.
+        Run under the lock (:meth:`recover` does). Removes the state folder when nothing is journaled.
         """
         removed = []
-        for f in self.leftovers():
+        for f in (self.leftovers() if leftovers is None else [*leftovers, *self.leftovers()]):
+            if not f.exists():
+                continue
             try:
-                f.unlink()
+                f.rmdir() if f.is_dir() else f.unlink()
                 removed.append(f.relative_to(self.site_packages).as_posix())
             except OSError:
                 pass  # left for the next run; status names it
@@ -475,6 +481,7 @@ class Journal:
             Interrupted: SIGINT/SIGTERM arrived; the rollback finished first (it is idempotent).
         """
         rolled: list[str] = []
+        stale = self.leftovers()  # while the pending record still names the folders to look in
         if self._state.pending:
             todo = [i for i in self._state.pending
                     if self._current(i["path"]) == i["sha256_after"] and i["sha256_after"] != i["sha256_before"]]
@@ -486,7 +493,7 @@ class Journal:
                 rolled.append(item["path"])
             self._state.pending = []
             self._save_or_remove()
-        self.sweep()
+        self.sweep(stale)
         return rolled
 
     def _stored(self, digest: str, what: str) -> bytes:
@@ -641,7 +648,12 @@ class Journal:
         Site-packages is then as it was before patchkit: the journal, unused copies and
         temporary files go. Call it under the lock, on a journal read under that lock.
         """
-        if self._state.entries or self._state.pending or not self.dir.exists():
+        if self._state.entries or self._state.pending:
+            return
+        if not self.dir.exists():
+            if self.dir.parent.is_dir():
+                with contextlib.suppress(OSError):
+                    self.dir.parent.rmdir()  # an empty .patchkit a first run left
             return
         self.path.unlink(missing_ok=True)
         originals = self.dir / "originals"
