@@ -238,7 +238,9 @@ def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyRep
         checks.insert(1, pending)
     if journal.entries:
         record = record_sha256(install)
-        states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
+        interrupted = set(journal.unfinished().to_roll_back) if journal.pending else set()
+        states = {path: "interrupted" if path in interrupted else file_state(install, e, record)
+                  for path, e in journal.entries.items()}
         odd = {p: st for p, st in states.items() if st != "patched"}
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
@@ -256,6 +258,7 @@ FILE_STATES = {
     "upgraded": "vLLM was upgraded to another version since; the file belongs to the new release",
     "edited": "edited by hand since patchkit wrote it",
     "missing": "the file is gone",
+    "interrupted": "an apply or revert stopped while writing it; the next apply or revert puts it back first",
 }
 """What ``status`` (and ``verify``) say about each journaled file."""
 
@@ -345,12 +348,15 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
     record = record_sha256(install) if journal.entries else {}
+    unfinished = journal.unfinished()
+    interrupted = set(unfinished.to_roll_back) if unfinished else set()
     entries = [
-        StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
+        StatusEntry(path, entry.patches, entry.vllm_version,
+                    "interrupted" if path in interrupted else file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
     ]
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
-                        unfinished=journal.unfinished(), record_missing=not has_record(install))
+                        unfinished=unfinished, record_missing=not has_record(install))
 
 
 @dataclass
