@@ -1,8 +1,9 @@
 """The ``patchkit`` command line: Typer options, a call into :mod:`patchkit.api`, rendering, an exit code.
 
 Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
-effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install, bad
-``--python``, or files that cannot be read or written.
+effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
+install, bad ``--python``, files that cannot be read or written (checked before the first write),
+a missing target file; 130 / 143 interrupted by SIGINT / SIGTERM (what was written was put back).
 """
 
 from __future__ import annotations
