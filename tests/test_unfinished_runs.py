@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import pytest
 from patchkit import api, journal as journal_mod
 from patchkit.errors import StateError
 from patchkit.install import from_site_packages
-from patchkit.journal import Journal
 
 from test_journal import fail_third_vllm_write
 from test_releases import snapshot
