@@ -79,13 +79,21 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         target: the distribution (``"vllm"``).
         force: patch files whose bytes differ from the distribution's RECORD (someone else
             changed them) instead of refusing.
+    An unfinished earlier apply or revert (a killed run) is rolled back first, under the lock;
+    a dry run plans from the bytes that rollback will leave (``report.recovered`` names the
+    files either way). Target files missing from the install are named in
+    ``report.missing_files``; the patches that do not need them still run.
+
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
         was nothing to write.
     Raises:
-        UsageError: unknown target or patch id.
+        UsageError: unknown target or patch id; a bad ``PATCHKIT_LOCK_TIMEOUT``.
         SourceError: a file on the way does not parse.
-        StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
+        StateError: the journal cannot be read, has another format, or a file or folder cannot be
+            written keeping its owner (checked before the first write; nothing is left changed).
+        Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
+            (or the message names what is left and how to finish).
     """
     patches = select(load_patches(target), patch_ids)
     journal = journal_for(install, target)
@@ -294,9 +302,14 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
     writing nothing, unless ``force``: then its original bytes are written back over the edit.
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
 
+    An unfinished earlier apply or revert is rolled back first. The revert itself keeps a
+    pending record like apply, so a killed revert is put back by the next command.
+
     Raises:
-        StateError: the journal or an original copy is unreadable, or a write failed (files
-            already restored are put back).
+        StateError: the journal or an original copy is unreadable, a file or folder cannot be
+            written keeping its owner (checked first), or a write failed (files already restored
+            are put back).
+        Interrupted: SIGINT/SIGTERM while the lock was held; every restored file was put back.
     """
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)

@@ -189,8 +189,9 @@ class StatusEntry:
     """One journaled file: what patchkit wrote and whether the file still holds it.
 
     Attributes:
-        state: ``"patched"`` (bytes are what patchkit wrote), ``"original"`` (bytes are the
-            pre-patch original again, e.g. after a reinstall), ``"changed"`` (neither).
+        state: one of ``patchkit.api.FILE_STATES``: ``"patched"``, ``"reinstalled"``,
+            ``"upgraded"``, ``"edited"``, ``"missing"`` or ``"interrupted"`` (an apply or revert
+            stopped while writing it).
     """
 
     path: str
