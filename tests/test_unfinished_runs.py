@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api, journal as journal_mod
-from patchkit.errors import StateError
+from patchkit.errors import Interrupted, StateError
 from patchkit.install import from_site_packages
 
 from test_journal import fail_third_vllm_write
@@ -225,3 +226,61 @@ def test_status_names_an_orphaned_journal(release, cli):
     message = " ".join(result.stderr.split())
     assert f"patchkit's journal {sp / '.patchkit' / 'vllm'} is still there" in message
     assert f"rm -r {sp / '.patchkit'}" in message
+
+
+def test_a_signal_whose_rollback_fails_names_the_files_and_the_command_that_finishes(release, cli, monkeypatch):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    real = journal_mod.write_atomic
+    calls = {"n": 0}
+
+    def signal_then_fail(path, data, *args, **kwargs):
+        if path.name.endswith(".py") and ".patchkit" not in path.parts:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the second file is written
+            elif calls["n"] > 2:
+                raise PermissionError(13, "Permission denied", str(path))  # and the put-back fails
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(journal_mod, "write_atomic", signal_then_fail)
+    with pytest.raises(Interrupted) as caught:
+        api.apply(from_site_packages(sp))
+    assert caught.value.exit_code == 130
+    assert "wrote vllm/config/speculative.py, vllm/model_executor/models/deepseek_v2.py and could not put every file back" \
+        in caught.value.message
+    assert "run 'patchkit revert' (or 'patchkit apply') to finish" in caught.value.hint
+    monkeypatch.setattr(journal_mod, "write_atomic", real)
+    code, status = cli.json("status", "--site-packages", str(sp))
+    assert sorted(status["unfinished"]["to_roll_back"]) == ["vllm/config/speculative.py",
+                                                           "vllm/model_executor/models/deepseek_v2.py"]
+    code, reverted = cli.json("revert", "--site-packages", str(sp))
+    assert code == 0
+    assert snapshot(sp) == before
+
+
+def test_ctrl_c_while_waiting_for_the_lock(release):
+    import threading
+
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    entered, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with journal_mod.Journal(sp).lock():
+            entered.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    entered.wait(10)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted, match="while waiting for another patchkit run; nothing was written"):
+            api.apply(from_site_packages(sp))
+    finally:
+        done.set()
+        t.join()
+        timer.join()
+    assert snapshot(sp) == before
