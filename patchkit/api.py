@@ -106,15 +106,14 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         return _mark_unwritten(report)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
-    with interrupt.deferred():
-        with journal.lock():
-            journal = journal_for(install, target)
-            unfinished = journal.unfinished()
-            recovered = journal.recover()
-            report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
-            report.recovered, report.unfinished = recovered, unfinished
-            journal.remove_if_empty()
-        _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
+    with interrupt.deferred(), journal.lock():
+        journal = journal_for(install, target)
+        unfinished = journal.unfinished()
+        recovered = journal.recover()
+        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
+        report.recovered, report.unfinished = recovered, unfinished
+        journal.remove_if_empty()
+    _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _mark_unwritten(report)
 
 
@@ -316,39 +315,38 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
     info = _info(install, contract_mod.detect(tree))
     if not journal.entries and not journal.pending and not journal.leftovers():
         return RevertReport(info, [], refused=False)
-    with interrupt.deferred():
-        with journal.lock():
-            journal = journal_for(install, target)
-            unfinished = journal.unfinished()
-            rolled = journal.recover()
-            what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
-            files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", []) for p in rolled]
-            record = record_sha256(install)
-            restore: list[str] = []
-            forget: list[str] = []
-            restoring: list[RevertedFile] = []
-            refused = False
-            for path, entry in sorted(journal.entries.items()):
-                state = file_state(install, entry, record)
-                if state == "patched" or (force and state in ("edited", "missing")):
-                    restore.append(path)
-                    how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
-                    restoring.append(RevertedFile(path, True, how, entry.patches))
-                    files.append(restoring[-1])
-                elif state in ("reinstalled", "upgraded"):
-                    forget.append(path)
-                    files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
-                else:
-                    refused = True
-                    files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
-            if refused:
-                for f in restoring:
-                    f.restored, f.reason = False, "not restored: the revert was refused"
-                return RevertReport(info, files, refused=True)
-            if restore or forget:
-                journal.restore(restore, forget=forget)
-            journal.remove_if_empty()
-        _late_signal(f"restored {len(restore)} file(s)")
+    with interrupt.deferred(), journal.lock():
+        journal = journal_for(install, target)
+        unfinished = journal.unfinished()
+        rolled = journal.recover()
+        what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
+        files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", []) for p in rolled]
+        record = record_sha256(install)
+        restore: list[str] = []
+        forget: list[str] = []
+        restoring: list[RevertedFile] = []
+        refused = False
+        for path, entry in sorted(journal.entries.items()):
+            state = file_state(install, entry, record)
+            if state == "patched" or (force and state in ("edited", "missing")):
+                restore.append(path)
+                how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
+                restoring.append(RevertedFile(path, True, how, entry.patches))
+                files.append(restoring[-1])
+            elif state in ("reinstalled", "upgraded"):
+                forget.append(path)
+                files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
+            else:
+                refused = True
+                files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
+        if refused:
+            for f in restoring:
+                f.restored, f.reason = False, "not restored: the revert was refused"
+            return RevertReport(info, files, refused=True)
+        if restore or forget:
+            journal.restore(restore, forget=forget)
+        journal.remove_if_empty()
+    _late_signal(f"restored {len(restore)} file(s)")
     return RevertReport(info, files, refused=False)
 
 
