@@ -164,7 +164,7 @@ def apply(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
-            if report.unfinished is not None:
+            if report.unfinished is not None and (dry_run or not report.recovered):
                 out.print(f"[yellow]unfinished run:[/] {escape(report.unfinished.summary())}")
             for path in report.recovered:
                 if dry_run:
