@@ -164,8 +164,10 @@ def apply(
             _emit_json(report.to_dict())
         else:
             _header(report.install)
-            if report.unfinished is not None and (dry_run or not report.recovered):
+            if report.unfinished is not None and dry_run:
                 out.print(f"[yellow]unfinished run:[/] {escape(report.unfinished.summary())}")
+            elif report.unfinished is not None and report.unfinished.leftovers:
+                out.print(f"[yellow]removed[/] {len(report.unfinished.leftovers)} leftover file(s) of an interrupted run")
             for path in report.recovered:
                 if dry_run:
                     out.print(f"[yellow]would roll back[/] {escape(path)} first [dim](the plan below starts from its bytes before that run)[/]")
