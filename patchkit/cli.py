@@ -118,7 +118,7 @@ def _waiting(as_json: bool) -> Callable[[Path, float], None]:
 
     def say(site_packages: Path, timeout: float) -> None:
         _err().line(("waiting", "yellow"), f" for another patchkit run on {site_packages} to finish "
-                    f"(up to {timeout:.0f} s; PATCHKIT_LOCK_TIMEOUT)...")
+                    f"(up to {timeout:g} s; PATCHKIT_LOCK_TIMEOUT)...")
 
     return say
 
