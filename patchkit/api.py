@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from patchkit import contract as contract_mod
-from patchkit.errors import PatchkitError, UsageError
-from patchkit.install import Install, record_sha256
+from patchkit import interrupt
+from patchkit.errors import Interrupted, PatchkitError, UsageError
+from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
     ApplyReport,
@@ -34,8 +35,8 @@ from patchkit.source import ClassRef, SourceTree
 if TYPE_CHECKING:
     from patchkit.registry import Registry, Resolution
 
-# The registry, the chain check and the patch set are imported by the functions that use them,
-# so 'status' and 'revert' start without them.
+# The registry, the chain check and the patch set (and :mod:`patchkit.missing`, which reads
+# them) are imported by the functions that use them, so 'status' and 'revert' start without them.
 
 
 def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
@@ -50,6 +51,31 @@ def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
                        contract.patchable, contract.native)
+
+
+def journal_for(install: Install, target: str = "vllm") -> Journal:
+    """The journal of ``install`` for ``target``, knowing where its interpreter keeps bytecode."""
+    return Journal(install.site_packages, target, install.pycache_prefix, install.spellings)
+
+
+def _late_signal(what: str) -> None:
+    """A signal that arrived after the last safe point: say so (the run itself completed)."""
+    signum = interrupt.received()
+    if signum is not None:
+        raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}",
+                          "'patchkit status' shows the install as it is")
+
+
+def unfinished_check(journal: Journal) -> Check | None:
+    """A failing check naming an unfinished apply or revert (and leftovers), or None when there is none.
+
+    Used by ``verify`` and ``doctor``: until the next apply or revert puts the written files back,
+    the files are a mix of two states that neither run meant to leave.
+    """
+    run = journal.unfinished()
+    if run is None:
+        return None
+    return Check("no unfinished patchkit run", False if run.unfinished else None, run.summary())
 
 
 @dataclass(frozen=True)
@@ -122,14 +148,24 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             own native classes use (:mod:`patchkit.arch_patches`), instead of the default set.
         on_wait: called once, with the site-packages folder and the timeout in seconds, when
             another patchkit run holds the install's lock and this one starts waiting.
+
+    An unfinished earlier apply or revert (a killed run) is rolled back first, under the lock;
+    a dry run plans from the bytes that rollback will leave (``report.recovered`` names the
+    files either way). Target files missing from the install are named in
+    ``report.missing_files``; the patches that do not need them still run.
+
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
         was nothing to write. A patch named in ``patch_ids`` that is not applicable to this
         release is refused (with the reason), so its prerequisites are not written either.
     Raises:
-        UsageError: unknown target or patch id (the hint names the closest ids).
+        UsageError: unknown target or patch id (the hint names the closest ids); a bad
+            ``PATCHKIT_LOCK_TIMEOUT``.
         SourceError: a file on the way does not parse.
-        StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
+        StateError: the journal cannot be read, has another format, or a file or folder cannot be
+            written keeping its owner (checked before the first write; nothing is left changed).
+        Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
+            (or the message names what is left and how to finish).
     """
     from patchkit.spec import load_patches, select
 
@@ -137,19 +173,25 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     _unknown_patch_ids(patch_ids, [p.id for p in everything])
     patches = select(everything, patch_ids) if not request else None
     requested = set(patch_ids or ())
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     if dry_run:
-        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, requested=requested, force=force,
-                                      request=request))
+        # Plan exactly what the real run will: from the files as its rollback will leave them.
+        overrides, rolled = journal.rolled_back_view()
+        report = _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
+                        force=force, request=request, overrides=overrides)
+        report.recovered, report.unfinished = rolled, journal.unfinished()
+        return _mark_unwritten(report)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
-    with journal.lock(on_wait=on_wait):
-        journal = Journal(install.site_packages, target)
+    with interrupt.deferred(), journal.lock(on_wait=on_wait):
+        journal = journal_for(install, target)
+        unfinished = journal.unfinished()
         recovered = journal.recover()
         report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
                         request=request)
-        report.recovered = recovered
-    journal.remove_if_empty()
+        report.recovered, report.unfinished = recovered, unfinished
+        journal.remove_if_empty()
+    _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _mark_unwritten(report)
 
 
@@ -177,12 +219,17 @@ def _unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
 
 
 def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
-           force: bool, request: Request) -> ApplyReport:
-    """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
+           force: bool, request: Request, overrides: dict[str, bytes] | None = None) -> ApplyReport:
+    """Plan, check (symlinks, RECORD drift and absence, the chain on the planned bytes), then write unless dry.
+
+    ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
+    """
+    from patchkit import missing
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
     from patchkit.registry import Registry
 
-    tree = SourceTree(install.site_packages)
+    overrides = dict(overrides or {})
+    tree = SourceTree(install.site_packages, overrides=overrides)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     decided: tuple[PatchResult, ...] = ()
@@ -194,12 +241,17 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
         patches = []
         decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
                                f"(contract {contract.era}); EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"),)
+    order = {p.id: i for i, p in enumerate(patches)}
+    patches, gone, missing_files = missing.split(list(patches), tree, registry)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)
+    if gone:
+        planned.results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order)))
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
+    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff(),
+                         missing_files=missing_files)
     if planned.refused:
         return report
     for r in report.patches:
@@ -219,13 +271,20 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
         _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
                                              "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
         return report
+    unchecked = [] if force else _unchecked(install, journal, planned.originals, list(planned.changed))
+    if unchecked:
+        _refuse(report, unchecked, lambda hit: f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
+                                               f"so patchkit cannot check that {hit} is the release's file (a hand edit "
+                                               "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is")
+        return report
     if planned.changed:
         # Check the chain on the planned bytes before writing anything.
-        after = SourceTree(install.site_packages, overrides=planned.changed)
+        after = SourceTree(install.site_packages, overrides={**overrides, **planned.changed})
         report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after),
                                                                 archs, types))
-        # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
-        if not report.verify.ok and planned.changed and not requested:
+        # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request, and
+        # the chain through a missing file cannot hold.
+        if not report.verify.ok and planned.changed and not requested and not missing_files:
             failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
             for r in report.patches:
                 if r.outcome is Outcome.APPLIED:
@@ -275,6 +334,14 @@ def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], pa
     return sorted(out)
 
 
+def _unchecked(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
+    """Files about to be patched that no RECORD vouches for (the distribution has none) nor the journal."""
+    if has_record(install):
+        return []
+    return sorted(p for p in paths
+                  if not (p in journal.entries and sha256(originals[p]) == journal.entries[p].sha256_after))
+
+
 def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
@@ -296,10 +363,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    journal = Journal(install.site_packages)
-    from patchkit.verify import default_architectures
-
-    from patchkit.verify import TEXT_MODEL_TYPES
+    journal = journal_for(install)
+    from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
     archs, types = default_architectures(), TEXT_MODEL_TYPES
     if request and contract.protocol is not None:
@@ -311,9 +376,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             archs = tuple(dict.fromkeys([*archs, *extra]))
             types = tuple(dict.fromkeys([*types, *extra_types]))
     checks = run_checks(tree, registry, contract, archs, types)
+    pending = unfinished_check(journal)
+    if pending is not None:
+        checks.insert(1, pending)
     if journal.entries:
         record = record_sha256(install, journal.entries)
-        states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
+        interrupted = set(journal.unfinished().to_roll_back) if journal.pending else set()
+        states = {path: "interrupted" if path in interrupted else file_state(install, e, record)
+                  for path, e in journal.entries.items()}
         odd = {p: st for p, st in states.items() if st != "patched"}
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
@@ -346,6 +416,7 @@ FILE_STATES = {
     "upgraded": "vLLM was upgraded to another version since; the file belongs to the new release",
     "edited": "edited by hand since patchkit wrote it",
     "missing": "the file is gone",
+    "interrupted": "an apply or revert stopped while writing it; the next apply or revert puts it back first",
 }
 """What ``status`` (and ``verify``) say about each journaled file."""
 
@@ -383,28 +454,38 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
     ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
+    An unfinished earlier apply or revert is rolled back first. The revert itself keeps a
+    pending record like apply, so a killed revert is put back by the next command.
+
     Raises:
-        StateError: the journal or an original copy is unreadable, or a write failed (files
-            already restored are put back).
+        StateError: the journal or an original copy is unreadable, a file or folder cannot be
+            written keeping its owner (checked first), or a write failed (files already restored
+            are put back).
+        Interrupted: SIGINT/SIGTERM while the lock was held; every restored file was put back.
     """
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    if not journal.entries and not journal.pending:
+    if not journal.entries and not journal.pending and not journal.leftovers():
         return RevertReport(info, [], refused=False)
-    with journal.lock(on_wait=on_wait):
+    with interrupt.deferred(), journal.lock(on_wait=on_wait):
+        journal = journal_for(install, target)
+        unfinished = journal.unfinished()
         rolled = journal.recover()
-        files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
+        what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
+        files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", []) for p in rolled]
         record = record_sha256(install, journal.entries)
         restore: list[str] = []
         forget: list[str] = []
+        restoring: list[RevertedFile] = []
         refused = False
         for path, entry in sorted(journal.entries.items()):
             state = file_state(install, entry, record)
             if state == "patched" or (force and state in ("edited", "missing")):
                 restore.append(path)
                 how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
-                files.append(RevertedFile(path, True, how, entry.patches))
+                restoring.append(RevertedFile(path, True, how, entry.patches))
+                files.append(restoring[-1])
             elif state in ("reinstalled", "upgraded"):
                 forget.append(path)
                 files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
@@ -412,30 +493,35 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
                 refused = True
                 files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
         if refused:
-            for f in files:
-                if f.restored and f.reason.startswith("original bytes restored"):
-                    f.restored, f.reason = False, "not restored: the revert was refused"
+            for f in restoring:
+                f.restored, f.reason = False, "not restored: the revert was refused"
             return RevertReport(info, files, refused=True)
-        journal.restore(restore)
-        journal.forget(forget)
-    journal.remove_if_empty()
+        if restore or forget:
+            journal.restore(restore, forget=forget)
+        journal.remove_if_empty()
+    _late_signal(f"restored {len(restore)} file(s)")
     return RevertReport(info, files, refused=False)
 
 
 def status(install: Install, *, target: str = "vllm") -> StatusReport:
     """What patchkit has applied to this install: per journaled file, its patches and state.
 
-    States (:data:`FILE_STATES`): patched, reinstalled, upgraded, edited, missing.
+    States (:data:`FILE_STATES`): patched, reinstalled, upgraded, edited, missing, interrupted.
+    The report also names an unfinished run or its leftovers, and a missing ``RECORD``.
     """
-    journal = Journal(install.site_packages, target)
+    journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
     record = record_sha256(install, journal.entries) if journal.entries else {}
+    unfinished = journal.unfinished()
+    interrupted = set(unfinished.to_roll_back) if unfinished else set()
     entries = [
-        StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
+        StatusEntry(path, entry.patches, entry.vllm_version,
+                    "interrupted" if path in interrupted else file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
     ]
-    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending))
+    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
+                        unfinished=unfinished, record_missing=not has_record(install))
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The ``patchkit`` command line: Typer options, a call into :mod:`patchkit.api`, rendering, an exit code.
 
 Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
-effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install, bad
-``--python``, or files that cannot be read or written.
+effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
+install, bad ``--python``, files that cannot be read or written (checked before the first write),
+a missing target file; 130 / 143 interrupted by SIGINT / SIGTERM (what was written was put back).
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,
@@ -14,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
 
-from patchkit import __version__
+from patchkit import __version__, settings
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.render import MARKS, Writer, check_nodes
 
@@ -115,18 +118,48 @@ def _waiting(as_json: bool) -> Callable[[Path, float], None]:
 
     def say(site_packages: Path, timeout: float) -> None:
         _err().line(("waiting", "yellow"), f" for another patchkit run on {site_packages} to finish "
-                    f"(up to {timeout:.0f} s; PATCHKIT_LOCK_TIMEOUT)...")
+                    f"(up to {timeout:g} s; PATCHKIT_LOCK_TIMEOUT)...")
 
     return say
 
 
+class _Terminated(BaseException):
+    """SIGTERM outside a writing step (nothing written by this command)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
 def _run(as_json: bool, body: Callable[[], int]) -> None:
-    """Run a command body; map patchkit errors to their one-line message, hint and exit code."""
+    """Run a command body; map patchkit errors to their one-line message, hint and exit code.
+
+    Every environment variable patchkit reads is validated first (:mod:`patchkit.settings`).
+    SIGINT/SIGTERM while ``apply``/``revert`` write are handled by the API (the run puts back what
+    it wrote and raises :class:`~patchkit.errors.Interrupted`); anywhere else nothing has been
+    written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM).
+    """
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        settings.check_environment()
         code = body()
+    except (KeyboardInterrupt, _Terminated) as exc:
+        signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
+        code = int(ExitCode.TERMINATED if isinstance(exc, _Terminated) else ExitCode.INTERRUPTED)
+        message = f"interrupted by {signal.Signals(signum).name} before anything was written"
+        if as_json:
+            print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
+        else:
+            _err().line(("interrupted:", "red"), " ", message)
+        raise typer.Exit(code)
     except PatchkitError as exc:
         _error(exc, as_json)
         raise typer.Exit(int(exc.exit_code))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(code)
 
 
@@ -180,11 +213,19 @@ def apply(
                                request=_request(arch, model), on_wait=_waiting(as_json))
         if as_json:
             _emit_json(report.to_dict())
-            return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
+            return _apply_code(report, dry_run, as_json)
         out = _out()
         _header(out, report.install)
+        if report.unfinished is not None and dry_run:
+            out.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
+        elif report.unfinished is not None and report.unfinished.leftovers:
+            out.line(("removed", "yellow"), f" {len(report.unfinished.leftovers)} leftover file(s) of an interrupted run")
         for path in report.recovered:
-            out.line(("rolled back", "yellow"), f" {path} ", ("(an earlier run did not finish)", "dim"))
+            if dry_run:
+                out.line(("would roll back", "yellow"), f" {path} first ",
+                         ("(the plan below starts from its bytes before that run)", "dim"))
+            else:
+                out.line(("rolled back", "yellow"), f" {path} ", ("(an earlier run did not finish)", "dim"))
         rows = []
         for p in report.patches:
             style = _OUTCOME_STYLE[p.outcome.value]
@@ -208,9 +249,27 @@ def apply(
             out.line("dry run: nothing was written")
         else:
             out.line("nothing to write")
-        return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
+        return _apply_code(report, dry_run, as_json)
 
     _run(as_json, body)
+
+
+def _apply_code(report, dry_run: bool, as_json: bool) -> int:
+    """``apply``'s exit code: 3 refused, 4 target files missing (named on stderr unless --json), else 0."""
+    from patchkit.results import Outcome
+
+    if report.refused:
+        return int(ExitCode.REFUSED)
+    if report.missing_files:
+        message = (f"{', '.join(report.missing_files)} missing from this install; the patches that need "
+                   + ("it" if len(report.missing_files) == 1 else "them") + " were not run"
+                   + (", the others were" + (" planned" if dry_run else " applied")
+                      if any(p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) for p in report.patches) else ""))
+        if not as_json:
+            _error(PatchkitError(message, "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z), "
+                                          "then apply again"), False)
+        return int(ExitCode.ENVIRONMENT)
+    return int(ExitCode.OK)
 
 
 def _missing_lines(checks: list[Check]) -> list[str]:
@@ -341,10 +400,11 @@ def status(
         out = _out()
         where = _where(site_packages, python)
         _header(out, report.install)
-        if report.pending:
-            out.line(("unfinished run:", "yellow"), f" an earlier apply stopped while writing {', '.join(report.pending)}; "
-                     f"the next 'patchkit apply --target {target}{where}' or 'patchkit revert --target {target}{where}' "
-                     "rolls it back first")
+        if report.unfinished is not None:
+            out.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
+        if report.record_missing:
+            out.line(("no RECORD:", "yellow"), " this vLLM has no RECORD file, so edits by others cannot be detected; "
+                     "'patchkit apply' refuses such files unless --force")
         if not report.entries and not report.pending:
             out.line("no patchkit changes in this install")
         if report.entries:

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from patchkit import loadpath
+from patchkit import api, loadpath
 from patchkit import contract as contract_mod
 from patchkit import verify as verify_mod
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
@@ -166,6 +166,11 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
     if load_check is not None:
         checks.append(load_check)
+    pending = api.unfinished_check(api.journal_for(install, distribution))
+    if pending is not None:  # the files are a mix of two runs until the next apply or revert
+        checks.insert(0, pending)
+        if pending.ok is False:
+            actions.append("finish the unfinished patchkit run: 'patchkit apply' (or 'patchkit revert') puts its files back first")
 
     draft_facts = None
     warnings: list[str] = []

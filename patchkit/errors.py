@@ -23,7 +23,11 @@ class ExitCode(IntEnum):
     REFUSED = 3
     """``apply``/``revert`` refused; nothing on disk was changed."""
     ENVIRONMENT = 4
-    """No usable vLLM install, bad ``--python``, unreadable or unwritable files."""
+    """No usable vLLM install, bad ``--python``, unreadable or unwritable files, a missing target file."""
+    INTERRUPTED = 130
+    """SIGINT (Ctrl-C) stopped ``apply``/``revert``: what it had written was put back (128 + 2)."""
+    TERMINATED = 143
+    """SIGTERM stopped ``apply``/``revert``: what it had written was put back (128 + 15)."""
 
 
 class PatchkitError(Exception):
@@ -72,3 +76,18 @@ class RefusedError(PatchkitError):
     """The command refuses to touch the install (for instance a pending, unfinished run)."""
 
     exit_code = ExitCode.REFUSED
+
+
+class Interrupted(PatchkitError):
+    """SIGINT or SIGTERM stopped a command; the message says what is on disk now.
+
+    Args:
+        signum: the signal (``signal.SIGINT`` or ``signal.SIGTERM``); the exit code is
+            ``128 + signum`` (130 or 143, :class:`ExitCode`).
+        message, hint: as :class:`PatchkitError`.
+    """
+
+    def __init__(self, signum: int, message: str, hint: str = "") -> None:
+        super().__init__(message, hint)
+        self.signum = signum
+        self.exit_code = ExitCode.TERMINATED if signum == 15 else ExitCode.INTERRUPTED

@@ -36,7 +36,9 @@ DISTRIBUTION = "vllm"
 
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 _SENTINEL = "PATCHKIT-SYS-PATH "
-_PROBE = f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path))"
+_PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))")
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,19 @@ class Install:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
         dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (where it also keeps
+            bytecode), or None. With ``--python``: that interpreter's; otherwise patchkit's own
+            (``PYTHONPYCACHEPREFIX`` / ``-X pycache_prefix`` of this process).
+        spellings: the site-packages folder as the interpreter's import path spells it, when
+            that differs from ``site_packages`` (a symbolic link on the way).
         python: the interpreter it was found through (``--python``, resolved), or None.
     """
 
     site_packages: Path
     version: Version
     dist_info: Path
+    pycache_prefix: Path | None = None
+    spellings: tuple[Path, ...] = ()
     python: Path | None = None
 
 
@@ -108,8 +117,18 @@ def _distributions(entries: list[str]) -> list[_Dist]:
     return found
 
 
-def _from_distributions(dists: list[_Dist], where: str) -> Install:
+def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] = (),
+                        pycache_prefix: Path | None = None) -> Install:
     if not dists:
+        orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
+        if orphans:
+            import shlex  # only for this message
+
+            raise InstallNotFound(
+                f"no vLLM distribution found in {where}, but patchkit's journal {orphans[0]} is still there: "
+                "vLLM was uninstalled after patchkit changed it, so the journal describes files that are gone",
+                f"remove it: rm -r {shlex.quote(str(orphans[0].parent))}  (or reinstall vLLM first; its files are new)",
+            )
         raise InstallNotFound(
             f"no vLLM distribution found in {where}",
             "point patchkit at the environment that serves the model: "
@@ -144,7 +163,14 @@ def _from_distributions(dists: list[_Dist], where: str) -> Install:
             f"vLLM in {site_packages} has an unreadable version {dist.version!r}",
             "reinstall vLLM from a release wheel",
         ) from exc
-    return Install(site_packages=site_packages, version=version, dist_info=dist_path)
+    spelled = Path(os.path.abspath(str(dist.locate_file(""))))
+    return Install(site_packages=site_packages, version=version, dist_info=dist_path,
+                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else ())
+
+
+def has_record(install: Install) -> bool:
+    """True when the distribution has a ``RECORD`` file (what :func:`record_sha256` reads)."""
+    return (install.dist_info / "RECORD").is_file()
 
 
 def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[str, str]:
@@ -214,7 +240,11 @@ def from_site_packages(directory: Path) -> Install:
             "give the folder that holds vllm/ and vllm-X.Y.Z.dist-info/",
         )
     dists = _distributions([str(directory)])
-    return _from_distributions(dists, str(directory))
+    return _from_distributions(dists, str(directory), [directory], _own_pycache_prefix())
+
+
+def _own_pycache_prefix() -> Path | None:
+    return Path(sys.pycache_prefix) if sys.pycache_prefix else None
 
 
 def interpreter_path(given: Path | str) -> Path:
@@ -262,7 +292,7 @@ def from_python(interpreter: Path | str) -> Install:
     """Find the vLLM that the interpreter ``interpreter`` would import.
 
     The interpreter is run once with a one-line standard-library script that prints its
-    ``sys.path`` (any Python 3 runs it); vLLM itself is not imported.
+    ``sys.path`` and ``sys.pycache_prefix`` (any Python 3 runs it); vLLM itself is not imported.
 
     Args:
         interpreter: a Python executable (``/opt/venv/bin/python``), a command on ``PATH``
@@ -299,8 +329,15 @@ def from_python(interpreter: Path | str) -> Install:
             "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
         )
     entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
+    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_PREFIX)), None)
+    try:
+        prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
+    except ValueError:
+        prefix = None
     dists = _distributions(entries)
-    return replace(_from_distributions(dists, f"the environment of {interpreter}"), python=interpreter)
+    found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
+                                Path(prefix) if isinstance(prefix, str) and prefix else None)
+    return replace(found, python=interpreter)
 
 
 def from_current_environment() -> Install:
@@ -310,7 +347,8 @@ def from_current_environment() -> Install:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
     dists = _distributions(sys.path)
-    return _from_distributions(dists, "patchkit's own environment")
+    folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    return _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
 
 
 def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:

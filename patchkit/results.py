@@ -98,7 +98,11 @@ class ApplyReport:
         written: True when files were changed on disk.
         diff: unified diff of the planned change (empty when nothing changes).
         verify: the chain check of the patched result, when one was run.
-        recovered: files of an earlier, unfinished run that were rolled back first.
+        recovered: files of an earlier, unfinished run that were rolled back first (with
+            ``dry_run``: that the real run would roll back first; the plan starts from them).
+        unfinished: that earlier run, as found before this one started (None normally).
+        missing_files: target files of this release that are missing from the install; the
+            patches needing them were not run, the others were (exit 4).
     """
 
     install: InstallInfo
@@ -109,6 +113,8 @@ class ApplyReport:
     diff: str = ""
     verify: "VerifyReport | None" = None
     recovered: list[str] = field(default_factory=list)
+    unfinished: "PendingRun | None" = None
+    missing_files: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
@@ -121,6 +127,7 @@ class ApplyReport:
         out["command"] = "apply"
         out["refused"] = self.refused
         out["verify"] = self.verify.to_dict() if self.verify is not None else None
+        out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
 
 
@@ -201,8 +208,9 @@ class StatusEntry:
     """One journaled file: what patchkit wrote and whether the file still holds it.
 
     Attributes:
-        state: ``"patched"`` (bytes are what patchkit wrote), ``"original"`` (bytes are the
-            pre-patch original again, e.g. after a reinstall), ``"changed"`` (neither).
+        state: one of ``patchkit.api.FILE_STATES``: ``"patched"``, ``"reinstalled"``,
+            ``"upgraded"``, ``"edited"``, ``"missing"`` or ``"interrupted"`` (an apply or revert
+            stopped while writing it).
     """
 
     path: str
@@ -210,6 +218,65 @@ class StatusEntry:
     vllm_version: str
     state: str
     applied_at: str
+
+
+@dataclass(frozen=True)
+class PendingFile:
+    """One file of an unfinished run.
+
+    Attributes:
+        path: relative to site-packages.
+        state: ``"written"`` (holds what the run was writing: the next apply or revert puts the
+            bytes it had before back), ``"not reached"`` (still as before the run: left alone),
+            ``"changed since"`` (neither: left alone) or ``"missing"``.
+    """
+
+    path: str
+    state: str
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    """An ``apply`` or ``revert`` that stopped while writing (killed), as the journal records it.
+
+    Attributes:
+        operation: ``"apply"`` or ``"revert"``.
+        files: the files that run was writing, each with its state now.
+        leftovers: temporary files and unused copies it left (relative to site-packages);
+            the next apply or revert removes them.
+    """
+
+    operation: str
+    files: tuple[PendingFile, ...]
+    leftovers: tuple[str, ...] = ()
+
+    @property
+    def to_roll_back(self) -> list[str]:
+        """Files the next apply or revert puts back to their bytes from before that run."""
+        return [f.path for f in self.files if f.state == "written"]
+
+    @property
+    def unfinished(self) -> bool:
+        """True when a run stopped midway (not only leftovers to clean)."""
+        return bool(self.files)
+
+    def summary(self) -> str:
+        """One line: what stopped, which files it had written, and what the next apply or revert does."""
+        if not self.files:
+            return (f"{len(self.leftovers)} leftover file(s) of an interrupted run ({', '.join(self.leftovers)}); "
+                    "the next 'patchkit apply' or 'patchkit revert' removes them")
+        written = self.to_roll_back
+        wrote = (f"it had written {', '.join(written)}" if written else "it had not changed any file yet")
+        rest = [f"{f.path} ({f.state})" for f in self.files if f.state != "written"]
+        return (f"an earlier 'patchkit {self.operation}' stopped while writing: {wrote}"
+                + (f"; not written: {', '.join(rest)}" if rest else "")
+                + f". The next 'patchkit apply' or 'patchkit revert' first puts back the {len(written)} written "
+                f"file(s) to their bytes from before that {self.operation}, then runs as usual")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"operation": self.operation, "files": [asdict(f) for f in self.files],
+                "leftovers": list(self.leftovers), "to_roll_back": self.to_roll_back, "summary": self.summary()}
 
 
 @dataclass
@@ -220,11 +287,16 @@ class StatusReport:
     entries: list[StatusEntry]
     pending: list[str] = field(default_factory=list)
     """Files of a run that started writing and did not finish; the next apply or revert rolls it back."""
+    unfinished: PendingRun | None = None
+    """The unfinished run (or leftovers) in full, or None."""
+    record_missing: bool = False
+    """True when the distribution has no ``RECORD``: edits by others cannot be detected."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         out = _plain(asdict(self))
         out["command"] = "status"
+        out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
 
 

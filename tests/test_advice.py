@@ -250,4 +250,5 @@ def test_waiting_for_the_lock_is_said(release, cli, monkeypatch):
     assert result.exit_code == 4
     lines = result.stderr.splitlines()
     assert lines[0].startswith(f"waiting for another patchkit run on {sp} to finish")
+    assert "(up to 0.5 s;" in lines[0]  # the timeout in effect, not rounded to 0
     assert lines[1].startswith("error: another patchkit run is changing")

@@ -57,12 +57,12 @@ def fail_third_vllm_write(monkeypatch, error: BaseException):
     real = journal_mod.write_atomic
     calls = {"files": 0}
 
-    def faulty(path: Path, data: bytes) -> None:
+    def faulty(path: Path, data: bytes, *args, **kwargs) -> None:
         if path.name.endswith(".py") and ".patchkit" not in path.parts:
             calls["files"] += 1
             if calls["files"] == 3:
                 raise error
-        real(path, data)
+        real(path, data, *args, **kwargs)
 
     monkeypatch.setattr(journal_mod, "write_atomic", faulty)
     return real

@@ -1,0 +1,63 @@
+"""SIGINT and SIGTERM while patchkit writes: noted, acted on between two file writes, never mid-write.
+
+While a command holds an install's lock (:meth:`patchkit.journal.Journal.lock`) the two signals
+do not interrupt Python at a random bytecode: :func:`deferred` records the first one, and the
+writing code asks :func:`received` at its safe points (between two atomic file writes, between
+planning and writing). At such a point the run puts back what it wrote and raises
+:class:`patchkit.errors.Interrupted` (exit 130 for SIGINT, 143 for SIGTERM). A second signal
+while it puts files back is ignored, so the rollback always finishes.
+
+Outside a writing command, and in a thread other than the main one (where Python cannot set
+signal handlers), nothing here changes how signals behave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+_depth = 0
+
+
+def _note(signum: int, _frame) -> None:
+    if not _received:
+        _received.append(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, record SIGINT/SIGTERM instead of acting on them (nests; main thread only).
+
+    On leaving the outermost block the previous handlers are restored; a signal recorded but
+    not acted upon by then is left for the caller to find with :func:`received` until the next
+    :func:`deferred` block starts.
+    """
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if _depth == 0:
+        _received.clear()
+        previous = {s: signal.signal(s, _note) for s in _SIGNALS}
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if _depth == 0:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def received() -> int | None:
+    """The signal number recorded in the current :func:`deferred` block, or None."""
+    return _received[0] if _received else None
+
+
+def name(signum: int) -> str:
+    """``"SIGINT (Ctrl-C)"`` or ``"SIGTERM"``."""
+    return "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
