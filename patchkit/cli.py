@@ -46,6 +46,8 @@ TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only '
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
+RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]", is_flag=False, flag_value="auto",
+                      help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
 
 _MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[dim]·[/]"}
 _OUTCOME_STYLE = {
@@ -120,10 +122,15 @@ def apply(
     patch: Optional[list[str]] = typer.Option(None, "--patch", help="Only this patch (and what it needs); repeatable."),
     force: bool = typer.Option(False, "--force", help="Patch files that differ from the distribution's RECORD."),
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
     def body() -> int:
+        if ray is not None:
+            from patchkit import cluster_view
+            return cluster_view.apply(ray, target=target, site_packages=site_packages, python=python,
+                                      dry_run=dry_run, patch=patch, force=force, as_json=as_json)
         install = _install(target, site_packages, python)
         with _working("planning and checking the patches...", as_json):
             report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force)
@@ -208,10 +215,17 @@ def verify(
         False, "--runtime", help="Also ask vLLM's own code, in a fresh subprocess of the target interpreter."
     ),
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
 
     def body() -> int:
+        if ray is not None:
+            if runtime:
+                raise UsageError("--runtime is not available with --ray", "run 'patchkit verify --runtime' on each node")
+            from patchkit import cluster_view
+            return cluster_view.run("verify", ray, target=target, site_packages=site_packages, python=python,
+                                    as_json=as_json)
         install = _install(target, site_packages, python)
         runtime_python = None
         if runtime:
@@ -246,10 +260,15 @@ def revert(
     python: Optional[Path] = PythonOpt,
     force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Restore every file patchkit changed to the exact bytes it had before."""
 
     def body() -> int:
+        if ray is not None:
+            from patchkit import cluster_view
+            return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
+                                    force=force, as_json=as_json)
         install = _install(target, site_packages, python)
         report = api.revert(install, target=target, force=force)
         if as_json:
@@ -276,10 +295,15 @@ def status(
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """What patchkit has applied to this install: files, patches, vLLM version, state."""
 
     def body() -> int:
+        if ray is not None:
+            from patchkit import cluster_view
+            return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
+                                    as_json=as_json)
         install = _install(target, site_packages, python)
         report = api.status(install, target=target)
         if as_json:

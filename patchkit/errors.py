@@ -72,3 +72,7 @@ class RefusedError(PatchkitError):
     """The command refuses to touch the install (for instance a pending, unfinished run)."""
 
     exit_code = ExitCode.REFUSED
+
+
+class ClusterError(PatchkitError):
+    """``--ray``: Ray is not installed, or no Ray cluster answers at the address."""

@@ -1,0 +1,116 @@
+"""The ``--ray`` form of ``apply``, ``verify``, ``status`` and ``revert``: options in, one table out.
+
+The CLI (:mod:`patchkit.cli`) hands a command here when ``--ray`` is given; this module calls
+:mod:`patchkit.cluster` and renders its :class:`~patchkit.cluster.ClusterReport`: one row per
+node (node, host, vLLM version, its state, the outcome of each patch, the hash of its patched
+files), then the reasons, as text or as one JSON object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rich.markup import escape
+
+from patchkit import cluster
+from patchkit.cli import _OUTCOME_STYLE, _emit_json, _print_table, _table, out
+from patchkit.errors import UsageError
+from patchkit.results import Outcome
+from patchkit.spec import check_target
+
+_STATE_STYLE = {
+    cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
+    cluster.NodeState.PLANNED: "yellow", cluster.NodeState.UNCHANGED: "yellow",
+    cluster.NodeState.ROLLED_BACK: "yellow", cluster.NodeState.ROLLBACK_FAILED: "red",
+    cluster.NodeState.FAILED: "red", cluster.NodeState.DIED: "red", cluster.NodeState.JOINED: "red",
+    cluster.NodeState.REFUSED: "red",
+}
+_PATCH_STYLE = {o.value: style for o, style in _OUTCOME_STYLE.items()}
+_PATCH_STYLE.update({"patched": "green", "restored": "green", "edited": "red", "missing": "red",
+                     "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"})
+
+
+def _check(target: str, site_packages: Optional[Path], python: Optional[Path]) -> None:
+    check_target(target)
+    if site_packages is not None and python is not None:
+        raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+
+
+def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
+          patch: Optional[list[str]], force: bool, as_json: bool) -> int:
+    """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code."""
+    _check(target, site_packages, python)
+    report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
+                           dry_run=dry_run, patch_ids=patch, target=target, force=force)
+    return _show(report, as_json)
+
+
+def run(command: str, address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path],
+        force: bool = False, as_json: bool) -> int:
+    """``verify|status|revert --ray``: the command on every node; returns the exit code."""
+    _check(target, site_packages, python)
+    report = cluster.run(command, None if address == "auto" else address, site_packages=site_packages,
+                         python=python, target=target, force=force)
+    return _show(report, as_json)
+
+
+def _show(report: cluster.ClusterReport, as_json: bool) -> int:
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        _render(report)
+    return int(report.exit_code)
+
+
+def _render(report: cluster.ClusterReport) -> None:
+    ids: list[str] = []
+    for n in report.nodes:
+        ids += [pid for pid in n.patches if pid not in ids]
+    extra = ["EAGLE-3"] if report.command == "verify" else []
+    table = _table("node", "host", "vLLM", "state", *ids, *extra, "hash")
+    for n in report.nodes:
+        cells = []
+        for pid in ids:
+            value = n.patches.get(pid, "-")
+            label = "would apply" if report.dry_run and value == Outcome.APPLIED.value else value
+            style = "yellow" if label == "would apply" else _PATCH_STYLE.get(value, "")
+            cells.append(f"[{style}]{escape(label)}[/]" if style else escape(label))
+        if report.command == "verify":
+            cells.append("-" if n.result is None else "[green]in effect[/]" if n.result["ok"] else "[red]not in effect[/]")
+        style = _STATE_STYLE[n.state]
+        table.add_row(n.node_id[:8], escape(f"{n.host} {n.address}"), n.vllm_version or "-",
+                      f"[{style}]{n.state.value}[/]", *cells, n.digest or "-")
+    _print_table(table)
+    for n in report.nodes:
+        who = f"node {n.node_id[:8]}"
+        if n.error:
+            out.print(f"{who}: [red]{escape(n.error['message'])}[/]" + (f"  [dim]hint: {escape(n.error['hint'])}[/]" if n.error.get("hint") else ""))
+        for p in (n.result or {}).get("patches", []):
+            if p["outcome"] == Outcome.REFUSED.value:
+                out.print(f"{who}: {escape(p['id'])} refused: {escape(p['reason'])}")
+        if report.command == "verify" and n.result is not None:
+            for line in n.result.get("missing", []):
+                out.print(f"{who}: missing: {escape(line)}")
+        if report.command == "revert" and n.result is not None:
+            for f in n.result.get("files", []):
+                if not f["restored"]:
+                    out.print(f"{who}: {escape(f['path'])}: {escape(f['reason'])}")
+    out.print(_summary(report))
+
+
+def _summary(report: cluster.ClusterReport) -> str:
+    count = len(report.nodes)
+    if report.reason:
+        return f"[red]{'refused' if report.refused else 'failed'}:[/] {escape(report.reason)}"
+    if report.command == "verify":
+        if report.ok:
+            return f"[green]EAGLE-3 is in effect on all {count} nodes[/], with the same bytes"
+        why = [] if report.in_effect else ["not in effect on every node"]
+        why += [] if report.same_bytes else ["the nodes differ in their vLLM release or patched bytes (see 'hash')"]
+        return f"[red]EAGLE-3 is not in effect alike on all {count} nodes:[/] {'; '.join(why)}"
+    if report.command == "apply":
+        if report.dry_run:
+            return f"dry run on {count} nodes: nothing was written"
+        return f"{count} nodes patched alike; 'patchkit verify --ray' checks them, 'patchkit revert --ray' undoes it"
+    return f"{report.command} ran on {count} nodes"
