@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
+from typer.core import TyperCommand
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -46,8 +47,26 @@ TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only '
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model.")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
-RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]", is_flag=False, flag_value="auto",
+RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
                       help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
+
+
+class _RayCommand(TyperCommand):
+    """A command whose ``--ray`` may come without a value: then it means ``auto`` (what ``ray.init`` finds).
+
+    Typer has no option with an optional value, so a bare ``--ray`` (last, or before another
+    option) gets ``auto`` inserted before Click parses the line.
+    """
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                args.insert(i + 1, "auto")
+                break
+        return super().parse_args(ctx, args)
 
 _MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[dim]·[/]"}
 _OUTCOME_STYLE = {
@@ -113,7 +132,7 @@ def _header(info) -> None:
     out.print(f"vLLM {info.version} at {escape(info.site_packages)}  [dim](EAGLE-3 contract {info.era})[/]")
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def apply(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -206,7 +225,7 @@ def _missing_lines(checks: list[Check]) -> list[str]:
     return lines
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def verify(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -253,7 +272,7 @@ def verify(
     _run(as_json, body)
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def revert(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -289,7 +308,7 @@ def revert(
     _run(as_json, body)
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def status(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,

@@ -18,7 +18,8 @@ immutable :class:`ClusterReport`.
 - ``apply`` is atomic across the cluster: it plans (a dry run) on every node first; a node that
   would refuse, fails, runs another vLLM release, dies or joins stops the run before anything is
   written anywhere. If a node fails while writing, the nodes already written are reverted, and
-  every node's final state is reported.
+  every node's final state is reported. ``revert`` reads every node's status first and reverts
+  nowhere when a node would refuse.
 
 Ray is an optional dependency (the ``ray`` extra), imported only by the functions here that need
 it. Nothing here prints.
@@ -31,8 +32,9 @@ import logging
 import os
 import shutil
 import socket
+import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -350,24 +352,29 @@ def _lost(message: str) -> dict[str, Any]:
 def connect(address: str | None, *, with_libcst: bool = False) -> Iterator[_Session]:
     """Connect to the Ray cluster at ``address`` (None: what ``ray.init`` finds), shipping patchkit.
 
+    While connected, whatever is printed on ``sys.stdout`` goes to ``sys.stderr``: Ray's driver
+    prints the cluster's error messages (a node that died) on stdout from a thread of its own,
+    and stdout carries only patchkit's table or JSON.
+
     Raises:
         ClusterError: Ray is not installed, or no cluster answers at the address.
     """
     ray = _import_ray()
     given = address or "auto"
-    with tempfile.TemporaryDirectory(prefix="patchkit-ship-") as staging:
-        _ship(Path(staging), with_libcst)
+    with redirect_stdout(sys.stderr):
+        with tempfile.TemporaryDirectory(prefix="patchkit-ship-") as staging:
+            _ship(Path(staging), with_libcst)
+            try:
+                ray.init(address=given, runtime_env={"working_dir": staging}, logging_level=logging.ERROR,
+                         log_to_driver=False, configure_logging=False, include_dashboard=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ClusterError(f"cannot connect to the Ray cluster at {given}: {first}",
+                                   "start the cluster (ray start --head), or give its address: --ray HOST:6379") from None
         try:
-            ray.init(address=given, runtime_env={"working_dir": staging}, logging_level=logging.ERROR,
-                     log_to_driver=False, configure_logging=False, include_dashboard=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ClusterError(f"cannot connect to the Ray cluster at {given}: {first}",
-                               "start the cluster (ray start --head), or give its address: --ray HOST:6379") from None
-    try:
-        yield _Session(ray, given)
-    finally:
-        ray.shutdown()
+            yield _Session(ray, given)
+        finally:
+            ray.shutdown()
 
 
 def _options(site_packages: Path | str | None, python: Path | str | None, **rest: Any) -> dict[str, Any]:
@@ -424,6 +431,10 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
         python: Path | str | None = None, target: str = "vllm", force: bool = False) -> ClusterReport:
     """Run ``verify``, ``status`` or ``revert`` on every alive node of the cluster.
 
+    ``revert`` first reads every node's status: when a node would refuse (a file edited by hand
+    since patchkit wrote it, without ``force``), fails, dies or joins, nothing is reverted on any
+    node. A node that fails while reverting is reported; the others stay reverted.
+
     Args:
         command: ``verify``, ``status`` or ``revert``.
         address: the cluster's address, or None for what ``ray.init`` finds.
@@ -438,28 +449,54 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     """
     if command not in ("verify", "status", "revert"):
         raise ValueError(f"run() takes verify, status or revert, not {command!r}")
+    opts = _options(site_packages, python, target=target, force=force)
     with connect(address) as session:
-        before = session.alive()
-        answers = session.run(before, command, _options(site_packages, python, target=target, force=force))
+        start = session.alive()
+        if command == "revert":
+            plans = session.run(start, "status", opts)
+            planned = session.alive()
+            refused = _refused_revert(start, planned, plans, force, session.address)
+            if refused is not None:
+                return refused
+            start = planned
+        answers = session.run(start, command, opts)
         after = session.alive()
-    died, joined = _membership(before, after, answers)
+    died, joined = _membership(start, after, answers)
     rows = []
-    for nid, node in sorted(before.items(), key=lambda kv: (kv[1].address, kv[0])):
+    for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         a = answers[nid]
-        if nid in died:
-            state = NodeState.DIED
-        elif a.get("error"):
-            state = NodeState.FAILED
-        elif command == "revert" and a["result"].get("refused"):
-            state = NodeState.REFUSED
-        else:
-            state = NodeState.DONE
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if a.get("error") else
+                 NodeState.REFUSED if command == "revert" and a["result"].get("refused") else NodeState.DONE)
         rows.append(_row(node, a, command, state))
     rows += _joined_rows(after, joined)
     failed = any(r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED) for r in rows)
-    refused = any(r.state is NodeState.REFUSED for r in rows)
-    reason = _failure_reason(rows) if failed else ("a node refused to revert (a file edited by hand)" if refused else "")
-    return ClusterReport(command, session.address, tuple(rows), refused=refused, failed=failed, reason=reason)
+    refused_here = any(r.state is NodeState.REFUSED for r in rows)
+    reason = _failure_reason(rows) if failed else ("a node refused to revert" if refused_here else "")
+    return ClusterReport(command, session.address, tuple(rows), refused=refused_here, failed=failed, reason=reason)
+
+
+def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, dict[str, Any]],
+                    force: bool, address: str) -> ClusterReport | None:
+    """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
+    from patchkit.api import revert_action
+
+    died, joined = _membership(start, planned, plans)
+    refusing = {nid for nid, a in plans.items() if a.get("result") and any(
+        revert_action(e["state"], force) == "refuse" for e in a["result"]["entries"])}
+    errors = {nid for nid, a in plans.items() if a.get("error") and nid not in died}
+    if not (died or joined or errors or refusing):
+        return None
+    rows = []
+    for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
+                 NodeState.REFUSED if nid in refusing else NodeState.UNCHANGED)
+        rows.append(_row(node, plans[nid], "status", state))
+    rows += _joined_rows(planned, joined)
+    failed = bool(died or joined or errors)
+    reason = (_failure_reason(rows) + "; nothing was reverted on any node" if failed else
+              f"node(s) {', '.join(sorted(n[:8] for n in refusing))} hold files edited by hand since patchkit "
+              "wrote them (their 'patches' column says which); nothing was reverted on any node")
+    return ClusterReport("revert", address, tuple(rows), refused=not failed, failed=failed, reason=reason)
 
 
 def _failure_reason(rows: list[NodeResult]) -> str:

@@ -35,6 +35,12 @@ def _check(target: str, site_packages: Optional[Path], python: Optional[Path]) -
     check_target(target)
     if site_packages is not None and python is not None:
         raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+    for flag, path in (("--site-packages", site_packages), ("--python", python)):
+        text = "" if path is None else str(path)
+        if text and not (Path(text).is_absolute() or text.startswith(("~", "$"))):
+            raise UsageError(f"{flag} {text} is relative; each node would read it from its own working folder",
+                             "give the absolute path the nodes share, e.g. /opt/venv/bin/python "
+                             "(~ and $VARS are expanded on each node)")
 
 
 def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
@@ -97,6 +103,8 @@ def _render(report: cluster.ClusterReport) -> None:
                 if not f["restored"]:
                     out.print(f"{who}: {escape(f['path'])}: {escape(f['reason'])}")
     out.print(_summary(report))
+    if report.command == "revert" and report.refused:
+        out.print("hint: 'patchkit revert --ray --force' writes the originals over the edits on every node")
 
 
 def _summary(report: cluster.ClusterReport) -> str:

@@ -19,6 +19,7 @@ import filecmp
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -54,7 +55,7 @@ class Node:
         return self.folder / "site-packages"
 
 
-class TestCluster:
+class LocalCluster:
     """The running cluster and its nodes (head first)."""
 
     def __init__(self, root: Path) -> None:
@@ -77,14 +78,17 @@ class TestCluster:
         self.count += 1
         return {**NODE_ARGS, "env_vars": {VAR: str(folder)}}
 
-    def add(self) -> Node:
+    def add(self, version: str | None = None) -> Node:
+        """Start one more node; with ``version``, its folder holds that release before it joins."""
+        if version is not None:
+            fresh_copy(version, self._folder(self.count) / "site-packages")
         handle = self.cluster.add_node(**self._args())
         node = Node(handle, self._folder(self.count - 1))
         self.nodes.append(node)
         return node
 
-    def remove(self, node: Node) -> None:
-        self.cluster.remove_node(node.handle, allow_graceful=False)
+    def remove(self, node: Node, graceful: bool = False) -> None:
+        self.cluster.remove_node(node.handle, allow_graceful=graceful)
         self.nodes.remove(node)
 
     @property
@@ -107,7 +111,7 @@ def ray_cluster(tmp_path_factory):
         # on the loopback address.
         mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         mp.delenv("RAY_ADDRESS", raising=False)
-        cluster = TestCluster(tmp_path_factory.mktemp("ray-nodes"))
+        cluster = LocalCluster(tmp_path_factory.mktemp("ray-nodes"))
         try:
             yield cluster
         finally:
@@ -189,21 +193,6 @@ def test_apply_verify_status_revert_on_three_fresh_nodes(ray_cluster, cli):
         assert pristine(n, "0.17.1")
 
 
-def test_one_node_already_patched(ray_cluster, cli):
-    ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
-    first = ray_cluster.nodes[1]
-    result = cli("apply", "--site-packages", str(first.site))
-    assert result.exit_code == 0, result.stdout
-    result = cli("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
-    assert result.exit_code == 0, result.stdout
-    code, data = cli.json("verify", "--site-packages", SITE, "--ray", ray_cluster.address)
-    assert code == 0 and data["same_bytes"]
-    code, data = cli.json("apply", "--site-packages", SITE, "--ray", ray_cluster.address, "--dry-run")
-    assert code == 0
-    assert {row["state"] for row in data["nodes"]} == {"planned"}
-    assert {o for row in data["nodes"] for o in row["patches"].values()} == {"already applied"}
-
-
 def test_one_node_already_patched_states(ray_cluster, cli):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
     first = ray_cluster.nodes[1]
@@ -216,6 +205,12 @@ def test_one_node_already_patched_states(ray_cluster, cli):
     others = [n for n in ray_cluster.nodes if n is not first]
     assert [rows[n.node_id]["state"] for n in others] == ["patched", "patched"]
     assert len({row["hash"] for row in data["nodes"]}) == 1
+    code, data = cli.json("verify", "--site-packages", SITE, "--ray", ray_cluster.address)
+    assert code == 0 and data["same_bytes"] and data["in_effect"]
+    code, data = cli.json("apply", "--site-packages", SITE, "--ray", ray_cluster.address, "--dry-run")
+    assert code == 0
+    assert {row["state"] for row in data["nodes"]} == {"planned"}
+    assert {o for row in data["nodes"] for o in row["patches"].values()} == {"already applied"}
 
 
 def test_a_node_on_another_release_refuses_the_run(ray_cluster, cli):
@@ -252,8 +247,6 @@ def test_a_hand_edited_node_refuses_everywhere(ray_cluster, cli):
         if n is not edited:
             assert set(rows[n.node_id]["patches"].values()) == {"not written"}
             assert pristine(n, "0.17.1")
-    result = cli("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
-    assert "eagle3-deepseek-backbone refused" in result.stdout and "nothing was written on any node" in result.stdout
 
 
 def test_verify_fails_when_nodes_differ_in_bytes(ray_cluster, cli):
@@ -267,12 +260,44 @@ def test_verify_fails_when_nodes_differ_in_bytes(ray_cluster, cli):
     rows = by_node(data)
     assert rows[odd.node_id]["hash"] != rows[ray_cluster.nodes[1].node_id]["hash"]
     assert "edited" in rows[odd.node_id]["patches"]["eagle3-deepseek-backbone"]
+    # revert reads every node's status first: the edited node refuses, so no node is reverted
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
-    assert code == 3 and by_node(data)[odd.node_id]["state"] == "refused"
+    assert code == 3 and data["refused"], data
+    rows = by_node(data)
+    assert rows[odd.node_id]["state"] == "refused" and odd.node_id[:8] in data["reason"]
+    for n in ray_cluster.nodes[1:]:
+        assert rows[n.node_id]["state"] == "unchanged"
+        assert (n.site / ".patchkit" / "vllm" / "journal.json").is_file() and not pristine(n, "0.17.1")
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address, "--force")
     assert code == 0
     for n in ray_cluster.nodes:
         assert pristine(n, "0.17.1")
+
+
+def test_a_node_that_joins_during_apply_is_reported(ray_cluster, cli):
+    ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
+    slow, fast = ray_cluster.nodes[0], ray_cluster.nodes[1:]
+    # The first node's write waits for its install lock, held here, until the new node is in.
+    # (Ray starts nodes from the main thread only, so the CLI runs as a process of its own.)
+    with hold_lock(slow.site):
+        proc = subprocess.Popen([sys.executable, "-m", "patchkit", "apply", "--site-packages", SITE,
+                                 "--ray", ray_cluster.address, "--json"], stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: all((n.site / ".patchkit" / "vllm" / "journal.json").is_file() for n in fast))
+        newcomer = ray_cluster.add("0.17.1")
+    stdout, _ = proc.communicate(timeout=300)
+    code, data = proc.returncode, json.loads(stdout)
+    assert code == 4 and data["failed"], data
+    rows = by_node(data)
+    assert rows[newcomer.node_id]["state"] == "joined"
+    assert "joined" in data["reason"]
+    assert [rows[n.node_id]["state"] for n in ray_cluster.nodes[:3]] == ["patched"] * 3
+    assert pristine(newcomer, "0.17.1")
+    # run again: the newcomer is patched, the others are already
+    code, data = cli.json("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
+    assert code == 0, data
+    assert by_node(data)[newcomer.node_id]["state"] == "patched"
+    assert len(data["nodes"]) == 4 and len({row["hash"] for row in data["nodes"]}) == 1
+    ray_cluster.remove(newcomer, graceful=True)
 
 
 def test_a_node_killed_during_apply_rolls_back_the_others(ray_cluster, cli):
@@ -303,7 +328,7 @@ def test_a_node_killed_during_apply_rolls_back_the_others(ray_cluster, cli):
     ray_cluster.cluster.wait_for_nodes()
 
 
-def test_ray_address_default_and_a_cluster_that_is_not_there(ray_cluster, cli, monkeypatch):
+def test_ray_without_address_finds_the_cluster(ray_cluster, cli, monkeypatch):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)  # what ray.init finds
     code, data = cli.json("status", "--site-packages", SITE, "--ray")
@@ -319,3 +344,9 @@ def test_without_ray_a_one_line_error_names_the_extra(cli, monkeypatch, tmp_path
                                           "hint: install it: pip install 'vllm-patchkit[ray]'"]
     code, data = cli.json("apply", "--site-packages", str(tmp_path), "--ray")
     assert code == 4 and "vllm-patchkit[ray]" in data["hint"]
+
+
+def test_a_relative_path_is_refused_before_connecting(cli):
+    result = cli("status", "--site-packages", "venv/lib/python3.12/site-packages", "--ray", "127.0.0.1:1")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --site-packages venv/lib/python3.12/site-packages is relative")
