@@ -28,11 +28,11 @@ it. Nothing here prints.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import shutil
 import socket
-import sys
 import tempfile
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
@@ -72,7 +72,9 @@ class NodeState(str, Enum):
     JOINED = "joined"
     """The node joined the cluster during the run; it was not planned or changed."""
     DONE = "done"
-    """``verify``/``status``/``revert`` ran on this node (its result says what it found)."""
+    """``verify``/``status`` ran on this node (its result says what it found)."""
+    REVERTED = "reverted"
+    """``revert`` ran on this node: every file patchkit changed holds its original bytes again."""
     REFUSED = "refused"
     """``revert`` refused on this node (a file edited by hand); nothing was reverted there."""
 
@@ -338,13 +340,17 @@ class _Session:
                 self.ray.cancel(ref, force=True)
                 out[node_id] = _lost(f"no answer within {NODE_TIMEOUT_S:.0f} s")
             except self.ray.exceptions.RayError as exc:
-                out[node_id] = _lost(f"the node's task did not finish: {type(exc).__name__}")
+                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+                first = first.split(". ")[0].rstrip(".")[:200]  # Ray's first sentence
+                out[node_id] = _lost(f"the node's task did not finish: {type(exc).__name__}"
+                                     + (f" ({first})" if first else ""))
         return out
 
 
 def _lost(message: str) -> dict[str, Any]:
     return {"lost": True, "vllm_version": None, "result": None, "digest": None,
-            "error": {"message": message, "hint": "check the node (ray status), then run the command again",
+            "error": {"message": message, "hint": "check the node ('ray status'; Ray's logs on the node: "
+                                                "/tmp/ray/session_latest/logs), then run the command again",
                       "exit_code": int(ExitCode.ENVIRONMENT)}}
 
 
@@ -352,16 +358,18 @@ def _lost(message: str) -> dict[str, Any]:
 def connect(address: str | None, *, with_libcst: bool = False) -> Iterator[_Session]:
     """Connect to the Ray cluster at ``address`` (None: what ``ray.init`` finds), shipping patchkit.
 
-    While connected, whatever is printed on ``sys.stdout`` goes to ``sys.stderr``: Ray's driver
-    prints the cluster's error messages (a node that died) on stdout from a thread of its own,
-    and stdout carries only patchkit's table or JSON.
+    While connected, whatever is printed on ``sys.stdout`` is dropped: Ray's driver prints the
+    cluster's error messages on stdout from a thread of its own (for a node that died: the last
+    lines of its raylet's log, dozens of lines), and stdout carries only patchkit's table or JSON.
+    The report names the node instead; Ray keeps its logs on each node
+    (``/tmp/ray/session_latest/logs``).
 
     Raises:
         ClusterError: Ray is not installed, or no cluster answers at the address.
     """
     ray = _import_ray()
     given = address or "auto"
-    with redirect_stdout(sys.stderr):
+    with redirect_stdout(io.StringIO()):
         with tempfile.TemporaryDirectory(prefix="patchkit-ship-") as staging:
             _ship(Path(staging), with_libcst)
             try:
@@ -466,7 +474,8 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         a = answers[nid]
         state = (NodeState.DIED if nid in died else NodeState.FAILED if a.get("error") else
-                 NodeState.REFUSED if command == "revert" and a["result"].get("refused") else NodeState.DONE)
+                 NodeState.REFUSED if command == "revert" and a["result"].get("refused") else
+                 NodeState.REVERTED if command == "revert" else NodeState.DONE)
         rows.append(_row(node, a, command, state))
     rows += _joined_rows(after, joined)
     failed = any(r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED) for r in rows)

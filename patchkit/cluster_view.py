@@ -21,6 +21,7 @@ from patchkit.spec import check_target
 
 _STATE_STYLE = {
     cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
+    cluster.NodeState.REVERTED: "green",
     cluster.NodeState.PLANNED: "yellow", cluster.NodeState.UNCHANGED: "yellow",
     cluster.NodeState.ROLLED_BACK: "yellow", cluster.NodeState.ROLLBACK_FAILED: "red",
     cluster.NodeState.FAILED: "red", cluster.NodeState.DIED: "red", cluster.NodeState.JOINED: "red",
@@ -121,4 +122,6 @@ def _summary(report: cluster.ClusterReport) -> str:
         if report.dry_run:
             return f"dry run on {count} nodes: nothing was written"
         return f"{count} nodes patched alike; 'patchkit verify --ray' checks them, 'patchkit revert --ray' undoes it"
-    return f"{report.command} ran on {count} nodes"
+    if report.command == "revert":
+        return f"reverted on all {count} nodes: every file patchkit changed holds its original bytes again"
+    return f"status of {count} nodes"

@@ -188,7 +188,7 @@ def test_apply_verify_status_revert_on_three_fresh_nodes(ray_cluster, cli):
 
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 0, data
-    assert [row["state"] for row in data["nodes"]] == ["done"] * 3
+    assert [row["state"] for row in data["nodes"]] == ["reverted"] * 3
     for n in ray_cluster.nodes:
         assert pristine(n, "0.17.1")
 
@@ -344,6 +344,14 @@ def test_without_ray_a_one_line_error_names_the_extra(cli, monkeypatch, tmp_path
                                           "hint: install it: pip install 'vllm-patchkit[ray]'"]
     code, data = cli.json("apply", "--site-packages", str(tmp_path), "--ray")
     assert code == 4 and "vllm-patchkit[ray]" in data["hint"]
+
+
+def test_ray_is_imported_only_for_ray():
+    code = ("import sys; from patchkit import cli, cluster, cluster_view; "
+            "from typer.testing import CliRunner; CliRunner().invoke(cli.app, ['list']); "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
 
 
 def test_a_relative_path_is_refused_before_connecting(cli):
