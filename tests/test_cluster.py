@@ -197,6 +197,11 @@ def test_one_node_already_patched_states(ray_cluster, cli):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
     first = ray_cluster.nodes[1]
     assert cli("apply", "--site-packages", str(first.site)).exit_code == 0
+    # one node patched, two not: verify --ray fails and says where
+    code, data = cli.json("verify", "--site-packages", SITE, "--ray", ray_cluster.address)
+    assert code == 1 and not data["in_effect"] and not data["same_bytes"]
+    assert {n["node_id"]: n["result"]["ok"] for n in data["nodes"]} == {
+        n.node_id: n is first for n in ray_cluster.nodes}
     code, data = cli.json("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 0, data
     rows = by_node(data)
