@@ -359,7 +359,11 @@ def test_ray_is_imported_only_for_ray():
     assert proc.stdout.strip() == "[]"
 
 
-def test_a_relative_path_is_refused_before_connecting(cli):
+def test_bad_command_lines_are_refused_before_connecting(cli):
     result = cli("status", "--site-packages", "venv/lib/python3.12/site-packages", "--ray", "127.0.0.1:1")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: --site-packages venv/lib/python3.12/site-packages is relative")
+    result = cli("verify", "--python", "/opt/venv/bin/python", "--runtime", "--ray", "127.0.0.1:1")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --runtime is not available with --ray")
+    result = cli("apply", "--python", "/opt/venv/bin/python", "--site-packages", "/opt/sp", "--ray")
+    assert result.exit_code == 2 and result.stderr.startswith("error: give --site-packages or --python, not both")
