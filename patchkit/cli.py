@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from typer.core import TyperCommand
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
+from typer.core import TyperCommand
 
 from patchkit import api
 from patchkit import doctor as doctor_mod
@@ -67,6 +67,7 @@ class _RayCommand(TyperCommand):
                 args.insert(i + 1, "auto")
                 break
         return super().parse_args(ctx, args)
+
 
 _MARK = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[dim]·[/]"}
 _OUTCOME_STYLE = {

@@ -17,7 +17,7 @@ from patchkit import cluster
 from patchkit.cli import _OUTCOME_STYLE, _emit_json, _print_table, _table, out
 from patchkit.errors import UsageError
 from patchkit.results import Outcome
-from patchkit.spec import check_target
+from patchkit.spec import check_target, load_patches, select
 
 _STATE_STYLE = {
     cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
@@ -48,6 +48,7 @@ def apply(address: str, *, target: str, site_packages: Optional[Path], python: O
           patch: Optional[list[str]], force: bool, as_json: bool) -> int:
     """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code."""
     _check(target, site_packages, python)
+    select(load_patches(target), patch)  # an unknown --patch id is a usage error here, not one per node
     report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
                            dry_run=dry_run, patch_ids=patch, target=target, force=force)
     return _show(report, as_json)

@@ -31,7 +31,7 @@ import pytest
 
 from vllm_release import fresh_copy, pristine_site_packages
 
-pytestmark = pytest.mark.release
+pytestmark = [pytest.mark.release, pytest.mark.cluster]
 
 VAR = "PATCHKIT_TEST_NODE"
 SITE = f"${VAR}/site-packages"
@@ -367,3 +367,5 @@ def test_bad_command_lines_are_refused_before_connecting(cli):
     assert result.exit_code == 2 and result.stderr.startswith("error: --runtime is not available with --ray")
     result = cli("apply", "--python", "/opt/venv/bin/python", "--site-packages", "/opt/sp", "--ray")
     assert result.exit_code == 2 and result.stderr.startswith("error: give --site-packages or --python, not both")
+    result = cli("apply", "--python", "/opt/venv/bin/python", "--patch", "eagle3-nope", "--ray", "127.0.0.1:1")
+    assert result.exit_code == 2 and "eagle3-nope" in result.stderr.splitlines()[0]
