@@ -110,6 +110,9 @@ def ray_cluster(tmp_path_factory):
         # Ray's local-only mode (its default on macOS and Windows): every node, and the driver,
         # on the loopback address.
         mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        # The join and kill tests hold one node's install lock while the others write; its
+        # write waits for the lock (inherited by the nodes' workers) rather than giving up at 30 s.
+        mp.setenv("PATCHKIT_LOCK_TIMEOUT", "180")
         mp.delenv("RAY_ADDRESS", raising=False)
         cluster = LocalCluster(tmp_path_factory.mktemp("ray-nodes"))
         try:
