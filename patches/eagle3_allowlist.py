@@ -2,7 +2,8 @@
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.allowlist import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ExtendAllowList
+from patchkit.codemods import CodemodRef
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
 from patchkit.spec import ModuleTarget, Patch
 
 PATCH = Patch(
@@ -15,8 +16,11 @@ PATCH = Patch(
     ),
     reference="vllm-project/vllm #31254 (Kimi-K2 blocked by the allow-list); entries native from v0.18.0",
     vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    upstream_from="0.18.0",
+    architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"),
     target=ModuleTarget(modules=ALLOW_LIST_MODULES),
-    codemod=ExtendAllowList(
+    codemod=CodemodRef.of(
+        "allowlist",
         names=ALLOW_LIST_NAMES,
         entries=("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"),
     ),

@@ -2,7 +2,7 @@
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.capture import CaptureAuxHiddenStates
+from patchkit.codemods import CodemodRef
 from patchkit.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -16,6 +16,8 @@ PATCH = Patch(
     ),
     reference="vllm-project/vllm, native from v0.18.0 (model_executor/models/deepseek_v2.py); final-layer capture: #46788",
     vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    upstream_from="0.18.0",
+    architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
     target=ClassTarget(architecture="DeepseekV2ForCausalLM", held=("model",)),
-    codemod=CaptureAuxHiddenStates(patch_id="eagle3-deepseek-backbone"),
+    codemod=CodemodRef.of("capture", patch_id="eagle3-deepseek-backbone", form="inline", residual=True),
 )

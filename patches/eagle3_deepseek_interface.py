@@ -2,7 +2,7 @@
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.interface import AddEagle3Interface
+from patchkit.codemods import CodemodRef
 from patchkit.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -17,7 +17,9 @@ PATCH = Patch(
     ),
     reference="vllm-project/vllm, native from v0.18.0; the Protocol: #22642",
     vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    upstream_from="0.18.0",
+    architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
     target=ClassTarget(architecture="DeepseekV2ForCausalLM", forwards_to="model"),
-    codemod=AddEagle3Interface(patch_id="eagle3-deepseek-interface"),
+    codemod=CodemodRef.of("interface", patch_id="eagle3-deepseek-interface", methods=True),
     requires=("eagle3-deepseek-backbone",),
 )

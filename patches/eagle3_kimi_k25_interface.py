@@ -2,7 +2,7 @@
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.interface import AddEagle3Interface
+from patchkit.codemods import CodemodRef
 from patchkit.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -16,7 +16,9 @@ PATCH = Patch(
     ),
     reference="vllm-project/vllm, native from v0.18.0 (model_executor/models/kimi_k25.py); #35966",
     vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
+    upstream_from="0.18.0",
+    architectures=("KimiK25ForConditionalGeneration",),
     target=ClassTarget(architecture="KimiK25ForConditionalGeneration", forwards_to="language_model"),
-    codemod=AddEagle3Interface(patch_id="eagle3-kimi-k25-interface"),
+    codemod=CodemodRef.of("interface", patch_id="eagle3-kimi-k25-interface", methods=True),
     requires=("eagle3-deepseek-interface",),
 )

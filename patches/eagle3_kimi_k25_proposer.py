@@ -2,7 +2,7 @@
 
 from packaging.specifiers import SpecifierSet
 
-from patchkit.codemods.proposer import AddModelNameBranch
+from patchkit.codemods import CodemodRef
 from patchkit.spec import ModuleTarget, Patch
 
 PATCH = Patch(
@@ -15,8 +15,11 @@ PATCH = Patch(
     ),
     reference="vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v0.18.0 (v1/spec_decode/eagle.py)",
     vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
+    upstream_from="0.18.0",
+    architectures=("KimiK25ForConditionalGeneration",),
     target=ModuleTarget(modules=("vllm.v1.spec_decode.eagle",)),
-    codemod=AddModelNameBranch(
+    codemod=CodemodRef.of(
+        "proposer-branch",
         model="KimiK25ForConditionalGeneration",
         after="PixtralForConditionalGeneration",
         attribute="media_placeholder_token_id",

@@ -7,14 +7,14 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from patchkit import contract as contract_mod
+from patchkit.errors import PatchkitError, UsageError
 from patchkit.install import Install, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
-from patchkit.registry import Registry, Resolution
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -22,6 +22,7 @@ from patchkit.results import (
     InstallInfo,
     Outcome,
     PatchResult,
+    Problem,
     RevertedFile,
     RevertReport,
     StatusEntry,
@@ -29,16 +30,81 @@ from patchkit.results import (
     VerifyReport,
 )
 from patchkit.source import ClassRef, SourceTree
-from patchkit.spec import load_patches, select
-from patchkit.verify import verify as run_checks
+
+if TYPE_CHECKING:
+    from patchkit.registry import Registry, Resolution
+
+# The registry, the chain check and the patch set are imported by the functions that use them,
+# so 'status' and 'revert' start without them.
+
+
+def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
+               architectures: tuple[str, ...] | None = None,
+               model_types: tuple[str, ...] | None = None) -> list[Check]:
+    """The chain check, :func:`patchkit.verify.verify` (imported on first use)."""
+    from patchkit.verify import verify as chain_check
+
+    return chain_check(tree, registry, contract, architectures, model_types)
 
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
-    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
+                       contract.patchable, contract.native)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Which architectures a command is about: ``--arch`` names and ``--model DIR``.
+
+    Attributes:
+        architectures: registry names given with ``--arch`` (repeatable).
+        model: a checkpoint folder given with ``--model`` (its ``config.json`` names architectures,
+            ``text_config`` included, and the model type).
+    """
+
+    architectures: tuple[str, ...] = ()
+    model: Path | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.architectures) or self.model is not None
+
+
+def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request):
+    """The patches, pre-decided results, architectures and model types for an ``--arch``/``--model`` run."""
+    from patchkit.arch_patches import read_model_config, select_architectures
+    from patchkit.spec import load_families, load_patches, select
+    from patchkit.verify import TEXT_MODEL_TYPES, read_allow_list
+
+    config = read_model_config(request.model) if request.model is not None else None
+    archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
+    allow = read_allow_list(tree)
+    families = load_families()
+    # Architectures the shipped patch set serves get exactly those patches (their proposer branch included).
+    shipped = [p for p in load_patches() if set(p.architectures) & set(archs)]
+    generic = [a for a in archs if not any(a in p.architectures for p in shipped)]
+    selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None)
+    decided = []
+    for d in selection.decisions:
+        if d.refusal is not None:
+            decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.REFUSED, d.refusal, [], d.shape.location))
+        elif not d.patch_ids:
+            decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.UPSTREAM,
+                                       f"{d.architecture} {d.shape.reason}; nothing to write", [], d.shape.location))
+    types: list[str] = []
+    for arch in archs:
+        if config is not None and config.model_type and arch in config.architectures:
+            types.append(config.model_type)
+        else:
+            types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
+    if shipped:
+        types.extend(TEXT_MODEL_TYPES)
+    patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
+    return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
-          target: str = "vllm", force: bool = False) -> ApplyReport:
+          target: str = "vllm", force: bool = False, request: Request = Request(),
+          on_wait: Callable[[Path, float], None] | None = None) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -52,43 +118,96 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         target: the distribution (``"vllm"``).
         force: patch files whose bytes differ from the distribution's RECORD (someone else
             changed them) instead of refusing.
+        request: ``--arch`` / ``--model``: patch these architectures, in the shape this release's
+            own native classes use (:mod:`patchkit.arch_patches`), instead of the default set.
+        on_wait: called once, with the site-packages folder and the timeout in seconds, when
+            another patchkit run holds the install's lock and this one starts waiting.
     Returns:
         An :class:`ApplyReport`; ``written`` is False when refused, on a dry run, or when there
-        was nothing to write.
+        was nothing to write. A patch named in ``patch_ids`` that is not applicable to this
+        release is refused (with the reason), so its prerequisites are not written either.
     Raises:
-        UsageError: unknown target or patch id.
+        UsageError: unknown target or patch id (the hint names the closest ids).
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read or a file cannot be written (nothing is left changed).
     """
-    patches = select(load_patches(target), patch_ids)
+    from patchkit.spec import load_patches, select
+
+    everything = load_patches(target)
+    _unknown_patch_ids(patch_ids, [p.id for p in everything])
+    patches = select(everything, patch_ids) if not request else None
+    requested = set(patch_ids or ())
     journal = Journal(install.site_packages, target)
     if dry_run:
-        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, partial=bool(patch_ids), force=force))
+        return _mark_unwritten(_apply(install, journal, patches, dry_run=True, requested=requested, force=force,
+                                      request=request))
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
-    with journal.lock():
+    with journal.lock(on_wait=on_wait):
         journal = Journal(install.site_packages, target)
         recovered = journal.recover()
-        report = _apply(install, journal, patches, dry_run=False, partial=bool(patch_ids), force=force)
+        report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
+                        request=request)
         report.recovered = recovered
     journal.remove_if_empty()
     return _mark_unwritten(report)
 
 
-def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partial: bool, force: bool) -> ApplyReport:
+def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
+    """Raise :class:`UsageError` for an unknown ``--patch`` id (the hint suggests the closest ids).
+
+    The CLI calls this before it looks for the install, so a typo is reported as one.
+    """
+    if ids:
+        from patchkit.spec import load_patches
+
+        _unknown_patch_ids(ids, [p.id for p in load_patches(target)])
+
+
+def _unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
+    """Raise :class:`UsageError` for an unknown ``--patch``, suggesting the closest known ids."""
+    unknown = [i for i in ids or () if i not in known]
+    if not unknown:
+        return
+    import difflib
+
+    close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")
+
+
+def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
+           force: bool, request: Request) -> ApplyReport:
     """Plan, check (symlinks, RECORD drift, the chain on the planned bytes), then write unless dry."""
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
+    from patchkit.registry import Registry
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    planned = make_plan(install, tree, contract, registry, journal, patches)
+    decided: tuple[PatchResult, ...] = ()
+    archs: tuple[str, ...] | None = None
+    types: tuple[str, ...] | None = None
+    if request and contract.protocol is not None:
+        patches, decided, archs, types = _arch_selection(tree, registry, contract, request)
+    elif request:
+        patches = []
+        decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
+                               f"(contract {contract.era}); EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"),)
+    planned = make_plan(install, tree, contract, registry, journal, patches, decided)
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
     report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff())
     if planned.refused:
+        return report
+    for r in report.patches:
+        # --patch X asks for X: writing only its prerequisites would not be what was asked for
+        if r.id in requested and r.outcome is Outcome.NOT_APPLICABLE:
+            r.outcome = Outcome.REFUSED
+            r.reason = f"requested with --patch, but not applicable to vLLM {install.version}: {r.reason}"
+    if report.refused:
         return report
     linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
     if linked:
@@ -100,12 +219,13 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, partia
         _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
                                              "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
         return report
-    if contract.patchable:
+    if planned.changed:
         # Check the chain on the planned bytes before writing anything.
         after = SourceTree(install.site_packages, overrides=planned.changed)
-        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after)))
+        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after),
+                                                                archs, types))
         # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request.
-        if not report.verify.ok and planned.changed and not partial:
+        if not report.verify.ok and planned.changed and not requested:
             failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
             for r in report.patches:
                 if r.outcome is Outcome.APPLIED:
@@ -143,7 +263,7 @@ def _refuse(report: ApplyReport, paths: list[str], reason) -> None:
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
     """Files about to be patched whose bytes are neither RECORD's nor what patchkit last wrote."""
-    record = record_sha256(install)
+    record = record_sha256(install, paths)
     out = []
     for path in paths:
         digest = sha256(originals[path])
@@ -155,36 +275,69 @@ def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], pa
     return sorted(out)
 
 
-def verify(install: Install, *, runtime_python: Path | None = None) -> VerifyReport:
+def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
     Args:
         install: the vLLM install.
         runtime_python: when given, also run :mod:`patchkit.runtime_probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
+        request: ``--arch`` / ``--model``: check these architectures. Without it: the default
+            set's architectures plus every architecture the journal shows patchkit patched.
     Returns:
-        A :class:`VerifyReport`; ``ok`` is True only when no check fails.
+        A :class:`VerifyReport`; ``ok`` is True only when no check fails. When the runtime probe
+        cannot run (``runtime_python`` cannot be started, or cannot import vLLM and torch), the
+        static checks are kept and ``runtime_error`` says why.
     Raises:
         SourceError: a file on the chain is missing or does not parse.
-        InterpreterError: ``runtime_python`` cannot be started.
     """
+    from patchkit.registry import Registry
+
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    checks = run_checks(tree, registry, contract)
     journal = Journal(install.site_packages)
+    from patchkit.verify import default_architectures
+
+    from patchkit.verify import TEXT_MODEL_TYPES
+
+    archs, types = default_architectures(), TEXT_MODEL_TYPES
+    if request and contract.protocol is not None:
+        _, _, archs, types = _arch_selection(tree, registry, contract, request)
+    else:
+        patched = journaled_architectures(journal, registry)
+        if patched:
+            _, _, extra, extra_types = _arch_selection(tree, registry, contract, Request(tuple(patched)))
+            archs = tuple(dict.fromkeys([*archs, *extra]))
+            types = tuple(dict.fromkeys([*types, *extra_types]))
+    checks = run_checks(tree, registry, contract, archs, types)
     if journal.entries:
-        record = record_sha256(install)
+        record = record_sha256(install, journal.entries)
         states = {path: file_state(install, e, record) for path, e in journal.entries.items()}
         odd = {p: st for p, st in states.items() if st != "patched"}
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
         checks.insert(1, Check("patchkit journal", None, detail))
+    runtime_error = None
     if runtime_python is not None:
         from patchkit.runtime import probe_spec, run_probe
 
-        checks.append(run_probe(runtime_python, probe_spec(tree, registry)))
-    return VerifyReport(_info(install, contract), checks)
+        try:
+            checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
+        except PatchkitError as exc:
+            runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
+    return VerifyReport(_info(install, contract), checks, runtime_error)
+
+
+def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
+    """Registry architectures whose class an ``--arch`` run patched, from the journal's patch ids.
+
+    The interface patch of class ``C`` is journaled as ``eagle3:C:interface``
+    (:func:`patchkit.arch_patches.interface_id`); every registry row naming ``C`` counts.
+    """
+    classes = {pid.split(":")[1] for e in journal.entries.values() for pid in e.patches
+               if pid.startswith("eagle3:") and pid.endswith(":interface")}
+    return sorted(a for a, e in registry.entries.items() if e.class_name in classes)
 
 
 FILE_STATES = {
@@ -237,12 +390,14 @@ def revert_action(state: str, force: bool) -> str:
     return "refuse"
 
 
-def revert(install: Install, *, target: str = "vllm", force: bool = False) -> RevertReport:
+def revert(install: Install, *, target: str = "vllm", force: bool = False,
+           on_wait: Callable[[Path, float], None] | None = None) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
     writing nothing, unless ``force``: then its original bytes are written back over the edit.
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
+    ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
     Raises:
         StateError: the journal or an original copy is unreadable, or a write failed (files
@@ -253,10 +408,10 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False) -> Re
     info = _info(install, contract_mod.detect(tree))
     if not journal.entries and not journal.pending:
         return RevertReport(info, [], refused=False)
-    with journal.lock():
+    with journal.lock(on_wait=on_wait):
         rolled = journal.recover()
         files: list[RevertedFile] = [RevertedFile(p, True, "rolled back an unfinished run", []) for p in rolled]
-        record = record_sha256(install)
+        record = record_sha256(install, journal.entries)
         restore: list[str] = []
         forget: list[str] = []
         refused = False
@@ -292,7 +447,7 @@ def status(install: Install, *, target: str = "vllm") -> StatusReport:
     journal = Journal(install.site_packages, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    record = record_sha256(install) if journal.entries else {}
+    record = record_sha256(install, journal.entries) if journal.entries else {}
     entries = [
         StatusEntry(path, entry.patches, entry.vllm_version, file_state(install, entry, record), entry.applied_at)
         for path, entry in sorted(journal.entries.items())
@@ -346,6 +501,17 @@ class ResolveReport:
         }
 
 
+def check_architecture(architecture: str) -> None:
+    """Raise :class:`UsageError` for an architecture name that cannot be one (empty, or with spaces).
+
+    vLLM's registry keys are Python class names (``DeepseekV2ForCausalLM``).
+    """
+    if not architecture.strip() or any(ch.isspace() for ch in architecture):
+        raise UsageError(f"{architecture!r} is not an architecture name",
+                         "give a class name from the checkpoint's config.json \"architectures\", "
+                         "e.g. DeepseekV3ForCausalLM")
+
+
 def resolve(install: Install, architecture: str) -> ResolveReport:
     """Resolve an architecture name through this vLLM's registry, read statically.
 
@@ -353,8 +519,12 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
         A :class:`ResolveReport`; ``resolution`` is None when the architecture is not registered
         (vLLM would then load it through its Transformers backend with ``trust_remote_code``).
     Raises:
+        UsageError: ``architecture`` is empty or holds spaces (:func:`check_architecture`).
         SourceError: the registry or the model file does not parse.
     """
+    from patchkit.registry import Registry
+
+    check_architecture(architecture)
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
@@ -365,6 +535,8 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
     suggestions: list[str] = []
     if resolution is None:  # a case slip or a one-letter typo, not every vaguely similar name
+        import difflib
+
         by_lower = {a.lower(): a for a in registry.entries}
         close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
         suggestions = [by_lower[c] for c in close]

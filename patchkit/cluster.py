@@ -224,7 +224,9 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     Args:
         command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
-            ``patch_ids``, ``force``.
+            ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
+            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of ``apply``
+            and ``verify``.
     Returns:
         A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
         report's ``to_dict()``), ``status`` (``verify`` only: the status report's ``to_dict()``),
@@ -247,11 +249,12 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     try:
         install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
         node["vllm_version"] = str(install.version)
+        request = api.Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
         if command in ("plan", "apply"):
             report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
-                               target=target, force=bool(options.get("force")))
+                               target=target, force=bool(options.get("force")), request=request)
         elif command == "verify":
-            report = api.verify(install)
+            report = api.verify(install, request=request)
             node["status"] = api.status(install, target=target).to_dict()
         elif command == "status":
             report = api.status(install, target=target)
@@ -385,9 +388,12 @@ def connect(address: str | None, *, with_libcst: bool = False) -> Iterator[_Sess
             ray.shutdown()
 
 
-def _options(site_packages: Path | str | None, python: Path | str | None, **rest: Any) -> dict[str, Any]:
+def _options(site_packages: Path | str | None, python: Path | str | None, *,
+             architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None,
+             **rest: Any) -> dict[str, Any]:
     return {"site_packages": None if site_packages is None else str(site_packages),
-            "python": None if python is None else str(python), **rest}
+            "python": None if python is None else str(python),
+            "architectures": list(architectures or ()), "model": None if model is None else str(model), **rest}
 
 
 def _patch_outcomes(command: str, result: dict[str, Any] | None, status: dict[str, Any] | None) -> dict[str, str]:
@@ -436,7 +442,8 @@ def _joined_rows(nodes: dict[str, _Node], joined: set[str]) -> list[NodeResult]:
 
 
 def run(command: str, address: str | None, *, site_packages: Path | str | None = None,
-        python: Path | str | None = None, target: str = "vllm", force: bool = False) -> ClusterReport:
+        python: Path | str | None = None, target: str = "vllm", force: bool = False,
+        architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None) -> ClusterReport:
     """Run ``verify``, ``status`` or ``revert`` on every alive node of the cluster.
 
     ``revert`` first reads every node's status: when a node would refuse (a file edited by hand
@@ -449,6 +456,8 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
         site_packages / python: the install on each node (expanded there; at most one given).
         target: the distribution.
         force: ``revert --force`` on every node.
+        architectures / model: ``verify --arch`` / ``--model`` on every node (the folder is read
+            there, expanded like ``site_packages``); ignored by ``status`` and ``revert``.
     Returns:
         A :class:`ClusterReport`; ``verify`` is ok only when every node is in effect and all nodes
         have the same release and the same hash of their patched files.
@@ -457,7 +466,7 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     """
     if command not in ("verify", "status", "revert"):
         raise ValueError(f"run() takes verify, status or revert, not {command!r}")
-    opts = _options(site_packages, python, target=target, force=force)
+    opts = _options(site_packages, python, target=target, force=force, architectures=architectures, model=model)
     with connect(address) as session:
         start = session.alive()
         if command == "revert":
@@ -515,7 +524,8 @@ def _failure_reason(rows: list[NodeResult]) -> str:
 
 def apply(address: str | None, *, site_packages: Path | str | None = None, python: Path | str | None = None,
           dry_run: bool = False, patch_ids: list[str] | None = None, target: str = "vllm",
-          force: bool = False) -> ClusterReport:
+          force: bool = False, architectures: list[str] | tuple[str, ...] | None = None,
+          model: Path | str | None = None) -> ClusterReport:
     """Apply the patches on every alive node of the cluster, all nodes or none.
 
     1. Plan (``apply --dry-run``) on every node at once. Nothing is written anywhere when a node
@@ -529,12 +539,15 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         address: the cluster's address, or None for what ``ray.init`` finds.
         site_packages / python: the install on each node (expanded there; at most one given).
         dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
+        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.api.Request`), on
+            every node; the folder is read there, expanded like ``site_packages``.
     Returns:
         A :class:`ClusterReport`.
     Raises:
         ClusterError: Ray is missing or the cluster cannot be reached.
     """
-    opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids)
+    opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids,
+                    architectures=architectures, model=model)
     with connect(address, with_libcst=True) as session:
         start = session.alive()
         plans = session.run(start, "plan", opts)

@@ -11,13 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from rich.markup import escape
-
 from patchkit import cluster
-from patchkit.cli import _OUTCOME_STYLE, _emit_json, _print_table, _table, out
+from patchkit.cli import _OUTCOME_STYLE, _emit_json, _out
 from patchkit.errors import UsageError
+from patchkit.render import Piece
 from patchkit.results import Outcome
-from patchkit.spec import check_target, load_patches, select
+from patchkit.spec import check_target
 
 _STATE_STYLE = {
     cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
@@ -27,16 +26,17 @@ _STATE_STYLE = {
     cluster.NodeState.FAILED: "red", cluster.NodeState.DIED: "red", cluster.NodeState.JOINED: "red",
     cluster.NodeState.REFUSED: "red",
 }
-_PATCH_STYLE = {o.value: style for o, style in _OUTCOME_STYLE.items()}
+_PATCH_STYLE = dict(_OUTCOME_STYLE)
 _PATCH_STYLE.update({"patched": "green", "restored": "green", "edited": "red", "missing": "red",
                      "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"})
 
 
-def _check(target: str, site_packages: Optional[Path], python: Optional[Path]) -> None:
+def _check(target: str, site_packages: Optional[Path], python: Optional[Path],
+           model: Optional[Path] = None) -> None:
     check_target(target)
     if site_packages is not None and python is not None:
         raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
-    for flag, path in (("--site-packages", site_packages), ("--python", python)):
+    for flag, path in (("--site-packages", site_packages), ("--python", python), ("--model", model)):
         text = "" if path is None else str(path)
         if text and not (Path(text).is_absolute() or text.startswith(("~", "$"))):
             raise UsageError(f"{flag} {text} is relative; each node would read it from its own working folder",
@@ -45,21 +45,29 @@ def _check(target: str, site_packages: Optional[Path], python: Optional[Path]) -
 
 
 def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
-          patch: Optional[list[str]], force: bool, as_json: bool) -> int:
-    """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code."""
-    _check(target, site_packages, python)
-    select(load_patches(target), patch)  # an unknown --patch id is a usage error here, not one per node
+          patch: Optional[list[str]], force: bool, arch: Optional[list[str]] = None, model: Optional[Path] = None,
+          as_json: bool) -> int:
+    """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code.
+
+    The CLI has checked the ``--patch`` ids already; ``arch``/``model`` are ``--arch``/``--model``,
+    read on each node (the checkpoint folder at the same absolute path on every node).
+    """
+    _check(target, site_packages, python, model)
     report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
-                           dry_run=dry_run, patch_ids=patch, target=target, force=force)
+                           dry_run=dry_run, patch_ids=patch, target=target, force=force,
+                           architectures=arch, model=model)
     return _show(report, as_json)
 
 
 def run(command: str, address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path],
-        force: bool = False, as_json: bool) -> int:
-    """``verify|status|revert --ray``: the command on every node; returns the exit code."""
-    _check(target, site_packages, python)
+        force: bool = False, arch: Optional[list[str]] = None, model: Optional[Path] = None, as_json: bool) -> int:
+    """``verify|status|revert --ray``: the command on every node; returns the exit code.
+
+    ``arch``/``model`` (``verify`` only) are ``--arch``/``--model``, read on each node.
+    """
+    _check(target, site_packages, python, model)
     report = cluster.run(command, None if address == "auto" else address, site_packages=site_packages,
-                         python=python, target=target, force=force)
+                         python=python, target=target, force=force, architectures=arch, model=model)
     return _show(report, as_json)
 
 
@@ -72,57 +80,59 @@ def _show(report: cluster.ClusterReport, as_json: bool) -> int:
 
 
 def _render(report: cluster.ClusterReport) -> None:
+    out = _out()
     ids: list[str] = []
     for n in report.nodes:
         ids += [pid for pid in n.patches if pid not in ids]
     extra = ["EAGLE-3"] if report.command == "verify" else []
-    table = _table("node", "host", "vLLM", "state", *ids, *extra, "hash")
+    rows: list[list[Piece]] = []
     for n in report.nodes:
-        cells = []
+        cells: list[Piece] = []
         for pid in ids:
             value = n.patches.get(pid, "-")
             label = "would apply" if report.dry_run and value == Outcome.APPLIED.value else value
-            style = "yellow" if label == "would apply" else _PATCH_STYLE.get(value, "")
-            cells.append(f"[{style}]{escape(label)}[/]" if style else escape(label))
+            style = "yellow" if label == "would apply" else _PATCH_STYLE.get(value)
+            cells.append((label, style))
         if report.command == "verify":
-            cells.append("-" if n.result is None else "[green]in effect[/]" if n.result["ok"] else "[red]not in effect[/]")
-        style = _STATE_STYLE[n.state]
-        table.add_row(n.node_id[:8], escape(f"{n.host} {n.address}"), n.vllm_version or "-",
-                      f"[{style}]{n.state.value}[/]", *cells, n.digest or "-")
-    _print_table(table)
+            cells.append("-" if n.result is None else ("in effect", "green") if n.result["ok"]
+                         else ("not in effect", "red"))
+        rows.append([n.node_id[:8], f"{n.host} {n.address}", n.vllm_version or "-",
+                     (n.state.value, _STATE_STYLE[n.state]), *cells, n.digest or "-"])
+    out.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
     for n in report.nodes:
-        who = f"node {n.node_id[:8]}"
+        who = f"node {n.node_id[:8]}: "
         if n.error:
-            out.print(f"{who}: [red]{escape(n.error['message'])}[/]" + (f"  [dim]hint: {escape(n.error['hint'])}[/]" if n.error.get("hint") else ""))
+            hint: list[Piece] = [("  hint: " + n.error["hint"], "dim")] if n.error.get("hint") else []
+            out.line(who, (n.error["message"], "red"), *hint)
         for p in (n.result or {}).get("patches", []):
             if p["outcome"] == Outcome.REFUSED.value:
-                out.print(f"{who}: {escape(p['id'])} refused: {escape(p['reason'])}")
+                out.line(who, f"{p['id']} refused: {p['reason']}")
         if report.command == "verify" and n.result is not None:
             for line in n.result.get("missing", []):
-                out.print(f"{who}: missing: {escape(line)}")
+                out.line(who, f"missing: {line}")
         if report.command == "revert" and n.result is not None:
             for f in n.result.get("files", []):
                 if not f["restored"]:
-                    out.print(f"{who}: {escape(f['path'])}: {escape(f['reason'])}")
-    out.print(_summary(report))
+                    out.line(who, f"{f['path']}: {f['reason']}")
+    out.line(*_summary(report))
     if report.command == "revert" and report.refused:
-        out.print("hint: 'patchkit revert --ray --force' writes the originals over the edits on every node")
+        out.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
 
 
-def _summary(report: cluster.ClusterReport) -> str:
+def _summary(report: cluster.ClusterReport) -> tuple[Piece, ...]:
     count = len(report.nodes)
     if report.reason:
-        return f"[red]{'refused' if report.refused else 'failed'}:[/] {escape(report.reason)}"
+        return ((f"{'refused' if report.refused else 'failed'}:", "red"), f" {report.reason}")
     if report.command == "verify":
         if report.ok:
-            return f"[green]EAGLE-3 is in effect on all {count} nodes[/], with the same bytes"
+            return ((f"EAGLE-3 is in effect on all {count} nodes", "green"), ", with the same bytes")
         why = [] if report.in_effect else ["not in effect on every node"]
         why += [] if report.same_bytes else ["the nodes differ in their vLLM release or patched bytes (see 'hash')"]
-        return f"[red]EAGLE-3 is not in effect alike on all {count} nodes:[/] {'; '.join(why)}"
+        return ((f"EAGLE-3 is not in effect alike on all {count} nodes:", "red"), f" {'; '.join(why)}")
     if report.command == "apply":
         if report.dry_run:
-            return f"dry run on {count} nodes: nothing was written"
-        return f"{count} nodes patched alike; 'patchkit verify --ray' checks them, 'patchkit revert --ray' undoes it"
+            return (f"dry run on {count} nodes: nothing was written",)
+        return (f"{count} nodes patched alike; 'patchkit verify --ray' checks them, 'patchkit revert --ray' undoes it",)
     if report.command == "revert":
-        return f"reverted on all {count} nodes: every file patchkit changed holds its original bytes again"
-    return f"status of {count} nodes"
+        return (f"reverted on all {count} nodes: every file patchkit changed holds its original bytes again",)
+    return (f"status of {count} nodes",)

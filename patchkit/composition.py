@@ -82,7 +82,7 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
             continue
         if not isinstance(node.value, ast.Call):
             continue
-        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno))
+        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner))
     if not results:
         raise CompositionError(f"{init_owner.name}.__init__ assigns no call result to self.{attr}")
     distinct = {r.cls for r in results}
@@ -99,7 +99,8 @@ def self_attr(node: ast.expr) -> str | None:
     return None
 
 
-def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int) -> HeldClass:
+def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int,
+                  instance: ClassRef | None = None) -> HeldClass:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
     if name == REGISTRY_BUILDER:
@@ -114,8 +115,15 @@ def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: a
             raise CompositionError(f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry")
         return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
     if self_attr(func) is not None:
-        # self.model_cls(...): a class attribute naming the class
-        member = tree.find_member(owner, func.attr)
+        # self.model_cls(...): a class attribute naming the class; self._init_model(...): a method
+        # returning one (vLLM 0.18+ llama.py), looked up on the instance's class (a subclass may override it)
+        member = tree.find_member(instance or owner, func.attr)
+        if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            made = {tree.resolve_expr(member[0].module, r.value.func) for r in ast.walk(member[1])
+                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)}
+            if len(made) == 1 and isinstance(next(iter(made)), ClassRef):
+                return HeldClass(next(iter(made)), "constructor", lineno)
+            raise CompositionError(f"self.{func.attr}(...) (line {lineno}) does not return exactly one vLLM class")
         if member is None or not isinstance(member[1], (ast.Assign, ast.AnnAssign)) or member[1].value is None:
             raise CompositionError(f"self.{func.attr} (line {lineno}) is not a class attribute patchkit can read")
         cls = tree.resolve_expr(member[0].module, member[1].value)
@@ -136,12 +144,20 @@ def kind_of(tree: SourceTree, cls: ClassRef) -> str | None:
     forward = tree.find_member(cls, "forward")
     if forward is not None:
         for node in ast.walk(forward[1]):
-            if isinstance(node, ast.For) and any(
-                isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
-                for n in ast.walk(node.iter)
-            ):
+            if isinstance(node, ast.For) and is_layer_loop(node):
                 return "backbone"
     return None
+
+
+def is_layer_loop(loop: ast.For) -> bool:
+    """A loop over the decoder layers: its iterable names ``self.layers``, or it is
+    ``range(self.start_layer, self.end_layer)`` (0.33.0 ``step3p5.py``: ``layer = self.layers[i]``)."""
+    def mentions(attr: str) -> bool:
+        return any(self_attr(n) == attr for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute))
+
+    return mentions("layers") or (
+        isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"
+        and mentions("start_layer") and mentions("end_layer"))
 
 
 def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> Holder:

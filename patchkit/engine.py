@@ -2,10 +2,10 @@
 
 Nothing here writes to disk. The order of decisions for each patch is fixed:
 
-1. the install's EAGLE-3 contract (A0: refused; A2: supported upstream; A1: go on);
-2. the patches it requires (not applicable or refused with them);
-3. its target, through the registry (an architecture this release does not register: not applicable);
-4. its version specifier, as a cross-check of the era;
+1. the install's EAGLE-3 contract (A0: refused; files of one era with metadata of another: refused);
+2. its version specifier (outside it: supported upstream from ``upstream_from`` on, else not applicable);
+3. the patches it requires (not applicable or refused with them);
+4. its target, through the registry (an architecture this release does not register: not applicable);
 5. its codemod's post-condition on the file as planned so far (present and journaled: already
    applied; present but not journaled: refused as a foreign edit; partial: refused), then the
    transform, a re-parse of the result, and the post-condition again.
@@ -18,11 +18,12 @@ import difflib
 from dataclasses import dataclass, field
 
 import libcst as cst
-from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
+from patchkit import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
-from patchkit.composition import CompositionError, held_class, holder
-from patchkit.contract import Contract
+from patchkit.composition import CompositionError, Holder, held_class, holder
+from patchkit.contract import A1_RELEASES, Contract
 from patchkit.install import Install
 from patchkit.errors import SourceError
 from patchkit.journal import Journal, sha256
@@ -30,10 +31,6 @@ from patchkit.registry import Registry
 from patchkit.results import Outcome, PatchResult
 from patchkit.source import ClassRef, SourceTree
 from patchkit.spec import ClassTarget, ModuleTarget, Patch
-
-
-A1_RELEASES = SpecifierSet(">=0.10.2,<0.18.0", prereleases=True)
-"""Releases with the A1 EAGLE-3 contract (REFERENCE.md, "The EAGLE-3 contract in vLLM, by era")."""
 
 _REINSTALL = "the installed file is damaged or was edited; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)"
 
@@ -94,7 +91,7 @@ class _Refused(Exception):
 
 
 def plan(install: Install, tree: SourceTree, contract: Contract, registry: Registry,
-         journal: Journal, patches: list[Patch]) -> Plan:
+         journal: Journal, patches: list[Patch], decided: tuple[PatchResult, ...] = ()) -> Plan:
     """Decide every patch's outcome and compute new file contents, writing nothing.
 
     Args:
@@ -104,10 +101,13 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
         registry: its model registry.
         journal: its journal (to tell patchkit's own earlier changes from foreign ones).
         patches: the patches to run, dependencies first.
+        decided: results decided before planning (architectures refused or native as a whole,
+            :mod:`patchkit.arch_patches`); they lead the plan's results.
     Returns:
         The :class:`Plan`; ``plan.refused`` tells whether the run must write nothing.
     """
     result = Plan()
+    result.results.extend(decided)
     outcome_of: dict[str, PatchResult] = {}
     modules: dict[str, cst.Module] = {}  # relpath -> module as planned so far
     written: dict[str, bytes] = {}  # relpath -> bytes of that module, once a patch changed it
@@ -136,12 +136,18 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
             "EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"
         )
-    if contract.native:
-        return PatchResult(
-            patch.id, Outcome.UPSTREAM,
-            f"vLLM {install.version} has the {contract.era} EAGLE-3 contract: DeepSeek-V2/V3 and Kimi-K2.5 "
-            "support EAGLE-3 natively (since 0.18.0); nothing to write",
+    if contract.patchable != (install.version in A1_RELEASES):
+        raise _Refused(
+            f"the metadata says vLLM {install.version}, but the files have the {contract.era} EAGLE-3 contract "
+            f"({contract.description}); a mixed install: reinstall vLLM"
         )
+    if install.version not in patch.vllm:
+        if patch.upstream_from is not None and install.version >= Version(patch.upstream_from):
+            return PatchResult(
+                patch.id, Outcome.UPSTREAM,
+                f"vLLM {install.version} has this natively (since {patch.upstream_from}); nothing to write",
+            )
+        raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
     for dep in patch.requires:
         dep_result = outcome_of.get(dep)
         if dep_result is None:
@@ -164,18 +170,10 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             result.encodings[relpath] = modules[relpath].encoding
         return modules[relpath]
 
-    resolved = _resolve_target(patch, tree, registry, load)
-    if install.version not in patch.vllm:
-        if install.version not in A1_RELEASES:
-            raise _Refused(
-                f"the metadata says vLLM {install.version}, but the files have the {contract.era} EAGLE-3 contract "
-                f"of {A1_RELEASES}; a mixed install: reinstall vLLM"
-            )
-        raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
-
+    codemod = patch.codemod.load()
+    resolved = _resolve_target(patch, codemod, tree, registry, load)
     relpath = resolved.relpath
     module = load(relpath)
-    codemod = patch.codemod
     try:
         presence, why = codemod.check(module, resolved.site)
     except Refusal as exc:
@@ -212,7 +210,7 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
     return PatchResult(patch.id, Outcome.APPLIED, codemod.description, [relpath], resolved.where)
 
 
-def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) -> _Resolved:
+def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry, load) -> _Resolved:
     target = patch.target
     if isinstance(target, ClassTarget):
         resolution = registry.resolve(target.architecture)
@@ -224,10 +222,13 @@ def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) ->
                 "which is not a native model file"
             )
         cls: ClassRef = resolution.cls
+        fault = loadpath.bare_language_model(tree, registry, cls)
+        if fault is not None:  # EAGLE-3 cannot work through this wrapper here: patch nothing for it
+            raise _NotApplicable(f"not patched on this release: {fault.reason()}")
         try:
             for attr in target.held:
                 cls = held_class(tree, registry, cls, attr).cls
-            hold = holder(tree, registry, cls, target.forwards_to) if target.forwards_to else None
+            hold = _holder(tree, registry, cls, target.forwards_to) if target.forwards_to else None
         except CompositionError as exc:
             raise _Refused(str(exc)) from exc
         site = Site(relpath=cls.relpath, module=cls.module, class_name=cls.name, holder=hold)
@@ -240,9 +241,24 @@ def _resolve_target(patch: Patch, tree: SourceTree, registry: Registry, load) ->
     if len(candidates) > 1:  # several layouts present: the first (newest) whose anchor is found
         for module, relpath in candidates:
             try:
-                patch.codemod.check(load(relpath), Site(relpath=relpath, module=module))
+                codemod.check(load(relpath), Site(relpath=relpath, module=module))
             except Refusal:
                 continue
             return _Resolved(relpath, module, Site(relpath=relpath, module=module), relpath)
     module, relpath = candidates[0]
     return _Resolved(relpath, module, Site(relpath=relpath, module=module), relpath)
+
+
+def _holder(tree: SourceTree, registry: Registry, cls: ClassRef, attr: str) -> Holder:
+    """What ``cls`` holds in ``attr``; a language model the registry picks from ``text_config`` at run
+    time counts as a causal LM (vLLM 0.10.2 - 0.33.0 multimodal wrappers,
+    ``init_vllm_registered_model`` without ``architectures``)."""
+    from patchkit.shapes import registry_built
+
+    try:
+        return holder(tree, registry, cls, attr)
+    except CompositionError:
+        built = registry_built(tree, cls, attr)
+        if built is None or built[1] is not None:
+            raise
+        return Holder(attr=attr, kind="causal_lm", cls=cls, lineno=built[0])

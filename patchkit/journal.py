@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -28,7 +29,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from patchkit.errors import StateError
 
@@ -78,6 +79,24 @@ class PlannedWrite:
 class _State:
     entries: dict[str, Entry] = field(default_factory=dict)
     pending: list[dict[str, str]] = field(default_factory=list)
+
+
+def os_hint(exc: OSError, folder: Path, otherwise: str) -> str:
+    """The hint for a failed write: a full disk and a read-only mount are named as such.
+
+    Args:
+        exc: the error; its ``errno`` decides (ENOSPC, EDQUOT, EROFS; else ``otherwise``).
+        folder: the folder that could not be written, for the hint.
+        otherwise: the hint for every other error (permissions, for instance).
+    """
+    if exc.errno == errno.ENOSPC:
+        return f"the file system holding {folder} is full: free some space, then run the command again"
+    if exc.errno == errno.EDQUOT:
+        return f"your disk quota on the file system holding {folder} is used up: free some space, then run the command again"
+    if exc.errno == errno.EROFS:
+        return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
+                "remount it read-write, or patch the image or environment it is built from")
+    return otherwise
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -189,16 +208,21 @@ class Journal:
         except OSError as exc:
             raise StateError(
                 f"cannot create patchkit's state folder {self.dir}: {exc.strerror or exc}",
-                "run patchkit as the user that owns the vLLM install, or make site-packages writable",
+                os_hint(exc, self.site_packages,
+                        "run patchkit as the user that owns the vLLM install, or make site-packages writable"),
             ) from exc
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self, on_wait: Callable[[Path, float], None] | None = None) -> Iterator[None]:
         """Hold this install's lock while planning and writing; wait at most :data:`LOCK_TIMEOUT_S` s.
 
         The lock is an exclusive ``flock`` on the site-packages folder itself: every patchkit run
         on this install contends for it whatever its ``TMPDIR``, user or path spelling, and it
         leaves no file behind.
+
+        Args:
+            on_wait: called once with the site-packages folder and the timeout (seconds) when
+                another run holds the lock and this one starts to wait.
 
         Raises:
             StateError: another patchkit run held the lock for longer than the timeout, or the
@@ -216,6 +240,9 @@ class Journal:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if on_wait is not None:
+                        on_wait(self.site_packages, LOCK_TIMEOUT_S)
+                        on_wait = None
                     if time.monotonic() >= deadline:
                         raise StateError(
                             f"another patchkit run is changing {self.site_packages} (waited {LOCK_TIMEOUT_S:.0f} s)",
@@ -232,7 +259,8 @@ class Journal:
         except OSError as exc:
             raise StateError(
                 f"cannot write patchkit's journal {self.path}: {exc.strerror or exc}",
-                "the vLLM files are as reported above; make the .patchkit folder writable and run the command again",
+                "the vLLM files are as reported above; "
+                + os_hint(exc, self.dir, "make the .patchkit folder writable and run the command again"),
             ) from exc
 
     def _write_state(self) -> None:
@@ -338,7 +366,8 @@ class Journal:
             raise StateError(
                 f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}; "
                 + ("every file was put back" if restored_all else "the next patchkit command will put the rest back"),
-                "check permissions and free space of the vLLM install, then run the command again",
+                os_hint(exc, self.site_packages,
+                        "check that you may write the vLLM install (its owner and permissions), then run the command again"),
             ) from exc
 
     def restore(self, paths: list[str]) -> None:
@@ -366,7 +395,8 @@ class Journal:
                     pass
             raise StateError(
                 f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}; nothing was reverted",
-                "check permissions of the vLLM install, then run revert again",
+                os_hint(exc, self.site_packages,
+                        "check that you may write the vLLM install (its owner and permissions), then run revert again"),
             ) from exc
         self.forget(paths)
 

@@ -78,10 +78,12 @@ class Registry:
         module = tree.module_tree(REGISTRY_MODULE)
         self.skipped: list[str] = []
         """Registry statements patchkit could not evaluate (shown by ``resolve``; never guessed)."""
+        self.groups: dict[str, dict[str, RegistryEntry]] = {}
+        """Every registry dict read, by name (``_TEXT_GENERATION_MODELS``, ``_MULTIMODAL_MODELS``, ...)."""
         self.entries: dict[str, RegistryEntry] = self._evaluate(module)
 
     def _evaluate(self, module: ast.Module) -> dict[str, RegistryEntry]:
-        env: dict[str, dict[str, RegistryEntry]] = {}
+        env = self.groups
         for stmt in module.body:
             target: str | None = None
             value: ast.expr | None = None
@@ -163,6 +165,17 @@ class Registry:
     def entry(self, architecture: str) -> RegistryEntry | None:
         """The registry row for ``architecture``, or None when this release does not register it."""
         return self.entries.get(architecture)
+
+    def group_of(self, architecture: str) -> str | None:
+        """The first registry dict (other than ``_VLLM_MODELS``) that lists ``architecture``, or None.
+
+        Fact (vLLM 0.10.2 - 0.33.0, ``model_executor/models/registry.py``): text models are in
+        ``_TEXT_GENERATION_MODELS``, multimodal wrappers in ``_MULTIMODAL_MODELS``.
+        """
+        for name, rows in self.groups.items():
+            if name != ALL_MODELS_DICT and architecture in rows:
+                return name
+        return None
 
     def resolve(self, architecture: str) -> Resolution | None:
         """Resolve ``architecture`` to its class, or None when it is not in this registry.

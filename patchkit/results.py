@@ -65,12 +65,29 @@ class FileChange:
 
 @dataclass
 class InstallInfo:
-    """The vLLM install a command worked on."""
+    """The vLLM install a command worked on.
+
+    Attributes:
+        era: its EAGLE-3 contract (:mod:`patchkit.contract`), ``era_description`` in words.
+        patchable: patchkit's patches are for this contract (the A1 eras).
+        native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
+    """
 
     site_packages: str
     version: str
     era: str
     era_description: str
+    patchable: bool = False
+    native: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An error that stopped part of a command: its message, hint and exit code (see :mod:`patchkit.errors`)."""
+
+    message: str
+    hint: str
+    exit_code: int
 
 
 @dataclass
@@ -137,6 +154,8 @@ class VerifyReport:
 
     install: InstallInfo
     checks: list[Check]
+    runtime_error: Problem | None = None
+    """Why ``--runtime`` could not run (the static checks above it still stand), or None."""
 
     @property
     def ok(self) -> bool:

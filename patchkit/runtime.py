@@ -14,11 +14,12 @@ import subprocess
 from pathlib import Path
 
 from patchkit.composition import chain
+from patchkit.contract import Contract
 from patchkit.errors import InterpreterError
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import SourceTree
-from patchkit.verify import ARCHITECTURES, TEXT_MODEL_TYPES
+from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
 PROBE = Path(__file__).with_name("runtime_probe.py")
 SENTINEL = "PATCHKIT-PROBE-RESULT"
@@ -26,25 +27,45 @@ TIMEOUT_S = 900
 """Importing vLLM's model modules takes about 10 s on a CPU-only machine; allow for slow disks."""
 
 
-def probe_spec(tree: SourceTree, registry: Registry) -> dict:
-    """The probe's input: architectures this release registers, their holder chains, the backbone.
+def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
+               architectures: tuple[str, ...] | None = None,
+               model_types: tuple[str, ...] = TEXT_MODEL_TYPES) -> dict:
+    """The probe's input: the architectures to check, their holder chains, their backbones.
 
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architectures: registry names (default: the shipped default set's).
+        model_types: model types the start-up allow-list must admit (checked only where the
+            release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbone", "model_types"}`` (see :mod:`patchkit.runtime_probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.runtime_probe`).
     """
+    from patchkit.shapes import decoder_loop
+    from patchkit.verify import read_allow_list
+
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
-    backbone = None
-    for arch in ARCHITECTURES:
+    backbones: dict[str, dict] = {}
+    from patchkit import loadpath
+
+    for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:
             continue
+        if not contract.native and loadpath.bare_language_model(tree, registry, resolution.cls) is not None:
+            continue  # not supported on this release (verify says why); nothing to prove at runtime
         archs.append(arch)
         links = chain(tree, registry, resolution.cls)
         chains[arch] = [[attr, f"{cls.module}:{cls.name}"] for attr, cls in links]
-        if links and backbone is None:
-            backbone = f"{links[-1][1].module}:{links[-1][1].name}"
-    return {"architectures": archs, "chains": chains, "backbone": backbone, "model_types": list(TEXT_MODEL_TYPES)}
+        if links:
+            backbone = links[-1][1]
+            found = tree.find_member(backbone, "forward")
+            loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
+            residual = loop.returns_residual if loop is not None and not isinstance(loop, str) else True
+            backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual})
+    types = list(model_types) if read_allow_list(tree) is not None else []
+    return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
+            "model_types": types}
 
 
 def run_probe(python: Path, spec: dict) -> Check:
@@ -78,6 +99,7 @@ def run_probe(python: Path, spec: dict) -> Check:
             "verify --runtime needs the serving environment itself, with vLLM and its dependencies installed",
         )
     for item in report["checks"]:
-        node.children.append(Check(item["label"], bool(item["ok"]), item.get("detail", "")))
-    node.ok = all(c.ok for c in node.children) and bool(node.children)
+        ok = None if item["ok"] is None else bool(item["ok"])  # None: a check the probe could not run
+        node.children.append(Check(item["label"], ok, item.get("detail", "")))
+    node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
     return node

@@ -8,13 +8,18 @@ Input: one JSON argument::
 
     {"architectures": ["DeepseekV2ForCausalLM", ...],
      "chains": {"KimiK25ForConditionalGeneration": [["language_model", "mod:Class"], ["model", "mod:Class"]], ...},
-     "backbone": "vllm.model_executor.models.deepseek_v2:DeepseekV2Model",
+     "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": true}, ...},
+     "getter": "get_eagle3_aux_hidden_state_layers",
      "model_types": ["deepseek_v3", "kimi_k2"]}
+
+``getter`` is the release's aux-layer getter (A1: ``get_eagle3_aux_hidden_state_layers``; 0.18.0
+on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the backbone's
+layers return ``(hidden_states, residual)`` (else ``hidden_states`` alone).
 
 Output: a line ``PATCHKIT-PROBE-RESULT {"checks": [{"label", "ok", "detail"}, ...]}`` on stdout
 (vLLM's own log lines may come before it).
 
-Checks, each independent (facts from vLLM 0.10.2 - 0.17.1):
+Checks, each independent (facts from vLLM 0.10.2 - 0.33.0):
 
 1. the registry loads each architecture's class and ``supports_eagle3`` (``interfaces.py``) accepts it;
 2. ``set_aux_hidden_state_layers`` / ``get_eagle3_aux_hidden_state_layers`` are not the Protocol's
@@ -88,13 +93,15 @@ def check_registry(archs, results):
     return classes
 
 
-def check_methods(classes, chains, results):
+def check_methods(classes, chains, results, getter=GETTER):
     from vllm.model_executor.models import interfaces
 
     protocol = interfaces.SupportsEagle3
+    # A1's Protocol methods are stubs; from 0.18.0 they are default implementations that work
+    a1 = getter == GETTER
     for arch, cls in classes.items():
         label = f"{arch}: real EAGLE-3 methods reach the backbone"
-        stubs = [n for n in (SETTER, GETTER) if getattr(cls, n, None) is getattr(protocol, n, object())]
+        stubs = [n for n in (SETTER, getter) if a1 and getattr(cls, n, None) is getattr(protocol, n, object())]
         if stubs:
             results.append({"label": label, "ok": False,
                             "detail": f"{', '.join(stubs)} is the Protocol's stub (returns None)"})
@@ -112,7 +119,7 @@ def check_methods(classes, chains, results):
             ids = (2, 30, 58)
             returned = getattr(obj, SETTER)(ids)
             got = getattr(backbone, "aux_hidden_state_layers", None)
-            default = getattr(obj, GETTER)()
+            default = getattr(obj, getter)()
         except Exception as exc:  # noqa: BLE001
             results.append({"label": label, "ok": False, "detail": f"calling them raised {exc!r}"})
             continue
@@ -165,29 +172,71 @@ def check_speculative_config(model_types, results):
             results.append({"label": label, "ok": False, "detail": f"could not run the validation: {exc!r}"})
 
 
-def check_forward(backbone_name, results):
+class _Anything:
+    """Stands in for any attribute a backbone's forward reads that the probe did not set (a config
+    flag, a scaling factor): falsy, callable (returns its first argument), and attribute-transparent."""
+
+    def __getattr__(self, name):
+        return _Anything()
+
+    def __call__(self, *args, **kwargs):
+        return args[0] if args else None
+
+    def __bool__(self):
+        return False
+
+
+def check_forward(backbone_name, results, residual_layers=True):
+    """Run the installed ``forward`` of ``backbone_name`` on stand-in layers and check what it captures.
+
+    The stand-in layers record what they receive, so the reference (the residual stream entering
+    layer k) is what the real forward actually fed layer k, whatever it does before the loop
+    (embedding scaling, per-model norms). Cases: a later, last stage [2, 8) with ids (2, 5, 8);
+    no ids; a non-last stage; the first stage with ids (0, 4). An error raised on a capture line
+    (one naming ``aux_hidden_states``) fails the check; any other error means the stand-ins cannot
+    drive this model's forward, and the check is reported as not run (information), never as passed.
+    """
     import torch
     from vllm.sequence import IntermediateTensors
 
-    label = "the installed backbone forward captures the residual stream (stand-in run)"
     cls = load(backbone_name)
-    module = sys.modules[cls.__module__]
+    label = f"the installed {cls.__name__}.forward captures the residual stream (stand-in run)"
+    module = sys.modules[cls.forward.__module__]  # where forward is defined (it may be inherited): its get_pp_group
+    log = []
 
     class Layer(torch.nn.Module):
-        """vLLM's decoder-layer contract: (h, r) in, (new h, residual stream) out."""
+        """vLLM's decoder-layer contract: (h, r) in, (new h, residual stream) out; or, for layers
+        that keep the residual inside (granite.py), h in, the new residual stream out. Records its inputs."""
 
         def __init__(self, i: int) -> None:
             super().__init__()
             self.i = i
 
-        def forward(self, positions, hidden_states, residual, *args, **kwargs):
-            stream = hidden_states if residual is None else hidden_states + residual
-            return stream * (self.i + 2) + 0.25 * self.i, stream
+        def forward(self, positions, hidden_states, residual=None, *args, **kwargs):
+            entering = hidden_states if residual is None or not residual_layers else hidden_states + residual
+            if not residual_layers:
+                out = hidden_states * (self.i + 2) + 0.25 * self.i
+                log.append((self.i, entering.clone(), out.clone()))
+                return out
+            out = entering * (self.i + 2) + 0.25 * self.i
+            log.append((self.i, entering.clone(), out + entering))
+            return out, entering
 
     class Norm(torch.nn.Module):
-        def forward(self, hidden_states, residual):
+        def forward(self, hidden_states, residual=None):
+            if residual is None:
+                return hidden_states * 0.5 - 1.0
             stream = hidden_states + residual
             return stream * 0.5 - 1.0, stream
+
+    class Probe(cls):
+        """The real class (its real forward), with a fallback for attributes __init__ would have set."""
+
+        def __getattr__(self, name):
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return _Anything()
 
     n = 8
     tokens, width = 3, 4
@@ -195,69 +244,70 @@ def check_forward(backbone_name, results):
     h0 = torch.arange(tokens * width, dtype=torch.float64).reshape(tokens, width) / 7.0
     r0 = torch.ones(tokens, width, dtype=torch.float64) * 0.125
 
-    def reference(start, end, residual):
-        """Residual stream entering each layer of [start, end], then the normed output."""
-        h, r = h0.clone(), residual
-        streams = {}
-        for k in range(start, end):
-            streams[k] = h if r is None else h + r
-            h, r = Layer(k)(positions, h, r)
-        streams[end] = h + r
-        normed = h + r
-        return streams, normed * 0.5 - 1.0, h, r
-
     def run(start, end, first, last, ids):
-        obj = blank(cls)
+        log.clear()
+        obj = blank(Probe)
         obj.layers = torch.nn.ModuleList([Layer(i) for i in range(n)])
         obj.start_layer, obj.end_layer = start, end
         obj.norm = Norm()
         obj.config = types.SimpleNamespace(llama_4_scaling=None)
         obj.aux_hidden_state_layers = tuple(ids)
-        group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last)
+        group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last, world_size=1)
         saved = module.__dict__.get("get_pp_group")
         module.get_pp_group = lambda: group
         try:
             if first:
-                return cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=None, inputs_embeds=h0.clone())
-            tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()})
-            return cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=tensors, inputs_embeds=None)
+                out = cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=None, inputs_embeds=h0.clone())
+            else:
+                tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()} if residual_layers
+                                              else {"hidden_states": h0.clone()})
+                out = cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=tensors, inputs_embeds=None)
         finally:
             module.get_pp_group = saved
+        streams = {i: entering for i, entering, _ in log}
+        if log:
+            streams[log[-1][0] + 1] = log[-1][2]
+        return out, streams
 
+    # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
+    # the first stage (the previous stage sends it); everything else captures it locally.
+    transport = bool(getattr(cls, "supports_aux_hidden_states_over_pp", False))
     problems = []
     try:
-        # a later, last pipeline stage owning layers [2, 8): ids 2 (its first layer), 5, and n (final output)
-        streams, normed, _, _ = reference(2, n, r0)
+        plain, _ = run(2, n, False, True, ())
+        if not isinstance(plain, torch.Tensor):
+            problems.append(f"with no ids requested forward returned {type(plain).__name__}, not the hidden_states tensor")
         ids = (2, 5, n)
-        out = run(2, n, False, True, ids)
+        expect = tuple(k for k in ids if k > 2) if transport else ids
+        out, streams = run(2, n, False, True, ids)
         if not (isinstance(out, tuple) and len(out) == 2):
             problems.append(f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)")
         else:
             hidden, aux = out
-            if not torch.equal(hidden, normed):
-                problems.append("the returned hidden_states changed")
-            if len(aux) != len(ids):
-                problems.append(f"{len(aux)} aux states for ids {ids} (expected {len(ids)}; id n is the final layer output)")
-            for k, got in zip(ids, aux):
+            if isinstance(plain, torch.Tensor) and not torch.equal(hidden, plain):
+                problems.append("requesting ids changed the returned hidden_states")
+            if len(aux) != len(expect):
+                problems.append(f"{len(aux)} aux states for ids {ids} (expected {len(expect)}; id n is the final layer output)")
+            for k, got in zip(expect, aux):
                 if not torch.equal(got, streams[k]):
-                    what = "the normed output" if torch.equal(got, normed) else "not the residual stream entering that layer"
+                    what = "the returned (normed) output" if torch.equal(got, hidden) else "not the residual stream entering that layer"
                     problems.append(f"id {k} on stage [2, {n}): captured {what}")
-        # no ids requested: exactly the unpatched result
-        out = run(2, n, False, True, ())
-        if not (isinstance(out, torch.Tensor) and torch.equal(out, normed)):
-            problems.append("with no ids requested the return value is not the unpatched hidden_states tensor")
-        # a non-last stage keeps returning IntermediateTensors
-        _, _, h_mid, r_mid = reference(2, 5, r0)
-        out = run(2, 5, False, False, (3,))
-        if not (isinstance(out, IntermediateTensors) and torch.equal(out["hidden_states"], h_mid) and torch.equal(out["residual"], r_mid)):
-            problems.append("a non-last pipeline stage no longer returns its IntermediateTensors unchanged")
-        # the first stage: id 0 is the embedding itself (residual is still None)
-        streams0, normed0, _, _ = reference(0, n, None)
-        out = run(0, n, True, True, (0, 4))
-        if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams0[0]) and torch.equal(out[1][1], streams0[4])):
-            problems.append("on the first stage ids (0, 4) did not return the embedding and the stream entering layer 4")
+        out, _ = run(2, 5, False, False, (3,))
+        if not isinstance(out, IntermediateTensors):
+            problems.append(f"a non-last pipeline stage returned {type(out).__name__}, not its IntermediateTensors")
+        out, streams = run(0, n, True, True, (0, 4))
+        if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams[0])
+                and torch.equal(out[1][1], streams[4])):
+            problems.append("on the first stage ids (0, 4) did not return the stream entering layers 0 and 4")
     except Exception as exc:  # noqa: BLE001
-        problems.append(f"running forward raised {exc!r}: {traceback.format_exc(limit=-1).strip().splitlines()[-1]}")
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = frames[-1].line or "" if frames else ""
+        if "aux_hidden_states" in line or "_maybe_add_hidden_state" in line:
+            problems.append(f"the capture raised {exc!r} at {frames[-1].filename}:{frames[-1].lineno}: {line}")
+        else:
+            results.append({"label": label, "ok": None, "detail": f"not run: the stand-in layers cannot drive this "
+                            f"forward ({exc!r} at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames else repr(exc)})
+            return
     results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
                     f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage"})
 
@@ -273,10 +323,13 @@ def main() -> None:
     results: list[dict] = []
     steps = [
         ("registry, supports_eagle3 and the methods",
-         lambda: check_methods(check_registry(spec["architectures"], results), spec.get("chains", {}), results)),
+         lambda: check_methods(check_registry(spec["architectures"], results), spec.get("chains", {}), results,
+                               spec.get("getter", GETTER))),
         ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
-        ("backbone forward run", lambda: check_forward(spec["backbone"], results)),
     ]
+    for name, facts in spec.get("backbones", {}).items():
+        steps.append((f"{name} forward run",
+                      lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True))))
     for name, step in steps:
         try:
             step()

@@ -8,18 +8,15 @@ by :mod:`patchkit.engine`, never inside a codemod.
 
 from __future__ import annotations
 
+import graphlib
 import importlib
 import pkgutil
 from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
-from typing import TYPE_CHECKING
-
+from patchkit.codemods import CodemodRef
 from patchkit.errors import UsageError
-
-if TYPE_CHECKING:
-    from patchkit.codemods.base import Codemod
 
 TARGETS = ("vllm",)
 """Distributions patchkit knows how to patch (``--target``)."""
@@ -72,9 +69,12 @@ class Patch:
         reference: upstream reference (pull request or release that has the change natively).
         vllm: the releases this patch is written for.
         target: where the change lands.
-        codemod: the transform.
+        codemod: the transform, by reference (imported only when a run plans the patch).
         requires: ids of patches that must be in effect for this one to make sense.
         distribution: the ``--target`` this patch belongs to.
+        upstream_from: the first release that has the change natively; on it and later ones the
+            patch's outcome is "supported upstream" (None: no such release).
+        architectures: the registry architectures this patch serves (for ``--arch`` and verify).
     """
 
     id: str
@@ -83,9 +83,40 @@ class Patch:
     reference: str
     vllm: SpecifierSet
     target: ClassTarget | ModuleTarget
-    codemod: Codemod
+    codemod: CodemodRef
     requires: tuple[str, ...] = ()
     distribution: str = "vllm"
+    upstream_from: str | None = None
+    architectures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Family:
+    """A declarative entry for a model family with public EAGLE-3 drafts (``patches/eagle3_families.py``).
+
+    patchkit derives how to patch any registry architecture from the release's own files
+    (:mod:`patchkit.shapes`); a family entry adds what those files cannot tell.
+
+    Attributes:
+        name: a short name, e.g. ``"glm4-moe"``.
+        architectures: registry names of the family (checkpoint ``architectures`` entries).
+        model_types: the ``hf_text_config.model_type`` values of its checkpoints, which vLLM's
+            start-up allow-list (0.10.2 - 0.20.x) must admit.
+    """
+
+    name: str
+    architectures: tuple[str, ...]
+    model_types: tuple[str, ...]
+
+
+def load_families() -> tuple[Family, ...]:
+    """Every :class:`Family` shipped in ``patches/`` (modules defining ``FAMILIES``)."""
+    package = importlib.import_module("patchkit.patches")
+    found: list[Family] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"patchkit.patches.{info.name}")
+        found.extend(f for f in getattr(module, "FAMILIES", ()) if isinstance(f, Family))
+    return tuple(found)
 
 
 def check_target(distribution: str) -> None:
@@ -115,22 +146,26 @@ def load_patches(distribution: str = "vllm") -> list[Patch]:
     return _order(found)
 
 
-def _order(patches: dict[str, Patch]) -> list[Patch]:
-    ordered: list[Patch] = []
-    seen: set[str] = set()
+def order(patches: dict[str, Patch]) -> list[Patch]:
+    """Patches with every requirement before what requires it (``graphlib``; stable otherwise).
 
-    def visit(p: Patch) -> None:
-        if p.id in seen:
-            return
-        seen.add(p.id)
-        for dep in p.requires:
-            if dep in patches:
-                visit(patches[dep])
-        ordered.append(p)
+    Raises:
+        UsageError: the requirements form a cycle.
+    """
+    sorter = graphlib.TopologicalSorter({pid: [d for d in p.requires if d in patches] for pid, p in patches.items()})
+    try:
+        ids = list(sorter.static_order())
+    except graphlib.CycleError as exc:
+        raise UsageError(f"patch requirements form a cycle: {' -> '.join(exc.args[1])}", "fix the patch definitions") from exc
+    rank = {pid: i for i, pid in enumerate(patches)}
+    # static_order is a valid order; re-sort stably by (depth, definition order) for a readable run order
+    depth: dict[str, int] = {}
+    for pid in ids:
+        depth[pid] = 1 + max((depth[d] for d in patches[pid].requires if d in patches), default=-1)
+    return [patches[pid] for pid in sorted(ids, key=lambda i: (depth[i], rank[i]))]
 
-    for p in patches.values():
-        visit(p)
-    return ordered
+
+_order = order
 
 
 def select(patches: list[Patch], ids: list[str] | None) -> list[Patch]:

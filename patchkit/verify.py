@@ -14,27 +14,52 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.composition import CompositionError, held_class, kind_of, self_attr
-from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, SETTER, Contract, admits, is_stub
+from patchkit import loadpath
+from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
+from patchkit.contract import (
+    ALLOW_LIST_MODULES,
+    ALLOW_LIST_NAMES,
+    ATTR,
+    MAYBE_ADD,
+    SETTER,
+    Contract,
+    admits,
+    is_stub,
+)
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import ClassRef, SourceTree
 
-ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration")
-"""The architectures whose EAGLE-3 support ``verify`` checks."""
+
+def default_architectures() -> tuple[str, ...]:
+    """The architectures the shipped default patch set serves (derived from ``patches/``), in order."""
+    from patchkit.spec import load_patches
+
+    out: list[str] = []
+    for patch in load_patches():
+        out.extend(a for a in patch.architectures if a not in out)
+    return tuple(out)
+
+
 TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
-"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints."""
+"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
 KIMI_K25 = "KimiK25ForConditionalGeneration"
 PROPOSER_PACKAGE = "vllm.v1.spec_decode"
 PROPOSER_MODULES = ("eagle", "llm_base_proposer")
-ATTR = "aux_hidden_state_layers"
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 """Label of the informational capture check for id n; its ``location`` is set only when the capture exists."""
 
 
-def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Check]:
+def verify(tree: SourceTree, registry: Registry, contract: Contract,
+           architectures: tuple[str, ...] | None = None,
+           model_types: tuple[str, ...] | None = None) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architectures: the registry names to check (default: :func:`default_architectures`).
+        model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit
+            (default: :data:`TEXT_MODEL_TYPES`).
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
         the proposer.
@@ -51,7 +76,8 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
     ]
     if contract.protocol is None:
         return checks
-    for arch in ARCHITECTURES:
+    unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
+    for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:
             checks.append(Check(arch, None, "not in this release's model registry; nothing to check"))
@@ -59,18 +85,24 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract) -> list[Che
         if resolution.cls is None:
             checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
             continue
+        fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
+        if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
+            checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
+            unloadable.add(arch)
+            continue
         node = _model(tree, registry, contract, resolution.cls, set())
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
-    checks.append(_allow_list(tree, contract))
-    if registry.entry(KIMI_K25) is not None:
+    checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
+    if (registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures())
+            and KIMI_K25 not in unloadable):
         checks.append(_proposer(tree))
     return checks
 
 
 def model_check(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, *,
                 follow_setter: bool = True) -> Check:
-    """The chain check of one model class, as ``verify`` runs it for each of :data:`ARCHITECTURES`.
+    """The chain check of one model class, as ``verify`` runs it for each architecture.
 
     Args:
         tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
@@ -108,7 +140,7 @@ def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassR
     if follow_setter and found is not None and found[0] != protocol:
         node.children.append(_follow_setter(tree, registry, contract, cls, found, seen))
     elif follow_setter and found is not None and contract.native:
-        node.children.append(Check("setter reaches the backbone", None, "upstream default implementation; not followed"))
+        node.children.append(_follow_default(tree, registry, cls, seen))
     node.ok = not any(c.failures() for c in node.children)
     return node
 
@@ -160,14 +192,58 @@ def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls
                  f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location)
 
 
+def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: set[ClassRef]) -> Check:
+    """Follow the A2/A3 default ``set_aux_hidden_state_layers`` to the backbone it sets.
+
+    Fact (vLLM 0.18.0 - 0.33.0, ``interfaces.py`` ``SupportsEagle3``): the default methods take
+    ``get_language_model()`` if the model has it, else ``language_model``, else the model itself,
+    then its ``.model``, and assert that is an ``EagleModelMixin``.
+    """
+    from patchkit.contract import MIXIN
+    from patchkit.shapes import registry_built
+
+    parent, how = cls, "the model itself"
+    built = registry_built(tree, cls, "language_model")
+    try:
+        held = held_class(tree, registry, cls, "language_model")
+        parent, how = held.cls, f"language_model -> {held.cls.name}"
+    except CompositionError:
+        if built is not None and built[1] is None:
+            return Check("default methods reach the backbone", None,
+                         "the language model is chosen from the checkpoint's text_config at run time; "
+                         "check that architecture with --arch")
+    try:
+        backbone = held_class(tree, registry, parent, "model")
+    except CompositionError as exc:
+        return Check("default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location)
+    node = _backbone(tree, backbone.cls)
+    node.label = f"{how}.model holds {backbone.cls.name} ({parent.relpath}:{backbone.lineno})"
+    mixin = tree.find_class("vllm.model_executor.models.interfaces", MIXIN)
+    is_mixin = mixin is not None and mixin in tree.mro(backbone.cls)
+    node.children.insert(0, Check(f"{backbone.cls.name} is an {MIXIN}", is_mixin,
+                                  "" if is_mixin else "vLLM's default setter asserts it and fails at start-up",
+                                  backbone.cls.location))
+    node.ok = not any(c.failures() for c in node.children)
+    return node
+
+
 def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
     node = Check(cls.name, True, "decoder backbone", cls.location)
+    forward = tree.find_member(cls, "forward")
+    if forward is not None and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward[1])):
+        node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath))
+        node.ok = not any(c.failures() for c in node.children)
+        return node
     init = tree.find_member(cls, "__init__")
-    sets_attr = init is not None and any(
+    # the attribute may be set by any __init__ of the MRO (a subclass's __init__ calls super().__init__)
+    inits = [(c, m) for c in tree.mro(cls) if (m := tree.method(c, "__init__")) is not None]
+    setter_init = next(((c, m) for c, m in inits if any(
         isinstance(n, (ast.Assign, ast.AnnAssign))
         and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-        for n in ast.walk(init[1])
-    )
+        for n in ast.walk(m))), None)
+    sets_attr = setter_init is not None
+    if setter_init is not None:
+        init = setter_init
     node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,
                                "" if sets_attr else "the setter's attribute would not exist before the first call",
                                f"{init[0].relpath}:{init[1].lineno}" if init else cls.location))
@@ -181,7 +257,10 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
 
 
 def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
-    """Check a backbone ``forward`` against the capture semantics (REFERENCE.md, "Capture semantics").
+    """Check a backbone ``forward`` against the capture semantics (:mod:`patchkit.codemods.capture`).
+
+    The semantics are vLLM's own native capture: vLLM 0.18.0 ``model_executor/models/deepseek_v2.py``
+    ``DeepseekV2Model.forward`` (and, for id ``n``, vLLM 0.25.0's same forward).
 
     Args:
         forward: the function's AST.
@@ -190,45 +269,52 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         Checks for: global ids, residual-stream capture before each layer, the tuple return,
         and (informational) the final-layer capture.
     """
+    from patchkit.shapes import Loop, decoder_loop
+
     where = f"{relpath}:{forward.lineno}"
-    loops = [n for n in ast.walk(forward) if isinstance(n, ast.For) and _mentions_self(n.iter, "layers")]
-    if len(loops) != 1:
-        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
+    form = decoder_loop(forward)
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
+    if not isinstance(form, Loop) or len(loops) != 1:
+        return [Check("forward captures aux hidden states", False,
+                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where)]
     loop = loops[0]
     at = f"{relpath}:{loop.lineno}"
-    index_name = None
-    global_ids = False
-    if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate":
-        if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[0], ast.Name):
-            index_name = loop.target.elts[0].id
-        start = [kw.value for kw in loop.iter.keywords if kw.arg == "start"] + loop.iter.args[1:2]
-        global_ids = bool(start) and _mentions_self(start[0], "start_layer")
+    tests = [s for s in loop.body if isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
+             and len(s.test.ops) == 1 and isinstance(s.test.ops[0], ast.In) and _mentions_self(s.test.comparators[0], ATTR)]
+    if not tests:
+        return [Check("captures the residual stream entering each layer", False,
+                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at)]
+    index_name = ast.unparse(tests[0].test.left)
     checks = []
-    if index_name is None:
-        return [Check("forward captures aux hidden states", False, "the decoder-layer loop does not enumerate layers", at)]
-    checks.append(Check("ids are global layer indices", global_ids,
-                        "enumerate(..., start=self.start_layer)" if global_ids else
-                        "enumerate counts from 0: on a later pipeline stage every id is off by start_layer", at))
+    if form.index is None:
+        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at)]
+    global_ids = index_name == form.index
+    checks.append(Check("ids are global layer indices", True if global_ids else None,
+                        f"{index_name} is the global layer id" if global_ids else
+                        f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
+                        "pipeline parallelism only (upstream's own form in some releases)", at))
     capture = None
     layer_call_index = None
     for i, stmt in enumerate(loop.body):
-        if isinstance(stmt, ast.If) and _is_membership(stmt.test, index_name):
+        if stmt is tests[0]:
             capture = (i, stmt)
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and layer_call_index is None:
-            if isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == (loop.target.elts[1].id if isinstance(loop.target, ast.Tuple) and isinstance(loop.target.elts[1], ast.Name) else ""):
-                layer_call_index = i
+    layer_call_index = form.call_at
     if capture is None:
         checks.append(Check("captures the residual stream entering each layer", False,
                             f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at))
         return checks
     i, stmt = capture
     appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
-    value = appended[0] if appended else None
+    # an 'if residual is None: append(hidden_states) else: append(hidden_states + residual)' capture counts as one
+    value = next((a for a in appended if _is_residual_stream(a)), appended[0] if appended else None)
     if isinstance(value, ast.Name):  # captured through a local: aux = hidden_states + residual; ...append(aux)
         assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
         value = assigned[0] if assigned else value
     before_layer = layer_call_index is not None and i < layer_call_index
+    hidden_only = not form.returns_residual
+    if hidden_only and isinstance(value, ast.Name) and value.id == "hidden_states":
+        value = ast.BinOp(ast.Name("hidden_states"), ast.Add(), ast.Name("residual"))  # the layer keeps the residual inside
     ok = value is not None and _is_residual_stream(value) and before_layer
     detail = ast.unparse(value) if value is not None else "nothing appended"
     if value is not None and not _is_residual_stream(value):
@@ -246,6 +332,49 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     checks.append(Check(FINAL_LAYER_CHECK, None,
                         "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
                         f"{relpath}:{final[0].lineno}" if final else None))
+    return checks
+
+
+def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
+    """Check a backbone ``forward`` that captures through ``EagleModelMixin._maybe_add_hidden_state``.
+
+    Fact (vLLM 0.18.0 - 0.33.0, e.g. ``qwen3_moe.py``): one call before the decoder-layer loop for
+    id ``start_layer`` and one after each layer for id ``layer_idx + 1``, with the loop enumerating
+    from ``start_layer``; ``forward`` returns ``(hidden_states, aux)`` when something was captured.
+    Some native classes count from 0 (safe only without pipeline parallelism): shown as information.
+    """
+    where = f"{relpath}:{forward.lineno}"
+    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == MAYBE_ADD and len(n.args) >= 2]
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
+    if len(loops) != 1:
+        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
+    loop = loops[0]
+    in_loop = [c for c in calls if any(c is n for n in ast.walk(loop))]
+    before = [c for c in calls if c not in in_loop]
+    from patchkit.shapes import Loop, decoder_loop
+
+    form = decoder_loop(forward)
+    index = in_loop[0].args[1] if in_loop and isinstance(in_loop[0].args[1], ast.BinOp) else None
+    global_ids = isinstance(form, Loop) and form.index is not None and index is not None \
+        and ast.unparse(index.left) == form.index
+    checks = [Check("ids are global layer indices", True if global_ids else None,
+                    "enumerate(..., start=self.start_layer)" if global_ids else
+                    "counts from 0 on each stage (upstream's own form; vLLM refuses EAGLE-3 with pipeline parallelism "
+                    "for such classes)", f"{relpath}:{loop.lineno}")]
+    checks.append(Check("captures the stream entering the stage's first layer", bool(before),
+                        ast.unparse(before[0]) if before else f"no {MAYBE_ADD} call before the loop",
+                        f"{relpath}:{before[0].lineno}" if before else where))
+    after_ok = bool(in_loop) and isinstance(in_loop[0].args[1], ast.BinOp)
+    checks.append(Check("captures the stream after each layer (id layer_idx + 1)", after_ok,
+                        ast.unparse(in_loop[0]) if in_loop else f"no {MAYBE_ADD} call in the loop",
+                        f"{relpath}:{in_loop[0].lineno}" if in_loop else where))
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+               and len(r.value.elts) == 2]
+    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                        "" if returns else "the captured states never leave forward",
+                        f"{relpath}:{returns[0].lineno}" if returns else where))
+    checks.append(Check(FINAL_LAYER_CHECK, None, "the last layer's call captures id end_layer", None))
     return checks
 
 
@@ -309,12 +438,14 @@ def read_allow_list(tree: SourceTree) -> AllowList | None:
     return None
 
 
-def _allow_list(tree: SourceTree, contract: Contract) -> Check:
+def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ...]) -> Check:
     found = read_allow_list(tree)
     if found is not None:
-        refused = [t for t in TEXT_MODEL_TYPES if not admits(found.entries, t)]
+        if not model_types:
+            return Check("speculative-config allow-list", None, "no model type to check (pass --model DIR)", found.location)
+        refused = [t for t in model_types if not admits(found.entries, t)]
         return Check(
-            "speculative-config allow-list admits " + ", ".join(TEXT_MODEL_TYPES),
+            "speculative-config allow-list admits " + ", ".join(model_types),
             not refused,
             f"{found.name} lacks an entry for {', '.join(refused)}" if refused else f"{found.name} = {found.entries}",
             found.location,

@@ -296,7 +296,8 @@ def test_mla_draft_is_registered_only_from_0_18_0(release, cli, tmp_path, versio
 
 
 def test_nested_eagle_config_ids_depend_on_the_runner(release, cli, tmp_path):
-    """0.17.1's runner reads only a top-level id list; 0.33.0 also reads eagle_config's."""
+    """eagle_config's ids count the output of layer k: 0.17.1 ignores them (its default is those layers);
+    0.33.0's model runner reads them verbatim, one layer early."""
     model = checkpoint(tmp_path, "kimi-k2.5", KIMI_K25)
     draft = checkpoint(tmp_path, "draft", llama_draft(
         eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True}))
@@ -304,19 +305,25 @@ def test_nested_eagle_config_ids_depend_on_the_runner(release, cli, tmp_path):
     old = release("0.17.1")
     assert cli.json("apply", "--site-packages", str(old))[0] == 0
     code, report = doctor(cli, old, model, draft)
-    assert code == 1
-    assert report["draft"]["aux_layer_ids"] == [2, 30, 58]
-    assert report["draft"]["declared_aux_layer_ids"] == [1, 29, 57]
+    assert code == 0, report["missing"]
+    d = report["draft"]
+    assert (d["aux_layer_ids"], d["declared_aux_layer_ids"], d["intended_aux_layer_ids"]) == ([2, 30, 58], [1, 29, 57], [2, 30, 58])
     ids = check(report, "aux layer ids (2, 30, 58)")
-    ignored = child(ids, "declared ids (1, 29, 57) ignored")
-    assert ignored["ok"] is False and "reads only a top-level eagle_aux_hidden_state_layer_ids" in ignored["detail"]
-    assert ignored["location"].startswith("vllm/v1/worker/gpu_model_runner.py:")
-    assert any(a.startswith("copy eagle_config.eagle_aux_hidden_state_layer_ids [1, 29, 57]") for a in report["actions"])
+    runner = child(ids, "every model runner captures the trained layers")
+    assert runner["ok"] is True and "eagle_config's ids are ignored" in runner["detail"]
+    assert runner["location"].startswith("vllm/v1/worker/gpu_model_runner.py:")
+    assert not any("[1, 29, 57]" in a and "copy" in a for a in report["actions"])
 
     new = release("0.33.0")
     code, report = doctor(cli, new, model, draft)
-    assert code == 0, report["missing"]
+    assert code == 1
     assert (report["draft"]["aux_layer_ids"], report["draft"]["aux_layer_ids_source"]) == ([1, 29, 57], "draft eagle_config")
+    ids = check(report, "aux layer ids (1, 29, 57)")
+    assert child(ids, "model runner captures the trained layers")["ok"] is False
+    assert child(ids, "model runner V2 captures the trained layers")["ok"] is True
+    assert [a for a in report["actions"] if "eagle_aux_hidden_state_layer_ids" in a] == [
+        'add "eagle_aux_hidden_state_layer_ids": [2, 30, 58] at the top level of the draft\'s config.json '
+        "(eagle_config's [1, 29, 57] + 1: vLLM counts the stream entering layer k; do not copy eagle_config's ids unchanged)"]
 
 
 def test_0_10_2_runner_ignores_explicit_ids(release, cli, tmp_path):
@@ -326,8 +333,9 @@ def test_0_10_2_runner_ignores_explicit_ids(release, cli, tmp_path):
     code, report = doctor(cli, sp, model, draft)
     assert code == 1
     ids = check(report, "aux layer ids (2, 30, 58)")
-    ignored = child(ids, "declared ids (3, 31, 59) ignored")
-    assert ignored["ok"] is False and "reads no explicit ids" in ignored["detail"]
+    ignored = child(ids, "model runner captures the trained layers")
+    assert ignored["ok"] is False and "reads no ids from the draft" in ignored["detail"]
+    assert any("0.14.1 and later" in a for a in report["actions"])
     assert report["apply_patches"] == ["eagle3-allowlist", "eagle3-deepseek-backbone", "eagle3-deepseek-interface"]
 
 

@@ -55,10 +55,10 @@ def test_python_that_is_not_an_interpreter(cli, tmp_path):
     assert "is not a working Python interpreter" in result.stderr
 
 
-def test_python_that_is_a_directory(cli, tmp_path):
+def test_python_that_is_a_folder_without_an_interpreter(cli, tmp_path):
     result = cli("verify", "--python", str(tmp_path))
     assert result.exit_code == 4
-    assert "is not an executable file" in result.stderr
+    assert "is a folder without bin/python" in result.stderr
 
 
 def test_environment_without_vllm(cli, tmp_path):
@@ -172,3 +172,37 @@ def test_runtime_with_site_packages_asks_for_python(release, cli):
     result = cli("verify", "--site-packages", str(release("0.17.1")), "--runtime")
     assert result.exit_code == 2
     assert "give --python" in result.stderr
+
+
+def _old_python(version: str) -> str | None:
+    """A working CPython ``version`` interpreter on this machine (pyenv's versions, or PATH), or None."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [str(c) for c in sorted(pyenv.glob(f"{version}.*/bin/python{version}"))]
+    candidates.append(shutil.which(f"python{version}") or "")  # may be a pyenv shim that refuses
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.release
+def test_python_route_works_with_a_python_3_8_serving_env(release, cli, tmp_path):
+    """patchkit needs Python >= 3.10 itself; what it runs with --python (its sys.path probe and the
+    runtime probe) works from 3.8, so an older serving environment can be patched from outside."""
+    old = _old_python("3.8")
+    if old is None:
+        pytest.fail("no Python 3.8 interpreter on this machine (PATH or pyenv): the image lost one")
+    venv = tmp_path / "py38"
+    subprocess.run([old, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = venv_site_packages(python)
+    assert "python3.8" in str(site)
+    for entry in release("0.17.1").iterdir():
+        shutil.move(str(entry), site / entry.name)
+    code, applied = cli.json("apply", "--python", str(python))
+    assert code == 0, applied
+    assert applied["written"] is True
+    code, verified = cli.json("verify", "--python", str(python), "--runtime")
+    assert code == 4  # the runtime probe ran on 3.8 and stopped at the missing torch, not a SyntaxError
+    assert "No module named 'torch'" in verified["runtime_error"]["message"], verified["runtime_error"]
+    assert verified["ok"] is True

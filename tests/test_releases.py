@@ -120,22 +120,31 @@ def test_0_14_1_patches_deepseek_and_reports_kimi_missing(release, cli):
     assert outcomes["eagle3-allowlist"]["outcome"] == "applied"
     kimi = outcomes["eagle3-kimi-k25-interface"]
     assert kimi["outcome"] == "not applicable"
-    assert "KimiK25ForConditionalGeneration is not in this release's model registry" in kimi["reason"]
+    assert "outside this patch's range" in kimi["reason"]  # the version gate runs first
     assert outcomes["eagle3-kimi-k25-proposer"]["outcome"] == "not applicable"
     code, verified = cli.json("verify", "--site-packages", str(sp))
     assert code == 0, verified["missing"]
 
 
-def test_0_15_1_wrapper_holds_a_bare_backbone(release, cli):
-    """On 0.15.1 Kimi-K2.5's language_model is a DeepseekV2Model: the methods set it directly."""
+def test_0_15_1_kimi_k25_is_not_patched_and_verify_says_why(release, cli):
+    """On 0.15.1 Kimi-K2.5's get_language_model() returns a bare DeepseekV2Model; vLLM's proposer reads its
+    .model when loading any draft. patchkit patches DeepSeek there, not Kimi-K2.5, and says why."""
     sp = release("0.15.1")
     code, applied = cli.json("apply", "--site-packages", str(sp))
-    assert code == 0
-    source = (sp / "vllm/model_executor/models/kimi_k25.py").read_text()
-    assert "self.language_model.aux_hidden_state_layers = layers" in source
-    assert "num_layers = len(self.language_model.layers)" in source
+    assert code == 0, applied
+    outcomes = {p["id"]: p for p in applied["patches"]}
+    assert {i: outcomes[i]["outcome"] for i in ("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist")} \
+        == dict.fromkeys(("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist"), "applied")
+    kimi = outcomes["eagle3-kimi-k25-interface"]
+    assert kimi["outcome"] == "not applicable"
+    assert "vllm/v1/spec_decode/eagle.py:1145" in kimi["reason"] and "vLLM >= 0.16.0" in kimi["reason"]
+    assert outcomes["eagle3-kimi-k25-proposer"]["outcome"] == "not applicable"
+    assert "vllm/model_executor/models/kimi_k25.py" not in {f["path"] for f in applied["files"]}
     code, verified = cli.json("verify", "--site-packages", str(sp))
     assert code == 0, verified["missing"]
+    node = next(c for c in verified["checks"] if c["label"] == "KimiK25ForConditionalGeneration")
+    assert node["ok"] is None and node["location"] == "vllm/v1/spec_decode/eagle.py:1145"
+    assert "vLLM >= 0.16.0" in node["detail"]
 
 
 def test_0_10_2_allow_list_lives_in_config_init(release, cli):

@@ -92,7 +92,7 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "KimiK25ForConditionalGeneration: real EAGLE-3 methods reach the backbone",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
-        "the installed backbone forward captures the residual stream (stand-in run)",
+        "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)",
     ]
     kimi = runtime["children"][5]
     assert kimi["detail"] == "KimiK25ForConditionalGeneration -> language_model: DeepseekV2ForCausalLM -> model: DeepseekV2Model"
@@ -139,7 +139,7 @@ def test_wrong_captures_are_caught(cli, vllm_python):
             target.write_text(text.replace(old, new))
             report = api.verify(install, runtime_python=vllm_python)
             forward = report.checks[-1].children[-1]
-            assert forward.label == "the installed backbone forward captures the residual stream (stand-in run)"
+            assert forward.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)"
             assert forward.ok is False, name
             assert expected in forward.detail, (name, forward.detail)
     finally:

@@ -1,8 +1,10 @@
-"""A wheel-installed patchkit (not only an editable one) finds its patch definitions."""
+"""A wheel-installed patchkit (not only an editable one) finds its patch definitions; the wheel
+installs as a tool with pipx and with uv under its distribution name, vllm-patchkit."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -24,8 +26,50 @@ PATCH_IDS = {
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)], check=True)
-    (found,) = out.glob("patchkit-*.whl")
+    (found,) = out.glob("vllm_patchkit-*.whl")
     return found
+
+
+def test_wheel_is_named_vllm_patchkit(wheel):
+    import patchkit
+
+    metadata = next(zipfile.ZipFile(wheel).open(n) for n in zipfile.ZipFile(wheel).namelist()
+                    if n.endswith(".dist-info/METADATA")).read().decode()
+    headers = dict(line.split(": ", 1) for line in metadata.split("\n\n")[0].splitlines() if ": " in line)
+    assert headers["Name"] == "vllm-patchkit"
+    assert headers["Version"] == patchkit.__version__
+    entry_points = next(zipfile.ZipFile(wheel).open(n) for n in zipfile.ZipFile(wheel).namelist()
+                        if n.endswith(".dist-info/entry_points.txt")).read().decode()
+    assert "patchkit = patchkit.cli:main" in entry_points
+
+
+@pytest.mark.parametrize("tool", ["pipx", "uv"])
+def test_tool_install_of_the_wheel(wheel, tmp_path, tool):
+    """``pipx install`` / ``uv tool install`` of the built wheel give a working ``patchkit`` command.
+
+    pipx and uv come with the ``test`` extra; their homes and bin folders are in ``tmp_path``.
+    """
+    import patchkit
+
+    tools = Path(sys.executable).parent
+    bin_dir = tmp_path / "bin"
+    env = dict(os.environ, PIPX_HOME=str(tmp_path / "pipx-home"), PIPX_BIN_DIR=str(bin_dir),
+               PIPX_MAN_DIR=str(tmp_path / "man"), UV_TOOL_DIR=str(tmp_path / "uv-tools"),
+               UV_TOOL_BIN_DIR=str(bin_dir), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env.pop("VIRTUAL_ENV", None)
+    command = ([str(tools / "pipx"), "install", "--python", sys.executable, str(wheel)] if tool == "pipx" else
+               [str(tools / "uv"), "tool", "install", "--python", sys.executable, str(wheel)])
+    installed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    version = subprocess.run([str(bin_dir / "patchkit"), "--version"], capture_output=True, text=True, env=env,
+                             cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout == f"patchkit {patchkit.__version__}\n"
+    listed = subprocess.run([str(bin_dir / "patchkit"), "list", "--json"], capture_output=True, text=True, env=env,
+                            cwd=tmp_path)
+    assert {p["id"] for p in json.loads(listed.stdout)["patches"]} == PATCH_IDS
+    home = tmp_path / ("pipx-home" if tool == "pipx" else "uv-tools")
+    assert os.path.realpath(bin_dir / "patchkit").startswith(str(home))  # the tool's own environment
 
 
 def test_wheel_ships_the_patch_definitions(wheel):

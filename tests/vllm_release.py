@@ -1,7 +1,7 @@
 """Fetch real vLLM release files for tests: the ``.py`` files and ``.dist-info`` of a wheel.
 
-A release is downloaded once with ``pip download --no-deps`` (the x86-64 manylinux wheel, as
-REFERENCE.md "Real input" describes), its ``vllm/**/*.py`` files and ``vllm-X.Y.Z.dist-info/``
+A release is downloaded once with ``pip download --no-deps`` (the x86-64 manylinux wheel: the
+tests run on real release files, never on vLLM source kept in this repository), its ``vllm/**/*.py`` files and ``vllm-X.Y.Z.dist-info/``
 are extracted into a cache directory outside the repository, and the wheel is deleted. Each test
 gets a fresh copy of that pristine tree, so tests can write to it.
 
@@ -11,6 +11,7 @@ Run as a script to warm the cache: ``python tests/vllm_release.py 0.16.0 0.17.1`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -47,7 +48,8 @@ def pristine_site_packages(version: str) -> Path:
                     sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64",
                     "--platform", "manylinux_2_31_x86_64", "--platform", "manylinux2014_x86_64",
-                    "--platform", "manylinux_2_17_x86_64", "--quiet", "--disable-pip-version-check",
+                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_34_x86_64",
+                    "--platform", "manylinux_2_35_x86_64", "--quiet", "--disable-pip-version-check",
                     "-d", tmp, f"vllm=={version}",
                 ],
                 check=True,
@@ -63,6 +65,47 @@ def pristine_site_packages(version: str) -> Path:
             wheel.unlink()
         done.touch()
     return target
+
+
+@contextlib.contextmanager
+def runtime_venv(version: str):
+    """Yield the interpreter of a cached, real, importable ``vllm==version`` venv (torch included).
+
+    Built once with ``pip install vllm==version`` (about 10 GB, minutes) in ``$CACHE_ROOT/venv-vllm-X``.
+    A FileLock is held for the whole use, so concurrent test runs on the machine wait. Before and
+    after, the install is made pristine: patchkit's revert, then RECORD as the judge (a file that
+    still differs makes pip reinstall vLLM without dependencies).
+    """
+    from patchkit import api
+    from patchkit.install import from_python, record_sha256
+    from patchkit.journal import sha256
+
+    venv = CACHE_ROOT / f"venv-vllm-{version}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+
+    def pristine() -> None:
+        install = from_python(python)
+        api.revert(install, force=True)
+        record = record_sha256(install)
+        site = install.site_packages
+        drifted = [p for p, digest in record.items() if p.startswith("vllm/") and p.endswith(".py")
+                   and (site / p).is_file() and sha256((site / p).read_bytes()) != digest]
+        if drifted:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps",
+                            f"vllm=={version}"], check=True)
+
+    with FileLock(str(CACHE_ROOT / f"venv-vllm-{version}.lock")):
+        if not (venv / ".complete").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            f"vllm=={version}"], check=True)
+            (venv / ".complete").touch()
+        pristine()
+        try:
+            yield python
+        finally:
+            pristine()
 
 
 def fresh_copy(version: str, dest: Path) -> Path:

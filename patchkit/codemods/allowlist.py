@@ -44,16 +44,12 @@ class ExtendAllowList(Codemod):
         entries: the strings to add, in order; entries already there are not repeated.
     """
 
-    description = "model types added to the EAGLE-3 allow-list"
+    kind = "allowlist"
 
     def __init__(self, names: tuple[str, ...], entries: tuple[str, ...]) -> None:
-        self.names = names
-        self.entries = entries
-
-    @property
-    def expects(self) -> str:
-        """See :meth:`Codemod.expects`."""
-        return f"exactly one assignment '{' or '.join(self.names)} = [\"...\", ...]' (a list of string literals)"
+        self.names = tuple(names)
+        self.entries = tuple(entries)
+        self.options = {"names": self.names, "entries": self.entries}
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         found = find_allow_lists(module, self.names)

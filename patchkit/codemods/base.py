@@ -52,14 +52,28 @@ class Site:
 
 
 class Codemod(ABC):
-    """One structural rewrite with an exact anchor and a checkable post-condition."""
+    """One structural rewrite with an exact anchor and a checkable post-condition.
 
-    description: str = ""
+    Subclasses set ``kind`` (a key of :data:`patchkit.codemods.CATALOGUE`, which holds their texts)
+    and keep their constructor options in ``self.options``.
+    """
+
+    kind: str = ""
+    options: dict
 
     @property
-    @abstractmethod
+    def description(self) -> str:
+        """One line on what the codemod changes (from the catalogue)."""
+        from patchkit.codemods import CATALOGUE
+
+        return CATALOGUE[self.kind].description
+
+    @property
     def expects(self) -> str:
         """The file shape the transform needs, in words (each anchor and how often it must occur)."""
+        from patchkit.codemods import CATALOGUE
+
+        return CATALOGUE[self.kind].expects(self.options)
 
     @abstractmethod
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:

@@ -6,7 +6,15 @@ slice), each layer returning ``(hidden_states, residual)`` separately, then the 
 stage applies ``hidden_states, _ = self.norm(hidden_states, residual)`` and returns
 ``hidden_states``; other stages return ``IntermediateTensors`` first.
 
-The capture semantics written here (REFERENCE.md, "Capture semantics"):
+From 0.18.0 (A2/A3, ``interfaces.py`` ``EagleModelMixin``) native backbones inherit the mixin and
+call ``self._maybe_add_hidden_state(aux, idx, hidden_states, residual)`` once before the loop and
+after each layer (``qwen3_moe.py``); the ``mixin`` form writes exactly that, with global ids.
+
+The capture semantics written here are vLLM's own where it captures natively (vLLM 0.18.0
+``model_executor/models/deepseek_v2.py`` ``DeepseekV2Model.forward``: ``hidden_states + residual``
+appended before each requested layer, the loop enumerating from ``self.start_layer``, the pair
+returned only when something was captured; vLLM 0.25.0's same forward adds id ``n`` after the loop,
+before the norm):
 
 - id ``k`` is the residual stream entering layer ``k``: ``hidden_states + residual``, or
   ``hidden_states`` where ``residual`` is still None (the first layer); never the normed value;
@@ -28,19 +36,23 @@ from patchkit.codemods.base import (
     Refusal,
     Site,
     exactly_one,
+    insert_into_sequence,
     method_of,
     replace_top_level,
     top_level_class,
 )
+from patchkit.contract import ATTR, MAYBE_ADD, MIXIN
 
-ATTR = "aux_hidden_state_layers"
 INDEX = "layer_idx"
 STATES = "aux_hidden_states"
 RESIDUAL_STREAM = "hidden_states if residual is None else hidden_states + residual"
+"""What id k captures when layers return ``(hidden_states, residual)`` separately."""
+HIDDEN_STREAM = "hidden_states"
+"""What id k captures when layers return ``hidden_states`` alone (the residual is inside the layer)."""
 
 _SELF_ATTR = m.Attribute(value=m.Name("self"), attr=m.Name(ATTR))
 _CAPTURE_IN_LOOP = m.If(
-    test=m.Comparison(left=m.Name(INDEX), comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)])
+    test=m.Comparison(comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)])
 )
 _CAPTURE_FINAL = m.If(
     test=m.BooleanOperation(
@@ -51,52 +63,90 @@ _CAPTURE_FINAL = m.If(
         ),
     )
 )
+_MAYBE_ADD_CALL = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(MAYBE_ADD)))
 _RETURN_WITH_STATES = m.Return(value=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.Element(m.Name(STATES))]))
-_LAYER_CALL = m.Assign(
-    targets=[m.AssignTarget(target=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.Element(m.Name("residual"))]))],
-    value=m.Call(func=m.Name("layer")),
-)
-_DECODER_LOOP = m.For(
-    target=m.Name("layer"),
-    iter=m.MatchIfTrue(lambda node: bool(m.findall(node, m.Attribute(value=m.Name("self"), attr=m.Name("layers"))))),
-)
+
+
+def _layer_call(layer: str, residual: bool) -> m.Assign:
+    target = (m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.Element(m.Name("residual"))])
+              if residual else m.Name("hidden_states"))
+    return m.Assign(targets=[m.AssignTarget(target=target)], value=m.Call(func=m.Name(layer)))
+
+
+def _read_loop(forward: cst.FunctionDef):
+    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.shapes.decoder_loop`
+    on the same code, so the classifier and this codemod agree on every loop form."""
+    import ast
+
+    from patchkit.composition import is_layer_loop
+    from patchkit.shapes import Loop, decoder_loop
+
+    body = list(forward.body.body)
+    loops = []
+    for stmt in body:
+        if isinstance(stmt, cst.For):
+            node = ast.parse(cst.Module(body=[stmt]).code).body[0]
+            if isinstance(node, ast.For) and is_layer_loop(node):
+                loops.append(stmt)
+    loop = exactly_one(loops, "decoder-layer loop 'for <layer> in ...self.layers...'")
+    parsed = ast.parse(cst.Module(body=[forward]).code).body[0]
+    assert isinstance(parsed, (ast.FunctionDef, ast.AsyncFunctionDef))
+    form = decoder_loop(parsed)
+    if not isinstance(form, Loop):
+        raise Refusal(form)
+    return loop, form
 
 
 class CaptureAuxHiddenStates(Codemod):
-    """Add ``aux_hidden_state_layers`` to a backbone's ``__init__`` and the capture to its ``forward``.
+    """Make a decoder backbone capture EAGLE-3 aux hidden states in its ``forward``.
 
     Args:
         patch_id: written into comments beside the added code.
+        form: ``"inline"`` (A1, vLLM 0.10.2 - 0.17.1: an ``aux_hidden_state_layers`` attribute in
+            ``__init__``, an ``if layer_idx in ...`` capture before each layer and one after the
+            loop for id n) or ``"mixin"`` (A2/A3, 0.18.0 on: ``EagleModelMixin`` in the bases and
+            ``self._maybe_add_hidden_state(...)`` once before the loop, for id ``start_layer``, and
+            after each layer, for id ``layer_idx + 1``; id n comes with the last layer).
+        residual: the layers return ``(hidden_states, residual)``; False when they return
+            ``hidden_states`` alone, which is then the captured stream.
     """
 
-    description = "aux_hidden_state_layers attribute and the residual-stream capture in forward"
+    kind = "capture"
 
-    def __init__(self, patch_id: str) -> None:
+    def __init__(self, patch_id: str, form: str = "inline", residual: bool = True) -> None:
+        if form not in ("inline", "mixin"):
+            raise ValueError(f"unknown capture form {form!r}")
         self.patch_id = patch_id
+        self.form = form
+        self.residual = residual
+        self.options = {"patch_id": patch_id, "form": form, "residual": residual}
 
     @property
-    def expects(self) -> str:
-        """See :meth:`Codemod.expects`."""
-        return (
-            "the target class exactly once at module level, with exactly one __init__ and one forward; "
-            "forward holds exactly one top-level 'for layer in ...self.layers...' loop whose body has exactly one "
-            "'hidden_states, residual = layer(...)', then '... = self.norm(...)' and exactly one top-level "
-            f"'return hidden_states'; the names {INDEX} and {STATES} are unused"
-        )
+    def stream(self) -> str:
+        """The expression captured for id k."""
+        return RESIDUAL_STREAM if self.residual else HIDDEN_STREAM
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         cls = top_level_class(module, _class_name(site))
-        init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
         forward = exactly_one(method_of(cls, "forward"), f"forward in {cls.name.value}")
-        parts = {
-            "__init__ attribute": bool(m.findall(init, m.AssignTarget(target=_SELF_ATTR)) or m.findall(init, m.AnnAssign(target=_SELF_ATTR))),
-            "capture in the layer loop": bool(m.findall(forward, _CAPTURE_IN_LOOP)),
-            "final-layer capture": bool(m.findall(forward, _CAPTURE_FINAL)),
-            "(hidden_states, aux_hidden_states) return": bool(m.findall(forward, _RETURN_WITH_STATES)),
-        }
+        if self.form == "mixin":
+            parts = {
+                f"{MIXIN} base": any(m.matches(a.value, m.Name(MIXIN)) for a in cls.bases),
+                f"{MAYBE_ADD} calls": len(m.findall(forward, _MAYBE_ADD_CALL)) >= 2,
+                "(hidden_states, aux_hidden_states) return": bool(m.findall(forward, _RETURN_WITH_STATES)),
+            }
+            mentions = m.findall(forward, m.Name(STATES)) or m.findall(forward, _MAYBE_ADD_CALL)
+        else:
+            init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
+            parts = {
+                "__init__ attribute": bool(m.findall(init, m.AssignTarget(target=_SELF_ATTR)) or m.findall(init, m.AnnAssign(target=_SELF_ATTR))),
+                "capture in the layer loop": bool(m.findall(forward, _CAPTURE_IN_LOOP)),
+                "final-layer capture": bool(m.findall(forward, _CAPTURE_FINAL)),
+                "(hidden_states, aux_hidden_states) return": bool(m.findall(forward, _RETURN_WITH_STATES)),
+            }
+            mentions = m.findall(cls, m.Name(ATTR) | m.Name(STATES))
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} captures aux hidden states"
-        mentions = m.findall(cls, m.Name(ATTR) | m.Name(STATES))
         if not any(parts.values()) and not mentions:
             return Presence.ABSENT, f"{cls.name.value} does not capture aux hidden states"
         lack = ", ".join(k for k, v in parts.items() if not v)
@@ -104,13 +154,25 @@ class CaptureAuxHiddenStates(Codemod):
 
     def transform(self, module: cst.Module, site: Site) -> cst.Module:
         cls = top_level_class(module, _class_name(site))
-        init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
         forward = exactly_one(method_of(cls, "forward"), f"forward in {cls.name.value}")
         for name in (INDEX, STATES):
             if m.findall(forward, m.Name(name)):
                 raise Refusal(f"{cls.name.value}.forward already uses the name {name}")
-        new_init = init.with_changes(body=init.body.with_changes(body=[*init.body.body, *self._init_statements()]))
         new_forward = forward.with_changes(body=forward.body.with_changes(body=self._forward_body(forward)))
+        if self.form == "mixin":
+            from patchkit.codemods.interface import add_interfaces_import
+
+            body = [new_forward if s is forward else s for s in cls.body.body]
+            new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
+            if not any(m.matches(a.value, m.Name(MIXIN)) for a in cls.bases):
+                if not cls.bases:
+                    raise Refusal(f"class {cls.name.value} has no bases to extend")
+                new_cls = new_cls.with_changes(
+                    bases=insert_into_sequence(cls.bases, len(cls.bases), cst.Arg(value=cst.Name(MIXIN))))
+            module = replace_top_level(module, cls, new_cls)
+            return add_interfaces_import(module, site, MIXIN)
+        init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
+        new_init = init.with_changes(body=init.body.with_changes(body=[*init.body.body, *self._init_statements()]))
         body = [new_init if s is init else new_forward if s is forward else s for s in cls.body.body]
         return replace_top_level(module, cls, cls.with_changes(body=cls.body.with_changes(body=body)))
 
@@ -121,67 +183,85 @@ class CaptureAuxHiddenStates(Codemod):
 
     def _forward_body(self, forward: cst.FunctionDef) -> list[cst.BaseStatement]:
         body = list(forward.body.body)
-        loop = exactly_one([s for s in body if m.matches(s, _DECODER_LOOP)], "decoder-layer loop 'for layer in ...self.layers...'")
-        assert isinstance(loop, cst.For)
-        exactly_one(m.findall(loop.body, _LAYER_CALL), "'hidden_states, residual = layer(...)' in the decoder-layer loop")
+        loop, form = _read_loop(forward)
+        if form.returns_residual != self.residual:
+            raise Refusal("the residual stream is " + ("hidden_states + residual" if form.returns_residual else
+                                                       "hidden_states alone") + ", not what this patch was planned for")
+        if form.captures:
+            raise Refusal(f"{forward.name.value} already captures aux hidden states")
+        at_call = form.call_at
         returns = [i for i, s in enumerate(body) if m.matches(s, m.SimpleStatementLine(body=[m.Return(value=m.Name("hidden_states"))]))]
         at_return = exactly_one(returns, "top-level 'return hidden_states' in forward")
-        norms = m.findall(
-            cst.Module(body=body[: at_return]),
-            m.Assign(value=m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("norm")))),
-        )
-        exactly_one(norms, "'... = self.norm(...)' before the final return")
         at_loop = body.index(loop)
         if at_return < at_loop:
             raise Refusal("the final 'return hidden_states' comes before the decoder-layer loop")
-
-        new_loop = loop.with_changes(
-            target=cst.Tuple(
-                elements=[
-                    cst.Element(cst.Name(INDEX), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                    cst.Element(cst.Name("layer")),
-                ],
-                lpar=[],
-                rpar=[],
-            ),
-            iter=cst.Call(
-                func=cst.Name("enumerate"),
-                args=[
-                    cst.Arg(value=loop.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
-                    cst.Arg(
-                        keyword=cst.Name("start"),
-                        value=cst.parse_expression("self.start_layer"),
-                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                    ),
-                ],
-            ),
-            body=loop.body.with_changes(
-                body=[
-                    cst.parse_statement(f"if {INDEX} in self.{ATTR}:\n    {STATES}.append({RESIDUAL_STREAM})\n"),
-                    *loop.body.body,
-                ]
-            ),
-        )
-        start = cst.parse_statement(f"{STATES} = []\n").with_changes(
-            leading_lines=[
-                *loop.leading_lines,
-                cst.EmptyLine(
-                    comment=cst.Comment(
-                        f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
-                        "(residual stream entering each requested layer)."
-                    )
-                ),
-            ]
-        )
+        index = form.index or INDEX
+        loop_body = list(loop.body.body)
+        if len(loop_body) <= at_call or not m.matches(loop_body[at_call], m.SimpleStatementLine(
+                body=[_layer_call(form.layer, form.tuple_target)])):
+            raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
+        if self.form == "inline":
+            loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
+        else:
+            residual = "residual" if self.residual else "None"
+            loop_body.insert(at_call + 1, cst.parse_statement(
+                f"self.{MAYBE_ADD}({STATES}, {index} + 1, hidden_states, {residual})\n"))
+        if form.index is not None:  # the loop already has a global index: keep its header
+            new_loop = loop.with_changes(body=loop.body.with_changes(body=loop_body))
+        else:
+            new_loop = _enumerated_header(loop, loop_body)
+        comment = cst.EmptyLine(comment=cst.Comment(
+            f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
+            "(residual stream entering each requested global layer id)."))
+        before: list[cst.BaseStatement] = []
+        if self.form == "inline":
+            if not form.residual_before:  # the first layer takes hidden_states alone: its stream has no residual
+                before.append(cst.parse_statement("residual = None\n"))
+            before.append(cst.parse_statement(f"{STATES} = []\n"))
+        else:
+            residual = "residual" if self.residual and form.residual_before else "None"
+            before.append(cst.parse_statement(
+                f"{STATES} = self.{MAYBE_ADD}([], self.start_layer, hidden_states, {residual})\n"))
+        before[0] = before[0].with_changes(leading_lines=[*loop.leading_lines, comment])
         new_loop = new_loop.with_changes(leading_lines=[])
-        final = cst.parse_statement(
-            f"if self.end_layer == len(self.layers) and self.end_layer in self.{ATTR}:\n"
-            f"    {STATES}.append({RESIDUAL_STREAM})\n"
-        )
+        after_loop: list[cst.BaseStatement] = []
+        if self.form == "inline":
+            after_loop.append(cst.parse_statement(
+                f"if self.end_layer == len(self.layers) and self.end_layer in self.{ATTR}:\n"
+                f"    {STATES}.append({self.stream})\n"
+            ))
         ret = cst.parse_statement(f"if len({STATES}) > 0:\n    return hidden_states, {STATES}\n")
         ret = ret.with_changes(leading_lines=body[at_return].leading_lines)
         last = body[at_return].with_changes(leading_lines=[])
-        return [*body[:at_loop], start, new_loop, final, *body[at_loop + 1 : at_return], ret, last, *body[at_return + 1 :]]
+        return [*body[:at_loop], *before, new_loop, *after_loop, *body[at_loop + 1 : at_return], ret, last, *body[at_return + 1 :]]
+
+
+def _enumerated_header(loop: cst.For, loop_body: list[cst.BaseStatement]) -> cst.For:
+    """``for layer in X`` -> ``for layer_idx, layer in enumerate(X, start=self.start_layer)`` with ``loop_body``."""
+    assert isinstance(loop.target, cst.Name)
+    layer = loop.target.value
+    return loop.with_changes(
+        target=cst.Tuple(
+            elements=[
+                cst.Element(cst.Name(INDEX), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Element(cst.Name(layer)),
+            ],
+            lpar=[],
+            rpar=[],
+        ),
+        iter=cst.Call(
+            func=cst.Name("enumerate"),
+            args=[
+                cst.Arg(value=loop.iter, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                cst.Arg(
+                    keyword=cst.Name("start"),
+                    value=cst.parse_expression("self.start_layer"),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                ),
+            ],
+        ),
+        body=loop.body.with_changes(body=loop_body),
+    )
 
 
 def _class_name(site: Site) -> str:

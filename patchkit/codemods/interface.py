@@ -30,10 +30,8 @@ from patchkit.codemods.base import (
     top_level_class,
 )
 
-PROTOCOL = "SupportsEagle3"
-SETTER = "set_aux_hidden_state_layers"
-GETTER = "get_eagle3_aux_hidden_state_layers"
-INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
+from patchkit.contract import GETTER_A1 as GETTER
+from patchkit.contract import INTERFACES_MODULE, PROTOCOL, SETTER
 
 _BACKBONE_METHODS = '''
 def {setter}(self, layers: tuple[int, ...]) -> None:
@@ -63,33 +61,34 @@ class AddEagle3Interface(Codemod):
     Args:
         patch_id: written into a comment in each added method, so a reader of the file sees
             who added it.
+        getter: the getter's name: ``get_eagle3_aux_hidden_state_layers`` (A1) or, for a wrapper
+            that must forward on 0.18.0 on, ``get_eagle3_default_aux_hidden_state_layers``.
+        methods: write the two A1 methods (vLLM 0.10.2 - 0.17.1, whose Protocol methods are
+            stubs); False from 0.18.0, where the Protocol's default methods find the backbone
+            through ``get_language_model()`` / ``language_model`` and ``.model``.
     """
 
-    description = "SupportsEagle3 base, its import, and the two A1 methods"
+    kind = "interface"
 
-    def __init__(self, patch_id: str) -> None:
+    def __init__(self, patch_id: str, methods: bool = True, getter: str = GETTER) -> None:
         self.patch_id = patch_id
-
-    @property
-    def expects(self) -> str:
-        """See :meth:`Codemod.expects`."""
-        return (
-            "the target class exactly once at module level, with at least one base and at most one __init__; "
-            f"exactly one module-level 'from ... import' of {INTERFACES_MODULE} (relative or absolute, not '*')"
-        )
+        self.methods = methods
+        self.getter = getter
+        self.options = {"patch_id": patch_id, "methods": methods, "getter": getter}
 
     # -- check ------------------------------------------------------------------------
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         cls = top_level_class(module, _class_name(site))
-        parts = {
-            "import": _imported_names(module, site) >= {PROTOCOL},
-            "base": _has_base(cls),
-            SETTER: bool(method_of(cls, SETTER)),
-            GETTER: bool(method_of(cls, GETTER)),
-        }
+        # The import alone is no part of the change: another class of the module may use it.
+        parts = {"base": _has_base(cls)}
+        if self.methods:
+            parts[SETTER] = bool(method_of(cls, SETTER))
+            parts[self.getter] = bool(method_of(cls, self.getter))
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} has {PROTOCOL} and both methods"
+        if self.methods and not parts["base"] and all(v for k, v in parts.items() if k != "base"):
+            return Presence.ABSENT, f"{cls.name.value} defines both methods but lacks the {PROTOCOL} base"
         if not any(parts.values()):
             return Presence.ABSENT, f"{cls.name.value} lacks {PROTOCOL}"
         have = ", ".join(k for k, v in parts.items() if v)
@@ -99,19 +98,20 @@ class AddEagle3Interface(Codemod):
     # -- transform --------------------------------------------------------------------
 
     def transform(self, module: cst.Module, site: Site) -> cst.Module:
-        if site.holder is None:
+        if self.methods and site.holder is None:
             raise Refusal(f"no resolved holder for {site.class_name}: cannot tell what its methods forward to")
-        module = _add_import(module, site)
+        module = add_interfaces_import(module, site, PROTOCOL)
         cls = top_level_class(module, _class_name(site))
         new_cls = _add_base(cls)
-        new_cls = self._add_methods(new_cls, site)
+        if self.methods and not (method_of(cls, SETTER) and method_of(cls, self.getter)):
+            new_cls = self._add_methods(new_cls, site)
         return replace_top_level(module, cls, new_cls)
 
     def _add_methods(self, cls: cst.ClassDef, site: Site) -> cst.ClassDef:
         holder = site.holder
         assert holder is not None
         template = _BACKBONE_METHODS if holder.kind == "backbone" else _FORWARDING_METHODS
-        code = template.format(setter=SETTER, getter=GETTER, attr=holder.attr, patch_id=self.patch_id)
+        code = template.format(setter=SETTER, getter=self.getter, attr=holder.attr, patch_id=self.patch_id)
         new_members = parse_members(code.lstrip("\n"))
         new_members = [
             s.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) if isinstance(s, cst.FunctionDef) else s
@@ -164,16 +164,35 @@ def _imported_names(module: cst.Module, site: Site) -> set[str]:
     return names
 
 
-def _add_import(module: cst.Module, site: Site) -> cst.Module:
-    if PROTOCOL in _imported_names(module, site):
+def add_interfaces_import(module: cst.Module, site: Site, name: str) -> cst.Module:
+    """Add ``name`` to the module's one ``from ... import`` of the interfaces module (sorted in).
+
+    Raises:
+        Refusal: no such import, several, or a ``*`` import.
+    """
+    if name in _imported_names(module, site):
         return module
-    node = exactly_one(_interfaces_imports(module, site), f"module-level 'from ... import' of {INTERFACES_MODULE}")
+    found = _interfaces_imports(module, site)
+    if not found:
+        return _new_import(module, name)
+    node = exactly_one(found, f"module-level 'from ... import' of {INTERFACES_MODULE}")
     if isinstance(node.names, cst.ImportStar):
         raise Refusal(f"{INTERFACES_MODULE} is imported with '*'")
     names = list(node.names)
-    at = next((i for i, a in enumerate(names) if a.evaluated_name > PROTOCOL), len(names))
-    new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(PROTOCOL)))
+    at = next((i for i, a in enumerate(names) if a.evaluated_name > name), len(names))
+    new_names = insert_into_sequence(names, at, cst.ImportAlias(name=cst.Name(name)))
     return replace_top_level(module, node, node.with_changes(names=new_names))
+
+
+def _new_import(module: cst.Module, name: str) -> cst.Module:
+    """Add ``from vllm.model_executor.models.interfaces import name`` after the last module-level import."""
+    body = list(module.body)
+    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)), default=None)
+    if last is None:
+        raise Refusal(f"no module-level import to place 'from {INTERFACES_MODULE} import {name}' after")
+    body.insert(last + 1, cst.parse_statement(f"from {INTERFACES_MODULE} import {name}\n"))
+    return module.with_changes(body=body)
 
 
 def _has_base(cls: cst.ClassDef) -> bool:

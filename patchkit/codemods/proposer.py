@@ -43,21 +43,14 @@ class AddModelNameBranch(Codemod):
         patch_id: written into a comment in the branch.
     """
 
-    description = "elif branch in the EAGLE proposer's image-token mapping"
+    kind = "proposer-branch"
 
     def __init__(self, model: str, after: str, attribute: str, patch_id: str) -> None:
         self.model = model
         self.after = after
         self.attribute = attribute
         self.patch_id = patch_id
-
-    @property
-    def expects(self) -> str:
-        """See :meth:`Codemod.expects`."""
-        return (
-            f"exactly one 'self.get_model_name(...) == \"{self.after}\"' branch, followed by an "
-            "'else:' that assigns '... = ....image_token_index'"
-        )
+        self.options = {"model": model, "after": after, "attribute": attribute, "patch_id": patch_id}
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         if m.findall(module, _branch_for(self.model)):

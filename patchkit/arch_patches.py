@@ -1,0 +1,262 @@
+"""The patches one architecture needs in one release, in the shape that release's native classes use.
+
+``apply --arch X`` (or ``--model DIR``) comes here: the architecture is classified from the
+release's files (:func:`patchkit.shapes.classify`) and turned into :class:`~patchkit.spec.Patch`
+values the engine plans like any shipped patch. What cannot be patched is decided here, once, as
+an immutable :class:`ArchDecision` with a one-line reason; nothing is written for it.
+
+Per era (:mod:`patchkit.contract`):
+
+- A1 (0.10.2 - 0.17.1): the backbone gets the inline capture and ``aux_hidden_state_layers``;
+  the class gets ``SupportsEagle3`` and the two A1 methods; the checkpoint's model type goes on
+  the start-up allow-list.
+- A2/A3 (0.18.0 on): the backbone gets ``EagleModelMixin`` and ``_maybe_add_hidden_state`` calls;
+  the class gets ``SupportsEagle3`` and uses the release's default methods; the allow-list
+  (0.18 - 0.20.x only) as above.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from patchkit.codemods import CodemodRef
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
+from patchkit.errors import UsageError
+from patchkit.registry import Registry
+from patchkit.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
+from patchkit.source import SourceTree
+from patchkit.spec import ClassTarget, Family, ModuleTarget, Patch
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What a checkpoint's ``config.json`` says that patchkit needs.
+
+    Attributes:
+        path: the file read.
+        architectures: its ``architectures`` list.
+        model_type: ``text_config.model_type`` when present, else ``model_type`` (what vLLM's
+            ``hf_text_config.model_type`` is, which the allow-list is matched against).
+        text_architectures: ``text_config.architectures`` (the language model a wrapper builds
+            through the registry at run time), possibly empty.
+    """
+
+    path: str
+    architectures: tuple[str, ...]
+    model_type: str | None
+    text_architectures: tuple[str, ...]
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    """Read ``model_dir/config.json`` (a BOM is allowed).
+
+    Raises:
+        UsageError: the folder or file is missing, is not JSON, or names no architectures.
+    """
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist", "--model takes a checkpoint folder holding config.json")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})", "check the file, or pass --arch NAME instead") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a JSON object", "check the file, or pass --arch NAME instead")
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    archs = tuple(a for a in data.get("architectures") or () if isinstance(a, str))
+    if not archs:
+        raise UsageError(f"{path} has no 'architectures' list", "pass --arch NAME instead")
+    model_type = text.get("model_type") or data.get("model_type")
+    text_archs = tuple(a for a in text.get("architectures") or () if isinstance(a, str))
+    return ModelConfig(str(path), archs, model_type if isinstance(model_type, str) else None, text_archs)
+
+
+@dataclass(frozen=True)
+class ArchDecision:
+    """What patchkit will do for one requested architecture.
+
+    Attributes:
+        architecture: the name asked for.
+        shape: its classification in this release.
+        patch_ids: the patches planned for it (empty when native or refused).
+        refusal: why nothing is planned (None when planned or native).
+    """
+
+    architecture: str
+    shape: ArchShape
+    patch_ids: tuple[str, ...]
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The patches and decisions for a set of architectures."""
+
+    patches: tuple[Patch, ...]
+    decisions: tuple[ArchDecision, ...]
+
+
+def capture_id(backbone: str) -> str:
+    """Patch id of the capture in backbone class ``backbone``."""
+    return f"eagle3:{backbone}:capture"
+
+
+def interface_id(cls: str) -> str:
+    """Patch id of the interface on class ``cls``."""
+    return f"eagle3:{cls}:interface"
+
+
+def allowlist_id(model_type: str) -> str:
+    """Patch id of the allow-list entry for ``model_type``."""
+    return f"eagle3:allowlist:{model_type}"
+
+
+def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
+                         families: tuple[Family, ...], model: ModelConfig | None = None,
+                         allow_list: list[str] | None = None) -> Selection:
+    """Plan the patches for ``architectures`` in this release (nothing is read or written but files).
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architectures: registry names, in the order asked.
+        families: the shipped :class:`Family` entries (model types for the allow-list).
+        model: the checkpoint's config when ``--model`` was given.
+        allow_list: the release's start-up allow-list entries, or None when it has none
+            (:func:`patchkit.verify.read_allow_list`).
+    Returns:
+        A :class:`Selection`: patches in dependency order, one decision per architecture.
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    patches: dict[str, Patch] = {}
+    decisions: list[ArchDecision] = []
+    text_arch = model.text_architectures[0] if model and model.text_architectures else None
+    for arch in architectures:
+        shape = classify(tree, registry, contract, arch, text_arch)
+        try:
+            planned = _patches_for(tree, registry, contract, shape, families, model, allow_list)
+        except _Refuse as exc:
+            decisions.append(ArchDecision(arch, shape, (), str(exc)))
+            continue
+        for p in planned:
+            patches.setdefault(p.id, p)
+        decisions.append(ArchDecision(arch, shape, tuple(p.id for p in planned)))
+    from patchkit.spec import order
+
+    return Selection(tuple(order(patches)), tuple(decisions))
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape: ArchShape,
+                 families: tuple[Family, ...], model: ModelConfig | None, allow_list: list[str] | None) -> list[Patch]:
+    arch = shape.architecture
+    if shape.state is State.NATIVE:
+        return []
+    if shape.state is State.NOT_PATCHABLE or shape.shape is None:
+        raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
+    assert shape.cls is not None
+    a1 = contract.patchable
+    out: list[Patch] = []
+    requires: list[str] = []
+    if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
+        if shape.backbone is None:
+            raise _Refuse(f"{arch}: {shape.reason}")
+        out.append(_capture(arch, shape, a1))
+        return out
+    if shape.shape is Shape.WRAPPER_ONLY:
+        if shape.inner is None:
+            raise _Refuse(f"{arch}: the language model it holds is unknown")
+        inner = classify(tree, registry, contract, shape.inner)
+        if inner.state is not State.NATIVE:
+            inner_patches = _patches_for(tree, registry, contract, inner, families, None, None)
+            out.extend(inner_patches)
+            requires.extend(p.id for p in inner_patches if p.id.endswith(":interface"))
+    elif shape.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        cap = _capture(arch, shape, a1)
+        out.append(cap)
+        requires.append(cap.id)
+    elif shape.shape is Shape.INTERFACE_ONLY and not a1 and contract.mixin is not None and shape.backbone is not None:
+        if contract.mixin not in tree.mro(shape.backbone):
+            raise _Refuse(f"{arch}: {shape.backbone.name} captures inline without EagleModelMixin, which vLLM's "
+                          "default SupportsEagle3 methods assert")
+    if allow_list is not None:
+        out_allow = _allow_list_patches(arch, families, model, allow_list)
+        out.extend(out_allow)
+        requires.extend(p.id for p in out_allow)
+    attr = WRAPPER_ATTR if shape.shape is Shape.WRAPPER_ONLY else BACKBONE_ATTR
+    methods, getter = a1, GETTER_A1
+    if not a1 and shape.shape is Shape.WRAPPER_ONLY and not _mixin_backbone(tree, registry, contract, shape.inner):
+        # vLLM's default methods would go past the language model's own ones to .model, which must be an
+        # EagleModelMixin; a language model that captures its own way (0.33.0 deepseek_v2.py) gets forwarding.
+        methods, getter = True, GETTER_A2
+    out.append(Patch(
+        id=interface_id(shape.cls.name),
+        summary=f"{shape.cls.name} implements SupportsEagle3" + (" (set/get aux hidden state layers)" if a1 else ""),
+        why=(f"vLLM's runner asks supports_eagle3(model) and otherwise fails with 'Model does not support EAGLE3 "
+             f"interface'. {arch}: {shape.reason}."),
+        reference="vLLM's own native EAGLE-3 classes of this release (model_executor/models/interfaces.py)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, forwards_to=attr),
+        codemod=CodemodRef.of("interface", patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
+        requires=tuple(requires),
+        architectures=(arch,),
+    ))
+    return out
+
+
+def _mixin_backbone(tree: SourceTree, registry: Registry, contract: Contract, architecture: str | None) -> bool:
+    """True when ``architecture``'s backbone (``.model``) is an ``EagleModelMixin``, or will be once patched."""
+    if architecture is None or contract.mixin is None:
+        return False
+    inner = classify(tree, registry, contract, architecture)
+    if inner.state is State.PATCHABLE and inner.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return True  # the capture patch adds the mixin
+    return inner.backbone is not None and contract.mixin in tree.mro(inner.backbone)
+
+
+def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
+    assert shape.backbone is not None
+    pid = capture_id(shape.backbone.name)
+    residual = shape.shape is not Shape.HIDDEN_ONLY
+    return Patch(
+        id=pid,
+        summary=f"{shape.backbone.name} captures the residual stream entering each requested layer "
+                f"({'inline' if a1 else 'EagleModelMixin'} form)",
+        why=("EAGLE-3 drafts read hidden states from target layers; this backbone's forward returns only the final "
+             "normed state. Id k is the stream entering global layer k; (hidden_states, aux) is returned only when "
+             "ids were requested."),
+        reference="vLLM's own native EAGLE-3 backbones of this release (llama.py, qwen3_moe.py, granite.py)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,)),
+        codemod=CodemodRef.of("capture", patch_id=pid, form="inline" if a1 else "mixin", residual=residual),
+        architectures=(arch,),
+    )
+
+
+def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelConfig | None,
+                        entries: list[str]) -> list[Patch]:
+    if model is not None and model.model_type and arch in model.architectures:
+        types: tuple[str, ...] = (model.model_type,)
+    else:
+        types = next((f.model_types for f in families if arch in f.architectures), ())
+    if not types:
+        raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, which "
+                      "patchkit does not know for this architecture; pass --model DIR (its config.json says it)")
+    return [Patch(
+        id=allowlist_id(t),
+        summary=f"the EAGLE-3 start-up allow-list admits {t}",
+        why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
+             "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
+        reference="vLLM config/speculative.py (0.10.2 - 0.20.x)",
+        vllm=SpecifierSet(">=0.10.2", prereleases=True),
+        target=ModuleTarget(modules=ALLOW_LIST_MODULES),
+        codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(t,)),
+        architectures=(arch,),
+    ) for t in types if not admits(entries, t)]

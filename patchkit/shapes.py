@@ -1,0 +1,411 @@
+"""What an architecture's classes look like, as far as EAGLE-3 is concerned, read without importing vLLM.
+
+For one registry architecture this module answers: does the class already support EAGLE-3
+(native), does it declare support that cannot work (declared but broken), can patchkit give it
+support and in which *shape*, or not (and why). ``scan``, ``apply --arch`` and ``verify`` share it.
+
+Shapes (each read from the release's own files, vLLM 0.10.2 - 0.33.0):
+
+- ``standard-loop``: the backbone's ``forward`` has exactly one loop over ``self.layers`` (from
+  ``start_layer`` to ``end_layer``) whose body calls the layer once as
+  ``hidden_states, residual = layer(...)`` (``llama.py``, ``glm4_moe.py``, ...).
+- ``hidden-states-only``: the same loop, but the layer returns ``hidden_states`` alone and there
+  is no residual stream outside the layer (``granite.py``-like); the capture takes
+  ``hidden_states``.
+- ``interface-only``: the backbone already captures (inline ``aux_hidden_state_layers`` or the
+  mixin's ``_maybe_add_hidden_state``), only the class's interface is missing.
+- ``wrapper-only``: a multimodal wrapper holding a language model built through the registry
+  (``init_vllm_registered_model(..., architectures=[...])``) in ``self.language_model``; only
+  the wrapper's interface is missing (the language model is native, or patched in the same run).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from enum import Enum
+
+from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
+from patchkit.contract import ATTR, MAYBE_ADD, Contract
+from patchkit.registry import Registry
+from patchkit.source import ClassRef, SourceTree
+
+
+class Shape(Enum):
+    """How patchkit gives an architecture EAGLE-3 support (see the module docstring)."""
+
+    STANDARD = "standard-loop"
+    HIDDEN_ONLY = "hidden-states-only"
+    INTERFACE_ONLY = "interface-only"
+    WRAPPER_ONLY = "wrapper-only"
+
+
+class State(Enum):
+    """An architecture's EAGLE-3 state in one release."""
+
+    NATIVE = "native"
+    BROKEN = "declared but broken"
+    PATCHABLE = "patchable"
+    PATCHED = "patched by patchkit"
+    NOT_PATCHABLE = "not patchable"
+
+
+BACKBONE_ATTR = "model"
+"""Where a causal LM holds its decoder backbone. Fact: vLLM's proposer reads
+``target_language_model.model`` (``v1/spec_decode/eagle.py``, 0.10.2 - 0.33.0) and the A2/A3
+default interface methods assert ``parent.model`` (``interfaces.py``, 0.18.0 on)."""
+WRAPPER_ATTR = "language_model"
+"""Where a multimodal wrapper holds its language model (``get_language_model()`` returns it)."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The decoder-layer loop of a backbone ``forward``.
+
+    Attributes:
+        returns_residual: the layer call is ``hidden_states, residual = layer(...)``.
+        captures: the loop (or forward) already captures aux hidden states.
+        lineno: line of the ``for`` statement (1-based, in the parsed source).
+        layer: the name the layer is bound to.
+        index: Python expression of the global id of the layer being run, or None when the loop
+            has no index and patchkit enumerates it from ``self.start_layer`` itself.
+        call_at: position of the layer call among the loop body's statements.
+        residual_before: ``residual`` is bound before the loop (else the first layer's input is
+            ``hidden_states`` alone and the capture before the loop must not read ``residual``).
+        tuple_target: the layer call assigns ``hidden_states, residual`` (also when the layer
+            keeps the residual inside and ``hidden_states`` alone is the stream, 0.33.0 ``stablelm.py``).
+    """
+
+    returns_residual: bool
+    captures: bool
+    lineno: int
+    layer: str = "layer"
+    index: str | None = None
+    call_at: int = 0
+    residual_before: bool = True
+    tuple_target: bool = True
+
+
+@dataclass(frozen=True)
+class ArchShape:
+    """One architecture's EAGLE-3 state and, when patchable, how.
+
+    Attributes:
+        architecture: the registry name.
+        group: the registry dict that lists it (``_TEXT_GENERATION_MODELS``, ...), or None.
+        state: see :class:`State` (``PATCHED`` is decided by the caller, from the journal).
+        shape: the patch shape (patchable and repairable broken states), else None.
+        reason: one line for users: what is there, what is missing, or what breaks.
+        cls: the registry class, or None when it cannot be found.
+        backbone: the decoder backbone class the capture lives in, when found.
+        inner: for a wrapper, the architecture its language model is built as.
+        location: ``file:line`` of the evidence for ``reason``.
+    """
+
+    architecture: str
+    group: str | None
+    state: State
+    shape: Shape | None
+    reason: str
+    cls: ClassRef | None = None
+    backbone: ClassRef | None = None
+    inner: str | None = None
+    location: str | None = None
+
+
+def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
+    """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
+
+    Loop forms read (vLLM 0.10.2 - 0.33.0 model files):
+
+    - ``for layer in <self.layers from self.start_layer>``: no index (patchkit enumerates);
+    - ``for i, layer in enumerate(..., start=self.start_layer)``: index ``i``;
+    - ``for i, layer in enumerate(<self.layers from self.start_layer>)``: index ``self.start_layer + i``;
+    - ``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]``: index ``i``.
+
+    Returns:
+        A :class:`Loop`, or a one-line reason (several loops, no layer call, another call shape).
+    """
+    loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
+    if len(loops) != 1:
+        nested = [n for n in ast.walk(forward) if isinstance(n, ast.For) and is_layer_loop(n)]
+        if len(loops) == 0 and nested:
+            return "its decoder-layer loop is nested inside another statement"
+        return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
+    loop = loops[0]
+    captures = any(_mentions_self(n, ATTR) for n in ast.walk(forward)) or any(
+        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward))
+    form = _loop_form(loop)
+    if isinstance(form, str):
+        if captures:
+            return Loop(True, True, loop.lineno)
+        return form
+    layer_var, index = form
+    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
+    if len(calls) != 1 or calls[0] not in loop.body:
+        return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
+    call_at = loop.body.index(calls[0])
+    targets = calls[0].targets
+    if len(targets) != 1:
+        return "the layer call assigns to several targets"
+    target = targets[0]
+    names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) else None
+    if names == ["hidden_states", "residual"]:
+        call = calls[0].value
+        if not any(isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]):
+            # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
+            return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
+        before = forward.body[: forward.body.index(loop)]
+        bound = any(isinstance(t, ast.Name) and t.id == "residual" for stmt in before for n in ast.walk(stmt)
+                    if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
+    if isinstance(target, ast.Name) and target.id == "hidden_states":
+        if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):
+            return "the layer returns hidden_states alone but forward keeps a residual of its own"
+        return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, False)
+    return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
+
+
+def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
+    """``(layer name, index expression or None)`` of a decoder-layer loop, or why it is not one patchkit reads."""
+    it = loop.iter
+    if isinstance(loop.target, ast.Name):
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            index = loop.target.id
+            for stmt in loop.body:
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                        and isinstance(stmt.value, ast.Subscript) and _mentions_self(stmt.value.value, "layers")
+                        and isinstance(stmt.value.slice, ast.Name) and stmt.value.slice.id == index):
+                    return stmt.targets[0].id, index
+            return "its range loop does not bind 'layer = self.layers[i]'"
+        if not _mentions_self(it, "start_layer"):
+            return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+        return loop.target.id, None
+    if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in loop.target.elts)
+            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"):
+        index, layer = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
+        if index == "_":
+            return "its decoder-layer loop discards its enumerate index"
+        start = [kw.value for kw in it.keywords if kw.arg == "start"] + list(it.args[1:2])
+        if start:
+            if _mentions_self(start[0], "start_layer"):
+                return layer, index
+            return f"its enumerate starts at {ast.unparse(start[0])}, not self.start_layer"
+        if it.args and _mentions_self(it.args[0], "start_layer"):
+            return layer, f"self.start_layer + {index}"
+        return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+    return "its decoder-layer loop does not bind the layer to a plain name"
+
+
+def final_return_count(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """How many top-level ``return hidden_states`` statements ``forward`` has (the capture needs one)."""
+    return sum(1 for s in forward.body if isinstance(s, ast.Return) and isinstance(s.value, ast.Name)
+               and s.value.id == "hidden_states")
+
+
+def classify(tree: SourceTree, registry: Registry, contract: Contract, architecture: str,
+             text_architecture: str | None = None, _depth: int = 0) -> ArchShape:
+    """Classify ``architecture`` of this release (see :class:`State` and :class:`Shape`).
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architecture: a registry name.
+        text_architecture: for a wrapper that builds its language model from the checkpoint's
+            ``text_config`` at run time, that config's architecture (from ``--model DIR``).
+    Returns:
+        An :class:`ArchShape`; never ``State.PATCHED`` (the journal decides that).
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    group = registry.group_of(architecture)
+    resolution = registry.resolve(architecture)
+    if resolution is None:
+        return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
+                         "not in this release's model registry (vLLM would load it through its Transformers backend)")
+    if resolution.transformers_backend or resolution.cls is None:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
+                         f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
+                         "which is not a native model file patchkit can find")
+    cls = resolution.cls
+    if contract.protocol is None:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
+                         "this release has no SupportsEagle3 Protocol (EAGLE-3 needs vLLM >= 0.10.2)", cls)
+    declared = any(contract.protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)] for c in tree.mro(cls))
+    if declared:
+        return _declared(tree, registry, contract, architecture, group, cls)
+    return _lacking(tree, registry, contract, architecture, group, cls, text_architecture, _depth)
+
+
+def _declared(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
+              cls: ClassRef) -> ArchShape:
+    """A class with ``SupportsEagle3`` in its MRO: native, unless a link is positively broken.
+
+    Broken links: the A1 Protocol's stub methods not overridden (they return None), or a backbone
+    whose ``forward`` captures nothing. A link patchkit cannot follow statically is not called broken.
+    """
+    from patchkit.contract import SETTER, is_stub
+
+    def broken(reason: str, where: str | None, repair: _Repair | None = None) -> ArchShape:
+        return ArchShape(architecture, group, State.BROKEN, repair.shape if repair else None,
+                         f"declares SupportsEagle3 but {reason}", cls, repair.backbone if repair else None,
+                         location=where)
+
+    if contract.getter:
+        for name in (SETTER, contract.getter):
+            found = tree.find_member(cls, name)
+            if found is None:
+                return broken(f"{name}() is not defined", cls.location)
+            owner, stmt = found
+            if owner == contract.protocol and contract.patchable and isinstance(stmt, ast.FunctionDef) and is_stub(stmt):
+                return broken(f"{name}() is only the Protocol's stub, which returns None", f"{owner.relpath}:{stmt.lineno}")
+    holder = cls
+    built = registry_built(tree, cls, WRAPPER_ATTR)
+    if built is not None and built[1] is not None:
+        inner = registry.resolve(built[1])
+        holder = inner.cls if inner is not None and inner.cls is not None else None
+    try:
+        backbone = held_class(tree, registry, holder, BACKBONE_ATTR).cls if holder is not None else None
+    except CompositionError:
+        backbone = None
+    if backbone is not None and kind_of(tree, backbone) == "backbone":
+        found = tree.find_member(backbone, "forward")
+        if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            loop = decoder_loop(found[1])
+            if isinstance(loop, Loop) and not loop.captures:
+                return broken(f"its backbone {backbone.name}.forward captures no aux hidden states",
+                              f"{found[0].relpath}:{found[1].lineno}", _repairable(tree, registry, contract, holder))
+    return ArchShape(architecture, group, State.NATIVE, None, "supports EAGLE-3 in this release", cls,
+                     backbone, location=cls.location)
+
+
+def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
+             cls: ClassRef, text_architecture: str | None, depth: int) -> ArchShape:
+    """Classify a class without ``SupportsEagle3``: which shape would give it support, or why none."""
+    def no(reason: str, where: str | None = None) -> ArchShape:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, reason, cls, location=where or cls.location)
+
+    # A multimodal wrapper: its language model is built through the registry.
+    built = registry_built(tree, cls, WRAPPER_ATTR)
+    try:
+        held = held_class(tree, registry, cls, WRAPPER_ATTR)
+    except CompositionError as exc:
+        held = None
+        if built is not None and built[1] is None:  # architecture chosen from text_config at run time
+            if text_architecture is None:
+                return no(f"builds self.{WRAPPER_ATTR} from the checkpoint's text_config at run time; pass --model DIR "
+                          "so patchkit knows which language model it is", f"{cls.relpath}:{built[0]}")
+            resolution = registry.resolve(text_architecture)
+            if resolution is None or resolution.cls is None:
+                return no(f"its text_config names {text_architecture}, which is not a native model of this release")
+            from patchkit.composition import HeldClass
+
+            held = HeldClass(resolution.cls, "registry", built[0], text_architecture)
+        elif built is not None:
+            return no(f"self.{WRAPPER_ATTR}: {exc}", f"{cls.relpath}:{built[0]}")
+    if held is not None:
+        if held.via != "registry" or held.architecture is None:
+            return no(f"self.{WRAPPER_ATTR} holds {held.cls.name} built directly, not a causal LM built through the "
+                      "registry: vLLM's proposer reads get_language_model().model, which a bare backbone lacks")
+        if depth > 2:
+            return no("wrappers nested too deeply")
+        inner = classify(tree, registry, contract, held.architecture, None, depth + 1)
+        if inner.state is State.NATIVE or (inner.state is State.PATCHABLE and inner.shape is not Shape.WRAPPER_ONLY):
+            how = "native" if inner.state is State.NATIVE else f"patchable ({inner.shape.value})"
+            return ArchShape(architecture, group, State.PATCHABLE, Shape.WRAPPER_ONLY,
+                             f"self.{WRAPPER_ATTR} is {held.architecture} ({how}); the wrapper lacks SupportsEagle3",
+                             cls, inner.backbone, held.architecture, f"{cls.relpath}:{held.lineno}")
+        return no(f"its language model {held.architecture} is {inner.state.value}: {inner.reason}")
+    try:
+        backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
+    except CompositionError as exc:
+        return no(f"no decoder backbone in self.{BACKBONE_ATTR} ({exc}); vLLM's proposer reads .{BACKBONE_ATTR}")
+    if kind_of(tree, backbone.cls) != "backbone":
+        return no(f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "
+                  "(no forward looping over self.layers)", backbone.cls.location)
+    shape = _backbone_shape(tree, contract, backbone.cls)
+    if isinstance(shape, str):
+        return no(f"{backbone.cls.name}: {shape}", backbone.cls.location)
+    reason = {
+        Shape.STANDARD: "standard decoder loop; lacks SupportsEagle3 and the capture",
+        Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
+        Shape.INTERFACE_ONLY: f"{backbone.cls.name} already captures; only SupportsEagle3 is missing",
+    }[shape]
+    return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls, backbone.cls,
+                     location=backbone.cls.location)
+
+
+@dataclass(frozen=True)
+class _Repair:
+    shape: Shape
+    backbone: ClassRef
+
+
+def _repairable(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef) -> _Repair | None:
+    """For a declared-but-broken class: a backbone whose missing capture patchkit could write."""
+    try:
+        backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
+    except CompositionError:
+        return None
+    shape = _backbone_shape(tree, contract, backbone.cls)
+    if shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return _Repair(shape, backbone.cls)
+    return None
+
+
+def _backbone_shape(tree: SourceTree, contract: Contract, backbone: ClassRef) -> Shape | str:
+    found = tree.find_member(backbone, "forward")
+    if found is None:
+        return "no forward in its MRO"
+    owner, forward = found
+    if not isinstance(forward, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "forward is not a method"
+    loop = decoder_loop(forward)
+    if isinstance(loop, str):
+        return loop
+    if loop.captures:
+        return Shape.INTERFACE_ONLY
+    if owner != backbone:
+        return f"forward is inherited from {owner.name}, which does not capture; patchkit edits the class that defines it"
+    if final_return_count(forward) != 1:
+        return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
+    init = tree.method(backbone, "__init__")
+    if init is None:
+        return "no __init__ of its own"
+    return Shape.STANDARD if loop.returns_residual else Shape.HIDDEN_ONLY
+
+
+def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str | None] | None:
+    """Whether ``cls.__init__`` builds ``self.<attr>`` through vLLM's registry.
+
+    Fact (vLLM 0.10.2 - 0.33.0, multimodal model files): wrappers assign
+    ``self.language_model = init_vllm_registered_model(..., architectures=[NAME])``, or leave
+    ``architectures`` out so vLLM picks the checkpoint's ``text_config.architectures``.
+
+    Returns:
+        ``(line, architecture or None)`` for the first such assignment, or None when there is none.
+    """
+    from patchkit.composition import REGISTRY_BUILDER
+
+    found = tree.find_member(cls, "__init__")
+    if found is None:
+        return None
+    for node in ast.walk(found[1]):
+        if (isinstance(node, ast.Assign) and any(self_attr(t) == attr for t in node.targets)
+                and isinstance(node.value, ast.Call)):
+            func = node.value.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name != REGISTRY_BUILDER:
+                continue
+            archs = [kw.value for kw in node.value.keywords if kw.arg == "architectures"]
+            if archs and isinstance(archs[0], (ast.List, ast.Tuple)) and len(archs[0].elts) == 1 \
+                    and isinstance(archs[0].elts[0], ast.Constant):
+                return node.lineno, str(archs[0].elts[0].value)
+            return node.lineno, None
+    return None
+
+
+def _mentions_self(node: ast.AST, attr: str) -> bool:
+    return any(self_attr(n) == attr for n in ast.walk(node) if isinstance(n, ast.Attribute))

@@ -1,0 +1,166 @@
+"""EAGLE-3 for any registered architecture (``--arch``, ``--model``, ``scan``) on real vLLM releases.
+
+Every architecture ``scan`` calls patchable on a real release is applied alone, verified
+statically, and reverted to the exact bytes; every other one is refused with nothing written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from patchkit import api
+from patchkit.install import from_site_packages
+from patchkit.scan import scan
+
+pytestmark = pytest.mark.release
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((root / "vllm").rglob("*.py"))}
+
+
+def model_dir(tmp: Path, arch: str, model_type: str) -> Path:
+    """A checkpoint folder of our own: just the config.json fields patchkit reads."""
+    d = tmp / f"ckpt-{arch}"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": model_type}))
+    return d
+
+
+def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[str]]:
+    """apply --arch -> verify --arch -> revert for each row; returns failures by stage."""
+    install = from_site_packages(sp)
+    pristine = digest(sp)
+    failures: dict[str, list[str]] = {"apply": [], "verify": [], "revert": []}
+    for row in rows:
+        # a model type of our own naming (the module's name), for releases with a start-up allow-list
+        module = row.location.split("/")[-1].split(".py")[0] if row.location else row.architecture.lower()
+        request = api.Request((row.architecture,), model_dir(tmp, row.architecture, f"pk_{module}") if with_model else None)
+        report = api.apply(install, request=request)
+        if report.refused or not report.written:
+            failures["apply"].append(f"{row.architecture}: {[(p.id, p.outcome.value, p.reason) for p in report.patches]}")
+            continue
+        verified = api.verify(install, request=request)
+        if not verified.ok:
+            failures["verify"].append(f"{row.architecture}: {[(f.label, f.detail) for c in verified.checks for f in c.failures()]}")
+        api.revert(install)
+        if digest(sp) != pristine:
+            failures["revert"].append(row.architecture)
+            break
+    return failures
+
+
+def test_newest_release_every_patchable_architecture_round_trips(release, tmp_path):
+    sp = release("0.33.0")
+    report = scan(from_site_packages(sp))
+    patchable = [r for r in report.rows if r.state == "patchable"]
+    shapes = {s: sum(1 for r in patchable if r.shape == s) for s in
+              ("standard-loop", "hidden-states-only", "interface-only", "wrapper-only")}
+    # what the classifier finds on 0.33.0's own files (a regression guard on the shape reader)
+    assert shapes["standard-loop"] >= 33 and shapes["interface-only"] >= 2 and shapes["wrapper-only"] >= 15, shapes
+    assert {"Glm4MoeForCausalLM", "Gemma3ForConditionalGeneration", "OlmoeForCausalLM", "Glm4ForCausalLM"} <= {
+        r.architecture for r in patchable}
+    failures = _round_trip(sp, tmp_path, patchable, with_model=False)
+    assert failures == {"apply": [], "verify": [], "revert": []}
+
+
+def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
+    sp = release("0.17.1")
+    report = scan(from_site_packages(sp))
+    patchable = [r for r in report.rows if r.state == "patchable"]
+    text = [r for r in patchable if r.group == "_TEXT_GENERATION_MODELS"]
+    # 0.17.1's own files: 43 text architectures with the standard loop, 15 whose layers keep the residual inside
+    assert sum(r.shape == "standard-loop" for r in text) >= 43 and len(text) >= 60, len(text)
+    failures = _round_trip(sp, tmp_path, patchable, with_model=True)
+    assert failures == {"apply": [], "verify": [], "revert": []}
+
+
+def test_not_patchable_is_refused_with_nothing_written(release, cli):
+    sp = release("0.33.0")
+    before = digest(sp)
+    report = scan(from_site_packages(sp))
+    refused = [r for r in report.rows if r.state == "not patchable"][:15]
+    assert refused
+    for row in refused:
+        code, out = cli.json("apply", "--site-packages", str(sp), "--arch", row.architecture)
+        assert code == 3, (row.architecture, out)
+        assert out["written"] is False
+        (only,) = [p for p in out["patches"] if p["outcome"] == "refused"]
+        assert row.architecture in only["reason"]
+    assert digest(sp) == before
+
+
+def test_native_architecture_writes_nothing(release, cli):
+    sp = release("0.33.0")
+    before = digest(sp)
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "LlamaForCausalLM")
+    assert code == 0 and out["written"] is False
+    assert [p["outcome"] for p in out["patches"]] == ["supported upstream"]
+    assert digest(sp) == before
+
+
+def test_a1_allow_list_needs_a_model_type(release, cli, tmp_path):
+    """On 0.17.1 an architecture without a family entry needs --model for the allow-list's model type."""
+    sp = release("0.17.1")
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "CohereForCausalLM", "--dry-run")
+    assert code == 3, out
+    assert "pass --model DIR" in " ".join(p["reason"] for p in out["patches"])
+    # --model supplies it
+    code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(model_dir(tmp_path, "CohereForCausalLM", "cohere")),
+                         "--dry-run")
+    assert code == 0, out
+    assert "eagle3:allowlist:cohere" in {p["id"] for p in out["patches"]}
+    # a family entry supplies it: OLMoE gets olmoe on the allow-list 
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM", "--arch", "Glm4MoeForCausalLM")
+    assert code == 0, out
+    ids = {p["id"] for p in out["patches"]}
+    assert ids == {"eagle3:OlmoeModel:capture", "eagle3:allowlist:olmoe", "eagle3:OlmoeForCausalLM:interface",
+                   "eagle3:Glm4MoeModel:capture", "eagle3:allowlist:glm4_moe", "eagle3:Glm4MoeForCausalLM:interface"}
+    spec = (sp / "vllm/config/speculative.py").read_text()
+    assert '"olmoe"' in spec
+    # verify without --arch checks what the journal shows was patched, too
+    code, verified = cli.json("verify", "--site-packages", str(sp))
+    labels = [c["label"] for c in verified["checks"]]
+    assert any(label.startswith("OlmoeForCausalLM") for label in labels)
+
+
+def test_mixin_form_matches_native_shape(release, cli):
+    """On 0.33.0 the capture is written the way the release's own classes do it (EagleModelMixin)."""
+    sp = release("0.33.0")
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert code == 0, out
+    text = (sp / "vllm/model_executor/models/olmoe.py").read_text()
+    assert "class OlmoeModel(nn.Module, EagleModelMixin):" in text
+    assert "self._maybe_add_hidden_state([], self.start_layer, hidden_states, residual)" in text
+    assert "self._maybe_add_hidden_state(aux_hidden_states, layer_idx + 1, hidden_states, residual)" in text
+    assert "def set_aux_hidden_state_layers" not in text  # the release's default methods are used
+
+
+def test_model_dir_reads_text_config(release, cli, tmp_path):
+    sp = release("0.33.0")
+    d = tmp_path / "gemma3"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "text_config": {"model_type": "gemma3_text"}}))
+    code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(d), "--dry-run")
+    assert code == 0, out
+    assert {p["id"] for p in out["patches"]} == {
+        "eagle3:Gemma3Model:capture", "eagle3:Gemma3ForCausalLM:interface", "eagle3:Gemma3ForConditionalGeneration:interface"}
+
+
+def test_scan_json_and_broken_class(release, cli):
+    sp = release("0.33.0")
+    code, out = cli.json("scan", "--site-packages", str(sp))
+    assert code == 0
+    by = {r["architecture"]: r for r in out["architectures"]}
+    assert by["LlamaForCausalLM"]["state"] == "native"
+    assert by["MiMoForCausalLM"]["state"] == "declared but broken"
+    assert "MiMoModel.forward captures no aux hidden states" in by["MiMoForCausalLM"]["reason"]
+    assert by["Glm4MoeForCausalLM"]["state"] == "patchable" and by["Glm4MoeForCausalLM"]["shape"] == "standard-loop"
+    assert sum(out["counts"].values()) == len(out["architectures"])
