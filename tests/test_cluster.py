@@ -221,6 +221,39 @@ def test_one_node_already_patched_states(ray_cluster, cli):
     assert {o for row in data["nodes"] for o in row["patches"].values()} == {"already applied"}
 
 
+def test_arch_and_model_reach_every_node(ray_cluster, cli, tmp_path):
+    ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
+    deepseek = ["eagle3-allowlist", "eagle3-deepseek-backbone", "eagle3-deepseek-interface"]
+    # --arch: only the patches DeepseekV3ForCausalLM needs, on every node (a plain apply writes all five)
+    code, data = cli.json("apply", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM",
+                          "--ray", ray_cluster.address)
+    assert code == 0, data
+    assert [row["state"] for row in data["nodes"]] == ["patched"] * 3
+    for row in data["nodes"]:
+        assert row["patches"] == dict.fromkeys(deepseek, "applied")
+        assert [p["id"] for p in row["plan"]["patches"]] == deepseek
+    # --model: each node reads the checkpoint's config.json (same absolute path on every node)
+    kimi = tmp_path / "kimi"
+    kimi.mkdir()
+    (kimi / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"],
+                                                  "model_type": "kimi_k25"}))
+    code, data = cli.json("verify", "--site-packages", SITE, "--model", str(kimi), "--ray", ray_cluster.address)
+    assert code == 1 and not data["in_effect"] and data["same_bytes"]
+    assert [row["result"]["ok"] for row in data["nodes"]] == [False] * 3
+    result = cli("verify", "--site-packages", SITE, "--model", str(kimi), "--ray", ray_cluster.address)
+    assert result.exit_code == 1
+    for n in ray_cluster.nodes:
+        assert f"node {n.node_id[:8]}: missing: SupportsEagle3 in its bases" in result.stdout
+    assert "EAGLE-3 is not in effect alike on all 3 nodes: not in effect on every node" in result.stdout
+    code, data = cli.json("verify", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM",
+                          "--ray", ray_cluster.address)
+    assert code == 0 and [row["result"]["ok"] for row in data["nodes"]] == [True] * 3
+    code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
+    assert code == 0, data
+    for n in ray_cluster.nodes:
+        assert pristine(n, "0.17.1")
+
+
 def test_a_node_on_another_release_refuses_the_run(ray_cluster, cli):
     ray_cluster.install("0.17.1", "0.16.0", "0.17.1")
     result = cli("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
@@ -355,9 +388,10 @@ def test_without_ray_a_one_line_error_names_the_extra(cli, monkeypatch, tmp_path
 
 
 def test_ray_is_imported_only_for_ray():
+    # nor libcst (only apply needs it) nor rich (the table goes through patchkit.render)
     code = ("import sys; from patchkit import cli, cluster, cluster_view; "
             "from typer.testing import CliRunner; CliRunner().invoke(cli.app, ['list']); "
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'libcst', 'rich')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 
@@ -372,3 +406,8 @@ def test_bad_command_lines_are_refused_before_connecting(cli):
     assert result.exit_code == 2 and result.stderr.startswith("error: give --site-packages or --python, not both")
     result = cli("apply", "--python", "/opt/venv/bin/python", "--patch", "eagle3-nope", "--ray", "127.0.0.1:1")
     assert result.exit_code == 2 and "eagle3-nope" in result.stderr.splitlines()[0]
+    result = cli("verify", "--python", "/opt/venv/bin/python", "--model", "ckpt/kimi", "--ray", "127.0.0.1:1")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --model ckpt/kimi is relative")
+    result = cli("apply", "--python", "/opt/venv/bin/python", "--patch", "eagle3-allowlist",
+                 "--arch", "DeepseekV3ForCausalLM", "--ray", "127.0.0.1:1")
+    assert result.exit_code == 2 and result.stderr.startswith("error: give --patch or --arch/--model, not both")
