@@ -6,7 +6,8 @@ effect; 2 bad command line; 3 refused, nothing written; 4 no usable vLLM install
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,
-and only ``apply`` ever imports libcst (through :mod:`patchkit.engine`).
+and only ``apply`` ever imports libcst (through :mod:`patchkit.engine`, or to ship it to the nodes
+with ``--ray``). Ray is imported only with ``--ray`` (:mod:`patchkit.cluster_view`).
 """
 
 from __future__ import annotations
