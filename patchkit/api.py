@@ -445,6 +445,22 @@ def file_state(install: Install, entry: Entry, record: dict[str, str]) -> str:
     return "edited"
 
 
+def revert_action(state: str, force: bool) -> str:
+    """What ``revert`` does with a journaled file in ``state`` (one of :data:`FILE_STATES`).
+
+    Returns:
+        ``"restore"`` (write the original bytes back: the file holds patchkit's bytes, or with
+        ``force`` it was edited or deleted), ``"forget"`` (drop the entry: a reinstall or an
+        upgrade replaced the file already) or ``"refuse"`` (edited or deleted by hand: the whole
+        revert writes nothing).
+    """
+    if state == "patched" or (force and state in ("edited", "missing")):
+        return "restore"
+    if state in ("reinstalled", "upgraded"):
+        return "forget"
+    return "refuse"
+
+
 def revert(install: Install, *, target: str = "vllm", force: bool = False,
            on_wait: Callable[[Path, float], None] | None = None) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
@@ -481,12 +497,13 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         refused = False
         for path, entry in sorted(journal.entries.items()):
             state = file_state(install, entry, record)
-            if state == "patched" or (force and state in ("edited", "missing")):
+            action = revert_action(state, force)
+            if action == "restore":
                 restore.append(path)
                 how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
                 restoring.append(RevertedFile(path, True, how, entry.patches))
                 files.append(restoring[-1])
-            elif state in ("reinstalled", "upgraded"):
+            elif action == "forget":
                 forget.append(path)
                 files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
             else:

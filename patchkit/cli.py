@@ -7,7 +7,8 @@ a missing target file; 130 / 143 interrupted by SIGINT / SIGTERM (what was writt
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,
-and only ``apply`` ever imports libcst (through :mod:`patchkit.engine`).
+and only ``apply`` ever imports libcst (through :mod:`patchkit.engine`, or to ship it to the nodes
+with ``--ray``). Ray is imported only with ``--ray`` (:mod:`patchkit.cluster_view`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from patchkit import __version__, settings
 from patchkit.errors import ExitCode, PatchkitError, UsageError
@@ -45,6 +47,26 @@ PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment 
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
 ArchOpt = typer.Option(None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM.")
 ModelOpt = typer.Option(None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json.")
+RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
+                      help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
+
+
+class _RayCommand(TyperCommand):
+    """A command whose ``--ray`` may come without a value: then it means ``auto`` (what ``ray.init`` finds).
+
+    Typer has no option with an optional value, so a bare ``--ray`` (last, or before another
+    option) gets ``auto`` inserted before Click parses the line.
+    """
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                args.insert(i + 1, "auto")
+                break
+        return super().parse_args(ctx, args)
 
 
 def _request(arch: Optional[list[str]], model: Optional[Path]):
@@ -186,7 +208,7 @@ def _print_checks(out: Writer, checks: list[Check]) -> None:
         out.tree(node.label, node.children)
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def apply(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -197,6 +219,7 @@ def apply(
     arch: Optional[list[str]] = ArchOpt,
     model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
@@ -205,6 +228,14 @@ def apply(
         from patchkit.results import Outcome
 
         api.check_patch_ids(patch, target)
+        if ray is not None:
+            if patch and (arch or model):
+                raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
+            from patchkit import cluster_view
+
+            return cluster_view.apply(ray, target=target, site_packages=site_packages, python=python,
+                                      dry_run=dry_run, patch=patch, force=force, arch=arch, model=model,
+                                      as_json=as_json)
         install = _install(target, site_packages, python)
         with _working("planning and checking the patches...", as_json):
             if patch and (arch or model):
@@ -295,7 +326,7 @@ def _verify_hint(info: InstallInfo, target: str, where: str) -> str:
             "upgrade vLLM ('patchkit list' shows the releases each patch is for)")
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def verify(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -306,12 +337,20 @@ def verify(
     arch: Optional[list[str]] = ArchOpt,
     model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
 
     def body() -> int:
         from patchkit import api
 
+        if ray is not None:
+            if runtime:
+                raise UsageError("--runtime is not available with --ray", "run 'patchkit verify --runtime' on each node")
+            from patchkit import cluster_view
+
+            return cluster_view.run("verify", ray, target=target, site_packages=site_packages, python=python,
+                                    arch=arch, model=model, as_json=as_json)
         install = _install(target, site_packages, python)
         runtime_python = None
         if runtime:
@@ -345,19 +384,25 @@ def verify(
     _run(as_json, body)
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def revert(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """Restore every file patchkit changed to the exact bytes it had before."""
 
     def body() -> int:
         from patchkit import api
 
+        if ray is not None:
+            from patchkit import cluster_view
+
+            return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
+                                    force=force, as_json=as_json)
         install = _install(target, site_packages, python)
         report = api.revert(install, target=target, force=force, on_wait=_waiting(as_json))
         if as_json:
@@ -380,18 +425,24 @@ def revert(
     _run(as_json, body)
 
 
-@app.command()
+@app.command(cls=_RayCommand)
 def status(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
+    ray: Optional[str] = RayOpt,
 ) -> None:
     """What patchkit has applied to this install: files, patches, vLLM version, state."""
 
     def body() -> int:
         from patchkit import api
 
+        if ray is not None:
+            from patchkit import cluster_view
+
+            return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
+                                    as_json=as_json)
         install = _install(target, site_packages, python)
         report = api.status(install, target=target)
         if as_json:

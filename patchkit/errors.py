@@ -91,3 +91,7 @@ class Interrupted(PatchkitError):
         super().__init__(message, hint)
         self.signum = signum
         self.exit_code = ExitCode.TERMINATED if signum == 15 else ExitCode.INTERRUPTED
+
+
+class ClusterError(PatchkitError):
+    """``--ray``: Ray is not installed, or no Ray cluster answers at the address."""
