@@ -399,6 +399,20 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     return VerifyReport(_info(install, contract), checks, runtime_error)
 
 
+def scan(install: Install):
+    """Every text-generation and multimodal architecture of ``install`` with its EAGLE-3 state.
+
+    Returns:
+        A :class:`patchkit.scan.ScanReport` (frozen): per architecture its state (native, declared
+        but broken, patchable, patched by patchkit, not patchable), shape and one-line reason.
+    Raises:
+        SourceError: the registry or ``interfaces.py`` is missing or does not parse.
+    """
+    from patchkit.scan import scan as classify_all
+
+    return classify_all(install)
+
+
 def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
     """Registry architectures whose class an ``--arch`` run patched, from the journal's patch ids.
 

@@ -529,10 +529,11 @@ def scan_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """List every registered architecture with its EAGLE-3 state and a one-line reason."""
-    from patchkit.scan import scan
 
     def body() -> int:
-        report = scan(_install(target, site_packages, python))
+        from patchkit import api
+
+        report = api.scan(_install(target, site_packages, python))
         if as_json:
             _emit_json(report.to_dict())
             return int(ExitCode.OK)
