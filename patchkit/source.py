@@ -9,6 +9,7 @@ found where it is defined, following ``from X import Y`` (relative or absolute) 
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,16 +74,25 @@ class SourceTree:
         self.site_packages = Path(site_packages)
         self._overrides = dict(overrides or {})
         self._modules: dict[str, _Module | None] = {}
+        self._relpaths: dict[str, str | None] = {}
 
     # -- files and modules -------------------------------------------------------------
 
     def relpath_of_module(self, module: str) -> str | None:
-        """Relative path of ``module``'s file (``a/b.py`` or ``a/b/__init__.py``), or None."""
+        """Relative path of ``module``'s file (``a/b.py`` or ``a/b/__init__.py``), or None.
+
+        Looked up once per module (a scan asks about the same modules thousands of times).
+        """
+        if module in self._relpaths:
+            return self._relpaths[module]
         base = module.replace(".", "/")
+        found = None
         for candidate in (f"{base}.py", f"{base}/__init__.py"):
-            if candidate in self._overrides or (self.site_packages / candidate).is_file():
-                return candidate
-        return None
+            if candidate in self._overrides or os.path.isfile(os.path.join(self.site_packages, candidate)):
+                found = candidate
+                break
+        self._relpaths[module] = found
+        return found
 
     def read_bytes(self, relpath: str) -> bytes:
         """The bytes of a file relative to site-packages (override first, then disk).
