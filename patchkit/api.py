@@ -122,9 +122,19 @@ def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod
             types.append(config.model_type)
         else:
             types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
+    patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
     if shipped:
         types.extend(TEXT_MODEL_TYPES)
-    patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
+        # a checkpoint of a default-set architecture whose model type neither the release's list nor the
+        # shipped entries admit (a fine-tune with its own model_type) gets its own allow-list entry
+        from patchkit.arch_patches import allow_list_patch
+        from patchkit.contract import admits
+
+        shipped_entries = [e for p in patches if p.codemod.kind == "allowlist" for e in p.codemod.opts.get("entries", ())]
+        if (allow is not None and config is not None and config.model_type
+                and set(config.architectures) & {a for p in shipped for a in p.architectures}
+                and not admits([*allow.entries, *shipped_entries], config.model_type)):
+            patches.append(allow_list_patch(config.model_type, config.architectures[0]))
     return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
 
 

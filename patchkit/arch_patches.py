@@ -240,6 +240,25 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
     )
 
 
+def allow_list_patch(model_type: str, arch: str) -> Patch:
+    """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
+
+    Fact: ``SpeculativeConfig`` (``config/speculative.py``, vLLM 0.10.2 - 0.20.x) refuses an EAGLE-3
+    target whose ``hf_text_config.model_type`` contains none of the list's entries.
+    """
+    return Patch(
+        id=allowlist_id(model_type),
+        summary=f"the EAGLE-3 start-up allow-list admits {model_type}",
+        why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
+             "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
+        reference="vLLM config/speculative.py (0.10.2 - 0.20.x)",
+        vllm=SpecifierSet(">=0.10.2", prereleases=True),
+        target=ModuleTarget(modules=ALLOW_LIST_MODULES),
+        codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(model_type,)),
+        architectures=(arch,),
+    )
+
+
 def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelConfig | None,
                         entries: list[str]) -> list[Patch]:
     if model is not None and model.model_type and arch in model.architectures:
@@ -249,14 +268,4 @@ def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelCon
     if not types:
         raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, which "
                       "patchkit does not know for this architecture; pass --model DIR (its config.json says it)")
-    return [Patch(
-        id=allowlist_id(t),
-        summary=f"the EAGLE-3 start-up allow-list admits {t}",
-        why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
-             "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
-        reference="vLLM config/speculative.py (0.10.2 - 0.20.x)",
-        vllm=SpecifierSet(">=0.10.2", prereleases=True),
-        target=ModuleTarget(modules=ALLOW_LIST_MODULES),
-        codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(t,)),
-        architectures=(arch,),
-    ) for t in types if not admits(entries, t)]
+    return [allow_list_patch(t, arch) for t in types if not admits(entries, t)]

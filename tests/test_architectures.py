@@ -173,3 +173,15 @@ def test_verify_fails_a_declared_but_broken_class(release, cli):
         code, out = cli.json("verify", "--site-packages", str(sp), "--arch", "MiMoForCausalLM")
         assert code == 1, out
         assert any("aux_hidden_state_layers' in the decoder-layer loop" in m for m in out["missing"]), out["missing"]
+
+
+def test_default_architecture_with_its_own_model_type(release, cli, tmp_path):
+    """A DeepSeek-V3 fine-tune whose config.json reports a model type the shipped entries do not admit."""
+    sp = release("0.17.1")
+    model = model_dir(tmp_path, "DeepseekV3ForCausalLM", "my_dsv3")
+    code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0, out
+    assert {p["id"] for p in out["patches"]} == {"eagle3-allowlist", "eagle3-deepseek-backbone",
+                                                 "eagle3-deepseek-interface", "eagle3:allowlist:my_dsv3"}
+    code, verified = cli.json("verify", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0, verified["missing"]
