@@ -182,10 +182,6 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         cap = _capture(arch, shape, a1)
         out.append(cap)
         requires.append(cap.id)
-    elif shape.shape is Shape.INTERFACE_ONLY and not a1 and contract.mixin is not None and shape.backbone is not None:
-        if contract.mixin not in tree.mro(shape.backbone):
-            raise _Refuse(f"{arch}: {shape.backbone.name} captures inline without EagleModelMixin, which vLLM's "
-                          "default SupportsEagle3 methods assert")
     if allow_list is not None:
         out_allow = _allow_list_patches(arch, families, model, allow_list)
         out.extend(out_allow)
@@ -195,6 +191,11 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
     if not a1 and shape.shape is Shape.WRAPPER_ONLY and not _mixin_backbone(tree, registry, contract, shape.inner):
         # vLLM's default methods would go past the language model's own ones to .model, which must be an
         # EagleModelMixin; a language model that captures its own way (0.33.0 deepseek_v2.py) gets forwarding.
+        methods, getter = True, GETTER_A2
+    if (not a1 and shape.shape is Shape.INTERFACE_ONLY and shape.backbone is not None
+            and (contract.mixin is None or contract.mixin not in tree.mro(shape.backbone))):
+        # a backbone that captures inline without the mixin (0.18.0 qwen3_next.py): vLLM's default methods
+        # would assert it is an EagleModelMixin, so the class gets methods that set its attribute directly
         methods, getter = True, GETTER_A2
     out.append(Patch(
         id=interface_id(shape.cls.name),

@@ -185,3 +185,17 @@ def test_default_architecture_with_its_own_model_type(release, cli, tmp_path):
                                                  "eagle3-deepseek-interface", "eagle3:allowlist:my_dsv3"}
     code, verified = cli.json("verify", "--site-packages", str(sp), "--model", str(model))
     assert code == 0, verified["missing"]
+
+
+def test_a2_inline_capturing_backbone_gets_its_own_methods(release, cli):
+    """Qwen3-Next on 0.18.0: the backbone captures inline without EagleModelMixin, so vLLM's default
+    SupportsEagle3 methods would assert; the class gets methods that set the backbone's attribute."""
+    sp = release("0.18.0")
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "Qwen3NextForCausalLM")
+    assert code == 0, out
+    assert [p["id"] for p in out["patches"]] == ["eagle3:Qwen3NextForCausalLM:interface"]
+    text = (sp / "vllm/model_executor/models/qwen3_next.py").read_text()
+    assert "def get_eagle3_default_aux_hidden_state_layers(self)" in text
+    assert "self.model.aux_hidden_state_layers = layers" in text
+    code, verified = cli.json("verify", "--site-packages", str(sp), "--arch", "Qwen3NextForCausalLM")
+    assert code == 0, verified["missing"]
