@@ -187,10 +187,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     if dry_run:
         # Plan exactly what the real run will: from the files as its rollback will leave them.
         overrides, rolled = journal.rolled_back_view()
-        report = _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
-                        force=force, request=request, overrides=overrides)
-        report.recovered, report.unfinished = rolled, journal.unfinished()
-        return _mark_unwritten(report)
+        return _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
+                      force=force, request=request, overrides=overrides, recovered=rolled,
+                      unfinished=journal.unfinished())
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
@@ -198,11 +197,10 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         unfinished = journal.unfinished()
         recovered = journal.recover()
         report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
-                        request=request)
-        report.recovered, report.unfinished = recovered, unfinished
+                        request=request, recovered=recovered, unfinished=unfinished)
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
-    return _mark_unwritten(report)
+    return report
 
 
 def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
@@ -229,12 +227,14 @@ def _unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
 
 
 def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
-           force: bool, request: Request, overrides: dict[str, bytes] | None = None) -> ApplyReport:
-    """Plan, check (symlinks, RECORD drift and absence, the chain on the planned bytes), then write unless dry.
+           force: bool, request: Request, overrides: dict[str, bytes] | None = None,
+           recovered: list[str] = (), unfinished=None) -> ApplyReport:
+    """Plan, run the gates (requested patches, symlinks, RECORD drift and absence, the chain on the
+    planned bytes), decide every outcome once (:func:`patchkit.outcomes.decide`), then write unless dry.
 
     ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
     """
-    from patchkit import missing
+    from patchkit import missing, outcomes
     from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
     from patchkit.registry import Registry
 
@@ -246,7 +246,13 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     archs: tuple[str, ...] | None = None
     types: tuple[str, ...] | None = None
     if request and contract.protocol is not None:
-        patches, decided, archs, types = _arch_selection(tree, registry, contract, request)
+        # shapes are read from the files as they were before patchkit: an architecture patched
+        # already gets the same patches planned again (and they are "already applied")
+        from patchkit.arch_scope import pristine_tree
+
+        pristine = pristine_tree(install, journal, overrides) if journal.entries else tree
+        patches, decided, archs, types = _arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
+                                                         contract, request)
     elif request:
         patches = []
         decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
@@ -254,80 +260,66 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     order = {p.id: i for i, p in enumerate(patches)}
     patches, gone, missing_files = missing.split(list(patches), tree, registry)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)
-    if gone:
-        planned.results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order)))
+    results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order))) if gone else planned.results
+    vetoes, checked = _gates(install, journal, planned, results, _info(install, contract), requested=requested, force=force,
+                             overrides=overrides, archs=archs, types=types, missing_files=missing_files)
+    final = outcomes.decide(results, vetoes)
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
     ]
-    report = ApplyReport(_info(install, contract), dry_run, planned.results, files, written=False, diff=planned.diff(),
-                         missing_files=missing_files)
-    if planned.refused:
-        return report
-    for r in report.patches:
-        # --patch X asks for X: writing only its prerequisites would not be what was asked for
-        if r.id in requested and r.outcome is Outcome.NOT_APPLICABLE:
-            r.outcome = Outcome.REFUSED
-            r.reason = f"requested with --patch, but not applicable to vLLM {install.version}: {r.reason}"
-    if report.refused:
-        return report
-    linked = sorted(p for p in planned.changed if (install.site_packages / p).is_symlink())
+    write = not dry_run and bool(planned.changed) and not any(r.outcome is Outcome.REFUSED for r in final)
+    if write:
+        journal.commit([PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
+                        for path, new in sorted(planned.changed.items())], str(install.version))
+    return ApplyReport(_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
+                       verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files)
+
+
+def _gates(install: Install, journal: Journal, planned, results, info: InstallInfo, *, requested: set[str], force: bool,
+           overrides: dict[str, bytes], archs, types, missing_files: list[str]):
+    """The gates after planning, in order; the first that vetoes ends them.
+
+    Returns:
+        ``(vetoes, verify_report)``: the :class:`patchkit.outcomes.Veto` values, and the chain
+        check of the planned bytes when the gates got that far (else None).
+    """
+    from patchkit import outcomes
+    from patchkit.registry import Registry
+
+    if any(r.outcome is Outcome.REFUSED for r in results):
+        return (), None
+    vetoes = outcomes.requested_not_applicable(results, requested, str(install.version))
+    if vetoes:
+        return vetoes, None
+    changed = list(planned.changed)
+    linked = sorted(p for p in changed if (install.site_packages / p).is_symlink())
     if linked:
-        _refuse(report, linked, lambda hit: f"{hit} is a symbolic link; patchkit replaces files, it does not write "
-                                            "through links: patch the link's target install instead")
-        return report
-    drifted = [] if force else _drifted(install, journal, planned.originals, list(planned.changed))
+        return outcomes.file_gate(results, linked, lambda hit: (
+            f"{hit} is a symbolic link; patchkit replaces files, it does not write "
+            "through links: patch the link's target install instead")), None
+    drifted = [] if force else _drifted(install, journal, planned.originals, changed)
     if drifted:
-        _refuse(report, drifted, lambda hit: f"{hit} differs from what vLLM {install.version}'s RECORD lists "
-                                             "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")
-        return report
-    unchecked = [] if force else _unchecked(install, journal, planned.originals, list(planned.changed))
+        return outcomes.file_gate(results, drifted, lambda hit: (
+            f"{hit} differs from what vLLM {install.version}'s RECORD lists "
+            "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")), None
+    unchecked = [] if force else _unchecked(install, journal, planned.originals, changed)
     if unchecked:
-        _refuse(report, unchecked, lambda hit: f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
-                                               f"so patchkit cannot check that {hit} is the release's file (a hand edit "
-                                               "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is")
-        return report
-    if planned.changed:
-        # Check the chain on the planned bytes before writing anything.
-        after = SourceTree(install.site_packages, overrides={**overrides, **planned.changed})
-        report.verify = VerifyReport(report.install, run_checks(after, Registry(after), contract_mod.detect(after),
-                                                                archs, types))
-        # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request, and
-        # the chain through a missing file cannot hold.
-        if not report.verify.ok and planned.changed and not requested and not missing_files:
-            failures = "; ".join(f"{c.label}: {c.detail}" for top in report.verify.checks for c in top.failures())
-            for r in report.patches:
-                if r.outcome is Outcome.APPLIED:
-                    r.outcome = Outcome.REFUSED
-                    r.reason = f"the patched result would not pass verify ({failures})"
-            return report
-    if dry_run or not planned.changed:
-        return report
-    writes = [
-        PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
-        for path, new in sorted(planned.changed.items())
-    ]
-    journal.commit(writes, str(install.version))
-    report.written = True
-    return report
-
-
-def _mark_unwritten(report: ApplyReport) -> ApplyReport:
-    """In a refused run, patches that were ready are reported as not written rather than applied."""
-    if report.refused:
-        for r in report.patches:
-            if r.outcome is Outcome.APPLIED:
-                r.outcome = Outcome.NOT_WRITTEN
-    return report
-
-
-def _refuse(report: ApplyReport, paths: list[str], reason) -> None:
-    """Mark every planned patch that writes one of ``paths`` as refused; ``reason(files)`` says why."""
-    for r in report.patches:
-        hit = sorted(set(r.files) & set(paths))
-        if r.outcome is Outcome.APPLIED and hit:
-            r.outcome = Outcome.REFUSED
-            r.reason = reason(", ".join(hit))
+        return outcomes.file_gate(results, unchecked, lambda hit: (
+            f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
+            f"so patchkit cannot check that {hit} is the release's file (a hand edit "
+            "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is")), None
+    if not changed:
+        return (), None
+    # Check the chain on the planned bytes before writing anything.
+    after = SourceTree(install.site_packages, overrides={**overrides, **planned.changed})
+    checked = VerifyReport(info, run_checks(after, Registry(after), contract_mod.detect(after), archs, types))
+    # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request, and
+    # the chain through a missing file cannot hold.
+    if not checked.ok and not requested and not missing_files:
+        failures = "; ".join(f"{c.label}: {c.detail}" for top in checked.checks for c in top.failures())
+        return outcomes.whole_run(results, f"the patched result would not pass verify ({failures})"), checked
+    return (), checked
 
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
@@ -429,8 +421,10 @@ def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
     The interface patch of class ``C`` is journaled as ``eagle3:C:interface``
     (:func:`patchkit.arch_patches.interface_id`); every registry row naming ``C`` counts.
     """
-    classes = {pid.split(":")[1] for e in journal.entries.values() for pid in e.patches
-               if pid.startswith("eagle3:") and pid.endswith(":interface")}
+    from patchkit.arch_patches import parse_id
+
+    parsed = [parse_id(pid) for e in journal.entries.values() for pid in e.patches]
+    classes = {p[1] for p in parsed if p is not None and p[0] == "interface"}
     return sorted(a for a, e in registry.entries.items() if e.class_name in classes)
 
 
@@ -486,7 +480,7 @@ def revert_action(state: str, force: bool) -> str:
 
 
 def revert(install: Install, *, target: str = "vllm", force: bool = False,
-           on_wait: Callable[[Path, float], None] | None = None) -> RevertReport:
+           on_wait: Callable[[Path, float], None] | None = None, request: Request = Request()) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
@@ -494,10 +488,17 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
     ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
+    With ``request`` (``--arch``/``--model``) only the patches those architectures need and no
+    other patched architecture needs are taken out (:mod:`patchkit.arch_scope`): a file that holds
+    only such patches gets its original bytes back; a file that also holds patches that stay (the
+    allow-list, a shared backbone) is rewritten to exactly the bytes ``apply`` of what stays gives
+    the original. Files of other architectures are not touched.
+
     An unfinished earlier apply or revert is rolled back first. The revert itself keeps a
     pending record like apply, so a killed revert is put back by the next command.
 
     Raises:
+        UsageError: with ``request``: none of its architectures has a patch of its own in the journal.
         StateError: the journal or an original copy is unreadable, a file or folder cannot be
             written keeping its owner (checked first), or a write failed (files already restored
             are put back).
@@ -507,62 +508,105 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
     if not journal.entries and not journal.pending and not journal.leftovers():
+        if request:
+            raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
+                             f"{', '.join(request.architectures) or request.model}", "'patchkit status' shows it")
         return RevertReport(info, [], refused=False)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
         unfinished = journal.unfinished()
         rolled = journal.recover()
         what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
-        files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", []) for p in rolled]
-        record = record_sha256(install, journal.entries)
+        files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", [], "rolled back") for p in rolled]
+        narrow = rewrite = None
+        if request:
+            from patchkit import arch_scope
+
+            narrow = arch_scope.narrowing(install, journal, request)
+            rewrite = arch_scope.rewritten(install, journal, narrow)
+        scope = narrow.files if narrow is not None else sorted(journal.entries)
+        record = record_sha256(install, list(scope))
         restore: list[str] = []
+        rewrites: dict[str, bytes] = {}
         forget: list[str] = []
-        restoring: list[RevertedFile] = []
+        planned: list[tuple[str, str, list[str]]] = []  # path, state, patches: the files to write
         refused = False
-        for path, entry in sorted(journal.entries.items()):
+        for path in scope:
+            entry = journal.entries[path]
             state = file_state(install, entry, record)
             action = revert_action(state, force)
             if action == "restore":
-                restore.append(path)
-                how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
-                restoring.append(RevertedFile(path, True, how, entry.patches))
-                files.append(restoring[-1])
+                if rewrite is not None and path in rewrite:
+                    rewrites[path] = rewrite[path]
+                else:
+                    restore.append(path)
+                planned.append((path, state, entry.patches))
             elif action == "forget":
                 forget.append(path)
-                files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches))
+                files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches,
+                                          "forgotten"))
             else:
                 refused = True
-                files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches))
+                files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches, "blocking"))
+        for path, state, patches in planned:
+            if refused:
+                files.append(RevertedFile(path, False, "not restored: the revert was refused", patches, "held back"))
+            elif path in rewrites:
+                stays = sorted(set(patches) & narrow.keep)
+                files.append(RevertedFile(path, True, f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; "
+                                                      f"keeps {', '.join(stays)}", patches, "rewritten"))
+            else:
+                how = "original bytes restored" + (f" (--force; the file was {state})" if state != "patched" else "")
+                files.append(RevertedFile(path, True, how, patches, "restored"))
+        files = [*files[:len(rolled)], *sorted(files[len(rolled):], key=lambda f: f.path)]
         if refused:
-            for f in restoring:
-                f.restored, f.reason = False, "not restored: the revert was refused"
             return RevertReport(info, files, refused=True)
-        if restore or forget:
+        if narrow is not None:
+            keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
+            journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
+        elif restore or forget:
             journal.restore(restore, forget=forget)
         journal.remove_if_empty()
-    _late_signal(f"restored {len(restore)} file(s)")
+    _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False)
 
 
-def status(install: Install, *, target: str = "vllm") -> StatusReport:
+def status(install: Install, *, target: str = "vllm", request: Request = Request()) -> StatusReport:
     """What patchkit has applied to this install: per journaled file, its patches and state.
 
     States (:data:`FILE_STATES`): patched, reinstalled, upgraded, edited, missing, interrupted.
     The report also names an unfinished run or its leftovers, and a missing ``RECORD``.
+
+    With ``request`` (``--arch``/``--model``): only the files holding a patch those architectures
+    need, and per architecture whether all, some or none of its patches are journaled
+    (:func:`patchkit.arch_scope.states`). No libcst is imported either way.
+
+    Raises:
+        UsageError: ``--model`` folder without a readable ``config.json``.
+        StateError: the journal (or, with ``request``, an original copy) cannot be read.
     """
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    record = record_sha256(install, journal.entries) if journal.entries else {}
+    architectures = ()
+    paths = sorted(journal.entries)
+    if request:
+        from patchkit import arch_scope
+
+        found = arch_scope.scope(install, journal, request)
+        architectures = arch_scope.states(found, journal)
+        paths = [p for p in paths if set(journal.entries[p].patches) & found.all_ids]
+    record = record_sha256(install, paths) if paths else {}
     unfinished = journal.unfinished()
     interrupted = set(unfinished.to_roll_back) if unfinished else set()
     entries = [
-        StatusEntry(path, entry.patches, entry.vllm_version,
-                    "interrupted" if path in interrupted else file_state(install, entry, record), entry.applied_at)
-        for path, entry in sorted(journal.entries.items())
+        StatusEntry(path, journal.entries[path].patches, journal.entries[path].vllm_version,
+                    "interrupted" if path in interrupted else file_state(install, journal.entries[path], record),
+                    journal.entries[path].applied_at)
+        for path in paths
     ]
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
-                        unfinished=unfinished, record_missing=not has_record(install))
+                        unfinished=unfinished, record_missing=not has_record(install), architectures=architectures)
 
 
 @dataclass

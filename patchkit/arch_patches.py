@@ -115,6 +115,19 @@ def allowlist_id(model_type: str) -> str:
     return f"eagle3:allowlist:{model_type}"
 
 
+def parse_id(patch_id: str) -> tuple[str, str] | None:
+    """``("capture", backbone)``, ``("interface", cls)`` or ``("allowlist", model_type)`` for an id
+    made by :func:`capture_id`, :func:`interface_id` or :func:`allowlist_id`; None for any other id."""
+    parts = patch_id.split(":", 2)
+    if len(parts) != 3 or parts[0] != "eagle3":
+        return None
+    if parts[1] == "allowlist":
+        return "allowlist", parts[2]
+    if parts[2] in ("capture", "interface"):
+        return parts[2], parts[1]
+    return None
+
+
 def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
                          families: tuple[Family, ...], model: ModelConfig | None = None,
                          allow_list: list[str] | None = None) -> Selection:
@@ -241,7 +254,7 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
     )
 
 
-def allow_list_patch(model_type: str, arch: str) -> Patch:
+def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
 
     Fact: ``SpeculativeConfig`` (``config/speculative.py``, vLLM 0.10.2 - 0.20.x) refuses an EAGLE-3
@@ -256,7 +269,7 @@ def allow_list_patch(model_type: str, arch: str) -> Patch:
         vllm=SpecifierSet(">=0.10.2", prereleases=True),
         target=ModuleTarget(modules=ALLOW_LIST_MODULES),
         codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(model_type,)),
-        architectures=(arch,),
+        architectures=(arch,) if arch else (),
     )
 
 

@@ -264,8 +264,8 @@ def apply(
             if p.outcome is Outcome.APPLIED and dry_run:
                 label, style = "would apply", "yellow"
             detail = p.target or "" if p.outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED) else p.reason
-            if p.outcome is Outcome.ALREADY_APPLIED and p.reason.startswith("note:"):
-                detail = f"{detail} ({p.reason})"
+            if p.note:
+                detail = f"{detail} (note: {p.note})"
             rows.append([p.id, (label, style), detail])
         out.table(["patch", "outcome", "where / why"], rows)
         if dry_run and report.diff:
@@ -390,6 +390,9 @@ def revert(
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
+    arch: Optional[list[str]] = typer.Option(None, "--arch", help="Revert only what this architecture needs and "
+                                             "no other patched one does (repeatable)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Revert only the architectures in this checkpoint's config.json."),
     as_json: bool = JsonOpt,
     ray: Optional[str] = RayOpt,
 ) -> None:
@@ -402,9 +405,10 @@ def revert(
             from patchkit import cluster_view
 
             return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
-                                    force=force, as_json=as_json)
+                                    force=force, arch=arch, model=model, as_json=as_json)
         install = _install(target, site_packages, python)
-        report = api.revert(install, target=target, force=force, on_wait=_waiting(as_json))
+        report = api.revert(install, target=target, force=force, on_wait=_waiting(as_json),
+                            request=_request(arch, model))
         if as_json:
             _emit_json(report.to_dict())
             return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
@@ -413,7 +417,7 @@ def revert(
         if not report.files:
             out.line("nothing to revert: patchkit has not changed this install")
         for f in report.files:
-            mark = MARKS[True if f.restored else (False if report.refused and "not touched" in f.reason else None)]
+            mark = MARKS[True if f.restored else (False if f.action == "blocking" else None)]
             out.line(mark, " ", f.path, "  ", (f.reason, "dim"))
         if report.refused:
             out.line(("refused:", "red"), " nothing was reverted")
@@ -430,6 +434,8 @@ def status(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
+    arch: Optional[list[str]] = typer.Option(None, "--arch", help="Only what this architecture needs (repeatable)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Only the architectures in this checkpoint's config.json."),
     as_json: bool = JsonOpt,
     ray: Optional[str] = RayOpt,
 ) -> None:
@@ -442,9 +448,9 @@ def status(
             from patchkit import cluster_view
 
             return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
-                                    as_json=as_json)
+                                    arch=arch, model=model, as_json=as_json)
         install = _install(target, site_packages, python)
-        report = api.status(install, target=target)
+        report = api.status(install, target=target, request=_request(arch, model))
         if as_json:
             _emit_json(report.to_dict())
             return int(ExitCode.OK)
@@ -456,8 +462,16 @@ def status(
         if report.record_missing:
             out.line(("no RECORD:", "yellow"), " this vLLM has no RECORD file, so edits by others cannot be detected; "
                      "'patchkit apply' refuses such files unless --force")
+        for a in report.architectures:
+            style = {"patched": "green", "partly patched": "yellow", "not patched": "yellow"}.get(a.state, "dim")
+            detail = (f"missing {', '.join(a.missing)}" if a.missing and a.journaled else
+                      ", ".join(a.journaled) if a.journaled else
+                      "apply writes nothing for it ('patchkit scan' says why)" if a.state == "nothing to patch" else
+                      f"needs {', '.join(a.missing)}")
+            out.line((a.state, style), " ", a.architecture, "  ", (detail, "dim"))
         if not report.entries and not report.pending:
-            out.line("no patchkit changes in this install")
+            out.line("no patchkit changes in this install" if not report.architectures else
+                     "no patchkit changes for these architectures")
         if report.entries:
             out.table(["file", "state", "vLLM", "applied at", "patches"],
                       [[e.path, (e.state, None if e.state == "patched" else "yellow"), e.vllm_version, e.applied_at,

@@ -225,8 +225,8 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
             ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
-            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of ``apply``
-            and ``verify``.
+            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of every
+            command but ``plan`` with ``patch_ids``.
     Returns:
         A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
         report's ``to_dict()``), ``status`` (``verify`` only: the status report's ``to_dict()``),
@@ -257,9 +257,9 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
             report = api.verify(install, request=request)
             node["status"] = api.status(install, target=target).to_dict()
         elif command == "status":
-            report = api.status(install, target=target)
+            report = api.status(install, target=target, request=request)
         elif command == "revert":
-            report = api.revert(install, target=target, force=bool(options.get("force")))
+            report = api.revert(install, target=target, force=bool(options.get("force")), request=request)
         else:
             raise ValueError(f"unknown cluster command {command!r}")
         node["result"] = report.to_dict()
@@ -456,8 +456,8 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
         site_packages / python: the install on each node (expanded there; at most one given).
         target: the distribution.
         force: ``revert --force`` on every node.
-        architectures / model: ``verify --arch`` / ``--model`` on every node (the folder is read
-            there, expanded like ``site_packages``); ignored by ``status`` and ``revert``.
+        architectures / model: ``--arch`` / ``--model`` on every node (the folder is read there,
+            expanded like ``site_packages``).
     Returns:
         A :class:`ClusterReport`; ``verify`` is ok only when every node is in effect and all nodes
         have the same release and the same hash of their patched files.

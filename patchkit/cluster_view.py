@@ -63,7 +63,7 @@ def run(command: str, address: str, *, target: str, site_packages: Optional[Path
         force: bool = False, arch: Optional[list[str]] = None, model: Optional[Path] = None, as_json: bool) -> int:
     """``verify|status|revert --ray``: the command on every node; returns the exit code.
 
-    ``arch``/``model`` (``verify`` only) are ``--arch``/``--model``, read on each node.
+    ``arch``/``model`` are ``--arch``/``--model``, read on each node.
     """
     _check(target, site_packages, python, model)
     report = cluster.run(command, None if address == "auto" else address, site_packages=site_packages,

@@ -183,7 +183,8 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
         entry = journal.entries.get(relpath)
         if entry is not None and patch.id in entry.patches:
             if sha256(result.originals[relpath]) != entry.sha256_after:
-                why = "note: the file was edited since patchkit wrote it ('patchkit status' shows it)"
+                note = "the file was edited since patchkit wrote it ('patchkit status' shows it)"
+                return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where, note)
             return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where)
         raise _Refused(
             f"{relpath}: {why}, but patchkit's journal has no record of writing it "

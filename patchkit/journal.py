@@ -666,6 +666,43 @@ class Journal:
             return
         self._run("revert", [(p, current[p], data[p]) for p in paths], finish)
 
+    def narrow(self, restore: list[str], rewrite: dict[str, bytes], keep: dict[str, list[str]],
+               vllm_version: str, forget: list[str] = ()) -> None:
+        """A partial revert (``revert --arch``), all or none: some files get their originals back,
+        others new bytes that hold only the patches that stay.
+
+        Args:
+            restore: journaled files to restore and forget.
+            rewrite: journaled files to rewrite, with their new bytes; each keeps its original.
+            keep: the patch ids each rewritten file holds afterwards.
+            vllm_version: the release the new bytes are for.
+            forget: further entries to drop (files a reinstall already restored).
+        Raises:
+            StateError: an original is missing, or a file could not be written (files already
+                written are put back to what they were).
+            Interrupted: SIGINT/SIGTERM before the journal was saved; every file was put back.
+        """
+        data = {p: self.original(self._state.entries[p]) for p in restore}
+        data.update(rewrite)
+        paths = sorted(data)
+        self.preflight(paths)
+        current = {p: (self.site_packages / p).read_bytes() if (self.site_packages / p).is_file() else None for p in paths}
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+        def finish() -> None:
+            for p in [*restore, *forget]:
+                self._state.entries.pop(p, None)
+            for p, after in rewrite.items():
+                entry = self._state.entries[p]
+                self._state.entries[p] = Entry(path=p, sha256_before=entry.sha256_before, sha256_after=sha256(after),
+                                               patches=sorted(keep[p]), vllm_version=vllm_version, applied_at=now)
+
+        if not paths:
+            finish()
+            self._save_or_remove()
+            return
+        self._run("revert", [(p, current[p], data[p]) for p in paths], finish)
+
     def forget(self, paths: list[str]) -> None:
         """Drop journal entries (after a restore, or for files a reinstall already restored)."""
         for p in paths:

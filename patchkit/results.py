@@ -28,9 +28,9 @@ class Outcome(str, Enum):
     """The patch was ready, but another patch of the run was refused, so nothing was written."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class PatchResult:
-    """The outcome of one patch.
+    """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.outcomes`).
 
     Attributes:
         id: the patch id.
@@ -38,16 +38,21 @@ class PatchResult:
         reason: one line explaining the outcome.
         files: files (relative to site-packages) the patch changes or would change.
         target: where it lands, ``file:line Class`` when resolved.
+        note: a remark that does not change the outcome (an already applied file edited since), or None.
     """
 
     id: str
     outcome: Outcome
     reason: str
-    files: list[str] = field(default_factory=list)
+    files: tuple[str, ...] = ()
     target: str | None = None
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileChange:
     """One file a run changes.
 
@@ -60,10 +65,13 @@ class FileChange:
     path: str
     sha256_before: str
     sha256_after: str
-    patches: list[str]
+    patches: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patches", tuple(self.patches))
 
 
-@dataclass
+@dataclass(frozen=True)
 class InstallInfo:
     """The vLLM install a command worked on.
 
@@ -90,7 +98,7 @@ class Problem:
     exit_code: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ApplyReport:
     """Result of ``apply`` (also with ``--dry-run``).
 
@@ -107,14 +115,18 @@ class ApplyReport:
 
     install: InstallInfo
     dry_run: bool
-    patches: list[PatchResult]
-    files: list[FileChange]
+    patches: tuple[PatchResult, ...]
+    files: tuple[FileChange, ...]
     written: bool
     diff: str = ""
     verify: "VerifyReport | None" = None
-    recovered: list[str] = field(default_factory=list)
+    recovered: tuple[str, ...] = ()
     unfinished: "PendingRun | None" = None
-    missing_files: list[str] = field(default_factory=list)
+    missing_files: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("patches", "files", "recovered", "missing_files"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def refused(self) -> bool:
@@ -178,23 +190,50 @@ class VerifyReport:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class RevertedFile:
-    """A file ``revert`` handled: ``restored`` True when its original bytes were written back."""
+    """A file ``revert`` handled.
+
+    Attributes:
+        path: relative to site-packages.
+        restored: True when bytes were written back (the original's, or for ``rewritten`` the
+            bytes the patches that stay give it).
+        reason: one line, for people.
+        patches: the journaled patch ids of the file.
+        action: what was done, one of :data:`REVERT_ACTIONS`.
+    """
 
     path: str
     restored: bool
     reason: str
-    patches: list[str]
+    patches: tuple[str, ...]
+    action: str = "restored"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patches", tuple(self.patches))
 
 
-@dataclass
+REVERT_ACTIONS = {
+    "rolled back": "an unfinished earlier run's file got its bytes back",
+    "restored": "the original bytes were written back",
+    "rewritten": "rewritten to hold only the patches that stay (revert --arch)",
+    "forgotten": "a reinstall or an upgrade had replaced it already; the journal entry was dropped",
+    "blocking": "edited or deleted since patchkit wrote it: the revert was refused because of it",
+    "held back": "would have been restored, but the revert was refused",
+}
+"""What ``revert`` does with a file (:attr:`RevertedFile.action`)."""
+
+
+@dataclass(frozen=True)
 class RevertReport:
     """Result of ``revert``."""
 
     install: InstallInfo
-    files: list[RevertedFile]
+    files: tuple[RevertedFile, ...]
     refused: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "files", tuple(self.files))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -291,6 +330,9 @@ class StatusReport:
     """The unfinished run (or leftovers) in full, or None."""
     record_missing: bool = False
     """True when the distribution has no ``RECORD``: edits by others cannot be detected."""
+    architectures: tuple = ()
+    """With ``--arch``/``--model``: one :class:`patchkit.arch_scope.ArchState` per architecture (the
+    entries are then only the files holding their patches); empty otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

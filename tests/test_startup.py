@@ -57,6 +57,7 @@ def patched(tmp_path_factory) -> Path:
 
 READ_ONLY = {
     "status": lambda sp: ["status", "--site-packages", str(sp)],
+    "status --arch": lambda sp: ["status", "--arch", "KimiK25ForConditionalGeneration", "--site-packages", str(sp)],
     "verify": lambda sp: ["verify", "--site-packages", str(sp)],
     "list": lambda sp: ["list"],
     "explain": lambda sp: ["explain", "eagle3-deepseek-backbone"],
