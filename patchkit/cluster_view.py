@@ -90,8 +90,8 @@ def _render(report: cluster.ClusterReport) -> None:
         cells: list[Piece] = []
         for pid in ids:
             value = n.patches.get(pid, "-")
-            label = "would apply" if report.dry_run and value == Outcome.APPLIED.value else value
-            style = "yellow" if label == "would apply" else _PATCH_STYLE.get(value)
+            would = report.dry_run and value == Outcome.APPLIED.value
+            label, style = ("would apply", "yellow") if would else (value, _PATCH_STYLE.get(value))
             cells.append((label, style))
         if report.command == "verify":
             cells.append("-" if n.result is None else ("in effect", "green") if n.result["ok"]

@@ -925,7 +925,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     found: list[Check] = []
 
     def walk(c: Check) -> None:
-        if c.label == verify_mod.FINAL_LAYER_CHECK:
+        if c.kind in (verify_mod.FINAL_LAYER_CAPTURED, verify_mod.FINAL_LAYER_MISSED):
             found.append(c)
         for child in c.children:
             walk(child)
@@ -933,7 +933,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     walk(chain)
     if not found:
         return None
-    return all(c.location is not None for c in found)
+    return all(c.kind == verify_mod.FINAL_LAYER_CAPTURED for c in found)
 
 
 __all__ = [

@@ -84,6 +84,7 @@ class Registry:
 
     def _evaluate(self, module: ast.Module) -> dict[str, RegistryEntry]:
         env = self.groups
+        unreadable: dict[str, str] = {}  # dict name -> why it was skipped
         for stmt in module.body:
             target: str | None = None
             value: ast.expr | None = None
@@ -96,12 +97,14 @@ class Registry:
             try:
                 rows = self._eval_dict(value, env)
             except _Unsupported as exc:
-                self.skipped.append(f"{self.relpath}:{stmt.lineno}: {target}: {exc}")
+                why = f"{self.relpath}:{stmt.lineno}: {target}: {exc}"
+                self.skipped.append(why)
+                unreadable[target] = why
                 continue
             if rows:
                 env[target] = rows
         if ALL_MODELS_DICT not in env:
-            why = next((s for s in self.skipped if f": {ALL_MODELS_DICT}: " in s), None)
+            why = unreadable.get(ALL_MODELS_DICT)
             raise SourceError(
                 f"{self.relpath} has no {ALL_MODELS_DICT} dict patchkit can read" + (f" ({why})" if why else ""),
                 "this vLLM's registry has a shape patchkit does not know; report it with the vLLM version",

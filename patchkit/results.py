@@ -153,6 +153,8 @@ class Check:
         detail: one line of evidence or of what is missing.
         location: ``file:line`` of the evidence, when there is one.
         children: nested checks (the chain continues into held classes).
+        kind: a stable name for code that looks for one check (e.g.
+            :data:`patchkit.verify.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
     """
 
     label: str
@@ -160,6 +162,7 @@ class Check:
     detail: str = ""
     location: str | None = None
     children: list["Check"] = field(default_factory=list)
+    kind: str | None = None
 
     def failures(self) -> list["Check"]:
         """The failing checks in this subtree that are failures themselves, not only through a child."""

@@ -47,6 +47,9 @@ KIMI_K25 = "KimiK25ForConditionalGeneration"
 PROPOSER_PACKAGE = "vllm.v1.spec_decode"
 PROPOSER_MODULES = ("eagle", "llm_base_proposer")
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
+FINAL_LAYER_CAPTURED = "final-layer-captured"
+FINAL_LAYER_MISSED = "final-layer-missed"
+"""``Check.kind`` of the node saying whether the backbone captures id n (read by :mod:`patchkit.drafts`)."""
 """Label of the informational capture check for id n; its ``location`` is set only when the capture exists."""
 
 
@@ -332,7 +335,8 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
     checks.append(Check(FINAL_LAYER_CHECK, None,
                         "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
-                        f"{relpath}:{final[0].lineno}" if final else None))
+                        f"{relpath}:{final[0].lineno}" if final else None,
+                        kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
     return checks
 
 
@@ -375,7 +379,8 @@ def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
     checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
                         "" if returns else "the captured states never leave forward",
                         f"{relpath}:{returns[0].lineno}" if returns else where))
-    checks.append(Check(FINAL_LAYER_CHECK, None, "the last layer's call captures id end_layer", None))
+    checks.append(Check(FINAL_LAYER_CHECK, None, "the last layer's call captures id end_layer", None,
+                        kind=FINAL_LAYER_CAPTURED))
     return checks
 
 

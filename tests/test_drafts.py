@@ -415,3 +415,21 @@ def test_transformers_range_decides_model_types_outside_vllms_registry(spec, kim
     assert _transformers_has(SpecifierSet(spec), "kimi_k25") is kimi_k25
     assert _transformers_has(SpecifierSet(spec), "kimi_k2") is kimi_k2
     assert _transformers_has(SpecifierSet(spec), "llama") is True
+
+
+@pytest.mark.release
+def test_final_layer_capture_is_read_from_the_check_kind_not_its_location(release):
+    """A mixin backbone (0.18+) captures id n through the last layer's call: the check has no
+    file:line of its own, and that must still count as captured (it did not, when read from
+    the location)."""
+    from patchkit import contract as contract_mod
+    from patchkit import verify as verify_mod
+    from patchkit.drafts import final_layer_capture
+    from patchkit.registry import Registry
+    from patchkit.source import SourceTree
+
+    tree = SourceTree(release("0.33.0"))
+    checks = verify_mod.verify(tree, Registry(tree), contract_mod.detect(tree), ("Qwen3MoeForCausalLM",), ())
+    chain = next(c for c in checks if c.label.startswith("Qwen3MoeForCausalLM"))
+    assert chain.ok
+    assert final_layer_capture(chain) is True
