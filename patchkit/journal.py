@@ -652,19 +652,7 @@ class Journal:
                 restored are put back to what they were).
             Interrupted: SIGINT/SIGTERM before the journal was saved; every file was put back.
         """
-        data = {p: self.original(self._state.entries[p]) for p in paths}
-        self.preflight(list(paths))
-        current = {p: (self.site_packages / p).read_bytes() if (self.site_packages / p).is_file() else None for p in paths}
-
-        def finish() -> None:
-            for p in [*paths, *forget]:
-                self._state.entries.pop(p, None)
-
-        if not paths:
-            finish()
-            self._save_or_remove()
-            return
-        self._run("revert", [(p, current[p], data[p]) for p in paths], finish)
+        self.narrow(list(paths), {}, {}, "", forget)
 
     def narrow(self, restore: list[str], rewrite: dict[str, bytes], keep: dict[str, list[str]],
                vllm_version: str, forget: list[str] = ()) -> None:
