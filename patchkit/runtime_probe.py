@@ -31,7 +31,16 @@ Checks, each independent (facts from vLLM 0.10.2 - 0.33.0):
 4. the backbone's real (installed) ``forward`` on a tiny stand-in: cheap deterministic decoder
    layers on CPU tensors, pipeline-stage bounds that do not start at 0; each requested id must
    return the residual stream entering that layer (id n: the final output before the norm), in
-   layer order, and with no ids the return value must be exactly the unpatched result.
+   layer order, and with no ids the return value must be exactly the unpatched result;
+5. each class that holds its backbone (causal LM, multimodal wrapper): its installed ``forward``,
+   aux ids set, on a stand-in whose backbone returns a known ``(hidden, aux)`` tuple, must return
+   that tuple unchanged (same hidden states, every aux state, in layer order);
+6. vLLM's own draft loading, ``EagleProposer.load_model(target)`` (``v1/spec_decode/eagle.py``; from
+   0.2x inherited from ``llm_base_proposer.py``), on CPU with a stand-in target and a stand-in
+   draft that has no embeddings or head of its own: it must run through, and the draft must end
+   up with the target backbone's embedding and the target's head (the very objects). A crash is
+   a failed check naming the exception and the vLLM ``file:line`` it was raised at (Kimi-K2.5 on
+   0.15.1: ``get_language_model()`` returns a bare backbone, ``AttributeError`` on ``.model``).
 """
 
 from __future__ import annotations
@@ -354,10 +363,15 @@ VOCAB, WIDTH = 11, 4
 def vllm_site(frames):
     """``vllm/...py:line`` of the innermost traceback frame inside the vllm package (else the innermost)."""
     for frame in reversed(frames):
-        norm = frame.filename.replace("\\", "/")
-        if "/vllm/" in norm:
-            return "vllm/" + norm.rsplit("/vllm/", 1)[1] + f":{frame.lineno}"
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        if "/vllm/" in frame.filename.replace("\\", "/"):
+            return short(frame.filename, frame.lineno)
+    return short(frames[-1].filename, frames[-1].lineno) if frames else "?"
+
+
+def short(filename, lineno):
+    """``vllm/...py:line`` for a file inside the vllm package (else the path as given)."""
+    norm = filename.replace("\\", "/")
+    return ("vllm/" + norm.rsplit("/vllm/", 1)[1] if "/vllm/" in norm else norm) + f":{lineno}"
 
 
 def one_line(exc):
@@ -423,7 +437,7 @@ def check_load_model(classes, chains, results):
 
     proposer_cls = load(PROPOSER)
     module = sys.modules[proposer_cls.load_model.__module__]
-    where = "vllm/" + module.__file__.replace("\\", "/").rsplit("/vllm/", 1)[-1]
+    where = short(module.__file__, proposer_cls.load_model.__code__.co_firstlineno)
 
     class Draft(torch.nn.Module):
         def __init__(self):
@@ -573,7 +587,8 @@ def check_wrapper_forward(classes, chains, results):
                 problems.append(f"the aux states came back changed or reordered (expected layers {sorted(ids)} in order)")
         path = " -> ".join([cls.__name__] + [q.split(":")[1] for _, q in chain])
         results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
-                        f"{cls.__name__}.forward from {sys.modules[cls.forward.__module__].__file__}: ({path}) "
+                        f"{cls.__name__}.forward ({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
+                        f"{path}) "
                         f"returned the backbone's hidden states and aux states for ids {ids}, in layer order"})
 
 
