@@ -542,8 +542,11 @@ def check_wrapper_forward(classes, chains, results):
                 return (hidden, [aux[k] for k in requested]) if requested else hidden
 
             backbone.forward = backbone_forward
-            getattr(obj, SETTER)(ids)
-            # this check is about forward alone: whether the setter reaches the backbone is check 2
+            try:
+                getattr(obj, SETTER)(ids)
+            except Exception:  # noqa: BLE001 - whether the setter works is check 2 (run without fallbacks)
+                pass
+            # this check is about forward alone: the ids are on the backbone, however the setter fared
             backbone.aux_hidden_state_layers = ids
             modules = {sys.modules[type(h).forward.__module__] for h in holders[:-1]}
             group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1)
