@@ -25,6 +25,7 @@ pytestmark = pytest.mark.runtime
 
 VERSION = "0.16.0"
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+DEFAULT_ARCHS = ["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"]
 TOUCHED = ["vllm/config/speculative.py", DEEPSEEK, "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py"]
 
 
@@ -93,9 +94,18 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
         "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)",
+        *[f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (stand-in run)"
+          for arch in DEFAULT_ARCHS],
+        *[f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (stand-in run)"
+          for arch in DEFAULT_ARCHS],
     ]
     kimi = runtime["children"][5]
     assert kimi["detail"] == "KimiK25ForConditionalGeneration -> language_model: DeepseekV2ForCausalLM -> model: DeepseekV2Model"
+    loading = runtime["children"][-1]
+    assert loading["detail"].startswith("vllm/v1/spec_decode/eagle.py:")
+    assert "now uses the target's embed_tokens and lm_head" in loading["detail"]
+    wrapper = runtime["children"][-4]
+    assert "KimiK25ForConditionalGeneration -> DeepseekV2ForCausalLM -> DeepseekV2Model" in wrapper["detail"]
 
     code, reverted = cli.json("revert", "--python", str(vllm_python))
     assert code == 0
@@ -138,10 +148,70 @@ def test_wrong_captures_are_caught(cli, vllm_python):
             assert text.count(old) == 1, name
             target.write_text(text.replace(old, new))
             report = api.verify(install, runtime_python=vllm_python)
-            forward = report.checks[-1].children[-1]
-            assert forward.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)"
+            forward = next(c for c in report.checks[-1].children
+                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)")
             assert forward.ok is False, name
             assert expected in forward.detail, (name, forward.detail)
+    finally:
+        target.write_bytes(patched)
+    code, _ = cli.json("revert", "--python", str(vllm_python))
+    assert code == 0
+
+
+KIMI = "vllm/model_executor/models/kimi_k25.py"
+PROPOSER = "vllm/v1/spec_decode/eagle.py"
+KIMI_LOADING = "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (stand-in run)"
+KIMI_FORWARD = ("KimiK25ForConditionalGeneration.forward passes the backbone's (hidden_states, aux_hidden_states) "
+                "through unchanged (stand-in run)")
+FORWARD_END = "        return hidden_states\n\n    def compute_logits("
+# Faults written into a copy of the patched Kimi-K2.5 wrapper (then put back): (old, new, label, expected in detail).
+WRAPPER_FAULTS = {
+    # the 0.15.1 shape: get_language_model() hands the proposer the bare DeepseekV2Model
+    "bare backbone": (
+        FORWARD_END,
+        FORWARD_END.replace("    def compute_logits(",
+                            "    def get_language_model(self):\n        return self.language_model.model\n\n    def compute_logits("),
+        KIMI_LOADING,
+        "load_model raised AttributeError: Target model does not have 'model' attribute at " + PROPOSER + ":",
+    ),
+    "forward drops aux": (
+        FORWARD_END,
+        FORWARD_END.replace("return hidden_states", "return hidden_states[0] if isinstance(hidden_states, tuple) else hidden_states"),
+        KIMI_FORWARD,
+        "forward returned Tensor, not the (hidden_states, aux_hidden_states) tuple: the aux states were dropped",
+    ),
+    "forward reverses aux": (
+        FORWARD_END,
+        FORWARD_END.replace("return hidden_states", "return (hidden_states[0], hidden_states[1][::-1])"),
+        KIMI_FORWARD,
+        "the aux states came back changed or reordered",
+    ),
+}
+
+
+def test_draft_loading_and_wrapper_faults_are_caught(cli, vllm_python):
+    """vLLM's own load_model and the wrapper's forward, each broken in a copy of the patched file."""
+    install = from_python(vllm_python)
+    code, _ = cli.json("apply", "--python", str(vllm_python))
+    assert code == 0
+    target = install.site_packages / KIMI
+    patched = target.read_bytes()
+    proposer = (install.site_packages / PROPOSER).read_text().splitlines()
+    # where vLLM raises it, found independently of the probe
+    raise_line = 1 + next(i for i, line in enumerate(proposer) if "does not have 'model' attribute" in line)
+    try:
+        for name, (old, new, label, expected) in WRAPPER_FAULTS.items():
+            text = patched.decode()
+            assert text.count(old) == 1, name
+            target.write_text(text.replace(old, new))
+            report = api.verify(install, runtime_python=vllm_python)
+            check = next(c for c in report.checks[-1].children if c.label == label)
+            assert check.ok is False, (name, check.detail)
+            assert expected in check.detail, (name, check.detail)
+            if name == "bare backbone":
+                assert check.detail.endswith(f"{PROPOSER}:{raise_line}"), check.detail
+            others = [c for c in report.checks[-1].children if c.label != label]
+            assert all(c.ok for c in others), (name, [c for c in others if not c.ok])  # only that check fails
     finally:
         target.write_bytes(patched)
     code, _ = cli.json("revert", "--python", str(vllm_python))

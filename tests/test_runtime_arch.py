@@ -11,6 +11,7 @@ and after revert the same probe must fail, and revert must give the original byt
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,21 @@ def test_arch_patches_proven_at_runtime(cli, version):
             assert accept["ok"] is True, accept
             methods = by_label[f"{arch}: real EAGLE-3 methods reach the backbone"]
             assert methods["ok"] is True, methods
+        # the rest of the path: each wrapper's own forward, and vLLM's own draft loading
+        loaded = [a for a in archs if a not in unloadable]
+        wrappers = [by_label[f"{a}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
+                             "(stand-in run)"] for a in loaded if f"{a}.forward passes the backbone's (hidden_states, "
+                    "aux_hidden_states) through unchanged (stand-in run)" in by_label]
+        assert all(c["ok"] is True for c in wrappers), [c for c in wrappers if c["ok"] is not True]
+        assert len(wrappers) >= (40 if version == "0.33.0" else 4), len(wrappers)
+        loading = [by_label[f"{a}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head "
+                            "(stand-in run)"] for a in loaded]  # one for every loaded architecture
+        crashes = [c for c in loading if c["ok"] is False]
+        # a failure is vLLM's own load_model raising (a real fault of that target), never the probe's
+        assert all(re.fullmatch(r"load_model raised AttributeError: Target model does not have '(model|embed_tokens' "
+                                r"or 'embedding)' attribute at vllm/v1/spec_decode/\w+\.py:\d+", c["detail"])
+                   for c in crashes), crashes
+        assert sum(c["ok"] is True for c in loading) >= (45 if version == "0.33.0" else 4), crashes
         proven = 0
         for backbone in written_backbones:
             label = f"the installed {backbone}.forward captures the residual stream (stand-in run)"
