@@ -8,7 +8,10 @@ Nothing here writes to disk. The order of decisions for each patch is fixed:
 4. its target, through the registry (an architecture this release does not register: not applicable);
 5. its codemod's post-condition on the file as planned so far (present and journaled: already
    applied; present but not journaled: refused as a foreign edit; partial: refused), then the
-   transform, a re-parse of the result, and the post-condition again.
+   transform and the post-condition again.
+
+Once every patch ran, each changed file's code is generated (once, however many patches changed
+it) and must parse again, or every patch that changed it is refused.
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
     result.results.extend(decided)
     outcome_of: dict[str, PatchResult] = {}
     modules: dict[str, cst.Module] = {}  # relpath -> module as planned so far
-    written: dict[str, bytes] = {}  # relpath -> bytes of that module, once a patch changed it
+    written: set[str] = set()  # relpaths a patch changed (their code is generated at the end)
 
     for patch in patches:
         try:
@@ -122,7 +125,18 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
         result.results.append(pr)
         outcome_of[patch.id] = pr
 
-    for relpath, new in written.items():
+    # Each changed file's code is generated once, after its last patch (a file two patches change,
+    # deepseek_v2.py, is not generated twice), and must parse: fail closed.
+    for relpath in written:
+        new = modules[relpath].bytes
+        try:
+            ast.parse(new, filename=relpath)
+        except (SyntaxError, ValueError) as exc:
+            for pr in result.results:
+                if pr.outcome is Outcome.APPLIED and relpath in pr.files:
+                    pr.outcome = Outcome.REFUSED
+                    pr.reason = f"{relpath}: the patched file would not parse ({exc}); nothing written"
+            continue
         if new != result.originals[relpath]:
             result.changed[relpath] = new
     return result
@@ -130,7 +144,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
 
 def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
             journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
-            written: dict[str, bytes], result: Plan) -> PatchResult:
+            written: set[str], result: Plan) -> PatchResult:
     if contract.era == "A0":
         raise _Refused(
             f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
@@ -196,16 +210,11 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
         new_module = codemod.transform(module, resolved.site)
     except Refusal as exc:
         raise _Refused(f"{relpath}: {exc}") from exc
-    new_bytes = new_module.bytes
-    try:  # fail closed: what would be written must parse
-        ast.parse(new_bytes, filename=relpath)
-    except (SyntaxError, ValueError) as exc:
-        raise _Refused(f"{relpath}: the patched file would not parse ({exc}); nothing written") from exc
     after, why_after = codemod.check(new_module, resolved.site)
     if after is not Presence.PRESENT:
         raise _Refused(f"{relpath}: post-condition does not hold after the transform: {why_after}")
     modules[relpath] = new_module
-    written[relpath] = new_bytes
+    written.add(relpath)
     result.patches_by_file.setdefault(relpath, []).append(patch.id)
     return PatchResult(patch.id, Outcome.APPLIED, codemod.description, [relpath], resolved.where)
 

@@ -68,6 +68,13 @@ def _capture_final(node: cst.CSTNode) -> bool:
             and tree.only_comparison(right, cst.In, _self_attr) and tree.is_self_attr(right.left, "end_layer"))
 
 
+def _assigns_self_attr(node: cst.CSTNode) -> bool:
+    """``self.aux_hidden_state_layers = ...`` (among the targets) or ``self.aux_hidden_state_layers: T = ...``."""
+    if isinstance(node, cst.Assign):
+        return any(_self_attr(t.target) for t in node.targets)
+    return isinstance(node, cst.AnnAssign) and _self_attr(node.target)
+
+
 def _maybe_add_call(node: cst.CSTNode) -> bool:
     return tree.is_self_call(node, MAYBE_ADD)
 
@@ -152,20 +159,19 @@ class CaptureAuxHiddenStates(Codemod):
                 f"{MAYBE_ADD} calls": len(tree.find(tree.walk(forward), _maybe_add_call)) >= 2,
                 "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
             }
-            mentions = tree.find(tree.walk(forward), _named(STATES)) or tree.find(tree.walk(forward), _maybe_add_call)
+            mentions = lambda: tree.find(tree.walk(forward), _named(STATES)) or tree.find(tree.walk(forward), _maybe_add_call)  # noqa: E731
         else:
             init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
             parts = {
-                "__init__ attribute": bool(tree.find(tree.walk(init), lambda n: isinstance(n, (cst.AssignTarget, cst.AnnAssign))
-                                                     and _self_attr(n.target))),
+                "__init__ attribute": bool(tree.find(tree.statements(init), _assigns_self_attr)),
                 "capture in the layer loop": bool(tree.find(tree.statements(forward), _capture_in_loop)),
                 "final-layer capture": bool(tree.find(tree.statements(forward), _capture_final)),
                 "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
             }
-            mentions = tree.find(tree.walk(cls), _named(ATTR, STATES))
+            mentions = lambda: tree.find(tree.walk(cls), _named(ATTR, STATES))  # noqa: E731
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} captures aux hidden states"
-        if not any(parts.values()) and not mentions:
+        if not any(parts.values()) and not mentions():
             return Presence.ABSENT, f"{cls.name.value} does not capture aux hidden states"
         lack = ", ".join(k for k, v in parts.items() if not v)
         return Presence.PARTIAL, f"{cls.name.value} has an aux hidden state capture patchkit did not write (lacks {lack})"

@@ -51,6 +51,34 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(list(children(current))))
 
 
+_BODY = ("body",)
+_STATEMENT_FIELDS: dict[type, tuple[str, ...]] = {
+    cst.Module: _BODY, cst.SimpleStatementLine: _BODY, cst.IndentedBlock: _BODY, cst.SimpleStatementSuite: _BODY,
+    cst.FunctionDef: _BODY, cst.ClassDef: _BODY, cst.With: _BODY, cst.Else: _BODY, cst.Finally: _BODY,
+    cst.ExceptHandler: _BODY, cst.ExceptStarHandler: _BODY, cst.MatchCase: _BODY,
+    cst.If: ("body", "orelse"), cst.For: ("body", "orelse"), cst.While: ("body", "orelse"),
+    cst.Try: ("body", "handlers", "orelse", "finalbody"), cst.TryStar: ("body", "handlers", "orelse", "finalbody"),
+    cst.Match: ("cases",),
+}
+"""The fields of each statement-level node that hold statements, suites or clauses."""
+
+
+def _statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    names = _STATEMENT_FIELDS.get(type(node))
+    if names is None:
+        if isinstance(node, cst.BaseSmallStatement):  # holds expressions only
+            return []
+        return [c for c in children(node) if isinstance(c, _STATEMENT_PARTS)]  # a node kind not listed
+    out: list[cst.CSTNode] = []
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, (tuple, list)):
+            out.extend(value)
+    return out
+
+
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and every statement-level node under it (compound and small statements, suites,
     ``else``/``except``/``finally`` clauses), in pre-order, never descending into expressions."""
@@ -58,7 +86,7 @@ def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed([c for c in children(current) if isinstance(c, _STATEMENT_PARTS)]))
+        stack.extend(reversed(_statement_children(current)))
 
 
 def find(nodes: Iterator[cst.CSTNode], predicate: Callable[[cst.CSTNode], bool]) -> list[cst.CSTNode]:
