@@ -16,7 +16,6 @@ it) and must parse again, or every patch that changed it is refused.
 
 from __future__ import annotations
 
-import ast
 import difflib
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ from patchkit.errors import SourceError
 from patchkit.journal import Journal, sha256
 from patchkit.registry import Registry
 from patchkit.results import Outcome, PatchResult
+from patchkit import source as source_mod
 from patchkit.source import ClassRef, SourceTree
 from patchkit.spec import ClassTarget, ModuleTarget, Patch
 
@@ -130,7 +130,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
     for relpath in written:
         new = modules[relpath].bytes
         try:
-            ast.parse(new, filename=relpath)
+            source_mod.parse(new, relpath)  # remembered: the check of the planned result reads this tree
         except (SyntaxError, ValueError) as exc:
             for pr in result.results:
                 if pr.outcome is Outcome.APPLIED and relpath in pr.files:
