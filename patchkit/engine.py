@@ -139,6 +139,12 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
             continue
         if new != result.originals[relpath]:
             result.changed[relpath] = new
+    for patch in patches:  # as in step 3: a patch needing one refused here is refused too
+        pr = outcome_of[patch.id]
+        refused = [d for d in patch.requires if d in outcome_of and outcome_of[d].outcome is Outcome.REFUSED]
+        if pr.outcome is Outcome.APPLIED and refused:
+            pr.outcome = Outcome.REFUSED
+            pr.reason = f"needs {refused[0]}, which was refused"
     return result
 
 

@@ -5,7 +5,7 @@ over the whole module, rebuilding every node they pass; on ``v1/spec_decode/eagl
 ``config/speculative.py`` that was most of ``apply``'s time, and importing ``libcst.matchers``
 alone cost about 0.25 s. The helpers here read the nodes' dataclass fields directly and, where
 the wanted node is a statement, descend only through statements (a statement never sits inside
-an expression), so they visit the same nodes a full search would find, in the same order.
+an expression), so they find the same nodes a full search finds.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _fields(node: cst.CSTNode) -> tuple[str, ...]:
 
 
 def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """The direct child nodes of ``node``, in field order (the order libcst visits them in)."""
+    """The direct child nodes of ``node``, in the order of its dataclass fields."""
     for name in _fields(node):
         value = getattr(node, name)
         if isinstance(value, cst.CSTNode):
@@ -43,7 +43,8 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """``node`` and every node under it, in pre-order (the order ``libcst.matchers.findall`` returns)."""
+    """``node`` and every node under it, parents before children (children in field order, which
+    is not always source order: a class's decorators come after its body)."""
     stack = [node]
     while stack:
         current = stack.pop()
@@ -81,7 +82,7 @@ def _statement_children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and every statement-level node under it (compound and small statements, suites,
-    ``else``/``except``/``finally`` clauses), in pre-order, never descending into expressions."""
+    ``else``/``except``/``finally`` clauses), in source order, never descending into expressions."""
     stack = [node]
     while stack:
         current = stack.pop()
