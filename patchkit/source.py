@@ -9,6 +9,7 @@ found where it is defined, following ``from X import Y`` (relative or absolute) 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -42,6 +43,13 @@ def parse(source: bytes, relpath: str) -> ast.Module:
     else:
         _PARSED.move_to_end(key)
     return tree
+
+
+@functools.lru_cache(maxsize=16)
+def nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of ``tree`` in :func:`ast.walk` order, remembered for the last few trees (several
+    checks search the same large module, ``v1/spec_decode/eagle.py``, one walk serves them all)."""
+    return tuple(ast.walk(tree))
 
 
 @dataclass(frozen=True)
