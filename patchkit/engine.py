@@ -17,6 +17,7 @@ it) and must parse again, or every patch that changed it is refused.
 from __future__ import annotations
 
 import difflib
+import gc
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -108,7 +109,20 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
             :mod:`patchkit.arch_patches`); they lead the plan's results.
     Returns:
         The :class:`Plan`; ``plan.refused`` tells whether the run must write nothing.
+
+    Python's cyclic garbage collector is paused while planning and restored after (as it was).
     """
+    paused = gc.isenabled()
+    gc.disable()  # libcst builds ~10^5 short-lived acyclic nodes per file: collecting while it does cost ~0.1 s
+    try:
+        return _plan(install, tree, contract, registry, journal, patches, decided)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Registry,
+          journal: Journal, patches: list[Patch], decided: tuple[PatchResult, ...]) -> Plan:
     result = Plan()
     result.results.extend(decided)
     outcome_of: dict[str, PatchResult] = {}

@@ -120,3 +120,28 @@ def test_a_result_that_would_not_parse_refuses_every_patch_of_that_file(release,
     assert all("would not parse" in refused[p] for p in unparsed)
     assert "eagle3-kimi-k25-interface" in refused["eagle3-kimi-k25-proposer"]
     assert {f: (sp / f).read_bytes() for f in FILES} == before
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("enabled", [True, False])
+def test_planning_pauses_the_garbage_collector_and_restores_it(release, monkeypatch, enabled):
+    import gc
+
+    from patchkit.codemods.capture import CaptureAuxHiddenStates
+
+    seen: list[bool] = []
+    real = CaptureAuxHiddenStates.transform
+
+    def watching(self, module, site):
+        seen.append(gc.isenabled())
+        return real(self, module, site)
+
+    monkeypatch.setattr(CaptureAuxHiddenStates, "transform", watching)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        report = api.apply(from_site_packages(release("0.17.1")), dry_run=True)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    assert not report.refused
+    assert seen == [False]
