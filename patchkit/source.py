@@ -9,13 +9,47 @@ found where it is defined, following ``from X import Y`` (relative or absolute) 
 from __future__ import annotations
 
 import ast
+import functools
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import SourceError
 
 _MAX_IMPORT_HOPS = 8  # re-export chains in vLLM are one or two hops deep
+
+_PARSED: OrderedDict[tuple[str, bytes], ast.Module] = OrderedDict()
+_PARSED_MAX = 64  # more than the files one apply reads, twice (the planned tree and the checked one)
+
+
+def parse(source: bytes, relpath: str) -> ast.Module:
+    """``ast.parse(source, filename=relpath)``, remembered for the last few distinct files.
+
+    ``apply`` parses the same bytes in several :class:`SourceTree` views (the install as it is,
+    the planned result checked before writing); the trees are only read, never changed, so one
+    parse serves them all.
+
+    Raises:
+        SyntaxError, ValueError, UnicodeError: as :func:`ast.parse` (nothing is remembered).
+    """
+    key = (relpath, source)
+    tree = _PARSED.get(key)
+    if tree is None:
+        tree = ast.parse(source, filename=relpath)
+        _PARSED[key] = tree
+        if len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    else:
+        _PARSED.move_to_end(key)
+    return tree
+
+
+@functools.lru_cache(maxsize=16)
+def nodes(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of ``tree`` in :func:`ast.walk` order, remembered for the last few trees (several
+    checks search the same large module, ``v1/spec_decode/eagle.py``, one walk serves them all)."""
+    return tuple(ast.walk(tree))
 
 
 @dataclass(frozen=True)
@@ -120,7 +154,7 @@ class SourceTree:
             return None
         source = self.read_bytes(relpath)
         try:
-            tree = ast.parse(source, filename=relpath)
+            tree = parse(source, relpath)
         except (ValueError, UnicodeError) as exc:  # null bytes, undecodable bytes
             raise SourceError(
                 f"{relpath}: cannot be read as Python source: {exc}",

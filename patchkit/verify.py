@@ -28,7 +28,7 @@ from patchkit.contract import (
 )
 from patchkit.registry import Registry
 from patchkit.results import Check
-from patchkit.source import ClassRef, SourceTree
+from patchkit.source import ClassRef, SourceTree, nodes
 
 
 def default_architectures() -> tuple[str, ...]:
@@ -481,7 +481,7 @@ class ProposerFallback:
 
     def names(self, value: str) -> int | None:
         """Line of the first string constant equal to ``value`` (a class-name branch), or None."""
-        return next((n.lineno for n in ast.walk(self.tree) if isinstance(n, ast.Constant) and n.value == value), None)
+        return next((n.lineno for n in nodes(self.tree) if isinstance(n, ast.Constant) and n.value == value), None)
 
 
 def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
@@ -496,7 +496,7 @@ def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
         if relpath is None:
             continue
         mod = tree.module_tree(module)
-        fallback = [n for n in ast.walk(mod) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+        fallback = [n for n in nodes(mod) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
                     and n.value.attr == "image_token_index" and any(isinstance(t, ast.Attribute) and t.attr == "image_token_index" for t in n.targets)]
         if fallback:
             return ProposerFallback(relpath, mod, fallback[0].lineno)
@@ -508,7 +508,7 @@ def _proposer(tree: SourceTree) -> Check:
     found = find_proposer_fallback(tree)
     if found is None:
         return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
-    mapped = [n for n in ast.walk(found.tree) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
+    mapped = [n for n in nodes(found.tree) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
     names_kimi = found.names(KIMI_K25) is not None
     ok = bool(mapped) and names_kimi
     return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else

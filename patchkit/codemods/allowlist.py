@@ -10,24 +10,24 @@ DeepSeek-V3 text configs report ``deepseek_v3``, Kimi-K2 reports ``kimi_k2``.
 from __future__ import annotations
 
 import libcst as cst
-from libcst import matchers as m
 
+from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
 
 __all__ = ["ALLOW_LIST_MODULES", "ALLOW_LIST_NAMES", "ExtendAllowList", "admits", "find_allow_lists", "list_entries"]
 
 
-def _allow_list_matcher(names: tuple[str, ...]) -> m.Assign:
-    return m.Assign(
-        targets=[m.AssignTarget(target=m.OneOf(*(m.Name(n) for n in names)))],
-        value=m.List(elements=[m.ZeroOrMore(m.Element(value=m.SimpleString()))]),
-    )
+def _is_allow_list(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
+    return (isinstance(node, cst.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0].target, cst.Name) and node.targets[0].target.value in names
+            and isinstance(node.value, cst.List)
+            and all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in node.value.elements))
 
 
 def find_allow_lists(module: cst.Module, names: tuple[str, ...]) -> list[cst.Assign]:
-    """Every ``NAME = ["...", ...]`` assignment to one of ``names`` anywhere in ``module``."""
-    return list(m.findall(module, _allow_list_matcher(names)))  # type: ignore[arg-type]
+    """Every ``NAME = ["...", ...]`` assignment to one of ``names`` anywhere in ``module``, in source order."""
+    return tree.find(tree.statements(module), lambda n: _is_allow_list(n, names))  # type: ignore[return-value]
 
 
 def list_entries(node: cst.Assign) -> list[str]:
@@ -75,4 +75,4 @@ class ExtendAllowList(Codemod):
                     raise Refusal(f"the allow-list uses {quote} strings")
                 new = cst.Element(value=cst.SimpleString(f"{quote}{entry}{quote}"))
                 elements = insert_into_sequence(elements, len(elements), new)
-        return module.with_deep_changes(value, elements=elements)
+        return tree.replace(module, value, value.with_changes(elements=elements))  # type: ignore[return-value]

@@ -14,7 +14,6 @@ from enum import Enum
 from typing import Sequence, TypeVar
 
 import libcst as cst
-from libcst import matchers as m
 
 from patchkit.composition import Holder
 
@@ -110,7 +109,7 @@ def top_level_class(module: cst.Module, name: str) -> cst.ClassDef:
     Raises:
         Refusal: zero or several such classes.
     """
-    found = [s for s in module.body if m.matches(s, m.ClassDef(name=m.Name(name)))]
+    found = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
     return exactly_one(found, f"module-level class {name}")  # type: ignore[return-value]
 
 

@@ -28,8 +28,8 @@ before the norm):
 from __future__ import annotations
 
 import libcst as cst
-from libcst import matchers as m
 
+from patchkit.codemods import tree
 from patchkit.codemods.base import (
     Codemod,
     Presence,
@@ -50,27 +50,51 @@ RESIDUAL_STREAM = "hidden_states if residual is None else hidden_states + residu
 HIDDEN_STREAM = "hidden_states"
 """What id k captures when layers return ``hidden_states`` alone (the residual is inside the layer)."""
 
-_SELF_ATTR = m.Attribute(value=m.Name("self"), attr=m.Name(ATTR))
-_CAPTURE_IN_LOOP = m.If(
-    test=m.Comparison(comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)])
-)
-_CAPTURE_FINAL = m.If(
-    test=m.BooleanOperation(
-        left=m.Comparison(left=m.Attribute(value=m.Name("self"), attr=m.Name("end_layer"))),
-        right=m.Comparison(
-            left=m.Attribute(value=m.Name("self"), attr=m.Name("end_layer")),
-            comparisons=[m.ComparisonTarget(operator=m.In(), comparator=_SELF_ATTR)],
-        ),
-    )
-)
-_MAYBE_ADD_CALL = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name(MAYBE_ADD)))
-_RETURN_WITH_STATES = m.Return(value=m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.Element(m.Name(STATES))]))
+def _self_attr(node: object) -> bool:
+    return tree.is_self_attr(node, ATTR)
 
 
-def _layer_call(layer: str, residual: bool) -> m.Assign:
-    target = (m.Tuple(elements=[m.Element(m.Name("hidden_states")), m.Element(m.Name("residual"))])
-              if residual else m.Name("hidden_states"))
-    return m.Assign(targets=[m.AssignTarget(target=target)], value=m.Call(func=m.Name(layer)))
+def _capture_in_loop(node: cst.CSTNode) -> bool:
+    """``if <index> in self.aux_hidden_state_layers:``"""
+    return isinstance(node, cst.If) and tree.only_comparison(node.test, cst.In, _self_attr)
+
+
+def _capture_final(node: cst.CSTNode) -> bool:
+    """``if self.end_layer ... and self.end_layer in self.aux_hidden_state_layers:``"""
+    if not isinstance(node, cst.If) or not isinstance(node.test, cst.BooleanOperation):
+        return False
+    left, right = node.test.left, node.test.right
+    return (isinstance(left, cst.Comparison) and tree.is_self_attr(left.left, "end_layer")
+            and tree.only_comparison(right, cst.In, _self_attr) and tree.is_self_attr(right.left, "end_layer"))
+
+
+def _assigns_self_attr(node: cst.CSTNode) -> bool:
+    """``self.aux_hidden_state_layers = ...`` (among the targets) or ``self.aux_hidden_state_layers: T = ...``."""
+    if isinstance(node, cst.Assign):
+        return any(_self_attr(t.target) for t in node.targets)
+    return isinstance(node, cst.AnnAssign) and _self_attr(node.target)
+
+
+def _maybe_add_call(node: cst.CSTNode) -> bool:
+    return tree.is_self_call(node, MAYBE_ADD)
+
+
+def _return_with_states(node: cst.CSTNode) -> bool:
+    """``return hidden_states, aux_hidden_states``"""
+    return isinstance(node, cst.Return) and tree.names_tuple(node.value, "hidden_states", STATES)
+
+
+def _layer_call(node: cst.CSTNode, layer: str, residual: bool) -> bool:
+    """``hidden_states, residual = <layer>(...)`` (``hidden_states = <layer>(...)`` without ``residual``)."""
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1
+            and isinstance(node.value, cst.Call) and tree.is_name(node.value.func, layer)):
+        return False
+    target = node.targets[0].target
+    return tree.names_tuple(target, "hidden_states", "residual") if residual else tree.is_name(target, "hidden_states")
+
+
+def _named(*names: str):
+    return lambda node: isinstance(node, cst.Name) and node.value in names
 
 
 def _read_loop(forward: cst.FunctionDef):
@@ -131,23 +155,23 @@ class CaptureAuxHiddenStates(Codemod):
         forward = exactly_one(method_of(cls, "forward"), f"forward in {cls.name.value}")
         if self.form == "mixin":
             parts = {
-                f"{MIXIN} base": any(m.matches(a.value, m.Name(MIXIN)) for a in cls.bases),
-                f"{MAYBE_ADD} calls": len(m.findall(forward, _MAYBE_ADD_CALL)) >= 2,
-                "(hidden_states, aux_hidden_states) return": bool(m.findall(forward, _RETURN_WITH_STATES)),
+                f"{MIXIN} base": any(tree.is_name(a.value, MIXIN) for a in cls.bases),
+                f"{MAYBE_ADD} calls": len(tree.find(tree.walk(forward), _maybe_add_call)) >= 2,
+                "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
             }
-            mentions = m.findall(forward, m.Name(STATES)) or m.findall(forward, _MAYBE_ADD_CALL)
+            mentions = lambda: tree.find(tree.walk(forward), _named(STATES)) or tree.find(tree.walk(forward), _maybe_add_call)  # noqa: E731
         else:
             init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
             parts = {
-                "__init__ attribute": bool(m.findall(init, m.AssignTarget(target=_SELF_ATTR)) or m.findall(init, m.AnnAssign(target=_SELF_ATTR))),
-                "capture in the layer loop": bool(m.findall(forward, _CAPTURE_IN_LOOP)),
-                "final-layer capture": bool(m.findall(forward, _CAPTURE_FINAL)),
-                "(hidden_states, aux_hidden_states) return": bool(m.findall(forward, _RETURN_WITH_STATES)),
+                "__init__ attribute": bool(tree.find(tree.statements(init), _assigns_self_attr)),
+                "capture in the layer loop": bool(tree.find(tree.statements(forward), _capture_in_loop)),
+                "final-layer capture": bool(tree.find(tree.statements(forward), _capture_final)),
+                "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
             }
-            mentions = m.findall(cls, m.Name(ATTR) | m.Name(STATES))
+            mentions = lambda: tree.find(tree.walk(cls), _named(ATTR, STATES))  # noqa: E731
         if all(parts.values()):
             return Presence.PRESENT, f"{cls.name.value} captures aux hidden states"
-        if not any(parts.values()) and not mentions:
+        if not any(parts.values()) and not mentions():
             return Presence.ABSENT, f"{cls.name.value} does not capture aux hidden states"
         lack = ", ".join(k for k, v in parts.items() if not v)
         return Presence.PARTIAL, f"{cls.name.value} has an aux hidden state capture patchkit did not write (lacks {lack})"
@@ -156,7 +180,7 @@ class CaptureAuxHiddenStates(Codemod):
         cls = top_level_class(module, _class_name(site))
         forward = exactly_one(method_of(cls, "forward"), f"forward in {cls.name.value}")
         for name in (INDEX, STATES):
-            if m.findall(forward, m.Name(name)):
+            if tree.find(tree.walk(forward), _named(name)):
                 raise Refusal(f"{cls.name.value}.forward already uses the name {name}")
         new_forward = forward.with_changes(body=forward.body.with_changes(body=self._forward_body(forward)))
         if self.form == "mixin":
@@ -164,7 +188,7 @@ class CaptureAuxHiddenStates(Codemod):
 
             body = [new_forward if s is forward else s for s in cls.body.body]
             new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
-            if not any(m.matches(a.value, m.Name(MIXIN)) for a in cls.bases):
+            if not any(tree.is_name(a.value, MIXIN) for a in cls.bases):
                 if not cls.bases:
                     raise Refusal(f"class {cls.name.value} has no bases to extend")
                 new_cls = new_cls.with_changes(
@@ -190,15 +214,17 @@ class CaptureAuxHiddenStates(Codemod):
         if form.captures:
             raise Refusal(f"{forward.name.value} already captures aux hidden states")
         at_call = form.call_at
-        returns = [i for i, s in enumerate(body) if m.matches(s, m.SimpleStatementLine(body=[m.Return(value=m.Name("hidden_states"))]))]
+        returns = [i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                   and isinstance(s.body[0], cst.Return) and tree.is_name(s.body[0].value, "hidden_states")]
         at_return = exactly_one(returns, "top-level 'return hidden_states' in forward")
         at_loop = body.index(loop)
         if at_return < at_loop:
             raise Refusal("the final 'return hidden_states' comes before the decoder-layer loop")
         index = form.index or INDEX
         loop_body = list(loop.body.body)
-        if len(loop_body) <= at_call or not m.matches(loop_body[at_call], m.SimpleStatementLine(
-                body=[_layer_call(form.layer, form.tuple_target)])):
+        if len(loop_body) <= at_call or not (
+                isinstance(loop_body[at_call], cst.SimpleStatementLine) and len(loop_body[at_call].body) == 1
+                and _layer_call(loop_body[at_call].body[0], form.layer, form.tuple_target)):
             raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
         if self.form == "inline":
             loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))

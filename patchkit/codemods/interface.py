@@ -14,7 +14,6 @@ The method bodies depend on what the class holds (see :class:`~patchkit.codemods
 from __future__ import annotations
 
 import libcst as cst
-from libcst import matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from patchkit.codemods.base import (
@@ -196,7 +195,7 @@ def _new_import(module: cst.Module, name: str) -> cst.Module:
 
 
 def _has_base(cls: cst.ClassDef) -> bool:
-    return any(m.matches(arg.value, m.Name(PROTOCOL)) for arg in cls.bases)
+    return any(isinstance(arg.value, cst.Name) and arg.value.value == PROTOCOL for arg in cls.bases)
 
 
 def _add_base(cls: cst.ClassDef) -> cst.ClassDef:

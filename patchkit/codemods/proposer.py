@@ -12,25 +12,29 @@ adds the same branch, reusing the chain's own comparison expression.
 from __future__ import annotations
 
 import libcst as cst
-from libcst import matchers as m
 
+from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one
 
-_GET_MODEL_NAME = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("get_model_name")))
+
+def _branch_for(model_name: str):
+    """Predicate: an ``if``/``elif`` whose test is ``self.get_model_name(...) == "<model_name>"``."""
+
+    def named(node: object) -> bool:
+        return isinstance(node, cst.SimpleString) and node.value.strip("\"'") == model_name
+
+    def branch(node: cst.CSTNode) -> bool:
+        return (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison)
+                and tree.is_self_call(node.test.left, "get_model_name")
+                and tree.only_comparison(node.test, cst.Equal, named))
+
+    return branch
 
 
-def _branch_for(model_name: str) -> m.If:
-    return m.If(
-        test=m.Comparison(
-            left=_GET_MODEL_NAME,
-            comparisons=[
-                m.ComparisonTarget(
-                    operator=m.Equal(),
-                    comparator=m.SimpleString(value=m.MatchIfTrue(lambda v: v.strip("\"'") == model_name)),
-                )
-            ],
-        )
-    )
+def _token_fallback(node: cst.CSTNode) -> bool:
+    """An assignment ``... = <expr>.image_token_index``."""
+    return (isinstance(node, cst.Assign) and isinstance(node.value, cst.Attribute)
+            and tree.is_name(node.value.attr, "image_token_index"))
 
 
 class AddModelNameBranch(Codemod):
@@ -53,20 +57,18 @@ class AddModelNameBranch(Codemod):
         self.options = {"model": model, "after": after, "attribute": attribute, "patch_id": patch_id}
 
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
-        if m.findall(module, _branch_for(self.model)):
+        if tree.find(tree.statements(module), _branch_for(self.model)):
             return Presence.PRESENT, f"the proposer has a branch for {self.model}"
         return Presence.ABSENT, f"the proposer has no branch for {self.model}"
 
     def transform(self, module: cst.Module, site: Site) -> cst.Module:
         anchor = exactly_one(
-            list(m.findall(module, _branch_for(self.after))),  # type: ignore[arg-type]
+            tree.find(tree.statements(module), _branch_for(self.after)),
             f"'self.get_model_name(...) == \"{self.after}\"' branch",
         )
         assert isinstance(anchor, cst.If)
         fallback = anchor.orelse
-        if not isinstance(fallback, cst.Else) or not m.findall(
-            fallback, m.Assign(value=m.Attribute(attr=m.Name("image_token_index")))
-        ):
+        if not isinstance(fallback, cst.Else) or not tree.find(tree.statements(fallback), _token_fallback):
             raise Refusal(f"the {self.after} branch is not followed by the 'else: ... image_token_index' fallback")
         comparison = anchor.test
         assert isinstance(comparison, cst.Comparison)
@@ -85,4 +87,4 @@ class AddModelNameBranch(Codemod):
         )
         assert isinstance(snippet, cst.If) and isinstance(snippet.orelse, cst.If)
         branch = snippet.orelse.with_changes(test=test, orelse=fallback)
-        return module.with_deep_changes(anchor, orelse=branch)
+        return tree.replace(module, anchor, anchor.with_changes(orelse=branch))  # type: ignore[return-value]
