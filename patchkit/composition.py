@@ -16,6 +16,7 @@ or a registry call resolved through :class:`~patchkit.registry.Registry`.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 from patchkit.registry import Registry
@@ -75,11 +76,7 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
         raise CompositionError(f"{owner.name} has no __init__ in its vLLM bases")
     init_owner, init = found
     results: list[HeldClass] = []
-    for node in ast.walk(init):
-        if not isinstance(node, ast.Assign):
-            continue
-        if not any(self_attr(t) == attr for t in node.targets):
-            continue
+    for node in self_assignments(init).get(attr, ()):
         if not isinstance(node.value, ast.Call):
             continue
         results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner))
@@ -90,6 +87,42 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
         names = ", ".join(sorted(c.name for c in distinct))
         raise CompositionError(f"self.{attr} is assigned different classes ({names}) in {init_owner.name}.__init__")
     return results[0]
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def statements(node: ast.AST) -> list[ast.AST]:
+    """Every statement nested in ``node``'s bodies (``if``/``for``/``with``/``try``/``match`` arms and
+    nested functions), breadth first like :func:`ast.walk`; expressions are not entered."""
+    out: list[ast.AST] = []
+    todo = [node]
+    while todo:
+        current = todo.pop(0)
+        for name in _BODIES:
+            for child in getattr(current, name, ()) or ():
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def self_assignments(fn: ast.AST) -> dict[str, tuple[ast.Assign, ...]]:
+    """The ``self.X = ...`` statements of ``fn`` by ``X``, in :func:`ast.walk` order (remembered per
+    function: the composition resolver and the shape reader ask about the same ``__init__`` often)."""
+    out: dict[str, list[ast.Assign]] = {}
+    for node in statements(fn):
+        if isinstance(node, ast.Assign):
+            for name in dict.fromkeys(self_attr(t) for t in node.targets):
+                if name is not None:
+                    out.setdefault(name, []).append(node)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+@functools.lru_cache(maxsize=8192)
+def self_mentions(node: ast.AST) -> frozenset[str]:
+    """Every ``X`` of an expression ``self.X`` anywhere in ``node`` (remembered per node)."""
+    return frozenset(filter(None, (self_attr(n) for n in ast.walk(node) if isinstance(n, ast.Attribute))))
 
 
 def self_attr(node: ast.expr) -> str | None:

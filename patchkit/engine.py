@@ -16,6 +16,7 @@ it) and must parse again, or every patch that changed it is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gc
 from dataclasses import dataclass, field
@@ -146,10 +147,9 @@ def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Regi
         try:
             source_mod.parse(new, relpath)  # remembered: the check of the planned result reads this tree
         except (SyntaxError, ValueError) as exc:
-            for pr in result.results:
+            for pr in list(result.results):
                 if pr.outcome is Outcome.APPLIED and relpath in pr.files:
-                    pr.outcome = Outcome.REFUSED
-                    pr.reason = f"{relpath}: the patched file would not parse ({exc}); nothing written"
+                    _replan(result, outcome_of, pr, f"{relpath}: the patched file would not parse ({exc}); nothing written")
             continue
         if new != result.originals[relpath]:
             result.changed[relpath] = new
@@ -157,9 +157,16 @@ def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Regi
         pr = outcome_of[patch.id]
         refused = [d for d in patch.requires if d in outcome_of and outcome_of[d].outcome is Outcome.REFUSED]
         if pr.outcome is Outcome.APPLIED and refused:
-            pr.outcome = Outcome.REFUSED
-            pr.reason = f"needs {refused[0]}, which was refused"
+            _replan(result, outcome_of, pr, f"needs {refused[0]}, which was refused")
     return result
+
+
+def _replan(result: Plan, outcome_of: dict[str, PatchResult], planned: PatchResult, reason: str) -> None:
+    """Planning found, after the fact, that ``planned`` cannot be written: it is refused (a new,
+    frozen result takes its place in the plan)."""
+    refused = dataclasses.replace(planned, outcome=Outcome.REFUSED, reason=reason)
+    result.results[result.results.index(planned)] = refused
+    outcome_of[planned.id] = refused
 
 
 def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,

@@ -22,13 +22,14 @@ Shapes (each read from the release's own files, vLLM 0.10.2 - 0.33.0):
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
+from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of
 from patchkit.contract import ATTR, MAYBE_ADD, Contract
 from patchkit.registry import Registry
-from patchkit.source import ClassRef, SourceTree
+from patchkit.source import ClassRef, SourceTree, nodes
 
 
 class Shape(Enum):
@@ -113,6 +114,7 @@ class ArchShape:
     location: str | None = None
 
 
+@functools.lru_cache(maxsize=1024)
 def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
 
@@ -125,6 +127,7 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
 
     Returns:
         A :class:`Loop`, or a one-line reason (several loops, no layer call, another call shape).
+        Remembered per ``forward`` node (scan, the codemods and verify read the same loops).
     """
     loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
     if len(loops) != 1:
@@ -133,8 +136,8 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
             return "its decoder-layer loop is nested inside another statement"
         return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
     loop = loops[0]
-    captures = any(_mentions_self(n, ATTR) for n in ast.walk(forward)) or any(
-        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward))
+    captures = _mentions_self(forward, ATTR) or any(
+        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in nodes(forward))
     form = _loop_form(loop)
     if isinstance(form, str):
         if captures:
@@ -400,9 +403,10 @@ def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str
     found = tree.find_member(cls, "__init__")
     if found is None:
         return None
-    for node in ast.walk(found[1]):
-        if (isinstance(node, ast.Assign) and any(self_attr(t) == attr for t in node.targets)
-                and isinstance(node.value, ast.Call)):
+    from patchkit.composition import self_assignments
+
+    for node in self_assignments(found[1]).get(attr, ()):
+        if isinstance(node.value, ast.Call):
             func = node.value.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
             if name != REGISTRY_BUILDER:
@@ -416,4 +420,6 @@ def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str
 
 
 def _mentions_self(node: ast.AST, attr: str) -> bool:
-    return any(self_attr(n) == attr for n in ast.walk(node) if isinstance(n, ast.Attribute))
+    from patchkit.composition import self_mentions
+
+    return attr in self_mentions(node)

@@ -109,6 +109,8 @@ class SourceTree:
         self._overrides = dict(overrides or {})
         self._modules: dict[str, _Module | None] = {}
         self._relpaths: dict[str, str | None] = {}
+        self._bases: dict[ClassRef, tuple[ClassRef | str, ...]] = {}
+        self._mros: dict[ClassRef, tuple[ClassRef, ...]] = {}
 
     # -- files and modules -------------------------------------------------------------
 
@@ -287,13 +289,18 @@ class SourceTree:
         return None
 
     def bases(self, ref: ClassRef) -> list[ClassRef | str]:
-        """The bases of ``ref`` in order: a :class:`ClassRef` where it is a vLLM class, else its source text."""
-        node = self.class_node(ref)
-        out: list[ClassRef | str] = []
-        for base in node.bases:
-            found = self.resolve_expr(ref.module, base)
-            out.append(found if isinstance(found, ClassRef) else ast.unparse(base))
-        return out
+        """The bases of ``ref`` in order: a :class:`ClassRef` where it is a vLLM class, else its source text.
+
+        Resolved once per class and tree (a tree's files do not change).
+        """
+        if ref not in self._bases:
+            node = self.class_node(ref)
+            out: list[ClassRef | str] = []
+            for base in node.bases:
+                found = self.resolve_expr(ref.module, base)
+                out.append(found if isinstance(found, ClassRef) else ast.unparse(base))
+            self._bases[ref] = tuple(out)
+        return list(self._bases[ref])
 
     def mro(self, ref: ClassRef) -> list[ClassRef]:
         """The method resolution order of ``ref`` restricted to vLLM classes (C3 linearization).
@@ -301,7 +308,9 @@ class SourceTree:
         External bases (torch, typing) are left out; they define none of the members patchkit
         checks. Falls back to a depth-first order if C3 has no solution for the vLLM part.
         """
-        return _c3(ref, lambda r: [b for b in self.bases(r) if isinstance(b, ClassRef)])
+        if ref not in self._mros:
+            self._mros[ref] = tuple(_c3(ref, lambda r: [b for b in self.bases(r) if isinstance(b, ClassRef)]))
+        return list(self._mros[ref])
 
     def method(self, ref: ClassRef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The function ``name`` defined directly in the body of class ``ref``, or None."""
