@@ -17,6 +17,7 @@ Per era (:mod:`patchkit.contract`):
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,12 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
+from patchkit.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, EMBEDDING_NAMES, GETTER_A1, GETTER_A2,
+                               Contract, admits)
 from patchkit.errors import UsageError
 from patchkit.registry import Registry
 from patchkit.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
-from patchkit.source import SourceTree
+from patchkit.source import ClassRef, SourceTree
 from patchkit.spec import ClassTarget, Family, ModuleTarget, Patch
 
 
@@ -115,17 +117,69 @@ def allowlist_id(model_type: str) -> str:
     return f"eagle3:allowlist:{model_type}"
 
 
+def alias_id(backbone: str) -> str:
+    """Patch id of the embedding alias on backbone class ``backbone``."""
+    return f"eagle3:{backbone}:embedding-alias"
+
+
 def parse_id(patch_id: str) -> tuple[str, str] | None:
-    """``("capture", backbone)``, ``("interface", cls)`` or ``("allowlist", model_type)`` for an id
-    made by :func:`capture_id`, :func:`interface_id` or :func:`allowlist_id`; None for any other id."""
+    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)`` or
+    ``("allowlist", model_type)`` for an id made by :func:`capture_id`, :func:`interface_id`,
+    :func:`alias_id` or :func:`allowlist_id`; None for any other id."""
     parts = patch_id.split(":", 2)
     if len(parts) != 3 or parts[0] != "eagle3":
         return None
     if parts[1] == "allowlist":
         return "allowlist", parts[2]
-    if parts[2] in ("capture", "interface"):
+    if parts[2] in ("capture", "interface", "embedding-alias"):
         return parts[2], parts[1]
     return None
+
+
+def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef, str] | None:
+    """The class defining ``backbone``'s ``__init__`` and the attribute holding its embedding, when
+    vLLM's EAGLE proposer would not find it (:data:`patchkit.contract.EMBEDDING_NAMES`); None when it would.
+
+    The embedding is the first ``self.X = <...Embedding>(...)`` of that ``__init__`` (vLLM 0.33.0
+    ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
+
+    Raises:
+        _Refuse: the proposer finds no embedding and the backbone holds none patchkit can name.
+    """
+    from patchkit.composition import self_assignments
+
+    if any(tree.find_member(backbone, name) is not None for name in EMBEDDING_NAMES):
+        return None
+    found = tree.find_member(backbone, "__init__")
+    if found is None:
+        return None
+    owner, init = found
+    assigned = self_assignments(init)
+    if any(name in assigned for name in EMBEDDING_NAMES):
+        return None
+    for attr, nodes in assigned.items():
+        for node in nodes:
+            func = node.value.func if isinstance(node.value, ast.Call) else None
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name.endswith("Embedding"):
+                return owner, attr
+    raise _Refuse(f"{backbone.name} has no {' or '.join(EMBEDDING_NAMES)}, and no embedding patchkit can name: "
+                  "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
+
+
+def _alias(arch: str, backbone: ClassRef, attribute: str) -> Patch:
+    pid = alias_id(backbone.name)
+    return Patch(
+        id=pid,
+        summary=f"{backbone.name}.{EMBEDDING_NAMES[0]} names its {attribute}",
+        why=(f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(EMBEDDING_NAMES)} when it loads any "
+             f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}."),
+        reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="__init__"),
+        codemod=CodemodRef.of("embedding-alias", alias=EMBEDDING_NAMES[0], attribute=attribute, patch_id=pid),
+        architectures=(arch,),
+    )
 
 
 def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
@@ -178,6 +232,14 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
     a1 = contract.patchable
     out: list[Patch] = []
     requires: list[str] = []
+    if shape.backbone is not None and shape.shape is not Shape.WRAPPER_ONLY:
+        try:
+            embedding = embedding_attribute(tree, shape.backbone)
+        except _Refuse as exc:
+            raise _Refuse(f"{arch}: {exc}") from None
+        if embedding is not None:
+            out.append(_alias(arch, *embedding))
+            requires.append(out[-1].id)
     if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
         if shape.backbone is None:
             raise _Refuse(f"{arch}: {shape.reason}")

@@ -199,3 +199,24 @@ def test_a2_inline_capturing_backbone_gets_its_own_methods(release, cli):
     assert "self.model.aux_hidden_state_layers = layers" in text
     code, verified = cli.json("verify", "--site-packages", str(sp), "--arch", "Qwen3NextForCausalLM")
     assert code == 0, verified["missing"]
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
+def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release, version):
+    """Bailing MoE's backbone calls its embedding word_embeddings; vLLM's EAGLE proposer reads
+    .embed_tokens (or .embedding) and raises AttributeError when it loads any draft."""
+    import ast as ast_mod
+
+    sp = release(version)
+    install = from_site_packages(sp)
+    report = api.apply(install, request=api.Request(("BailingMoeForCausalLM", "Glm4MoeForCausalLM")))
+    assert report.written, [(p.id, p.outcome.value, p.reason) for p in report.patches]
+    ids = [p.id for p in report.patches]
+    assert "eagle3:BailingMoeModel:embedding-alias" in ids
+    assert not any(i.endswith(":embedding-alias") and "Glm4" in i for i in ids)  # it has embed_tokens
+    module = ast_mod.parse((sp / "vllm/model_executor/models/bailing_moe.py").read_bytes())
+    backbone = next(n for n in module.body if isinstance(n, ast_mod.ClassDef) and n.name == "BailingMoeModel")
+    prop = [f for f in backbone.body if isinstance(f, ast_mod.FunctionDef) and f.name == "embed_tokens"]
+    assert len(prop) == 1 and ast_mod.unparse(prop[0].body[-1]) == "return self.word_embeddings"
+    assert api.verify(install, request=api.Request(("BailingMoeForCausalLM",))).ok
+    api.revert(install)

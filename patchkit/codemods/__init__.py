@@ -80,6 +80,12 @@ CATALOGUE: dict[str, Kind] = {
         lambda o: f"exactly one assignment '{' or '.join(o['names'])} = [\"...\", ...]' (a list of string literals)",
         "Add model types to the EAGLE-3 start-up allow-list of the speculative config.",
     ),
+    "embedding-alias": Kind(
+        "patchkit.codemods.alias", "AddEmbeddingAlias",
+        "a read-only property naming the backbone's embedding the way vLLM's EAGLE proposer reads it",
+        lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
+        "Let vLLM's EAGLE proposer find a backbone's embedding under the name it reads (embed_tokens).",
+    ),
     "proposer-branch": Kind(
         "patchkit.codemods.proposer", "AddModelNameBranch",
         "elif branch in the EAGLE proposer's image-token mapping",
