@@ -58,6 +58,24 @@ GETTER = "get_eagle3_aux_hidden_state_layers"
 NUM_LAYERS = 61  # DeepSeek-V3 / Kimi-K2: default ids (2, 30, 58)
 
 
+def call_backbone(cls, obj, positions, tensors, embeds):
+    """``cls.forward(obj, ...)`` with vLLM's backbone arguments, by the names this forward uses
+    (``positions`` or ``position_ids``: 0.33.0 ``bailing_moe.py``)."""
+    import inspect
+
+    kwargs = {}
+    for name in list(inspect.signature(cls.forward).parameters)[1:]:
+        if name == "input_ids":
+            kwargs[name] = None
+        elif name.startswith("position"):
+            kwargs[name] = positions
+        elif name == "intermediate_tensors":
+            kwargs[name] = tensors
+        elif name == "inputs_embeds":
+            kwargs[name] = embeds
+    return cls.forward(obj, **kwargs)
+
+
 def load(qualified: str):
     module, _, name = qualified.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -250,7 +268,12 @@ def check_forward(backbone_name, results, residual_layers=True):
             super().__init__()
             self.i = i
 
-        def forward(self, positions, hidden_states, residual=None, *args, **kwargs):
+        def forward(self, *args, **kwargs):
+            # layers are called (positions, hidden_states, residual) or (hidden_states, position_ids,
+            # residual) (bailing_moe.py), positionally or by name: the streams are the 2-D float tensors
+            floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() == 2]
+            hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else floats.pop(0)
+            residual = kwargs["residual"] if "residual" in kwargs else (floats[0] if floats else None)
             entering = hidden_states if residual is None or not residual_layers else hidden_states + residual
             if not residual_layers:
                 out = hidden_states * (self.i + 2) + 0.25 * self.i
@@ -295,11 +318,11 @@ def check_forward(backbone_name, results, residual_layers=True):
         module.get_pp_group = lambda: group
         try:
             if first:
-                out = cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=None, inputs_embeds=h0.clone())
+                out = call_backbone(cls, obj, positions, None, h0.clone())
             else:
                 tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()} if residual_layers
                                               else {"hidden_states": h0.clone()})
-                out = cls.forward(obj, input_ids=None, positions=positions, intermediate_tensors=tensors, inputs_embeds=None)
+                out = call_backbone(cls, obj, positions, tensors, None)
         finally:
             module.get_pp_group = saved
         streams = {i: entering for i, entering, _ in log}
