@@ -153,16 +153,18 @@ def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef,
     found = tree.find_member(backbone, "__init__")
     if found is None:
         return None
-    owner, init = found
-    assigned = self_assignments(init)
-    if any(name in assigned for name in EMBEDDING_NAMES):
+    # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
+    inits = [(cls, tree.method(cls, "__init__")) for cls in tree.mro(backbone)]
+    assigned = [(cls, self_assignments(init)) for cls, init in inits if init is not None]
+    if any(name in names for _, names in assigned for name in EMBEDDING_NAMES):
         return None
-    for attr, nodes in assigned.items():
-        for node in nodes:
-            func = node.value.func if isinstance(node.value, ast.Call) else None
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name.endswith("Embedding"):
-                return owner, attr
+    for _, names in assigned:
+        for attr, nodes in names.items():
+            for node in nodes:
+                func = node.value.func if isinstance(node.value, ast.Call) else None
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name.endswith("Embedding"):
+                    return found[0], attr
     raise _Refuse(f"{backbone.name} has no {' or '.join(EMBEDDING_NAMES)}, and no embedding patchkit can name: "
                   "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
 
