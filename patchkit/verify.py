@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit import loadpath
+from patchkit import loadpath, platforms, proposer_paths
 from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
 from patchkit.contract import (
     ALLOW_LIST_MODULES,
@@ -52,7 +52,7 @@ FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,
            architectures: tuple[str, ...] | None = None,
-           model_types: tuple[str, ...] | None = None) -> list[Check]:
+           model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
     Args:
@@ -60,6 +60,9 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         architectures: the registry names to check (default: :func:`default_architectures`).
         model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit
             (default: :data:`TEXT_MODEL_TYPES`).
+        requested: architectures the user asked for (``--arch`` / ``--model``): one that patchkit
+            does not serve on this release fails, with the broken link (:mod:`patchkit.proposer_paths`);
+            in the default set it is shown as not supported.
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
         the proposer.
@@ -76,6 +79,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     ]
     if contract.protocol is None:
         return checks
+    derivation = proposer_paths.derive(tree)
     unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
@@ -87,10 +91,16 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
             continue
         fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
-            checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
+            node = Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at)
+            if arch in requested:  # asked for: it cannot work here; the broken link says where
+                node.ok, node.children = False, [proposer_paths.link_check(tree, registry, resolution.cls, derivation)]
+            checks.append(node)
             unloadable.add(arch)
             continue
         node = _model(tree, registry, contract, resolution.cls, set())
+        node.children.append(proposer_paths.link_check(tree, registry, resolution.cls, derivation))
+        node.children.extend(platforms.branch_checks(tree, registry, contract, resolution))
+        node.ok = not any(c.failures() for c in node.children)
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
