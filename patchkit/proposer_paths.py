@@ -46,6 +46,8 @@ GETTER = "get_language_model"
 MULTIMODAL_PROTOCOL = "SupportsMultiModal"
 IMAGE_TOKEN_FIELD = "image_token_index"
 """The draft config field the proposer sets from the target's config."""
+CONFIGS_PACKAGE = "vllm.transformers_utils.configs"
+"""Package of vLLM's own Hugging Face config classes (a target's ``config`` class when vLLM ships it)."""
 WORKER_PACKAGE = "vllm/v1/worker"
 """Folder of vLLM's model runners (where the aux ids are set on the target)."""
 _DELEGATION_DEPTH = 3
@@ -562,16 +564,33 @@ def _image_token_check(tree: SourceTree, cls: ClassRef, d: Derivation) -> Check:
 
 
 def _config_class(tree: SourceTree, cls: ClassRef) -> ClassRef | None:
-    """The vLLM config class ``cls``'s module imports from ``vllm.transformers_utils.configs`` (exactly one)."""
+    """The vLLM config class ``cls``'s module imports from ``vllm.transformers_utils.configs`` (exactly one).
+
+    That package re-exports its classes lazily from vLLM 0.16.0 (``_CLASS_TO_MODULE = {"KimiK25Config":
+    "vllm.transformers_utils.configs.kimi_k25", ...}`` read by a module ``__getattr__``): a name the
+    import does not resolve is looked up in such a module-level ``{name: module}`` dict literal.
+    """
     module = tree.module_tree(cls.module)
     found: set[ClassRef] = set()
     for node in module.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vllm.transformers_utils.configs"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(CONFIGS_PACKAGE):
             for alias in node.names:
-                ref = tree.find_class(cls.module, alias.asname or alias.name)
-                if ref is not None and ref.name.endswith("Config") and ref.module.startswith("vllm.transformers_utils"):
+                ref = tree.find_class(cls.module, alias.asname or alias.name) or _lazy_export(tree, node.module, alias.name)
+                if ref is not None and ref.module.startswith(CONFIGS_PACKAGE):
                     found.add(ref)
     return found.pop() if len(found) == 1 else None
+
+
+def _lazy_export(tree: SourceTree, package: str, name: str) -> ClassRef | None:
+    if not tree.has_module(package):
+        return None
+    for node in tree.module_tree(package).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Dict):
+            for k, v in zip(value.keys, value.values):
+                if k is not None and _const_str(k) == name and _const_str(v):
+                    return tree.find_class(_const_str(v), name)
+    return None
 
 
 __all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive", "is_multimodal", "language_model_attr",

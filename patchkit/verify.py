@@ -5,8 +5,11 @@ through imports (not text): from each registry architecture (``DeepseekV2ForCaus
 ``DeepseekV3ForCausalLM``, ``KimiK25ForConditionalGeneration``) to its class, ``SupportsEagle3``
 in its MRO, real (non-stub) ``set_aux_hidden_state_layers`` and getter, what the setter reaches
 (``self.language_model`` -> ``DeepseekV2ForCausalLM`` -> ``self.model`` -> ``DeepseekV2Model``)
-and, at the end, the backbone's ``forward`` capture. It also checks the start-up allow-list and
-the proposer's Kimi-K2.5 branch. Each node carries ``file:line`` evidence.
+and, at the end, the backbone's ``forward`` capture; then every path vLLM's runner and EAGLE proposer
+take through the class, derived from the release's code (:mod:`patchkit.proposer_paths`: aux-id
+getter, ``get_language_model()``, ``.model``, ``embed_tokens``/``lm_head`` sharing, the image-token
+field), and every per-platform branch of its registry name (:mod:`patchkit.platforms`). It also
+checks the start-up allow-list. Each node carries ``file:line`` evidence.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ def default_architectures() -> tuple[str, ...]:
 
 TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 """``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
-KIMI_K25 = "KimiK25ForConditionalGeneration"
 PROPOSER_PACKAGE = "vllm.v1.spec_decode"
 PROPOSER_MODULES = ("eagle", "llm_base_proposer")
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
@@ -80,7 +82,6 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     if contract.protocol is None:
         return checks
     derivation = proposer_paths.derive(tree)
-    unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:
@@ -95,7 +96,6 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
             if arch in requested:  # asked for: it cannot work here; the broken link says where
                 node.ok, node.children = False, [proposer_paths.link_check(tree, registry, resolution.cls, derivation)]
             checks.append(node)
-            unloadable.add(arch)
             continue
         node = _model(tree, registry, contract, resolution.cls, set())
         node.children.append(proposer_paths.link_check(tree, registry, resolution.cls, derivation))
@@ -104,9 +104,6 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
-    if (registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures())
-            and KIMI_K25 not in unloadable):
-        checks.append(_proposer(tree))
     return checks
 
 
@@ -506,16 +503,3 @@ def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
         if fallback:
             return ProposerFallback(relpath, mod, fallback[0].lineno)
     return None
-
-
-def _proposer(tree: SourceTree) -> Check:
-    label = "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id"
-    found = find_proposer_fallback(tree)
-    if found is None:
-        return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
-    mapped = [n for n in ast.walk(found.tree) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
-    names_kimi = found.names(KIMI_K25) is not None
-    ok = bool(mapped) and names_kimi
-    return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else
-                 "Kimi-K2.5 falls into 'target_model.config.image_token_index', which its config lacks",
-                 f"{found.relpath}:{mapped[0].lineno if mapped else found.lineno}")
