@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import os
+import weakref
 from dataclasses import dataclass
 
 from patchkit import composition
@@ -345,8 +346,11 @@ def _aux_sources(tree: SourceTree) -> list[AuxSource]:
     return out
 
 
+_DERIVED: "weakref.WeakKeyDictionary[SourceTree, Derivation]" = weakref.WeakKeyDictionary()
+
+
 def derive(tree: SourceTree) -> Derivation:
-    """Read the release's proposer and runner: the paths they take through the target.
+    """Read the release's proposer and runner: the paths they take through the target (once per tree).
 
     Args:
         tree: the install's sources (patched or planned: overrides are read too).
@@ -355,6 +359,8 @@ def derive(tree: SourceTree) -> Derivation:
     Raises:
         SourceError: a proposer or runner module does not parse.
     """
+    if tree in _DERIVED:
+        return _DERIVED[tree]
     found = _proposer_loader(tree)
     reads: tuple[Read, ...] = ()
     image: tuple[ImageTokenRead, ...] = ()
@@ -374,13 +380,14 @@ def derive(tree: SourceTree) -> Derivation:
             keep = {p[:i] for p in reader.shared for i in range(1, len(p) + 1)}
             reads = tuple(Read(p, e["required"], e["location"], tuple(a for a in e["alternatives"] if a in keep))
                           for p, e in sorted(reader.reads.items(), key=lambda kv: (len(kv[0]), kv[0])) if p in keep)
-    return Derivation(loader, language_model, reads, image, tuple(_aux_sources(tree)))
+    _DERIVED[tree] = Derivation(loader, language_model, reads, image, tuple(_aux_sources(tree)))
+    return _DERIVED[tree]
 
 
 # -- following the paths through one class --------------------------------------------------------
 
 
-def _assigned(tree: SourceTree, cls: ClassRef, attr: str) -> str | None:
+def assigned_at(tree: SourceTree, cls: ClassRef, attr: str) -> str | None:
     """``file:line`` where ``cls`` (or a class in its MRO) gets ``attr``: ``self.attr = ...`` in an
     ``__init__``, or a class-level definition; None when nothing does."""
     for owner in tree.mro(cls):
@@ -452,10 +459,10 @@ def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, la
         if cls is None:
             out.append(Check(label, None, "not followed: the class before it is not one vLLM class", read.location))
             break
-        at = _assigned(tree, cls, attr)
+        at = assigned_at(tree, cls, attr)
         if at is None:
             alts = [a for a in read.alternatives if a[:i] == read.path[:i] and cls is not None
-                    and _assigned(tree, cls, a[i]) is not None]
+                    and assigned_at(tree, cls, a[i]) is not None]
             if alts:
                 out.append(Check(label, True, f"{cls.name} has {'.'.join(alts[0])} instead ({cls.location})",
                                  read.location))
@@ -464,9 +471,8 @@ def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, la
                 out.append(Check(label, False, f"{cls.name} ({cls.location}) has no {attr}: AttributeError when any "
                                                "draft loads", read.location))
             else:
-                out.append(Check(label, None, f"{cls.name} ({cls.location}) has no {attr}: the proposer skips "
-                                               "sharing it silently (a draft without its own copy keeps an unloaded one)",
-                                 read.location))
+                out.append(Check(label, None, f"{cls.name} ({cls.location}) has no {attr}: the read is hasattr-guarded, "
+                                              "so the proposer skips sharing it without a word", read.location))
             break
         out.append(Check(label, True, f"{cls.name}: {at}" + ("" if read.required else " (hasattr-guarded)"), read.location))
         try:
@@ -556,7 +562,7 @@ def _image_token_check(tree: SourceTree, cls: ClassRef, d: Derivation) -> Check:
     if config is None:
         return Check(label, None, f"no branch for {cls.name}; its config class is not a vLLM class (not checked)",
                      fallback.location)
-    at = _assigned(tree, config, field)
+    at = assigned_at(tree, config, field)
     if at is not None:
         return Check(label, True, f"{config.name}: {at}", fallback.location)
     return Check(label, False, f"no branch for {cls.name}, and {config.name} ({config.location}) has no {field}: "
@@ -594,4 +600,4 @@ def _lazy_export(tree: SourceTree, package: str, name: str) -> ClassRef | None:
 
 
 __all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive", "is_multimodal", "language_model_attr",
-           "link_check"]
+           "assigned_at", "link_check"]
