@@ -52,6 +52,8 @@ CONFIGS_PACKAGE = "vllm.transformers_utils.configs"
 WORKER_PACKAGE = "vllm/v1/worker"
 """Folder of vLLM's model runners (where the aux ids are set on the target)."""
 _DELEGATION_DEPTH = 3
+LABEL = "load path (runner and proposer)"
+"""Start of the label of :func:`link_check`'s node (the class name follows: one node per class)."""
 
 Path = tuple[str, ...]
 
@@ -490,7 +492,7 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
         cls: the target class (a registry architecture's class).
         derivation: :func:`derive` of ``tree`` (computed when None).
     Returns:
-        A :class:`Check` ``"load path (runner and proposer)"``; it fails when a link is broken: a
+        A :class:`Check` ``"load path (runner and proposer) for <class>"`` (:data:`LABEL`); it fails when a link is broken: a
         required read of an attribute the class does not have (a ``hasattr``-guarded one that is
         absent is shown, not failed: the proposer skips that sharing), a missing aux-id getter, or an image-token field the target's config class lacks.
         It also fails when nothing could be derived from the release (so it never passes silently).
@@ -498,7 +500,7 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
         SourceError: a file on the way does not parse.
     """
     d = derivation if derivation is not None else derive(tree)
-    node = Check("load path (runner and proposer)", True, "", d.loader)
+    node = Check(f"{LABEL} for {cls.name}", True, "", d.loader)
     if d.empty:
         node.ok, node.detail = False, "patchkit found no path the runner or the proposer takes through the target"
         return node

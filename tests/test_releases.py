@@ -63,7 +63,7 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert kimi["location"].startswith("vllm/model_executor/models/kimi_k25.py:")
     held = next(c for c in kimi["children"] if c["label"].startswith("self."))
     assert held["label"].startswith("self.language_model holds DeepseekV2ForCausalLM")
-    assert kimi["children"][-1]["label"] == "load path (runner and proposer)"  # patchkit.proposer_paths
+    assert kimi["children"][-1]["label"] == "load path (runner and proposer) for KimiK25ForConditionalGeneration"
     backbone = held["children"][-1]
     assert backbone["label"].startswith("self.model holds DeepseekV2Model")
     assert {c["label"] for c in backbone["children"]} >= {
