@@ -30,6 +30,9 @@ LANGUAGE_MODEL_VAR = "target_language_model"
 GETTER = proposer_paths.GETTER
 FIRST_FIXED = "0.16.0"
 """First release whose Kimi-K2.5 wrapper holds a causal LM (``DeepseekV2ForCausalLM``) the proposer can load from."""
+FIXED_IN = {"KimiK25ForConditionalGeneration": FIRST_FIXED}
+"""Wrappers whose later release holds a causal LM (vLLM 0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(...,
+architectures=["DeepseekV2ForCausalLM"])``); a fact across releases, so it cannot be derived from one tree."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,13 @@ class LoadPathFault:
     missing: str = "model"
 
     def reason(self) -> str:
-        """One line: what breaks, where, and the release that fixes it (Kimi-K2.5: 0.16.0)."""
-        return (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
+        """One line: what breaks, where, and (for a class in :data:`FIXED_IN`) the release that fixes it."""
+        text = (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
                 f".{self.missing}; vLLM's EAGLE proposer reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
-                f"draft ({self.proposer_at}: AttributeError); vLLM {FIRST_FIXED} and later hold a causal LM there: "
-                f"use vLLM >= {FIRST_FIXED}")
+                f"draft ({self.proposer_at}: AttributeError)")
+        fixed = FIXED_IN.get(self.cls)
+        return text + (f"; vLLM {fixed} and later hold a causal LM there: use vLLM >= {fixed}" if fixed else
+                       "; EAGLE-3 cannot load a draft for it on this release")
 
 
 def proposer_reads_inner_model(tree: SourceTree) -> str | None:

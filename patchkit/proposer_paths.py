@@ -75,10 +75,6 @@ class Read:
     location: str
     alternatives: tuple[Path, ...] = ()
 
-    @property
-    def dotted(self) -> str:
-        return ".".join(self.path)
-
 
 @dataclass(frozen=True)
 class ImageTokenRead:
@@ -153,7 +149,11 @@ def _const_str(node: ast.expr) -> str | None:
 
 
 class _Reader:
-    """Collects the reads of one language-model variable through a function and the methods it calls."""
+    """Collects the reads of one language-model variable through a function and the methods it calls.
+
+    ``aliases`` maps a local name to the paths (from the language model) it may hold: a name bound
+    in two arms (``target_embed_tokens = inner_model.embed_tokens`` / ``... .embedding``) holds both.
+    """
 
     def __init__(self, tree: SourceTree, owner: ClassRef) -> None:
         self.tree = tree
