@@ -41,11 +41,11 @@ if TYPE_CHECKING:
 
 def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
                architectures: tuple[str, ...] | None = None,
-               model_types: tuple[str, ...] | None = None) -> list[Check]:
+               model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
     """The chain check, :func:`patchkit.verify.verify` (imported on first use)."""
     from patchkit.verify import verify as chain_check
 
-    return chain_check(tree, registry, contract, architectures, model_types)
+    return chain_check(tree, registry, contract, architectures, model_types, requested)
 
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
@@ -377,7 +377,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             _, _, extra, extra_types = _arch_selection(tree, registry, contract, Request(tuple(patched)))
             archs = tuple(dict.fromkeys([*archs, *extra]))
             types = tuple(dict.fromkeys([*types, *extra_types]))
-    checks = run_checks(tree, registry, contract, archs, types)
+    checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
@@ -626,6 +626,9 @@ class ResolveReport:
     registry_file: str = ""
     suggestions: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
+    branches: list[dict] = field(default_factory=list)
+    """Every platform branch (:func:`patchkit.platforms.branches`): ``class``, ``location``, ``first``,
+    ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
 
     @property
     def native(self) -> bool:
@@ -651,6 +654,7 @@ class ResolveReport:
             # not in the registry: vLLM would load it through its Transformers backend too
             "suggestions": self.suggestions,
             "alternatives": self.alternatives,
+            "branches": self.branches,
             "transformers_backend": r is None or r.transformers_backend,
         }
 
@@ -695,8 +699,13 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
         close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
         suggestions = [by_lower[c] for c in close]
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
+    from patchkit import platforms
+
+    branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
+                 "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}
+                for b in platforms.branches(tree, resolution)]
     return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions,
-                         alternatives)
+                         alternatives, branches)
 
 
 __all__ = ["apply", "verify", "revert", "status", "resolve", "ResolveReport", "PatchResult"]

@@ -527,9 +527,12 @@ def resolve(
             out.line(f"bases: {', '.join(report.bases)}", indent="  ")
             if len(r.aliases) > 1:
                 out.line(f"same class for: {', '.join(r.aliases)}", indent="  ")
-            if report.alternatives:
-                out.line(f"note: {r.entry.module} picks the class per platform; shown: its first branch; "
-                         f"also: {', '.join(report.alternatives)}", indent="  ")
+            if report.branches:
+                out.line(f"{r.entry.module} picks the class per platform ({len(report.branches)} branches):", indent="  ")
+                for b in report.branches:
+                    mark = {True: "EAGLE-3", False: "no EAGLE-3", None: "not checked"}[b["eagle3"]]
+                    out.line(f"{b['class']}{' (first)' if b['first'] else ''}: {mark}  ",
+                             (b["location"] or "not found", "blue"), indent="    ")
         return int(ExitCode.OK) if report.native else int(ExitCode.NOT_IN_EFFECT)
 
     _run(as_json, body)

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from patchkit import api, loadpath
+from patchkit import api, loadpath, platforms
 from patchkit import contract as contract_mod
 from patchkit import verify as verify_mod
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
@@ -315,11 +315,11 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
             node.detail = f"this release supports it (contract {contract.era})"
     else:
         node.detail = "missing: " + "; ".join(c.label for c in chain.failures())
-    branches = _platform_branches(facts, tree, registry, contract, in_scope)
+    branches = platforms.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
-        node.children = [Check(f"platform branch {cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
+        node.children = [Check(f"{platforms.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
                                children=chain.children), *branches]
-        bad = [b.label.removeprefix("platform branch ") for b in branches if not b.ok]
+        bad = [b.label.removeprefix(platforms.BRANCH_LABEL) for b in branches if not b.ok]
         if bad:
             node.ok = False
             node.detail += "; not in effect on: " + ", ".join(bad)
@@ -330,30 +330,6 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     if not in_scope:
         node.detail += " [interface only: the capture chain of classes outside patchkit's patches is not checked]"
     return node, chain if in_scope else None
-
-
-def _platform_branches(facts: TargetFacts, tree: SourceTree, registry: Registry, contract: Contract,
-                       in_scope: bool) -> list[Check]:
-    """The chain check of every other class a per-platform ``if`` binds to the registry's name.
-
-    Fact (vLLM 0.22.0 - 0.33.0 ``models/<name>/__init__.py``, e.g. ``deepseek_v4``): a registry row
-    naming an absolute ``vllm.models.*`` package gets the class its ``__init__`` imports under
-    ``if current_platform.is_rocm(): ... elif ...``; :meth:`SourceTree.alternatives` lists the other arms.
-    """
-    r = facts.resolution
-    if r is None or r.cls is None:
-        return []
-    out = []
-    for dotted in tree.alternatives(r.entry.module, r.entry.class_name):
-        module, _, name = dotted.rpartition(".")
-        alt = tree.resolve_name(module, name)
-        if not isinstance(alt, ClassRef):
-            out.append(Check(f"platform branch {dotted}", False, "patchkit cannot find this class"))
-            continue
-        chain = verify_mod.model_check(tree, registry, contract, alt, follow_setter=in_scope)
-        detail = "in effect" if chain.ok else "missing: " + "; ".join(c.label for c in chain.failures())
-        out.append(Check(f"platform branch {dotted}", chain.ok, detail, alt.location, children=chain.children))
-    return out
 
 
 def _proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) -> Check:

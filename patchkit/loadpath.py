@@ -10,27 +10,29 @@ to share the head. A wrapper whose ``get_language_model()`` returns a bare decod
 ``DeepseekV2Model``) crashes there as soon as any draft loads, after ``supports_eagle3`` passed; and
 the head is never shared. From 0.16.0 that wrapper holds a registry-built ``DeepseekV2ForCausalLM``.
 
-:func:`bare_language_model` detects that shape (never the version); ``apply`` (not applicable),
-``verify`` and ``doctor`` all report the same :class:`LoadPathFault`.
+Those reads are not listed here: :func:`patchkit.proposer_paths.derive` reads them from the release.
+:func:`bare_language_model` is the refusal that derivation implies for one class: a *required* read
+(one that raises when the attribute is missing) that the class ``get_language_model()`` returns
+cannot satisfy. ``apply`` (not applicable), ``verify`` and ``doctor`` all report the same
+:class:`LoadPathFault`; ``verify`` shows the broken link itself (:func:`patchkit.proposer_paths.link_check`).
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
-from patchkit import composition
+from patchkit import composition, proposer_paths
 from patchkit.registry import Registry
 from patchkit.source import ClassRef, SourceTree
 
-PROPOSER_MODULE = "vllm.v1.spec_decode.eagle"
-"""Module of vLLM's EAGLE proposer (``EagleProposer.load_model``)."""
 LANGUAGE_MODEL_VAR = "target_language_model"
-"""Name the proposer gives ``target_model.get_language_model()`` (vLLM 0.15.1 - 0.18.0)."""
-GETTER = "get_language_model"
-"""``SupportsMultiModal`` method the proposer calls on a multimodal target."""
+"""Name the proposer gives ``target_model.get_language_model()`` (vLLM 0.15.1 - 0.18.0), used in the reason."""
+GETTER = proposer_paths.GETTER
 FIRST_FIXED = "0.16.0"
 """First release whose Kimi-K2.5 wrapper holds a causal LM (``DeepseekV2ForCausalLM``) the proposer can load from."""
+FIXED_IN = {"KimiK25ForConditionalGeneration": FIRST_FIXED}
+"""Wrappers whose later release holds a causal LM (vLLM 0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(...,
+architectures=["DeepseekV2ForCausalLM"])``); a fact across releases, so it cannot be derived from one tree."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class LoadPathFault:
         attr: the attribute ``get_language_model()`` returns (``"language_model"``).
         held: the bare backbone class it holds.
         held_at: ``file:line`` of the assignment in the wrapper's ``__init__``.
-        proposer_at: ``file:line`` where the proposer reads ``.model`` of the language model.
+        proposer_at: ``file:line`` where the proposer reads it (derived from the release).
+        missing: the attribute the proposer requires and the held class lacks (``"model"``).
     """
 
     cls: str
@@ -50,83 +53,61 @@ class LoadPathFault:
     held: ClassRef
     held_at: str
     proposer_at: str
+    missing: str = "model"
 
     def reason(self) -> str:
-        """One line: what breaks, where, and the release that fixes it."""
-        return (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
-                f".model and no lm_head; vLLM's EAGLE proposer reads {LANGUAGE_MODEL_VAR}.model when it loads any "
-                f"draft ({self.proposer_at}: AttributeError) and shares the head from it; vLLM {FIRST_FIXED} and later "
-                f"hold a causal LM there: use vLLM >= {FIRST_FIXED}")
+        """One line: what breaks, where, and (for a class in :data:`FIXED_IN`) the release that fixes it."""
+        text = (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
+                f".{self.missing}; vLLM's EAGLE proposer reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
+                f"draft ({self.proposer_at}: AttributeError)")
+        fixed = FIXED_IN.get(self.cls)
+        return text + (f"; vLLM {fixed} and later hold a causal LM there: use vLLM >= {fixed}" if fixed else
+                       "; EAGLE-3 cannot load a draft for it on this release")
 
 
 def proposer_reads_inner_model(tree: SourceTree) -> str | None:
-    """``file:line`` of the proposer's first read of ``target_language_model.model`` (None: it has none).
+    """``file:line`` of the proposer's first required read of ``target_language_model.model`` (None: it has none).
 
-    Counts ``target_language_model.model`` and ``getattr(target_language_model, "model", ...)``, in a
-    module that assigns ``target_language_model`` from a ``.get_language_model()`` call.
+    Derived by :func:`patchkit.proposer_paths.derive`.
 
     Raises:
         SourceError: the proposer module does not parse.
     """
-    relpath = tree.relpath_of_module(PROPOSER_MODULE)
-    if relpath is None:
+    derivation = proposer_paths.derive(tree)
+    if derivation.language_model is None:
         return None
-    module = tree.module_tree(PROPOSER_MODULE)
-    assigned = any(
-        isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == LANGUAGE_MODEL_VAR for t in node.targets)
-        and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-        and node.value.func.attr == GETTER
-        for node in ast.walk(module))
-    if not assigned:
-        return None
-    lines = []
-    for node in ast.walk(module):
-        if (isinstance(node, ast.Attribute) and node.attr == "model" and isinstance(node.value, ast.Name)
-                and node.value.id == LANGUAGE_MODEL_VAR and isinstance(node.ctx, ast.Load)):
-            lines.append(node.lineno)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == LANGUAGE_MODEL_VAR
-              and isinstance(node.args[1], ast.Constant) and node.args[1].value == "model"):
-            lines.append(node.lineno)
-    return f"{relpath}:{min(lines)}" if lines else None
-
-
-def _returned_attr(tree: SourceTree, cls: ClassRef) -> str | None:
-    """The ``self.X`` that ``cls.get_language_model()`` returns, when it is exactly that."""
-    found = tree.find_member(cls, GETTER)
-    if found is None:
-        return None
-    fn = found[1]
-    body = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
-        return composition.self_attr(body[0].value)
-    return None
+    return next((r.location for r in derivation.reads if r.path == ("model",) and r.required), None)
 
 
 def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> LoadPathFault | None:
     """The :class:`LoadPathFault` of ``cls``, or None when the proposer can load a draft for it.
 
-    A fault needs both: ``cls.get_language_model()`` returns ``self.X`` that ``__init__`` builds as
-    a decoder backbone (:func:`patchkit.composition.kind_of`), and the proposer reads
-    ``target_language_model.model`` (:func:`proposer_reads_inner_model`).
+    A fault needs all of: ``cls`` is multimodal (the proposer calls ``get_language_model()``), that
+    call returns ``self.X`` (:func:`patchkit.proposer_paths.language_model_attr`) that ``__init__``
+    builds as one vLLM class, and a required read the proposer makes off it (derived from the
+    release, :func:`patchkit.proposer_paths.derive`) names an attribute that class lacks.
 
     Raises:
         SourceError: a file on the way does not parse.
     """
-    attr = _returned_attr(tree, cls)
-    if attr is None:
+    if not proposer_paths.is_multimodal(tree, cls):
         return None
+    found = proposer_paths.language_model_attr(tree, cls)
+    if found is None:
+        return None
+    attr = found[0]
     try:
         held = composition.held_class(tree, registry, cls, attr)
     except composition.CompositionError:
         return None
-    if composition.kind_of(tree, held.cls) != "backbone":
+    derivation = proposer_paths.derive(tree)
+    if derivation.language_model is None:
         return None
-    proposer_at = proposer_reads_inner_model(tree)
-    if proposer_at is None:
+    broken = [r for r in derivation.reads if r.required and len(r.path) == 1
+              and proposer_paths.assigned_at(tree, held.cls, r.path[0]) is None]
+    if not broken:
         return None
-    return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", proposer_at)
+    return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0])
 
 
 __all__ = ["LoadPathFault", "bare_language_model", "proposer_reads_inner_model"]

@@ -5,8 +5,11 @@ through imports (not text): from each registry architecture (``DeepseekV2ForCaus
 ``DeepseekV3ForCausalLM``, ``KimiK25ForConditionalGeneration``) to its class, ``SupportsEagle3``
 in its MRO, real (non-stub) ``set_aux_hidden_state_layers`` and getter, what the setter reaches
 (``self.language_model`` -> ``DeepseekV2ForCausalLM`` -> ``self.model`` -> ``DeepseekV2Model``)
-and, at the end, the backbone's ``forward`` capture. It also checks the start-up allow-list and
-the proposer's Kimi-K2.5 branch. Each node carries ``file:line`` evidence.
+and, at the end, the backbone's ``forward`` capture; then every path vLLM's runner and EAGLE proposer
+take through the class, derived from the release's code (:mod:`patchkit.proposer_paths`: aux-id
+getter, ``get_language_model()``, ``.model``, ``embed_tokens``/``lm_head`` sharing, the image-token
+field), and every per-platform branch of its registry name (:mod:`patchkit.platforms`). It also
+checks the start-up allow-list. Each node carries ``file:line`` evidence.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit import loadpath
+from patchkit import loadpath, platforms, proposer_paths
 from patchkit.composition import CompositionError, held_class, is_layer_loop, kind_of, self_attr
 from patchkit.contract import (
     ALLOW_LIST_MODULES,
@@ -43,7 +46,6 @@ def default_architectures() -> tuple[str, ...]:
 
 TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 """``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
-KIMI_K25 = "KimiK25ForConditionalGeneration"
 PROPOSER_PACKAGE = "vllm.v1.spec_decode"
 PROPOSER_MODULES = ("eagle", "llm_base_proposer")
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
@@ -55,7 +57,7 @@ FINAL_LAYER_MISSED = "final-layer-missed"
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,
            architectures: tuple[str, ...] | None = None,
-           model_types: tuple[str, ...] | None = None) -> list[Check]:
+           model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
     Args:
@@ -63,6 +65,9 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         architectures: the registry names to check (default: :func:`default_architectures`).
         model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit
             (default: :data:`TEXT_MODEL_TYPES`).
+        requested: architectures the user asked for (``--arch`` / ``--model``): one that patchkit
+            does not serve on this release fails, with the broken link (:mod:`patchkit.proposer_paths`);
+            in the default set it is shown as not supported.
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
         the proposer.
@@ -79,7 +84,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     ]
     if contract.protocol is None:
         return checks
-    unloadable: set[str] = set()  # architectures the proposer cannot load a draft for (see patchkit.loadpath)
+    derivation = proposer_paths.derive(tree)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:
@@ -90,16 +95,18 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
             continue
         fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
-            checks.append(Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at))
-            unloadable.add(arch)
+            node = Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at)
+            if arch in requested:  # asked for: it cannot work here; the broken link says where
+                node.ok, node.children = False, [proposer_paths.link_check(tree, registry, resolution.cls, derivation)]
+            checks.append(node)
             continue
         node = _model(tree, registry, contract, resolution.cls, set())
+        node.children.append(proposer_paths.link_check(tree, registry, resolution.cls, derivation))
+        node.children.extend(platforms.branch_checks(tree, registry, contract, resolution))
+        node.ok = not any(c.failures() for c in node.children)
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
-    if (registry.entry(KIMI_K25) is not None and KIMI_K25 in (architectures or default_architectures())
-            and KIMI_K25 not in unloadable):
-        checks.append(_proposer(tree))
     return checks
 
 
@@ -501,16 +508,3 @@ def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
         if fallback:
             return ProposerFallback(relpath, mod, fallback[0].lineno)
     return None
-
-
-def _proposer(tree: SourceTree) -> Check:
-    label = "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id"
-    found = find_proposer_fallback(tree)
-    if found is None:
-        return Check(label, None, "no image_token_index fallback in the proposer; nothing to map")
-    mapped = [n for n in nodes(found.tree) if isinstance(n, ast.Attribute) and n.attr == "media_placeholder_token_id"]
-    names_kimi = found.names(KIMI_K25) is not None
-    ok = bool(mapped) and names_kimi
-    return Check(label, ok, "branch for KimiK25ForConditionalGeneration" if ok else
-                 "Kimi-K2.5 falls into 'target_model.config.image_token_index', which its config lacks",
-                 f"{found.relpath}:{mapped[0].lineno if mapped else found.lineno}")

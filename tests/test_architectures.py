@@ -55,6 +55,25 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
     return failures
 
 
+LOAD_PATH_BROKEN = {
+    # vLLM's own EAGLE proposer raises AttributeError loading any draft for these (patchkit.proposer_paths):
+    # the backbone names its embedding word_embeddings (Bailing), or get_language_model() returns a bare
+    # backbone with no .model (Molmo, Molmo2, Phi4MM); apply refuses them or verify fails on that link
+    "0.33.0": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM", "MolmoForCausalLM",
+               "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
+    "0.17.1": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MolmoForCausalLM",
+               "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
+}
+
+
+def check_failures(failures: dict[str, list[str]], version: str) -> None:
+    """Every architecture round-trips except :data:`LOAD_PATH_BROKEN`, which fail on the load path."""
+    failed = {line.split(":")[0]: line for stage in ("apply", "verify") for line in failures[stage]}
+    assert set(failed) == LOAD_PATH_BROKEN[version], failures
+    assert all("AttributeError" in line for line in failed.values()), failed
+    assert failures["revert"] == []
+
+
 def test_newest_release_every_patchable_architecture_round_trips(release, tmp_path):
     sp = release("0.33.0")
     report = scan(from_site_packages(sp))
@@ -66,7 +85,7 @@ def test_newest_release_every_patchable_architecture_round_trips(release, tmp_pa
     assert {"Glm4MoeForCausalLM", "Gemma3ForConditionalGeneration", "OlmoeForCausalLM", "Glm4ForCausalLM"} <= {
         r.architecture for r in patchable}
     failures = _round_trip(sp, tmp_path, patchable, with_model=False)
-    assert failures == {"apply": [], "verify": [], "revert": []}
+    check_failures(failures, "0.33.0")
 
 
 def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
@@ -77,7 +96,7 @@ def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
     # 0.17.1's own files: 43 text architectures with the standard loop, 15 whose layers keep the residual inside
     assert sum(r.shape == "standard-loop" for r in text) >= 43 and len(text) >= 60, len(text)
     failures = _round_trip(sp, tmp_path, patchable, with_model=True)
-    assert failures == {"apply": [], "verify": [], "revert": []}
+    check_failures(failures, "0.17.1")
 
 
 def test_not_patchable_is_refused_with_nothing_written(release, cli):

@@ -61,8 +61,9 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert "KimiK25ForConditionalGeneration" in labels
     kimi = next(c for c in verified["checks"] if c["label"] == "KimiK25ForConditionalGeneration")
     assert kimi["location"].startswith("vllm/model_executor/models/kimi_k25.py:")
-    held = kimi["children"][-1]
+    held = next(c for c in kimi["children"] if c["label"].startswith("self."))
     assert held["label"].startswith("self.language_model holds DeepseekV2ForCausalLM")
+    assert kimi["children"][-1]["label"] == "load path (runner and proposer) for KimiK25ForConditionalGeneration"
     backbone = held["children"][-1]
     assert backbone["label"].startswith("self.model holds DeepseekV2Model")
     assert {c["label"] for c in backbone["children"]} >= {
@@ -70,7 +71,7 @@ def test_apply_verify_reapply_revert(release, cli, version):
         "captures the residual stream entering each layer",
     }
     text = cli("verify", "--site-packages", str(sp)).stdout
-    assert "└── ✓ self.language_model holds DeepseekV2ForCausalLM" in text
+    assert "├── ✓ self.language_model holds DeepseekV2ForCausalLM" in text
     assert "deepseek_v2.py:" in text
 
     code, again = cli.json("apply", "--site-packages", str(sp))
@@ -96,7 +97,8 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert "SupportsEagle3 in its bases" in missing
     assert "allow-list" in missing
     assert "set_aux_hidden_state_layers(): not defined anywhere in its MRO" in missing
-    assert "EAGLE proposer maps Kimi-K2.5's media_placeholder_token_id" in missing
+    # the proposer's image-token read, derived from the release (patchkit.proposer_paths)
+    assert "proposer reads target config.image_token_index: no branch for KimiK25ForConditionalGeneration" in missing
 
 
 def test_dry_run_prints_diff_and_writes_nothing(release, cli):
