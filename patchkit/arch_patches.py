@@ -25,8 +25,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, EMBEDDING_NAMES, GETTER_A1, GETTER_A2,
-                               Contract, admits)
+from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
 from patchkit.errors import UsageError
 from patchkit.registry import Registry
 from patchkit.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
@@ -138,7 +137,7 @@ def parse_id(patch_id: str) -> tuple[str, str] | None:
 
 def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef, str] | None:
     """The class defining ``backbone``'s ``__init__`` and the attribute holding its embedding, when
-    vLLM's EAGLE proposer would not find it (:data:`patchkit.contract.EMBEDDING_NAMES`); None when it would.
+    vLLM's EAGLE proposer would not find it (:func:`embedding_names`); None when it would.
 
     The embedding is the first ``self.X = <...Embedding>(...)`` of that ``__init__`` (vLLM 0.33.0
     ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
@@ -148,7 +147,8 @@ def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef,
     """
     from patchkit.composition import self_assignments
 
-    if any(tree.find_member(backbone, name) is not None for name in EMBEDDING_NAMES):
+    names = embedding_names(tree)
+    if not names or any(tree.find_member(backbone, name) is not None for name in names):
         return None
     found = tree.find_member(backbone, "__init__")
     if found is None:
@@ -156,30 +156,44 @@ def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef,
     # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
     inits = [(cls, tree.method(cls, "__init__")) for cls in tree.mro(backbone)]
     assigned = [(cls, self_assignments(init)) for cls, init in inits if init is not None]
-    if any(name in names for _, names in assigned for name in EMBEDDING_NAMES):
+    if any(name in held for _, held in assigned for name in names):
         return None
-    for _, names in assigned:
-        for attr, nodes in names.items():
+    for _, held in assigned:
+        for attr, nodes in held.items():
             for node in nodes:
                 func = node.value.func if isinstance(node.value, ast.Call) else None
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
                 if name.endswith("Embedding"):
                     return found[0], attr
-    raise _Refuse(f"{backbone.name} has no {' or '.join(EMBEDDING_NAMES)}, and no embedding patchkit can name: "
+    raise _Refuse(f"{backbone.name} has no {' or '.join(names)}, and no embedding patchkit can name: "
                   "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
 
 
-def _alias(arch: str, backbone: ClassRef, attribute: str) -> Patch:
+def embedding_names(tree: SourceTree) -> tuple[str, ...]:
+    """The names vLLM's EAGLE proposer requires the target backbone's embedding under, in order
+    (``("embed_tokens", "embedding")``; 0.10.2: ``("embed_tokens",)``), derived from the release's
+    ``load_model`` (:func:`patchkit.proposer_paths.derive`: a required read ``model.<name>``, with
+    its ``hasattr`` alternatives); empty when the proposer requires none."""
+    from patchkit.proposer_paths import derive
+
+    for read in derive(tree).reads:
+        if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
+            alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
+            return tuple(dict.fromkeys([read.path[1], *alternatives]))
+    return ()
+
+
+def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
     pid = alias_id(backbone.name)
     return Patch(
         id=pid,
-        summary=f"{backbone.name}.{EMBEDDING_NAMES[0]} names its {attribute}",
-        why=(f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(EMBEDDING_NAMES)} when it loads any "
+        summary=f"{backbone.name}.{names[0]} names its {attribute}",
+        why=(f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
              f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}."),
         reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="__init__"),
-        codemod=CodemodRef.of("embedding-alias", alias=EMBEDDING_NAMES[0], attribute=attribute, patch_id=pid),
+        codemod=CodemodRef.of("embedding-alias", alias=names[0], attribute=attribute, patch_id=pid),
         architectures=(arch,),
     )
 
@@ -240,7 +254,7 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         except _Refuse as exc:
             raise _Refuse(f"{arch}: {exc}") from None
         if embedding is not None:
-            out.append(_alias(arch, *embedding))
+            out.append(_alias(arch, *embedding, embedding_names(tree)))
             requires.append(out[-1].id)
     if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
         if shape.backbone is None:

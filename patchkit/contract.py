@@ -52,11 +52,6 @@ PP_PACK = "pack_local_aux_hidden_states"
 """A3 only: the mixin packs a stage's aux states into its ``IntermediateTensors``."""
 PP_COLLECT = "collect_remote_aux_hidden_states"
 """A3 only: the last stage collects the earlier stages' aux states."""
-EMBEDDING_NAMES = ("embed_tokens", "embedding")
-"""Where vLLM's EAGLE proposer finds the target backbone's embedding to share with the draft, in
-order; it raises ``AttributeError`` when it finds neither, before deciding whether to share
-(``EagleProposer.load_model``, ``v1/spec_decode/eagle.py`` 0.14 - 0.18.0; ``_maybe_share_embeddings``,
-``v1/spec_decode/llm_base_proposer.py`` 0.20 - 0.33.0; 0.10.2 reads ``embed_tokens`` alone)."""
 PP_FLAG = "supports_aux_hidden_states_over_pp"
 """A3 only: a backbone class attribute; vLLM refuses EAGLE-3 with pipeline parallelism without it."""
 

@@ -444,7 +444,30 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
                                 held.setdefault(composition.self_attr(t), f"{c.relpath}:{sub.lineno}")
         if held:
             break
+    if not held and any(isinstance(n, ast.Attribute) and n.attr == "children" for n in ast.walk(getter)):
+        return _first_language_model_child(tree, cls)
     return next(iter(held.items())) if len(held) == 1 else None
+
+
+def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | None:
+    """The generic getter's fallback (vLLM 0.33.0 ``interfaces.py``): with nothing marked, the first
+    child module that has ``embed_input_ids`` (0.33.0 ``diffusion_gemma.py``: ``self.model``, a bare
+    ``Gemma4Model``). Children come in the order ``__init__`` assigns them; only vLLM classes built
+    by a direct call are followed (an external class, or None, is skipped as vLLM would skip it
+    when it lacks ``embed_input_ids``)."""
+    for c in tree.mro(cls):
+        init = tree.method(c, "__init__")
+        if init is None:
+            continue
+        for node in composition.statements(init):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            attr = next((composition.self_attr(t) for t in node.targets if composition.self_attr(t)), None)
+            held = tree.resolve_expr(c.module, node.value.func) if attr else None
+            if isinstance(held, ClassRef) and tree.find_member(held, "embed_input_ids") is not None:
+                return attr, f"{c.relpath}:{node.lineno}"
+        return None
+    return None
 
 
 def is_multimodal(tree: SourceTree, cls: ClassRef) -> bool:

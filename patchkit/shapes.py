@@ -239,7 +239,17 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     declared = any(contract.protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)] for c in tree.mro(cls))
     if declared:
         return _declared(tree, registry, contract, architecture, group, cls)
-    return _lacking(tree, registry, contract, architecture, group, cls, text_architecture, _depth)
+    shape = _lacking(tree, registry, contract, architecture, group, cls, text_architecture, _depth)
+    if shape.state is State.PATCHABLE:
+        # vLLM's own draft loading must be able to go through what get_language_model() returns
+        # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help
+        from patchkit.loadpath import bare_language_model
+
+        fault = bare_language_model(tree, registry, cls)
+        if fault is not None:
+            return ArchShape(architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls,
+                             location=fault.proposer_at)
+    return shape
 
 
 def _declared(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,

@@ -56,22 +56,25 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
 
 
 LOAD_PATH_BROKEN = {
-    # vLLM's own EAGLE proposer raises AttributeError loading any draft for these (patchkit.proposer_paths):
-    # the backbone names its embedding word_embeddings (Bailing), or get_language_model() returns a bare
-    # backbone with no .model (Molmo, Molmo2, Phi4MM); apply refuses them or verify fails on that link
-    "0.33.0": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM", "MolmoForCausalLM",
-               "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
-    "0.17.1": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MolmoForCausalLM",
-               "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
+    # vLLM's own EAGLE proposer raises AttributeError loading any draft for these: get_language_model()
+    # returns a bare backbone with no .model (patchkit.proposer_paths); scan calls them not patchable
+    "0.33.0": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM", "DiffusionGemmaForBlockDiffusion"},
+    "0.17.1": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
+}
+WORD_EMBEDDINGS = {
+    # their backbone calls its embedding word_embeddings: patchable, with an embed_tokens alias
+    "0.33.0": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "SarvamMoEForCausalLM"},
+    "0.17.1": {"BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM"},
 }
 
 
-def check_failures(failures: dict[str, list[str]], version: str) -> None:
-    """Every architecture round-trips except :data:`LOAD_PATH_BROKEN`, which fail on the load path."""
-    failed = {line.split(":")[0]: line for stage in ("apply", "verify") for line in failures[stage]}
-    assert set(failed) == LOAD_PATH_BROKEN[version], failures
-    assert all("AttributeError" in line for line in failed.values()), failed
-    assert failures["revert"] == []
+def check_failures(failures: dict[str, list[str]], version: str, report) -> None:
+    """Every patchable architecture round-trips; the load-path-broken ones are not patchable, with the reason."""
+    assert failures == {"apply": [], "verify": [], "revert": []}, failures
+    rows = {r.architecture: r for r in report.rows}
+    for arch in LOAD_PATH_BROKEN[version]:
+        assert rows[arch].state == "not patchable" and "AttributeError" in rows[arch].reason, rows[arch]
+    assert all(rows[a].state == "patchable" for a in WORD_EMBEDDINGS[version])
 
 
 def test_newest_release_every_patchable_architecture_round_trips(release, tmp_path):
@@ -81,11 +84,11 @@ def test_newest_release_every_patchable_architecture_round_trips(release, tmp_pa
     shapes = {s: sum(1 for r in patchable if r.shape == s) for s in
               ("standard-loop", "hidden-states-only", "interface-only", "wrapper-only")}
     # what the classifier finds on 0.33.0's own files (a regression guard on the shape reader)
-    assert shapes["standard-loop"] >= 37 and shapes["interface-only"] >= 4 and shapes["wrapper-only"] >= 15, shapes
+    assert shapes["standard-loop"] >= 35 and shapes["interface-only"] >= 2 and shapes["wrapper-only"] >= 15, shapes
     assert {"Glm4MoeForCausalLM", "Gemma3ForConditionalGeneration", "OlmoeForCausalLM", "Glm4ForCausalLM"} <= {
         r.architecture for r in patchable}
     failures = _round_trip(sp, tmp_path, patchable, with_model=False)
-    check_failures(failures, "0.33.0")
+    check_failures(failures, "0.33.0", report)
 
 
 def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
@@ -96,7 +99,7 @@ def test_a1_release_every_patchable_architecture_round_trips(release, tmp_path):
     # 0.17.1's own files: 43 text architectures with the standard loop, 15 whose layers keep the residual inside
     assert sum(r.shape == "standard-loop" for r in text) >= 43 and len(text) >= 60, len(text)
     failures = _round_trip(sp, tmp_path, patchable, with_model=True)
-    check_failures(failures, "0.17.1")
+    check_failures(failures, "0.17.1", report)
 
 
 def test_not_patchable_is_refused_with_nothing_written(release, cli):

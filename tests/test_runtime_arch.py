@@ -11,7 +11,6 @@ and after revert the same probe must fail, and revert must give the original byt
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
 import pytest
@@ -85,12 +84,11 @@ def test_arch_patches_proven_at_runtime(cli, version):
         assert len(wrappers) >= (40 if version == "0.33.0" else 4), len(wrappers)
         loading = [by_label[f"{a}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head "
                             "(stand-in run)"] for a in loaded]  # one for every loaded architecture
-        crashes = [c for c in loading if c["ok"] is False]
-        # a failure is vLLM's own load_model raising (a real fault of that target), never the probe's
-        assert all(re.fullmatch(r"load_model raised AttributeError: Target model does not have '(model|embed_tokens' "
-                                r"or 'embedding)' attribute at vllm/v1/spec_decode/\w+\.py:\d+", c["detail"])
-                   for c in crashes), crashes
-        assert sum(c["ok"] is True for c in loading) >= (45 if version == "0.33.0" else 4), crashes
+        # vLLM's own draft loading goes through for every architecture patchkit enables: the ones it
+        # cannot (get_language_model() returns a bare backbone) are not patchable, and a backbone that
+        # names its embedding otherwise gets the embed_tokens alias (Bailing MoE, Sarvam MoE)
+        assert all(c["ok"] is True for c in loading), [c for c in loading if c["ok"] is not True]
+        assert len(loading) >= (50 if version == "0.33.0" else 4), len(loading)
         proven = 0
         for backbone in written_backbones:
             label = f"the installed {backbone}.forward captures the residual stream (stand-in run)"
@@ -99,7 +97,9 @@ def test_arch_patches_proven_at_runtime(cli, version):
             check = by_label[label]
             assert check["ok"] is not False, check  # a capture patchkit wrote never fails
             proven += check["ok"] is True
-        assert proven >= (25 if version == "0.33.0" else 4), (proven, len(written_backbones))
+        # measured on 0.33.0: 34 of 45 proven; the other 11 forwards need more than the stand-in layers
+        # give them (a forward context, extra config fields, layers returning three values): "not run"
+        assert proven >= (33 if version == "0.33.0" else 4), (proven, len(written_backbones))
 
         code, _ = cli.json("revert", "--python", str(python))
         assert code == 0
