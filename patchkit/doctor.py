@@ -319,7 +319,9 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     if branches:
         node.children = [Check(f"{platforms.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
                                children=chain.children), *branches]
-        bad = [b.label.removeprefix(platforms.BRANCH_LABEL) for b in branches if not b.ok]
+        # branch_checks gives one check per branch after the first, in the order of branches()
+        others = platforms.branches(tree, facts.resolution)[1:]
+        bad = [b.dotted for b, check in zip(others, branches) if not check.ok]
         if bad:
             node.ok = False
             node.detail += "; not in effect on: " + ", ".join(bad)
