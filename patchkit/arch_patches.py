@@ -176,7 +176,7 @@ def embedding_names(tree: SourceTree) -> tuple[str, ...]:
     its ``hasattr`` alternatives); empty when the proposer requires none."""
     from patchkit.proposer_paths import derive
 
-    for read in derive(tree).reads:
+    for read in derive(tree, with_aux=False).reads:
         if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
             alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
             return tuple(dict.fromkeys([read.path[1], *alternatives]))

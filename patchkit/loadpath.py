@@ -73,7 +73,7 @@ def proposer_reads_inner_model(tree: SourceTree) -> str | None:
     Raises:
         SourceError: the proposer module does not parse.
     """
-    derivation = proposer_paths.derive(tree)
+    derivation = proposer_paths.derive(tree, with_aux=False)
     if derivation.language_model is None:
         return None
     return next((r.location for r in derivation.reads if r.path == ("model",) and r.required), None)
@@ -100,7 +100,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
         held = composition.held_class(tree, registry, cls, attr)
     except composition.CompositionError:
         return None
-    derivation = proposer_paths.derive(tree)
+    derivation = proposer_paths.derive(tree, with_aux=False)
     if derivation.language_model is None:
         return None
     broken = [r for r in derivation.reads if r.required and len(r.path) == 1

@@ -27,6 +27,7 @@ Nothing here is a per-release list: the paths are derived with :mod:`ast` from t
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import weakref
 from dataclasses import dataclass
@@ -319,50 +320,87 @@ def _aux_sources(tree: SourceTree) -> list[AuxSource]:
             source = tree.read_bytes(relpath)
             if SETTER.encode() not in source:
                 continue
-            try:
-                module = ast.parse(source)
-            except (SyntaxError, ValueError):
-                continue
-            for fn in ast.walk(module):
-                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    continue
-                for call in ast.walk(fn):
-                    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == SETTER
-                            and len(call.args) == 1 and isinstance(call.args[0], (ast.Name, ast.Call))):
-                        continue
-                    receiver = ast.unparse(call.func.value)
-                    arg = call.args[0]
-                    made = [(arg, call.lineno)] if isinstance(arg, ast.Call) else [
-                        (a.value, a.lineno) for a in ast.walk(fn)
-                        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
-                        and any(isinstance(t, ast.Name) and t.id == arg.id for t in a.targets)]
-                    for value, lineno in made:
-                        func = value.func
-                        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-                        if name is None:
-                            continue
-                        on_target = isinstance(func, ast.Attribute) and ast.unparse(func.value) == receiver
-                        source_ = AuxSource("target" if on_target else "config", name, f"{relpath}:{lineno}")
-                        if source_ not in out:
-                            out.append(source_)
+            key = (relpath, source)
+            if key not in _AUX_BY_FILE:
+                _AUX_BY_FILE[key] = _aux_in_file(source, relpath)
+            for found in _AUX_BY_FILE[key]:
+                if found not in out:
+                    out.append(found)
     return out
+
+
+_AUX_BY_FILE: dict[tuple[str, bytes], tuple[AuxSource, ...]] = {}
+"""The aux sources of one runner file, by its path and bytes (a run reads the same runner in several views)."""
+
+
+def _aux_in_file(source: bytes, relpath: str) -> tuple[AuxSource, ...]:
+    """The aux sources of one runner file: each ``X.set_aux_hidden_state_layers(ids)`` call and where
+    ``ids`` comes from (a call, or the calls assigned to that name in the enclosing function)."""
+    out: list[AuxSource] = []
+    try:
+        module = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    calls: list[tuple[ast.Call, ast.AST]] = []  # each setter call with its innermost enclosing function
+    stack: list[tuple[ast.AST, ast.AST]] = [(module, module)]
+    while stack:
+        node, fn = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == SETTER
+                and len(node.args) == 1 and isinstance(node.args[0], (ast.Name, ast.Call)) and fn is not module):
+            calls.append((node, fn))
+        stack.extend((child, fn) for child in ast.iter_child_nodes(node))
+    for call, fn in sorted(calls, key=lambda c: c[0].lineno):
+        receiver = ast.unparse(call.func.value)
+        arg = call.args[0]
+        made = [(arg, call.lineno)] if isinstance(arg, ast.Call) else [
+            (a.value, a.lineno) for a in ast.walk(fn)
+            if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+            and any(isinstance(t, ast.Name) and t.id == arg.id for t in a.targets)]
+        for value, lineno in made:
+            func = value.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name is None:
+                continue
+            on_target = isinstance(func, ast.Attribute) and ast.unparse(func.value) == receiver
+            found = AuxSource("target" if on_target else "config", name, f"{relpath}:{lineno}")
+            if found not in out:
+                out.append(found)
+    return tuple(out)
 
 
 _DERIVED: "weakref.WeakKeyDictionary[SourceTree, Derivation]" = weakref.WeakKeyDictionary()
 
 
-def derive(tree: SourceTree) -> Derivation:
+def derive(tree: SourceTree, with_aux: bool = True) -> Derivation:
     """Read the release's proposer and runner: the paths they take through the target (once per tree).
 
     Args:
         tree: the install's sources (patched or planned: overrides are read too).
+        with_aux: also read the runners for where the aux ids come from (every file under
+            ``vllm/v1/worker`` naming the setter); the proposer's reads alone need only the proposer.
     Returns:
-        A :class:`Derivation` (empty fields when the code has no such read; see :attr:`Derivation.empty`).
+        A :class:`Derivation` (empty fields when the code has no such read; see :attr:`Derivation.empty`;
+        ``aux`` empty without ``with_aux``).
     Raises:
         SourceError: a proposer or runner module does not parse.
     """
     if tree in _DERIVED:
         return _DERIVED[tree]
+    if tree not in _PROPOSER_ONLY:
+        _PROPOSER_ONLY[tree] = _derive_proposer(tree)
+    if not with_aux:
+        return _PROPOSER_ONLY[tree]
+    _DERIVED[tree] = dataclasses.replace(_PROPOSER_ONLY[tree], aux=tuple(_aux_sources(tree)))
+    return _DERIVED[tree]
+
+
+_PROPOSER_ONLY: "weakref.WeakKeyDictionary[SourceTree, Derivation]" = weakref.WeakKeyDictionary()
+
+
+def _derive_proposer(tree: SourceTree) -> Derivation:
+    """The proposer's part of :func:`derive` (``aux`` left empty)."""
     found = _proposer_loader(tree)
     reads: tuple[Read, ...] = ()
     image: tuple[ImageTokenRead, ...] = ()
@@ -382,8 +420,7 @@ def derive(tree: SourceTree) -> Derivation:
             keep = {p[:i] for p in reader.shared for i in range(1, len(p) + 1)}
             reads = tuple(Read(p, e["required"], e["location"], tuple(a for a in e["alternatives"] if a in keep))
                           for p, e in sorted(reader.reads.items(), key=lambda kv: (len(kv[0]), kv[0])) if p in keep)
-    _DERIVED[tree] = Derivation(loader, language_model, reads, image, tuple(_aux_sources(tree)))
-    return _DERIVED[tree]
+    return Derivation(loader, language_model, reads, image, ())
 
 
 # -- following the paths through one class --------------------------------------------------------
