@@ -61,8 +61,10 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             backbone = links[-1][1]
             found = tree.find_member(backbone, "forward")
             loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
-            residual = loop.returns_residual if loop is not None and not isinstance(loop, str) else True
-            backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual})
+            read = loop is not None and not isinstance(loop, str)
+            residual = loop.returns_residual if read else True
+            pair = loop.tuple_target if read else True  # the call unpacks two values (stablelm.py keeps the residual inside)
+            backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
     return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
             "model_types": types}

@@ -236,13 +236,20 @@ class _Anything:
         return _Anything()
 
     def __call__(self, *args, **kwargs):
+        import torch
+
+        if len(args) == 2 and all(isinstance(a, torch.Tensor) for a in args):
+            # a final norm under another name (jamba.py: final_layernorm(hidden_states, residual)):
+            # vLLM's fused norm returns (normed, hidden_states + residual)
+            stream = args[0] + args[1]
+            return stream, stream
         return args[0] if args else None
 
     def __bool__(self):
         return False
 
 
-def check_forward(backbone_name, results, residual_layers=True):
+def check_forward(backbone_name, results, residual_layers=True, pair=True):
     """Run the installed ``forward`` of ``backbone_name`` on stand-in layers and check what it captures.
 
     The stand-in layers record what they receive, so the reference (the residual stream entering
@@ -278,7 +285,8 @@ def check_forward(backbone_name, results, residual_layers=True):
             if not residual_layers:
                 out = hidden_states * (self.i + 2) + 0.25 * self.i
                 log.append((self.i, entering.clone(), out.clone()))
-                return out
+                # a layer that keeps the residual inside but still returns a pair (0.33.0 stablelm.py)
+                return (out, torch.zeros_like(out)) if pair else out
             out = entering * (self.i + 2) + 0.25 * self.i
             log.append((self.i, entering.clone(), out + entering))
             return out, entering
@@ -637,7 +645,8 @@ def main() -> None:
     ]
     for name, facts in spec.get("backbones", {}).items():
         steps.append((f"{name} forward run",
-                      lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True))))
+                      lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True),
+                                                                   facts.get("pair", True))))
     steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
     steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results)))
     for name, step in steps:
