@@ -157,6 +157,9 @@ def test_ctrl_c_while_planning_writes_nothing_and_says_so(release, tmp_path, dry
     script = tmp_path / "ctrl_c_while_planning.py"
     script.write_text(
         "import os, signal, sys\n"
+        # Ctrl-C at a terminal: Python's own handler. A test runner started in the background by a
+        # shell without job control inherits SIGINT ignored, and Python then keeps ignoring it.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import patchkit.engine as engine\n"
         "real = engine.plan\n"
         "def plan(*a, **k):\n"
