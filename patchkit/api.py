@@ -95,8 +95,17 @@ class Request:
         return bool(self.architectures) or self.model is not None
 
 
-def _arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request):
-    """The patches, pre-decided results, architectures and model types for an ``--arch``/``--model`` run."""
+def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request):
+    """The patches, pre-decided results, architectures and model types for an ``--arch``/``--model`` run.
+
+    Returns:
+        ``(patches, decided, architectures, model_types)``: the patches to plan (dependencies first),
+        results already decided for whole architectures (refused, or native), the architectures asked
+        for (``--arch`` names, then ``--model``'s), and the model types the allow-list must admit.
+    Raises:
+        UsageError: ``--model`` folder without a readable ``config.json``.
+        SourceError: a file on the way does not parse.
+    """
     from patchkit.arch_patches import read_model_config, select_architectures
     from patchkit.spec import load_families, load_patches, select
     from patchkit.verify import TEXT_MODEL_TYPES, read_allow_list
@@ -251,7 +260,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
         from patchkit.arch_scope import pristine_tree
 
         pristine = pristine_tree(install, journal, overrides) if journal.entries else tree
-        patches, decided, archs, types = _arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
+        patches, decided, archs, types = arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
                                                          contract, request)
     elif request:
         patches = []
@@ -370,11 +379,11 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     archs, types = default_architectures(), TEXT_MODEL_TYPES
     if request and contract.protocol is not None:
-        _, _, archs, types = _arch_selection(tree, registry, contract, request)
+        _, _, archs, types = arch_selection(tree, registry, contract, request)
     else:
         patched = journaled_architectures(journal, registry)
         if patched:
-            _, _, extra, extra_types = _arch_selection(tree, registry, contract, Request(tuple(patched)))
+            _, _, extra, extra_types = arch_selection(tree, registry, contract, Request(tuple(patched)))
             archs = tuple(dict.fromkeys([*archs, *extra]))
             types = tuple(dict.fromkeys([*types, *extra_types]))
     checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())

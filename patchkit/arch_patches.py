@@ -146,19 +146,18 @@ def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef,
         _Refuse: the proposer finds no embedding and the backbone holds none patchkit can name.
     """
     from patchkit.composition import self_assignments
+    from patchkit.proposer_paths import assigned_at
 
     names = embedding_names(tree)
-    if not names or any(tree.find_member(backbone, name) is not None for name in names):
+    if not names or any(assigned_at(tree, backbone, name) is not None for name in names):
         return None
     found = tree.find_member(backbone, "__init__")
     if found is None:
         return None
     # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
-    inits = [(cls, tree.method(cls, "__init__")) for cls in tree.mro(backbone)]
-    assigned = [(cls, self_assignments(init)) for cls, init in inits if init is not None]
-    if any(name in held for _, held in assigned for name in names):
-        return None
-    for _, held in assigned:
+    inits = [tree.method(cls, "__init__") for cls in tree.mro(backbone)]
+    assigned = [self_assignments(init) for init in inits if init is not None]
+    for held in assigned:
         for attr, nodes in held.items():
             for node in nodes:
                 func = node.value.func if isinstance(node.value, ast.Call) else None

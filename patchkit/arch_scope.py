@@ -94,24 +94,24 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
     registry = Registry(tree)
     if contract.protocol is None:  # before 0.10.2: apply writes nothing for any architecture
         return Scope(request.architectures, {a: frozenset() for a in request.architectures})
-    _, _, archs, _ = api._arch_selection(tree, registry, contract, request)
+    _, _, archs, _ = api.arch_selection(tree, registry, contract, request)
     ids = {}
     for arch in archs:
-        patches, _, _, _ = api._arch_selection(tree, registry, contract, _single(arch))
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, api.Request((arch,)))
         ids[arch] = frozenset(p.id for p in patches)
     if request.model is not None:
         # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
-        patches, _, _, _ = api._arch_selection(tree, registry, contract, request)
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, request)
         extra = frozenset(p.id for p in patches) - frozenset().union(*ids.values())
         for arch in archs:
             ids[arch] = ids[arch] | extra
     return Scope(archs, ids)
 
 
-def _single(arch: str) -> Request:
+def _requested(archs) -> Request:
     from patchkit.api import Request
 
-    return Request((arch,))
+    return Request(tuple(archs))
 
 
 def journaled_ids(journal: Journal) -> frozenset[str]:
@@ -174,7 +174,7 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
     found = scope(install, journal, request, tree)
     held = journaled_ids(journal)
     others = [a for a in patched_architectures(install, journal, Registry(tree)) if a not in found.architectures]
-    rest = scope(install, journal, _many(others), tree).all_ids if others else frozenset()
+    rest = scope(install, journal, _requested(others), tree).all_ids if others else frozenset()
     remove = (found.all_ids & held) - rest
     if not remove:
         patched = ", ".join(others) or "nothing"
@@ -183,12 +183,6 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
                          f"patched here: {patched} ('patchkit status' lists the files and patches)")
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
     return Narrowing(frozenset(remove), frozenset(held - remove), files)
-
-
-def _many(archs: list[str]) -> Request:
-    from patchkit.api import Request
-
-    return Request(tuple(archs))
 
 
 def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str, bytes]:
@@ -218,7 +212,7 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
 
     candidates = list(load_patches())
     if others:
-        patches, _, _, _ = api._arch_selection(tree, registry, contract, _many(list(others)))
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, _requested(others))
         candidates += patches
     known = {p.id for p in candidates}
     for pid in sorted(narrow.keep - known):
