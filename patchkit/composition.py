@@ -67,6 +67,13 @@ class HeldClass:
 def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> HeldClass:
     """Resolve the class that ``owner.__init__`` assigns to ``self.<attr>``.
 
+    The ``__init__`` chain is followed: an ``__init__`` that does not assign ``self.<attr>`` but
+    calls ``super().__init__(...)`` hands over to the next ``__init__`` of ``owner``'s MRO, with the
+    keyword arguments it passes (vLLM 0.17.1 ``openpangu.py``: ``PanguEmbeddedForCausalLM`` has no
+    body, ``OpenPanguModelBase.__init__`` assigns ``self.model``; ``internlm2_ve.py`` passes
+    ``model_type=InternLM2VEModel`` to ``InternLM2ForCausalLM.__init__``, which assigns
+    ``self.model = model_type(...)``, a parameter whose default is ``InternLM2Model``).
+
     Raises:
         CompositionError: no ``__init__`` in the MRO, no assignment, a callee that is not a vLLM
             class, or assignments that resolve to different classes.
@@ -75,18 +82,83 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
     if found is None:
         raise CompositionError(f"{owner.name} has no __init__ in its vLLM bases")
     init_owner, init = found
-    results: list[HeldClass] = []
-    for node in self_assignments(init).get(attr, ()):
-        if not isinstance(node.value, ast.Call):
-            continue
-        results.append(_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner))
-    if not results:
-        raise CompositionError(f"{init_owner.name}.__init__ assigns no call result to self.{attr}")
+    bindings: dict[str, tuple[str, ast.expr]] = {}
+    visited: list[str] = []
+    while True:
+        visited.append(init_owner.name)
+        assigned = [n for n in self_assignments(init).get(attr, ()) if isinstance(n.value, ast.Call)]
+        if assigned:
+            break
+        handed = _super_init_call(init)
+        following = _next_init(tree, owner, init_owner) if handed is not None else None
+        if following is None:
+            chain_text = " -> ".join(f"{name}.__init__" for name in visited)
+            raise CompositionError(f"{chain_text} assigns no call result to self.{attr}")
+        bindings = _bind(init_owner.module, init, handed, bindings)
+        init_owner, init = following
+    results = [_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner,
+                             _with_defaults(init_owner.module, init, bindings))
+               for node in assigned]
     distinct = {r.cls for r in results}
     if len(distinct) != 1:
         names = ", ".join(sorted(c.name for c in distinct))
         raise CompositionError(f"self.{attr} is assigned different classes ({names}) in {init_owner.name}.__init__")
     return results[0]
+
+
+def _super_init_call(init: ast.AST) -> ast.Call | None:
+    """The ``super().__init__(...)`` call among ``init``'s statements (zero-argument ``super``), or None."""
+    for stmt in statements(init):
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+                and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
+                and call.func.value.func.id == "super" and not call.func.value.args):
+            return call
+    return None
+
+
+def _next_init(tree: SourceTree, owner: ClassRef, after: ClassRef) -> tuple[ClassRef, ast.FunctionDef] | None:
+    """The next ``__init__`` after class ``after`` in ``owner``'s MRO (vLLM classes only), or None."""
+    mro = tree.mro(owner)
+    for cls in mro[mro.index(after) + 1:] if after in mro else ():
+        init = tree.method(cls, "__init__")
+        if init is not None:
+            return cls, init  # type: ignore[return-value]
+    return None
+
+
+def _parameters(init: ast.AST) -> dict[str, ast.expr | None]:
+    """``__init__``'s parameter names and their default expressions (None: no default)."""
+    args = init.args  # type: ignore[attr-defined]
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    out = {a.arg: d for a, d in zip(positional, defaults)}
+    out.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults)})
+    return out
+
+
+def _with_defaults(module: str, init: ast.AST, bindings: dict[str, tuple[str, ast.expr]]) -> dict[str, tuple[str, ast.expr]]:
+    """``bindings`` completed with ``init``'s parameter defaults (each with the module it is written in)."""
+    out = {name: (module, default) for name, default in _parameters(init).items() if default is not None}
+    out.update({k: v for k, v in bindings.items() if k in out or k in _parameters(init)})
+    return out
+
+
+def _bind(module: str, init: ast.AST, call: ast.Call,
+          bindings: dict[str, tuple[str, ast.expr]]) -> dict[str, tuple[str, ast.expr]]:
+    """What a ``super().__init__(...)`` call in ``init`` passes by keyword, each value as written
+    (a name of ``init``'s own parameters is replaced by what it is bound to, or its default)."""
+    known = _with_defaults(module, init, bindings)
+    out: dict[str, tuple[str, ast.expr]] = {}
+    for kw in call.keywords:
+        if kw.arg is None:
+            continue
+        value = kw.value
+        if isinstance(value, ast.Name) and value.id in known:
+            out[kw.arg] = known[value.id]
+        else:
+            out[kw.arg] = (module, value)
+    return out
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -133,8 +205,16 @@ def self_attr(node: ast.expr) -> str | None:
 
 
 def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int,
-                  instance: ClassRef | None = None) -> HeldClass:
+                  instance: ClassRef | None = None,
+                  parameters: dict[str, tuple[str, ast.expr]] | None = None) -> HeldClass:
     func = call.func
+    if isinstance(func, ast.Name) and parameters and func.id in parameters:
+        # a class passed in as a parameter (``model_type(...)``): what the chain binds it to, or its default
+        module, bound = parameters[func.id]
+        cls = tree.resolve_expr(module, bound)
+        if not isinstance(cls, ClassRef):
+            raise CompositionError(f"the call at line {lineno} ({func.id}, bound to {ast.unparse(bound)}) is not a vLLM class")
+        return HeldClass(cls, "constructor", lineno)
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
     if name == REGISTRY_BUILDER:
         archs = [kw.value for kw in call.keywords if kw.arg == "architectures"]

@@ -146,9 +146,13 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     layer_var, index = form
     calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
              and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
-    if len(calls) != 1 or calls[0] not in loop.body:
-        return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
-    call_at = loop.body.index(calls[0])
+    if len(calls) == 1 and calls[0] in loop.body:
+        call_at = loop.body.index(calls[0])
+    else:
+        branch = layer_call_branch(loop.body, calls)
+        if branch is None:
+            return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
+        call_at = loop.body.index(branch)
     targets = calls[0].targets
     if len(targets) != 1:
         return "the layer call assigns to several targets"
@@ -169,6 +173,24 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
             return "the layer returns hidden_states alone but forward keeps a residual of its own"
         return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, False)
     return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
+
+
+def layer_call_branch(body: list[ast.stmt], calls: list[ast.Assign]) -> ast.If | None:
+    """The ``if``/``else`` of ``body`` whose two arms each run the layer once, the same way, or None.
+
+    Fact (vLLM 0.17.1 and 0.33.0 ``nemotron_nas.py``, ``DeciModel.forward``): ``if not
+    layer._is_no_op_attention: hidden_states, residual = layer(...); ... else: hidden_states,
+    residual = layer(...)``. Exactly one arm runs, so the layer runs once per iteration and a
+    capture before or after that statement sees the stream entering and leaving the layer.
+    """
+    if len(calls) != 2:
+        return None
+    for stmt in body:
+        if (isinstance(stmt, ast.If) and stmt.orelse and calls[0] in stmt.body and calls[1] in stmt.orelse
+                and ast.dump(calls[0].targets[0]) == ast.dump(calls[1].targets[0])
+                and ast.dump(calls[0].value) == ast.dump(calls[1].value)):
+            return stmt
+    return None
 
 
 def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:

@@ -93,6 +93,17 @@ def _layer_call(node: cst.CSTNode, layer: str, residual: bool) -> bool:
     return tree.names_tuple(target, "hidden_states", "residual") if residual else tree.is_name(target, "hidden_states")
 
 
+def _runs_layer(stmt: cst.BaseStatement, layer: str, residual: bool) -> bool:
+    """``stmt`` is the layer call's own line, or an ``if``/``else`` whose two arms each hold one such line
+    (:func:`patchkit.shapes.layer_call_branch`, which decided where the call is)."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return len(stmt.body) == 1 and _layer_call(stmt.body[0], layer, residual)
+    if isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else):
+        arms = (stmt.body.body, stmt.orelse.body.body)
+        return all(sum(1 for s in arm if _runs_layer(s, layer, residual)) == 1 for arm in arms)
+    return False
+
+
 def _named(*names: str):
     return lambda node: isinstance(node, cst.Name) and node.value in names
 
@@ -222,9 +233,7 @@ class CaptureAuxHiddenStates(Codemod):
             raise Refusal("the final 'return hidden_states' comes before the decoder-layer loop")
         index = form.index or INDEX
         loop_body = list(loop.body.body)
-        if len(loop_body) <= at_call or not (
-                isinstance(loop_body[at_call], cst.SimpleStatementLine) and len(loop_body[at_call].body) == 1
-                and _layer_call(loop_body[at_call].body[0], form.layer, form.tuple_target)):
+        if len(loop_body) <= at_call or not _runs_layer(loop_body[at_call], form.layer, form.tuple_target):
             raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
         if self.form == "inline":
             loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
