@@ -121,16 +121,22 @@ def alias_id(backbone: str) -> str:
     return f"eagle3:{backbone}:embedding-alias"
 
 
+def head_alias_id(cls: str) -> str:
+    """Patch id of the head alias on causal LM class ``cls``."""
+    return f"eagle3:{cls}:head-alias"
+
+
 def parse_id(patch_id: str) -> tuple[str, str] | None:
-    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)`` or
-    ``("allowlist", model_type)`` for an id made by :func:`capture_id`, :func:`interface_id`,
-    :func:`alias_id` or :func:`allowlist_id`; None for any other id."""
+    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)``,
+    ``("head-alias", cls)`` or ``("allowlist", model_type)`` for an id made by :func:`capture_id`,
+    :func:`interface_id`, :func:`alias_id`, :func:`head_alias_id` or :func:`allowlist_id`; None for
+    any other id."""
     parts = patch_id.split(":", 2)
     if len(parts) != 3 or parts[0] != "eagle3":
         return None
     if parts[1] == "allowlist":
         return "allowlist", parts[2]
-    if parts[2] in ("capture", "interface", "embedding-alias"):
+    if parts[2] in ("capture", "interface", "embedding-alias", "head-alias"):
         return parts[2], parts[1]
     return None
 
@@ -139,33 +145,55 @@ def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef,
     """The class defining ``backbone``'s ``__init__`` and the attribute holding its embedding, when
     vLLM's EAGLE proposer would not find it (:func:`embedding_names`); None when it would.
 
-    The embedding is the first ``self.X = <...Embedding>(...)`` of that ``__init__`` (vLLM 0.33.0
-    ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
+    The embedding is the first ``self.X = <...Embedding>(...)`` of the ``__init__`` chain (vLLM
+    0.33.0 ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
 
     Raises:
         _Refuse: the proposer finds no embedding and the backbone holds none patchkit can name.
     """
+    names = embedding_names(tree)
+    found = _unnamed(tree, backbone, names, "Embedding")
+    if found is _NAMED:
+        return None
+    if found is None:
+        raise _Refuse(f"{backbone.name} has no {' or '.join(names)}, and no embedding patchkit can name: "
+                      "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
+    return found
+
+
+def head_attribute(tree: SourceTree, cls: ClassRef) -> tuple[ClassRef, str] | None:
+    """The class defining ``cls``'s ``__init__`` and the attribute holding its head (the first
+    ``self.X = <...LMHead>(...)`` of the ``__init__`` chain; vLLM 0.17.1 and 0.33.0
+    ``internlm2.py``: ``self.output = ParallelLMHead(...)``), when vLLM's EAGLE proposer would not
+    find it under :func:`head_names`; None when it would, or when ``cls`` holds no such head."""
+    found = _unnamed(tree, cls, head_names(tree), "LMHead")
+    return None if found is _NAMED else found
+
+
+_NAMED = (None, "")
+
+
+def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: str):
+    """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
+    __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
     from patchkit.composition import self_assignments
     from patchkit.proposer_paths import assigned_at
 
-    names = embedding_names(tree)
-    if not names or any(assigned_at(tree, backbone, name) is not None for name in names):
-        return None
-    found = tree.find_member(backbone, "__init__")
+    if not names or any(assigned_at(tree, cls, name) is not None for name in names):
+        return _NAMED
+    found = tree.find_member(cls, "__init__")
     if found is None:
         return None
     # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
-    inits = [tree.method(cls, "__init__") for cls in tree.mro(backbone)]
-    assigned = [self_assignments(init) for init in inits if init is not None]
-    for held in assigned:
+    inits = [tree.method(c, "__init__") for c in tree.mro(cls)]
+    for held in (self_assignments(init) for init in inits if init is not None):
         for attr, nodes in held.items():
             for node in nodes:
                 func = node.value.func if isinstance(node.value, ast.Call) else None
                 name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                if name.endswith("Embedding"):
+                if name.endswith(made_by):
                     return found[0], attr
-    raise _Refuse(f"{backbone.name} has no {' or '.join(names)}, and no embedding patchkit can name: "
-                  "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
+    return None
 
 
 def embedding_names(tree: SourceTree) -> tuple[str, ...]:
@@ -180,6 +208,32 @@ def embedding_names(tree: SourceTree) -> tuple[str, ...]:
             alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
             return tuple(dict.fromkeys([read.path[1], *alternatives]))
     return ()
+
+
+def head_names(tree: SourceTree) -> tuple[str, ...]:
+    """The names vLLM's EAGLE proposer reads the target's head under (``("lm_head",)``), derived
+    from the release's ``load_model`` (:func:`patchkit.proposer_paths.derive`: the reads of
+    ``target_language_model.<name>`` other than its backbone)."""
+    from patchkit.proposer_paths import derive
+
+    return tuple(dict.fromkeys(r.path[0] for r in derive(tree, with_aux=False).reads
+                               if len(r.path) == 1 and r.path[0] != BACKBONE_ATTR))
+
+
+def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
+    pid = head_alias_id(cls.name)
+    return Patch(
+        id=pid,
+        summary=f"{cls.name}.{names[0]} names its {attribute}",
+        why=(f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
+             f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
+             "keep a head that was never loaded, without an error."),
+        reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, defining="__init__"),
+        codemod=CodemodRef.of("head-alias", alias=names[0], attribute=attribute, patch_id=pid),
+        architectures=(arch,),
+    )
 
 
 def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
@@ -254,6 +308,10 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
             raise _Refuse(f"{arch}: {exc}") from None
         if embedding is not None:
             out.append(_alias(arch, *embedding, embedding_names(tree)))
+            requires.append(out[-1].id)
+        head = head_attribute(tree, shape.cls)
+        if head is not None:
+            out.append(_head_alias(arch, *head, head_names(tree)))
             requires.append(out[-1].id)
     if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
         if shape.backbone is None:

@@ -297,3 +297,35 @@ def test_layer_called_in_both_arms_of_an_if(release, version, tmp_path):
         assert "_maybe_add_hidden_state" in ast_mod.unparse(loop.body[branch + 1]), kinds
     assert api.verify(install, request=api.Request(("DeciLMForCausalLM",), model)).ok
     api.revert(install)
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
+def test_class_whose_head_the_proposer_cannot_find_gets_an_alias(release, version, tmp_path):
+    """InternLM2 calls its head ``output``; vLLM's EAGLE proposer shares the target's head with a draft
+    that ships none only ``if hasattr(target, "lm_head")``, so such a draft kept a head that was never
+    loaded (found by the runtime probe on 0.33.0). The head alias names it; revert --arch takes it out."""
+    import ast as ast_mod
+
+    sp = release(version)
+    install = from_site_packages(sp)
+    pristine = digest(sp)
+    model = model_dir(tmp_path, "InternLM2ForCausalLM", "internlm2")
+    request = api.Request(("InternLM2ForCausalLM",), model)
+    report = api.apply(install, request=request)
+    assert report.written, [(p.id, p.outcome.value, p.reason) for p in report.patches]
+    assert "eagle3:InternLM2ForCausalLM:head-alias" in [p.id for p in report.patches]
+    module = ast_mod.parse((sp / "vllm/model_executor/models/internlm2.py").read_bytes())
+    cls = next(n for n in module.body if isinstance(n, ast_mod.ClassDef) and n.name == "InternLM2ForCausalLM")
+    prop = [f for f in cls.body if isinstance(f, ast_mod.FunctionDef) and f.name == "lm_head"]
+    assert len(prop) == 1 and ast_mod.unparse(prop[0].body[-1]) == "return self.output"
+    verified = api.verify(install, request=request)
+    assert verified.ok
+    def walk(checks):
+        for c in checks:
+            yield c
+            yield from walk(c.children)
+
+    head = [c for c in walk(verified.checks) if c.label.endswith("InternLM2ForCausalLM.lm_head")]
+    assert head and all(f.ok is True for f in head), head
+    api.revert(install, request=request)
+    assert digest(sp) == pristine

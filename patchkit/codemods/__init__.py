@@ -86,6 +86,12 @@ CATALOGUE: dict[str, Kind] = {
         lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
         "Let vLLM's EAGLE proposer find a backbone's embedding under the name it reads (embed_tokens).",
     ),
+    "head-alias": Kind(
+        "patchkit.codemods.alias", "AddHeadAlias",
+        "a read-only property naming the model's head the way vLLM's EAGLE proposer reads it",
+        lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
+        "Let vLLM's EAGLE proposer share a target's head it reads under another name (lm_head).",
+    ),
     "proposer-branch": Kind(
         "patchkit.codemods.proposer", "AddModelNameBranch",
         "elif branch in the EAGLE proposer's image-token mapping",

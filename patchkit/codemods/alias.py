@@ -1,4 +1,4 @@
-"""Give a decoder backbone the embedding name vLLM's EAGLE proposer reads: a read-only alias.
+"""Give a class the name vLLM's EAGLE proposer reads its embedding or head under: a read-only alias.
 
 Fact (``EagleProposer.load_model``: ``v1/spec_decode/eagle.py`` 0.10.2 - 0.18.0, then
 ``_maybe_share_embeddings`` in ``v1/spec_decode/llm_base_proposer.py`` 0.20 - 0.33.0): with one
@@ -7,6 +7,11 @@ pipeline stage the proposer reads ``target_language_model.model.embed_tokens`` (
 whether to share, so a backbone that names its embedding otherwise (``word_embeddings``: Bailing
 MoE, Sarvam MoE) makes every draft fail to load. The alias is a property, so nothing is
 registered twice (the module's parameters and state dict stay exactly as they are).
+
+The same proposer shares the target's ``lm_head`` with a draft that ships none (``has_own_lm_head``
+false, 0.20 - 0.33.0 ``_maybe_share_lm_head``), but only ``if hasattr(target_language_model,
+"lm_head")``: a causal LM that calls its head otherwise (``output``: InternLM2) leaves such a draft
+with a head that was never loaded, and nothing fails. :class:`AddHeadAlias` names it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ _TEMPLATE = '''
 @property
 def {alias}(self):
     # Added by patchkit ({patch_id}):
-    # vLLM's EAGLE proposer reads .{alias} to share the target's embedding with the draft;
-    # this backbone calls it {attribute}.
+    # vLLM's EAGLE proposer reads .{alias} to share the target's {what} with the draft;
+    # this {holder} calls it {attribute}.
     return self.{attribute}
 '''
 
@@ -58,6 +63,7 @@ class AddEmbeddingAlias(Codemod):
     """
 
     kind = "embedding-alias"
+    what, holder = "embedding", "backbone"
 
     def __init__(self, alias: str, attribute: str, patch_id: str) -> None:
         self.alias, self.attribute, self.patch_id = alias, attribute, patch_id
@@ -76,8 +82,8 @@ class AddEmbeddingAlias(Codemod):
         cls = top_level_class(module, self._class(site))
         if _alias_of(cls, self.alias):
             raise Refusal(f"{cls.name.value} already defines {self.alias}")
-        members = parse_members(_TEMPLATE.format(alias=self.alias, attribute=self.attribute,
-                                                 patch_id=self.patch_id).lstrip("\n"))
+        members = parse_members(_TEMPLATE.format(alias=self.alias, attribute=self.attribute, patch_id=self.patch_id,
+                                                 what=self.what, holder=self.holder).lstrip("\n"))
         members = [m.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for m in members]
         body = list(cls.body.body)
         inits = [i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
@@ -89,5 +95,12 @@ class AddEmbeddingAlias(Codemod):
     @staticmethod
     def _class(site: Site) -> str:
         if not site.class_name:
-            raise Refusal("embedding alias patch without a target class")
+            raise Refusal(f"{self.kind} patch without a target class")
         return site.class_name
+
+
+class AddHeadAlias(AddEmbeddingAlias):
+    """As :class:`AddEmbeddingAlias`, for a causal LM's head (``lm_head`` -> ``output``)."""
+
+    kind = "head-alias"
+    what, holder = "head", "class"
