@@ -249,6 +249,18 @@ class _Anything:
         return False
 
 
+class _Flag:
+    """Stands in for a flag a decoder loop reads on a layer (falsy). Not callable: a layer method the
+    loop calls (0.33.0 step5: ``layer._add_for_residual(h, r)``) is beyond what the stand-ins know,
+    so that forward is reported as not run."""
+
+    def __bool__(self):
+        return False
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError("the stand-in layer has no such method")
+
+
 def check_forward(backbone_name, results, residual_layers=True, pair=True):
     """Run the installed ``forward`` of ``backbone_name`` on stand-in layers and check what it captures.
 
@@ -298,7 +310,7 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
             except AttributeError:
                 if name.startswith("__"):
                     raise
-                return _Anything()
+                return _Flag()
 
     class Norm(torch.nn.Module):
         def forward(self, hidden_states, residual=None):
