@@ -341,18 +341,23 @@ def _proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) 
         return Check(label, None, "not checked: the target is not a native vLLM model")
     if not facts.multimodal:
         return Check(label, None, f"{cls.name} is text-only (no {MULTIMODAL_PROTOCOL}): nothing to map")
-    found = verify_mod.find_proposer_fallback(tree)
-    if found is None:
-        return Check(label, None, "the proposer has no image_token_index fallback in this release: nothing to map")
-    line = found.names(cls.name)
-    if line is not None:
-        return Check(label, True, f"the proposer has a branch for {cls.name}", f"{found.relpath}:{line}")
-    if "image_token_index" in data:
-        return Check(label, True, f"no branch for {cls.name}: the proposer reads target_model.config.image_token_index, "
-                                  f"which config.json has ({data['image_token_index']!r})", f"{found.relpath}:{found.lineno}")
-    return Check(label, False, f"no branch for {cls.name}: the proposer reads target_model.config.image_token_index, "
+    from patchkit.proposer_paths import derive
+
+    image_token = derive(tree, with_aux=False).image_token
+    branch = next((b for b in image_token if cls.name in b.classes), None)
+    if branch is not None:
+        return Check(label, True, f"the proposer has a branch for {cls.name}", branch.location)
+    fallback = next((b for b in image_token if not b.classes), None)
+    if fallback is None:
+        return Check(label, None, "the proposer has no image-token fallback in this release: nothing to map")
+    field = fallback.field[-1]
+    read = f"target_model.{'.'.join(fallback.field)}"
+    if field in data:
+        return Check(label, True, f"no branch for {cls.name}: the proposer reads {read}, "
+                                  f"which config.json has ({data[field]!r})", fallback.location)
+    return Check(label, False, f"no branch for {cls.name}: the proposer reads {read}, "
                                "which this config.json lacks (loading the draft fails with AttributeError)",
-                 f"{found.relpath}:{found.lineno}")
+                 fallback.location)
 
 
 def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, contract: Contract,

@@ -31,7 +31,7 @@ from patchkit.contract import (
 )
 from patchkit.registry import Registry
 from patchkit.results import Check
-from patchkit.source import ClassRef, SourceTree, nodes
+from patchkit.source import ClassRef, SourceTree
 
 
 def default_architectures() -> tuple[str, ...]:
@@ -46,8 +46,6 @@ def default_architectures() -> tuple[str, ...]:
 
 TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 """``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
-PROPOSER_PACKAGE = "vllm.v1.spec_decode"
-PROPOSER_MODULES = ("eagle", "llm_base_proposer")
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 FINAL_LAYER_CAPTURED = "final-layer-captured"
 FINAL_LAYER_MISSED = "final-layer-missed"
@@ -468,43 +466,3 @@ def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ..
     return Check("speculative-config allow-list", False, f"no {' or '.join(ALLOW_LIST_NAMES)} list found in {', '.join(ALLOW_LIST_MODULES)}")
 
 
-@dataclass(frozen=True)
-class ProposerFallback:
-    """The EAGLE proposer module whose image-token mapping falls back to ``image_token_index``.
-
-    Fact (vLLM 0.15.1 - 0.18.0, ``v1/spec_decode/eagle.py``): for a multimodal target whose class
-    name has no branch, the proposer runs ``self.model.config.image_token_index =
-    target_model.config.image_token_index``.
-
-    Attributes:
-        relpath: the module's file, relative to site-packages.
-        tree: its parsed AST.
-        lineno: line of the first fallback assignment.
-    """
-
-    relpath: str
-    tree: ast.Module
-    lineno: int
-
-    def names(self, value: str) -> int | None:
-        """Line of the first string constant equal to ``value`` (a class-name branch), or None."""
-        return next((n.lineno for n in nodes(self.tree) if isinstance(n, ast.Constant) and n.value == value), None)
-
-
-def find_proposer_fallback(tree: SourceTree) -> ProposerFallback | None:
-    """The first of :data:`PROPOSER_MODULES` with the ``image_token_index`` fallback, or None.
-
-    Raises:
-        SourceError: the module does not parse.
-    """
-    for name in PROPOSER_MODULES:
-        module = f"{PROPOSER_PACKAGE}.{name}"
-        relpath = tree.relpath_of_module(module)
-        if relpath is None:
-            continue
-        mod = tree.module_tree(module)
-        fallback = [n for n in nodes(mod) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
-                    and n.value.attr == "image_token_index" and any(isinstance(t, ast.Attribute) and t.attr == "image_token_index" for t in n.targets)]
-        if fallback:
-            return ProposerFallback(relpath, mod, fallback[0].lineno)
-    return None
