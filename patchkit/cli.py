@@ -314,8 +314,15 @@ def _missing_lines(checks: list[Check]) -> list[str]:
     return lines
 
 
-def _verify_hint(info: InstallInfo, target: str, where: str) -> str:
-    """What to do when EAGLE-3 is not in effect, for this release's EAGLE-3 contract."""
+def _verify_hint(info: InstallInfo, target: str, where: str, chosen: str = "") -> str:
+    """What to do when EAGLE-3 is not in effect, for this release's EAGLE-3 contract.
+
+    ``chosen``: the ``--arch``/``--model`` options verify was given (``" --arch X"``), empty for the
+    default set. Architectures chosen that way are planned by ``apply`` on every era that has the
+    SupportsEagle3 Protocol, so the hint is that command (it writes them, or says why it refuses).
+    """
+    if chosen and (info.patchable or info.native):
+        return f"run 'patchkit apply --target {target}{where}{chosen}' (it says what it writes, or why it refuses)"
     if info.patchable:
         return f"run 'patchkit apply --target {target}{where}'"
     if info.native:
@@ -376,7 +383,8 @@ def verify(
             out.line(("EAGLE-3 is not in effect:", "red"))
             for line in _missing_lines(report.checks):
                 out.line(line, indent="  ")
-            out.line(("hint:", "dim"), " ", _verify_hint(report.install, target, _where(site_packages, python)))
+            chosen = "".join(f" --arch {a}" for a in arch or ()) + (f" --model {model}" if model else "")
+            out.line(("hint:", "dim"), " ", _verify_hint(report.install, target, _where(site_packages, python), chosen))
         if failed:
             _error(PatchkitError(failed.message, failed.hint), False)
         return code

@@ -181,13 +181,38 @@ def statements(node: ast.AST) -> list[ast.AST]:
 @functools.lru_cache(maxsize=8192)
 def self_assignments(fn: ast.AST) -> dict[str, tuple[ast.Assign, ...]]:
     """The ``self.X = ...`` statements of ``fn`` by ``X``, in :func:`ast.walk` order (remembered per
-    function: the composition resolver and the shape reader ask about the same ``__init__`` often)."""
-    out: dict[str, list[ast.Assign]] = {}
+    function: the composition resolver and the shape reader ask about the same ``__init__`` often).
+
+    Also read as such an assignment (each given as an ``ast.Assign`` at the line of ``self.X``):
+
+    - an annotated one, ``self.X: T = value`` (0.33.0 ``dots_ocr.py``: ``self.language_model:
+      Qwen2ForCausalLM = init_vllm_registered_model(...)``);
+    - ``self.X = name`` where ``fn`` binds ``name`` exactly once, to a call (0.33.0 ``step3_vl.py``:
+      ``language_model = init_vllm_registered_model(...)``, then ``self.language_model =
+      language_model``): the value is that call.
+    """
+    local_calls: dict[str, list[ast.Call]] = {}
     for node in statements(fn):
         if isinstance(node, ast.Assign):
-            for name in dict.fromkeys(self_attr(t) for t in node.targets):
-                if name is not None:
-                    out.setdefault(name, []).append(node)
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    local_calls.setdefault(t.id, []).append(node.value)
+    out: dict[str, list[ast.Assign]] = {}
+    for node in statements(fn):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        elif isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        else:
+            continue
+        if isinstance(value, ast.Name) and len(local_calls.get(value.id, ())) == 1 \
+                and isinstance(local_calls[value.id][0], ast.Call):
+            value = local_calls[value.id][0]
+        if not (node is not None and isinstance(node, ast.Assign) and value is node.value):
+            node = ast.copy_location(ast.Assign(targets=list(targets), value=value), node)
+        for name in dict.fromkeys(self_attr(t) for t in targets):
+            if name is not None:
+                out.setdefault(name, []).append(node)
     return {k: tuple(v) for k, v in out.items()}
 
 

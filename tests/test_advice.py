@@ -56,6 +56,21 @@ def test_verify_hint_repeats_the_site_packages_given(release, cli):
 
 
 @pytest.mark.release
+def test_verify_hint_for_a_chosen_architecture_on_a_native_era_release(release, cli):
+    """On 0.33.0 (native era) verify --arch X of an unpatched X said 'supports EAGLE-3 natively ...
+    the files differ from the release: reinstall vLLM', which is false: apply --arch X patches it."""
+    sp = release("0.33.0")
+    result = cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")
+    assert result.exit_code == 1
+    hint = [line for line in result.stdout.splitlines() if line.startswith("hint:")]
+    assert hint == [f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM' "
+                    "(it says what it writes, or why it refuses)"], hint
+    applied = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")  # and that command works
+    assert applied.exit_code == 0
+    assert cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM").exit_code == 0
+
+
+@pytest.mark.release
 def test_requested_patch_not_applicable_writes_nothing(release, cli):
     sp = release("0.14.1")  # no Kimi-K2.5 in this registry: its proposer patch cannot apply
     before = snapshot(sp)

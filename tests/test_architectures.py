@@ -329,3 +329,14 @@ def test_class_whose_head_the_proposer_cannot_find_gets_an_alias(release, versio
     assert head and all(f.ok is True for f in head), head
     api.revert(install, request=request)
     assert digest(sp) == pristine
+
+
+def test_language_model_assigned_with_an_annotation_or_through_a_local(release):
+    """0.33.0 dots_ocr.py assigns ``self.language_model: Qwen2ForCausalLM = init_vllm_registered_model(...)``
+    and step3_vl.py ``language_model = init_vllm_registered_model(...)`` then ``self.language_model =
+    language_model``: both were called 'no decoder backbone in self.model'."""
+    rows = {r.architecture: r for r in scan(from_site_packages(release("0.33.0"))).rows}
+    dots = rows["DotsOCRForCausalLM"]
+    assert (dots.state, dots.shape) == ("patchable", "wrapper-only") and "Qwen2ForCausalLM" in dots.reason, dots
+    step = rows["Step3VLForConditionalGeneration"]
+    assert step.state == "not patchable" and "text_config at run time" in step.reason, step
