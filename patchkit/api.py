@@ -114,9 +114,15 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
     archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
     allow = read_allow_list(tree)
     families = load_families()
-    # Architectures the shipped patch set serves get exactly those patches (their proposer branch included).
-    shipped = [p for p in load_patches() if set(p.architectures) & set(archs)]
-    generic = [a for a in archs if not any(a in p.architectures for p in shipped)]
+    # Architectures the shipped patch set serves get exactly those patches (their proposer branch included):
+    # by name, or by class on the releases those patches are for (a subclass of a class a shipped
+    # interface patch targets, holding the same backbone: 0.16.0 deepseek_v2.py DeepseekForCausalLM,
+    # mistral_large_3.py MistralLarge3ForCausalLM; a generic capture of that backbone would collide)
+    from patchkit.arch_patches import shipped_for
+
+    served = {a: found for a in archs for found in [shipped_for(tree, registry, contract, a)] if found}
+    shipped = list({p.id: p for found in served.values() for p in found}.values())
+    generic = [a for a in archs if a not in served]
     selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None)
     decided = []
     for d in selection.decisions:
@@ -141,7 +147,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
 
         shipped_entries = [e for p in patches if p.codemod.kind == "allowlist" for e in p.codemod.opts.get("entries", ())]
         if (allow is not None and config is not None and config.model_type
-                and set(config.architectures) & {a for p in shipped for a in p.architectures}
+                and set(config.architectures) & set(served)
                 and not admits([*allow.entries, *shipped_entries], config.model_type)):
             patches.append(allow_list_patch(config.model_type, config.architectures[0]))
     return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))

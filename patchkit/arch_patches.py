@@ -251,6 +251,47 @@ def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]
     )
 
 
+def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, architecture: str) -> tuple[Patch, ...]:
+    """The shipped patches (``patches/``) that serve ``architecture``, or ``()``.
+
+    An architecture is served by name (a patch lists it), or, on the releases those patches are for
+    (A1), by class: its class inherits the class a shipped interface patch targets and holds the
+    same backbone in ``self.model`` (vLLM 0.16.0 ``deepseek_v2.py``: ``DeepseekForCausalLM``;
+    ``mistral_large_3.py``: ``MistralLarge3ForCausalLM``; a multimodal wrapper holding
+    ``DeepseekV2ForCausalLM``, ``kimi_vl.py``). A generic capture of that backbone would collide
+    with the shipped one, so these get exactly the shipped patches.
+    """
+    from patchkit.spec import load_patches
+
+    patches = load_patches()
+    name = architecture if any(architecture in p.architectures for p in patches) else (
+        _shipped_parent(tree, registry, architecture, patches) if contract.patchable else None)
+    return tuple(p for p in patches if name is not None and name in p.architectures)
+
+
+def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, patches) -> str | None:
+    from patchkit.composition import CompositionError, held_class
+
+    resolution = registry.resolve(architecture)
+    if resolution is None or resolution.cls is None:
+        return None
+    mro = tree.mro(resolution.cls)
+    for patch in patches:
+        target = patch.target
+        if patch.codemod.kind != "interface" or not isinstance(target, ClassTarget) or target.forwards_to != BACKBONE_ATTR:
+            continue
+        parent = registry.resolve(target.architecture)
+        if parent is None or parent.cls is None or parent.cls not in mro:
+            continue
+        try:
+            if held_class(tree, registry, resolution.cls, BACKBONE_ATTR).cls == \
+                    held_class(tree, registry, parent.cls, BACKBONE_ATTR).cls:
+                return target.architecture
+        except CompositionError:
+            return None
+    return None
+
+
 def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
                          families: tuple[Family, ...], model: ModelConfig | None = None,
                          allow_list: list[str] | None = None) -> Selection:
@@ -322,7 +363,11 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         if shape.inner is None:
             raise _Refuse(f"{arch}: the language model it holds is unknown")
         inner = classify(tree, registry, contract, shape.inner)
-        if inner.state is not State.NATIVE:
+        served = shipped_for(tree, registry, contract, shape.inner) if inner.state is not State.NATIVE else ()
+        if served:  # the shipped patches give the language model EAGLE-3 (0.16.0 kimi_vl.py: DeepSeek-V2)
+            out.extend(served)
+            requires.extend(p.id for p in served if p.codemod.kind == "interface")
+        elif inner.state is not State.NATIVE:
             inner_patches = _patches_for(tree, registry, contract, inner, families, None, None)
             out.extend(inner_patches)
             requires.extend(p.id for p in inner_patches if p.id.endswith(":interface"))

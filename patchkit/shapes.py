@@ -316,12 +316,27 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
                      backbone, location=cls.location)
 
 
+def _builds_another_class(new: ast.stmt) -> bool:
+    """``__new__`` returns a call other than ``...__new__(...)``: it builds the instance as another class
+    (0.16.0 ``grok1.py`` and ``minicpmv.py``: ``return instance_cls(vllm_config=..., prefix=...)``),
+    unlike ``SupportsQuant.__new__`` (``instance = super().__new__(cls); ...; return instance``)."""
+    return any(isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
+               and not (isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__")
+               for r in ast.walk(new))
+
+
 def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
              cls: ClassRef, text_architecture: str | None, depth: int) -> ArchShape:
     """Classify a class without ``SupportsEagle3``: which shape would give it support, or why none."""
     def no(reason: str, where: str | None = None) -> ArchShape:
         return ArchShape(architecture, group, State.NOT_PATCHABLE, None, reason, cls, location=where or cls.location)
 
+    factory = tree.find_member(cls, "__new__")
+    if factory is not None and _builds_another_class(factory[1]):
+        # 0.16.0 grok1.py: GrokForCausalLM.__new__ returns a Grok1ForCausalLM or Grok2ForCausalLM, which do
+        # not derive from it: the model vLLM's runner asks supports_eagle3 about is not of this class
+        return no(f"{factory[0].name}.__new__ builds the model as another class (a factory), so the class vLLM's "
+                  f"runner checks is not {cls.name}", f"{factory[0].relpath}:{factory[1].lineno}")
     # A multimodal wrapper: its language model is built through the registry.
     built = registry_built(tree, cls, WRAPPER_ATTR)
     try:

@@ -340,3 +340,33 @@ def test_language_model_assigned_with_an_annotation_or_through_a_local(release):
     assert (dots.state, dots.shape) == ("patchable", "wrapper-only") and "Qwen2ForCausalLM" in dots.reason, dots
     step = rows["Step3VLForConditionalGeneration"]
     assert step.state == "not patchable" and "text_config at run time" in step.reason, step
+
+
+def test_class_built_by_a_factory_new_is_not_patchable(release, cli):
+    """0.17.1 grok1.py: GrokForCausalLM.__new__ returns a Grok1ForCausalLM or Grok2ForCausalLM, which do
+    not derive from it, so an interface on GrokForCausalLM never reaches the model vLLM's runner checks
+    (the runtime probe's methods check raised TypeError). It used to be called patchable."""
+    sp = release("0.17.1")
+    before = digest(sp)
+    rows = {r.architecture: r for r in scan(from_site_packages(sp)).rows}
+    assert rows["Grok1ForCausalLM"].state == "not patchable" and "__new__" in rows["Grok1ForCausalLM"].reason
+    assert rows["BaiChuanForCausalLM"].state == "patchable"  # SupportsQuant.__new__ returns the instance itself
+    result = cli("apply", "--site-packages", str(sp), "--arch", "Grok1ForCausalLM")
+    assert result.exit_code == 3 and "__new__" in result.stdout
+    assert digest(sp) == before
+
+
+def test_subclass_and_wrapper_of_a_shipped_architecture_get_the_shipped_patches(release, cli, tmp_path):
+    """0.17.1: DeepseekForCausalLM and MistralLarge3ForCausalLM inherit DeepseekV2ForCausalLM, and
+    KimiVLForConditionalGeneration holds one. They got a generic capture of DeepseekV2Model, which the
+    shipped eagle3-deepseek-backbone then refused as a hand edit (and the other way round)."""
+    sp = release("0.17.1")
+    install = from_site_packages(sp)
+    for arch in ("DeepseekForCausalLM", "MistralLarge3ForCausalLM", "KimiVLForConditionalGeneration"):
+        report = api.apply(install, request=api.Request((), model_dir(tmp_path, arch, f"pk_{arch.lower()}")))
+        assert report.written and not report.refused, [(p.id, p.outcome.value, p.reason) for p in report.patches]
+        ids = {p.id for p in report.patches}
+        assert "eagle3-deepseek-backbone" in ids and "eagle3:DeepseekV2Model:capture" not in ids, ids
+    result = cli("apply", "--site-packages", str(sp))  # the default run after them: nothing collides
+    assert result.exit_code == 0, result.stdout
+    assert cli("verify", "--site-packages", str(sp), "--arch", "KimiVLForConditionalGeneration").exit_code == 0
