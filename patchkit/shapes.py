@@ -371,6 +371,13 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
     try:
         backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
     except CompositionError as exc:
+        from patchkit.proposer_paths import language_model_attr
+
+        getter = language_model_attr(tree, cls)
+        if getter is not None and getter[0] not in (WRAPPER_ATTR, BACKBONE_ATTR):
+            # 0.33.0 ovis.py: self.llm = init_vllm_registered_model(...) under _mark_language_model
+            return no(f"its language model is self.{getter[0]} (what get_language_model() returns), which patchkit "
+                      f"does not follow: it reads a wrapper's self.{WRAPPER_ATTR}", getter[1])
         return no(f"no decoder backbone in self.{BACKBONE_ATTR} ({exc}); vLLM's proposer reads .{BACKBONE_ATTR}")
     if kind_of(tree, backbone.cls) != "backbone":
         return no(f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "

@@ -340,6 +340,9 @@ def test_language_model_assigned_with_an_annotation_or_through_a_local(release):
     assert (dots.state, dots.shape) == ("patchable", "wrapper-only") and "Qwen2ForCausalLM" in dots.reason, dots
     step = rows["Step3VLForConditionalGeneration"]
     assert step.state == "not patchable" and "text_config at run time" in step.reason, step
+    # ovis.py holds it in self.llm: the reason says so (it said 'no decoder backbone in self.model')
+    ovis = rows["Ovis"]
+    assert ovis.state == "not patchable" and "self.llm" in ovis.reason and ovis.location.startswith("vllm/"), ovis
 
 
 def test_class_built_by_a_factory_new_is_not_patchable(release, cli):
