@@ -173,16 +173,17 @@ class _Reader:
     def function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, aliases: dict[str, list[Path]],
                  depth: int = 0) -> None:
         where = lambda node: f"{relpath}:{node.lineno}"  # noqa: E731
+        walked = tuple(ast.walk(fn))  # one walk serves every pass below
         guarded: set[Path] = set()
         none_raises: set[str] = set()
-        for node in ast.walk(fn):  # `if x is None: raise ...`
+        for node in walked:  # `if x is None: raise ...`
             if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
                     and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Is)
                     and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None
                     and any(isinstance(s, ast.Raise) for s in node.body)):
                 none_raises.add(node.test.left.id)
         # aliases first, in source order: name = <alias path>.x / getattr(<alias path>, "x", default)
-        for node in sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        for node in sorted((n for n in walked if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
                 continue
             name = node.targets[0].id
@@ -197,7 +198,7 @@ class _Reader:
                     if name not in none_raises:
                         guarded.add(path)
         # hasattr guards, and hasattr chains that end in raise
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.If):
                 arms, cur = [], node
                 while True:
@@ -218,7 +219,7 @@ class _Reader:
                     guarded.add(p)
                     self._note(p, False, where(node))
         # plain reads
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 found = _chain(node)
                 if found is None or found[0] not in aliases:
@@ -228,14 +229,14 @@ class _Reader:
                     for i in range(len(base) + 1, len(full) + 1):
                         self._note(full[:i], full[:i] not in guarded, where(node))
         # what is handed to the draft: <alias path> assigned to self.<...>
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and (_chain(t) or ("",))[0] == "self" for t in node.targets):
                 self.shared.update(p for p, _ in self._paths(node.value, aliases) if p)
         # delegation: self.method(<alias>, ...)
         if depth >= _DELEGATION_DEPTH:
             return
-        for node in ast.walk(fn):
+        for node in walked:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
                 continue
