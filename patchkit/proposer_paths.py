@@ -559,10 +559,7 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
         attr = composition.self_attr(body[0].value)
         return (attr, f"{owner.relpath}:{body[0].lineno}") if attr else None
-    read = {composition.self_attr(n) for n in ast.walk(getter) if isinstance(n, ast.Attribute)} - {None}
-    markers = {stmt.name for stmt in tree.class_node(owner).body if isinstance(stmt, ast.FunctionDef)
-               and any(isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
-                       for n in ast.walk(stmt))}
+    markers = _markers(tree, owner, getter)
     if not markers:
         return None
     held: dict[str, str] = {}
@@ -582,6 +579,23 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
     if not held and any(isinstance(n, ast.Attribute) and n.attr == "children" for n in ast.walk(getter)):
         return _first_language_model_child(tree, cls)
     return next(iter(held.items())) if len(held) == 1 else None
+
+
+def _markers(tree: SourceTree, owner: ClassRef, getter: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The methods of ``owner`` that assign an attribute its ``get_language_model`` (``getter``) reads
+    (``_mark_language_model``); once per class and tree (every multimodal wrapper of a release shares
+    ``SupportsMultiModal``'s, and finding them walks each of its methods)."""
+    known = _MARKERS.setdefault(tree, {})
+    if owner not in known:
+        read = {composition.self_attr(n) for n in ast.walk(getter) if isinstance(n, ast.Attribute)} - {None}
+        known[owner] = frozenset(
+            stmt.name for stmt in tree.class_node(owner).body if isinstance(stmt, ast.FunctionDef)
+            and any(isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
+                    for n in ast.walk(stmt)))
+    return known[owner]
+
+
+_MARKERS: "weakref.WeakKeyDictionary[SourceTree, dict[ClassRef, frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | None:
