@@ -369,9 +369,11 @@ def _setter_lines(source: bytes) -> list[int]:
 
 
 def _indent(line: bytes) -> int | None:
-    """Columns of leading spaces; None for a blank or comment-only line (they do not close a block)."""
+    """Columns of leading spaces; None for a line that neither opens nor closes a block: blank,
+    comment-only, or starting with a closing bracket (the end of a statement begun above, such as a
+    signature's ``) -> None:``)."""
     body = line.lstrip(b" ")
-    return None if not body.strip() or body.startswith(b"#") else len(line) - len(body)
+    return None if not body.strip() or body.startswith((b"#", b")", b"]", b"}")) else len(line) - len(body)
 
 
 def _setter_functions(source: bytes) -> list[ast.FunctionDef | ast.AsyncFunctionDef] | None:

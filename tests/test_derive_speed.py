@@ -39,8 +39,8 @@ def test_runner_files_give_what_a_whole_parse_gives(version):
         found = proposer_paths._aux_in_file(source, "f.py")
         assert found == whole(source), path
         assert found, path  # every release's runners take the ids from somewhere
-    runner = site / proposer_paths.WORKER_PACKAGE / "gpu_model_runner.py"
-    assert proposer_paths._setter_functions(runner.read_bytes()), "the runner's setter method is cut out"
+    for path in files:  # the runner's setter method, and (0.17.1 on) eagle3_utils.py's function
+        assert proposer_paths._setter_functions(path.read_bytes()), path
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
@@ -133,6 +133,15 @@ CASES = {
                 ids = read_config()
                 self.model.set_aux_hidden_state_layers(ids)
     """,
+    "signature over several lines": """
+        def load(
+            model,
+        ) -> None:
+            ids = model.get_ids()
+            model.set_aux_hidden_state_layers(
+                ids,
+            )
+    """,
     "tabs": "class Runner:\n\tdef load(self):\n\t\tself.m.set_aux_hidden_state_layers(self.m.get_ids())\n",
     "broken elsewhere": """
         def load(model):
@@ -157,6 +166,7 @@ def test_a_file_that_does_not_parse_elsewhere_still_gives_its_setter_method():
 
 
 @pytest.mark.parametrize("case,cut", [("method", True), ("nested def", True), ("two methods", True),
+                                      ("signature over several lines", True),
                                       ("continuation at column 0", False), ("string at column 0 in the method", False),
                                       ("decorator", False), ("module level", False), ("class body", False),
                                       ("tabs", False)])
