@@ -679,10 +679,17 @@ def main() -> None:
 
     The cyclic garbage collector is switched off for the command's short life: the parsed trees of
     hundreds of vLLM files hold no reference cycles, and collecting over them took 60 % of ``scan``
-    (benchmarks/bench.py); memory is still freed by reference counting.
+    (benchmarks/bench.py); memory is still freed by reference counting. When the command is done,
+    what is still alive is frozen (:func:`gc.freeze`): the interpreter's shutdown runs the
+    collector even when it is disabled, and its passes over the trees a command kept (``scan`` of
+    vLLM 0.17.1: 193 files, a 190 MB process) took about 0.6 s, six times the scan's own work
+    besides parsing.
     """
     import gc
 
     gc.disable()
-    app(prog_name="patchkit")
+    try:
+        app(prog_name="patchkit")
+    finally:
+        gc.freeze()
 

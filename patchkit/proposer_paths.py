@@ -173,16 +173,17 @@ class _Reader:
     def function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, aliases: dict[str, list[Path]],
                  depth: int = 0) -> None:
         where = lambda node: f"{relpath}:{node.lineno}"  # noqa: E731
+        walked = tuple(ast.walk(fn))  # one walk serves every pass below
         guarded: set[Path] = set()
         none_raises: set[str] = set()
-        for node in ast.walk(fn):  # `if x is None: raise ...`
+        for node in walked:  # `if x is None: raise ...`
             if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
                     and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Is)
                     and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None
                     and any(isinstance(s, ast.Raise) for s in node.body)):
                 none_raises.add(node.test.left.id)
         # aliases first, in source order: name = <alias path>.x / getattr(<alias path>, "x", default)
-        for node in sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        for node in sorted((n for n in walked if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
                 continue
             name = node.targets[0].id
@@ -197,7 +198,7 @@ class _Reader:
                     if name not in none_raises:
                         guarded.add(path)
         # hasattr guards, and hasattr chains that end in raise
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.If):
                 arms, cur = [], node
                 while True:
@@ -218,7 +219,7 @@ class _Reader:
                     guarded.add(p)
                     self._note(p, False, where(node))
         # plain reads
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 found = _chain(node)
                 if found is None or found[0] not in aliases:
@@ -228,14 +229,14 @@ class _Reader:
                     for i in range(len(base) + 1, len(full) + 1):
                         self._note(full[:i], full[:i] not in guarded, where(node))
         # what is handed to the draft: <alias path> assigned to self.<...>
-        for node in ast.walk(fn):
+        for node in walked:
             if isinstance(node, ast.Assign) and any(
                     isinstance(t, ast.Attribute) and (_chain(t) or ("",))[0] == "self" for t in node.targets):
                 self.shared.update(p for p, _ in self._paths(node.value, aliases) if p)
         # delegation: self.method(<alias>, ...)
         if depth >= _DELEGATION_DEPTH:
             return
-        for node in ast.walk(fn):
+        for node in walked:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
                 continue
@@ -335,20 +336,119 @@ _AUX_BY_FILE: dict[tuple[str, bytes], tuple[AuxSource, ...]] = {}
 
 def _aux_in_file(source: bytes, relpath: str) -> tuple[AuxSource, ...]:
     """The aux sources of one runner file: each ``X.set_aux_hidden_state_layers(ids)`` call and where
-    ``ids`` comes from (a call, or the calls assigned to that name in the enclosing function)."""
+    ``ids`` comes from (a call, or the calls assigned to that name in the enclosing function).
+
+    Only the functions that hold the calls are parsed (:func:`_setter_functions`; the runner,
+    ``gpu_model_runner.py``, is 0.28 MB and one method of it holds the call), or the whole file
+    when they cannot be cut out exactly. Both give the same result.
+    """
+    functions = _setter_functions(source)
+    if functions is not None:
+        roots: list[ast.AST] = list(functions)
+    else:
+        try:
+            roots = [ast.parse(source)]
+        except (SyntaxError, ValueError):
+            return ()
+    return _aux_in_trees(roots, relpath)
+
+
+def _setter_lines(source: bytes) -> list[int]:
+    """0-based indexes of the lines naming the setter, comment lines left out (a line whose first
+    character is ``#`` is a comment or inside a string: never a call)."""
+    needle = SETTER.encode()
+    out: list[int] = []
+    at = source.find(needle)
+    while at != -1:
+        start = source.rfind(b"\n", 0, at) + 1
+        if not source[start:at].lstrip(b" ").startswith(b"#"):
+            out.append(source.count(b"\n", 0, at))
+        stop = source.find(b"\n", at)
+        at = -1 if stop == -1 else source.find(needle, stop)
+    return out
+
+
+def _indent(line: bytes) -> int | None:
+    """Columns of leading spaces; None for a line that neither opens nor closes a block: blank,
+    comment-only, or starting with a closing bracket (the end of a statement begun above, such as a
+    signature's ``) -> None:``)."""
+    body = line.lstrip(b" ")
+    return None if not body.strip() or body.startswith((b"#", b")", b"]", b"}")) else len(line) - len(body)
+
+
+def _setter_functions(source: bytes) -> list[ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """The outermost functions holding the setter's calls, each parsed from its own lines; None when
+    that cannot be done exactly (the caller then parses the whole file).
+
+    A line's block is opened by the nearest line above it that is indented less; going up so
+    reaches the outermost ``def`` around a call, whose body ends at the next line indented as
+    little as its ``def``. That text reading can be fooled by continuation lines and strings, so
+    each cut is accepted only if it parses alone (parsed at its own line numbers, inside ``if 1:``
+    when indented) as one function whose body has a call of the setter on the line the text named.
+    Files with tabs, form feeds or an encoding declaration, and a call outside any function, are
+    parsed whole.
+    """
+    head = b"\n".join(source.split(b"\n", 2)[:2])
+    if b"\t" in source or b"\x0c" in source or b"coding" in head or source.startswith(b"\xef\xbb\xbf"):
+        return None
+    wanted = _setter_lines(source)
+    if not wanted:
+        return []
+    lines = source.split(b"\n")
+    cuts: dict[int, int] = {}  # first line index of an outermost def -> index past its last line
+    for i in wanted:
+        if i in cuts or any(start < i < end for start, end in cuts.items()):
+            continue
+        threshold, outer = _indent(lines[i]), None
+        if threshold is None:
+            return None
+        for j in range(i - 1, -1, -1):
+            ind = _indent(lines[j])
+            if ind is None or ind >= threshold:
+                continue
+            threshold = ind
+            if lines[j].lstrip(b" ").startswith((b"def ", b"async def ")):
+                outer = j
+            if ind == 0:
+                break
+        if outer is None:
+            return None
+        depth = _indent(lines[outer])
+        end = next((k for k in range(outer + 1, len(lines)) if (ind := _indent(lines[k])) is not None and ind <= depth),
+                   len(lines))
+        if end <= i:
+            return None
+        cuts[outer] = end
+    out: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    for start, end in sorted(cuts.items()):
+        # parsed at its own line numbers: blank lines first, then (for a method) an `if 1:` to hold it
+        opener = b"\n" * start if not _indent(lines[start]) else b"\n" * (start - 1) + b"if 1:\n"
+        text = opener + b"\n".join(lines[start:end])
+        try:
+            body = ast.parse(text).body
+        except (SyntaxError, ValueError):
+            return None
+        fn = body[0].body[0] if len(body) == 1 and isinstance(body[0], ast.If) and len(body[0].body) == 1 else \
+            body[0] if len(body) == 1 else None
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.lineno != start + 1:
+            return None
+        out.append(fn)
+    found = {n.func.end_lineno - 1 for fn in out for n in ast.walk(fn)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == SETTER}
+    return out if found >= set(wanted) else None
+
+
+def _aux_in_trees(roots: list[ast.AST], relpath: str) -> tuple[AuxSource, ...]:
+    """:func:`_aux_in_file` on parsed code: a whole module, or the functions that hold the calls."""
     out: list[AuxSource] = []
-    try:
-        module = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return ()
     calls: list[tuple[ast.Call, ast.AST]] = []  # each setter call with its innermost enclosing function
-    stack: list[tuple[ast.AST, ast.AST]] = [(module, module)]
+    stack: list[tuple[ast.AST, ast.AST | None]] = [(root, None) for root in roots]
     while stack:
         node, fn = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             fn = node
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == SETTER
-                and len(node.args) == 1 and isinstance(node.args[0], (ast.Name, ast.Call)) and fn is not module):
+                and len(node.args) == 1 and isinstance(node.args[0], (ast.Name, ast.Call)) and fn is not None):
             calls.append((node, fn))
         stack.extend((child, fn) for child in ast.iter_child_nodes(node))
     for call, fn in sorted(calls, key=lambda c: c[0].lineno):
@@ -461,10 +561,7 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
     if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
         attr = composition.self_attr(body[0].value)
         return (attr, f"{owner.relpath}:{body[0].lineno}") if attr else None
-    read = {composition.self_attr(n) for n in ast.walk(getter) if isinstance(n, ast.Attribute)} - {None}
-    markers = {stmt.name for stmt in tree.class_node(owner).body if isinstance(stmt, ast.FunctionDef)
-               and any(isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
-                       for n in ast.walk(stmt))}
+    markers = _markers(tree, owner, getter)
     if not markers:
         return None
     held: dict[str, str] = {}
@@ -484,6 +581,23 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
     if not held and any(isinstance(n, ast.Attribute) and n.attr == "children" for n in ast.walk(getter)):
         return _first_language_model_child(tree, cls)
     return next(iter(held.items())) if len(held) == 1 else None
+
+
+def _markers(tree: SourceTree, owner: ClassRef, getter: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """The methods of ``owner`` that assign an attribute its ``get_language_model`` (``getter``) reads
+    (``_mark_language_model``); once per class and tree (every multimodal wrapper of a release shares
+    ``SupportsMultiModal``'s, and finding them walks each of its methods)."""
+    known = _MARKERS.setdefault(tree, {})
+    if owner not in known:
+        read = {composition.self_attr(n) for n in ast.walk(getter) if isinstance(n, ast.Attribute)} - {None}
+        known[owner] = frozenset(
+            stmt.name for stmt in tree.class_node(owner).body if isinstance(stmt, ast.FunctionDef)
+            and any(isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
+                    for n in ast.walk(stmt)))
+    return known[owner]
+
+
+_MARKERS: "weakref.WeakKeyDictionary[SourceTree, dict[ClassRef, frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | None:

@@ -81,6 +81,7 @@ class Registry:
         self.groups: dict[str, dict[str, RegistryEntry]] = {}
         """Every registry dict read, by name (``_TEXT_GENERATION_MODELS``, ``_MULTIMODAL_MODELS``, ...)."""
         self.entries: dict[str, RegistryEntry] = self._evaluate(module)
+        self._by_class_name: dict[str, list[tuple[str, RegistryEntry]]] | None = None
 
     def _evaluate(self, module: ast.Module) -> dict[str, RegistryEntry]:
         env = self.groups
@@ -191,18 +192,26 @@ class Registry:
             return None
         backend = entry.module in TRANSFORMERS_BACKEND_MODULES
         cls = None if backend else self.tree.find_class(entry.module, entry.class_name)
-        aliases = tuple(
-            sorted(a for a, e in self.entries.items() if (e.module, e.class_name) == (entry.module, entry.class_name))
-        )
+        aliases = tuple(sorted(a for a, e in self._rows_naming(entry.class_name)
+                               if (e.module, e.class_name) == (entry.module, entry.class_name)))
         if cls is not None:
             aliases = tuple(sorted(set(aliases) | set(self._aliases_of(cls))))
         return Resolution(entry=entry, cls=cls, aliases=aliases, transformers_backend=backend)
 
+    def _rows_naming(self, class_name: str) -> list[tuple[str, RegistryEntry]]:
+        """The ``(architecture, entry)`` rows whose class name is ``class_name``, in registry order
+        (indexed once: ``scan`` resolves every architecture, each against every row)."""
+        if self._by_class_name is None:
+            self._by_class_name = {}
+            for arch, e in self.entries.items():
+                self._by_class_name.setdefault(e.class_name, []).append((arch, e))
+        return self._by_class_name.get(class_name, [])
+
     def _aliases_of(self, cls: ClassRef) -> list[str]:
         # Rows naming the same class through another module's re-export count as aliases too.
         out = []
-        for arch, e in self.entries.items():
-            if e.class_name == cls.name and e.module != cls.module and e.module not in TRANSFORMERS_BACKEND_MODULES:
+        for arch, e in self._rows_naming(cls.name):
+            if e.module != cls.module and e.module not in TRANSFORMERS_BACKEND_MODULES:
                 if self.tree.find_class(e.module, e.class_name) == cls:
                     out.append(arch)
         return out
