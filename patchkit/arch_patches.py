@@ -221,32 +221,32 @@ def head_names(tree: SourceTree) -> tuple[str, ...]:
 
 
 def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
-    pid = head_alias_id(cls.name)
-    return Patch(
-        id=pid,
-        summary=f"{cls.name}.{names[0]} names its {attribute}",
-        why=(f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
-             f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
-             "keep a head that was never loaded, without an error."),
-        reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
-        vllm=EAGLE3_RELEASES,
-        target=ClassTarget(architecture=arch, defining="__init__"),
-        codemod=CodemodRef.of("head-alias", alias=names[0], attribute=attribute, patch_id=pid),
-        architectures=(arch,),
-    )
+    return _alias_patch(
+        head_alias_id(cls.name), "head-alias", arch, (), cls, attribute, names,
+        f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
+        f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
+        "keep a head that was never loaded, without an error.")
 
 
 def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
-    pid = alias_id(backbone.name)
+    return _alias_patch(
+        alias_id(backbone.name), "embedding-alias", arch, (BACKBONE_ATTR,), backbone, attribute, names,
+        f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
+        f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}.")
+
+
+def _alias_patch(pid: str, kind: str, arch: str, held: tuple[str, ...], cls: ClassRef, attribute: str,
+                 names: tuple[str, ...], why: str) -> Patch:
+    """A read-only property ``names[0]`` returning ``self.<attribute>`` on ``cls`` (reached from
+    ``arch`` through ``held``, in the class defining its ``__init__``)."""
     return Patch(
         id=pid,
-        summary=f"{backbone.name}.{names[0]} names its {attribute}",
-        why=(f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
-             f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}."),
+        summary=f"{cls.name}.{names[0]} names its {attribute}",
+        why=why,
         reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
         vllm=EAGLE3_RELEASES,
-        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="__init__"),
-        codemod=CodemodRef.of("embedding-alias", alias=names[0], attribute=attribute, patch_id=pid),
+        target=ClassTarget(architecture=arch, held=held, defining="__init__"),
+        codemod=CodemodRef.of(kind, alias=names[0], attribute=attribute, patch_id=pid),
         architectures=(arch,),
     )
 

@@ -139,8 +139,9 @@ def _parameters(init: ast.AST) -> dict[str, ast.expr | None]:
 
 def _with_defaults(module: str, init: ast.AST, bindings: dict[str, tuple[str, ast.expr]]) -> dict[str, tuple[str, ast.expr]]:
     """``bindings`` completed with ``init``'s parameter defaults (each with the module it is written in)."""
-    out = {name: (module, default) for name, default in _parameters(init).items() if default is not None}
-    out.update({k: v for k, v in bindings.items() if k in out or k in _parameters(init)})
+    parameters = _parameters(init)
+    out = {name: (module, default) for name, default in parameters.items() if default is not None}
+    out.update({k: v for k, v in bindings.items() if k in parameters})
     return out
 
 
@@ -208,7 +209,7 @@ def self_assignments(fn: ast.AST) -> dict[str, tuple[ast.Assign, ...]]:
         if isinstance(value, ast.Name) and len(local_calls.get(value.id, ())) == 1 \
                 and isinstance(local_calls[value.id][0], ast.Call):
             value = local_calls[value.id][0]
-        if not (node is not None and isinstance(node, ast.Assign) and value is node.value):
+        if not (isinstance(node, ast.Assign) and value is node.value):  # read as a plain assignment of value
             node = ast.copy_location(ast.Assign(targets=list(targets), value=value), node)
         for name in dict.fromkeys(self_attr(t) for t in targets):
             if name is not None:
