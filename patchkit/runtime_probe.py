@@ -233,6 +233,8 @@ class _Anything:
     flag, a scaling factor): falsy, callable (returns its first argument), and attribute-transparent."""
 
     def __getattr__(self, name):
+        if name.startswith("__"):  # a protocol probe (torch asks for __torch_function__): not supported
+            raise AttributeError(name)
         return _Anything()
 
     def __call__(self, *args, **kwargs):
@@ -247,6 +249,36 @@ class _Anything:
 
     def __bool__(self):
         return False
+
+    # a config number the forward scales by (hyperclovax.py: hidden_states *= config.embedding_multiplier;
+    # falcon_h1.py: inputs_embeds * self.embedding_multiplier): the identity, so the streams stay what
+    # the stand-in layers fed each other
+    def __mul__(self, other):
+        return other
+
+    __rmul__ = __mul__
+
+    # a config list the forward indexes or tests membership in (solar.py: config.bskcn_tv[1],
+    # i in config.bskcn_1): empty
+    def __getitem__(self, key):
+        return _Anything()
+
+    def __contains__(self, item):
+        return False
+
+    def __iter__(self):
+        return iter(())
+
+
+class _Config:
+    """The stand-in backbone's config: what the probe sets, and :class:`_Anything` for the rest."""
+
+    llama_4_scaling = None
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything()
 
 
 class _Flag:
@@ -346,7 +378,7 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
         obj.layers = torch.nn.ModuleList([Layer(i) for i in range(n)])
         obj.start_layer, obj.end_layer = start, end
         obj.norm = Norm()
-        obj.config = types.SimpleNamespace(llama_4_scaling=None)
+        obj.config = _Config()
         obj.aux_hidden_state_layers = tuple(ids)
         group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last, world_size=1)
         saved = module.__dict__.get("get_pp_group")
