@@ -282,14 +282,23 @@ class _Config:
 
 
 class _Flag:
-    """Stands in for a flag a decoder loop reads on a layer (falsy). Not callable: a layer method the
-    loop calls (0.33.0 step5: ``layer._add_for_residual(h, r)``) is beyond what the stand-ins know,
-    so that forward is reported as not run."""
+    """Stands in for what a decoder loop reads on a layer besides calling it: a flag (falsy), or a
+    method called with the streams (0.33.0 ``step5``: ``layer._add_for_residual(hidden_states,
+    residual)`` after the loop), which returns their sum, the residual stream, or the one stream it
+    is given. What such a method returns cannot make a capture pass: the probe compares each
+    captured state with what the stand-in layers were fed."""
 
     def __bool__(self):
         return False
 
     def __call__(self, *args, **kwargs):
+        import torch
+
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if len(tensors) == 2 and len(args) == 2:
+            return tensors[0] + tensors[1]
+        if len(tensors) == 1 and len(args) == 1:
+            return tensors[0]
         raise TypeError("the stand-in layer has no such method")
 
 
@@ -383,6 +392,11 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
         group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last, world_size=1)
         saved = module.__dict__.get("get_pp_group")
         module.get_pp_group = lambda: group
+        # a forward that reads vLLM's forward context (0.33.0 bailing_moe_linear.py: its attn_metadata,
+        # handed to each layer): a stand-in context, as the pipeline group above
+        saved_context = module.__dict__.get("get_forward_context")
+        if saved_context is not None:
+            module.get_forward_context = lambda: _Anything()
         try:
             if first:
                 out = call_backbone(cls, obj, positions, None, h0.clone())
@@ -392,6 +406,8 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
                 out = call_backbone(cls, obj, positions, tensors, None)
         finally:
             module.get_pp_group = saved
+            if saved_context is not None:
+                module.get_forward_context = saved_context
         streams = {i: entering for i, entering, _ in log}
         if log:
             streams[log[-1][0] + 1] = log[-1][2]
