@@ -7,6 +7,8 @@ test leaves the install as it found it (pristine: the files match the distributi
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import subprocess
 import sys
@@ -136,26 +138,39 @@ WRONG_CAPTURES = {
 }
 
 
-def test_wrong_captures_are_caught(cli, vllm_python):
+@contextlib.contextmanager
+def default_set_applied(cli, vllm_python, relpath: str):
+    """Apply the default set, then yield ``(install, verify_with)``: ``verify_with(name, old, new)``
+    writes the patched ``relpath`` with ``old`` (found exactly once) replaced by ``new`` and returns
+    ``verify --runtime``'s report. The patched bytes are put back, then everything is reverted."""
     install = from_python(vllm_python)
     code, _ = cli.json("apply", "--python", str(vllm_python))
     assert code == 0
-    target = install.site_packages / DEEPSEEK
+    target = install.site_packages / relpath
     patched = target.read_bytes()
+
+    def verify_with(name: str, old: str, new: str):
+        text = patched.decode()
+        assert text.count(old) == 1, name
+        target.write_text(text.replace(old, new))
+        return api.verify(install, runtime_python=vllm_python)
+
     try:
-        for name, (old, new, expected) in WRONG_CAPTURES.items():
-            text = patched.decode()
-            assert text.count(old) == 1, name
-            target.write_text(text.replace(old, new))
-            report = api.verify(install, runtime_python=vllm_python)
-            forward = next(c for c in report.checks[-1].children
-                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)")
-            assert forward.ok is False, name
-            assert expected in forward.detail, (name, forward.detail)
+        yield install, verify_with
     finally:
         target.write_bytes(patched)
     code, _ = cli.json("revert", "--python", str(vllm_python))
     assert code == 0
+
+
+def test_wrong_captures_are_caught(cli, vllm_python):
+    with default_set_applied(cli, vllm_python, DEEPSEEK) as (_, verify_with):
+        for name, (old, new, expected) in WRONG_CAPTURES.items():
+            report = verify_with(name, old, new)
+            forward = next(c for c in report.checks[-1].children
+                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)")
+            assert forward.ok is False, name
+            assert expected in forward.detail, (name, forward.detail)
 
 
 KIMI = "vllm/model_executor/models/kimi_k25.py"
@@ -191,20 +206,12 @@ WRAPPER_FAULTS = {
 
 def test_draft_loading_and_wrapper_faults_are_caught(cli, vllm_python):
     """vLLM's own load_model and the wrapper's forward, each broken in a copy of the patched file."""
-    install = from_python(vllm_python)
-    code, _ = cli.json("apply", "--python", str(vllm_python))
-    assert code == 0
-    target = install.site_packages / KIMI
-    patched = target.read_bytes()
-    proposer = (install.site_packages / PROPOSER).read_text().splitlines()
-    # where vLLM raises it, found independently of the probe
-    raise_line = 1 + next(i for i, line in enumerate(proposer) if "does not have 'model' attribute" in line)
-    try:
+    with default_set_applied(cli, vllm_python, KIMI) as (install, verify_with):
+        proposer = (install.site_packages / PROPOSER).read_text().splitlines()
+        # where vLLM raises it, found independently of the probe
+        raise_line = 1 + next(i for i, line in enumerate(proposer) if "does not have 'model' attribute" in line)
         for name, (old, new, label, expected) in WRAPPER_FAULTS.items():
-            text = patched.decode()
-            assert text.count(old) == 1, name
-            target.write_text(text.replace(old, new))
-            report = api.verify(install, runtime_python=vllm_python)
+            report = verify_with(name, old, new)
             check = next(c for c in report.checks[-1].children if c.label == label)
             assert check.ok is False, (name, check.detail)
             assert expected in check.detail, (name, check.detail)
@@ -212,7 +219,3 @@ def test_draft_loading_and_wrapper_faults_are_caught(cli, vllm_python):
                 assert check.detail.endswith(f"{PROPOSER}:{raise_line}"), check.detail
             others = [c for c in report.checks[-1].children if c.label != label]
             assert all(c.ok for c in others), (name, [c for c in others if not c.ok])  # only that check fails
-    finally:
-        target.write_bytes(patched)
-    code, _ = cli.json("revert", "--python", str(vllm_python))
-    assert code == 0
