@@ -75,8 +75,12 @@ def build_target(spec: dict) -> tuple[object, str]:
     arch = cfg["architectures"][0]
     config = transformers.AutoConfig.for_model(**cfg)
     torch.manual_seed(spec.get("seed", 0))
-    cls = getattr(transformers, arch)
-    model = cls(config).to(torch.float32).eval()
+    cls = getattr(transformers, arch, None)
+    if cls is None:  # the checkpoint's name differs from transformers' class name (PhiMoE / Phimoe)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:
+        model = cls(config)
+    model = model.to(torch.float32).eval()
     scale = float(spec.get("init_scale", 1.0))
     if scale != 1.0:  # a stronger residual stream than initializer_range gives (layers differ clearly)
         with torch.no_grad():
@@ -165,11 +169,12 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     """
     import torch
 
-    cfg = spec["draft_config"]
+    cfg = layer_config(spec["draft_config"])
     hidden = cfg["hidden_size"]
     ids = sorted(set(spec["reference_ids"]))  # vLLM appends aux states in layer order
     vocab = spec["target_config"].get("vocab_size") or spec["target_config"]["text_config"]["vocab_size"]
-    draft_vocab = cfg.get("draft_vocab_size") or cfg["vocab_size"]
+    top = spec["draft_config"]
+    draft_vocab = top.get("draft_vocab_size") or cfg.get("draft_vocab_size") or cfg["vocab_size"]
     layers = decoder_layers(model)
     captured = {}
 
@@ -236,12 +241,20 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
         "midlayer.mlp.up_proj.weight": torch.randn(inter, hidden) * 0.02,
         "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter),
     })
+    if "speculators_model_type" in top:  # speculators checkpoints name the decoder layer layers.0
+        weights = {("layers.0." + k[len("midlayer."):]) if k.startswith("midlayer.") else k: v for k, v in weights.items()}
     if draft_vocab < vocab:
         weights["d2t"] = torch.tensor([t - i for i, t in enumerate(chosen)], dtype=torch.long)
         mask = torch.zeros(vocab, dtype=torch.bool)
         mask[chosen] = True
         weights["t2d"] = mask
     return {"weights": weights, "fit": fit, "pairs": int(len(y))}
+
+
+def layer_config(draft: dict) -> dict:
+    """The draft's decoder-layer fields: ``transformer_layer_config`` of a speculators config, else the config."""
+    inner = draft.get("transformer_layer_config")
+    return inner if isinstance(inner, dict) else draft
 
 
 def save_draft(spec: dict, weights: dict) -> str:

@@ -63,6 +63,7 @@ class Miniature:
             ``hidden_states`` indices the draft is fitted on and compared against.
         id_field: where the draft keeps its ids: ``"top level"``, ``"eagle_config"`` or ``"none"``.
         same_vocabulary: the user's draft and target share a vocabulary (``vocab_size``).
+        vocabularies: the user's (target, draft) ``vocab_size``.
         changed: ``field: old -> new`` for every field changed, for the report.
     """
 
@@ -74,6 +75,7 @@ class Miniature:
     id_field: str
     same_vocabulary: bool
     changed: tuple[str, ...]
+    vocabularies: tuple[Any, Any] = (None, None)
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -223,20 +225,23 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
                     vision[key] = small
         mini["torch_dtype"] = "float32"
     user_vocab = text.get("vocab_size")
-    same_vocab = draft.get("vocab_size") in (None, user_vocab)
+    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
     d = copy.deepcopy(draft)
-    d.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": HEAD_DIM,
+    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
+    layer.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": HEAD_DIM,
               "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS, "torch_dtype": "float32"})
-    if "target_hidden_size" in d:
+    if d.get("target_hidden_size") is not None:
         d["target_hidden_size"] = HIDDEN
-    d["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
+    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
     user_draft_vocab = draft.get("draft_vocab_size")
-    d["draft_vocab_size"] = d["vocab_size"] if user_draft_vocab in (None, draft.get("vocab_size")) else DRAFT_VOCAB
+    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
     if field == "top level":
         d[IDS_FIELD] = list(ids)
     elif field == EAGLE_CONFIG:
         d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
-    return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed))
+    return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed),
+                     (user_vocab, draft_layer.get("vocab_size")))
 
 
 __all__ = ["Miniature", "shrink", "text_config", "trained_ids"]

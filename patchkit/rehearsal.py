@@ -24,7 +24,7 @@ from patchkit import drafts
 from patchkit.checkpoint import read_config
 from patchkit.errors import Interrupted, RefusedError
 from patchkit.install import Install
-from patchkit.miniature import Miniature, shrink, text_config
+from patchkit.miniature import Miniature, shrink
 from patchkit.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
@@ -83,14 +83,13 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
     from patchkit.source import SourceTree
 
     checks = []
-    target_vocab = text_config(mini.target_config).get("vocab_size")
+    target_vocab, draft_vocab = mini.vocabularies
     if mini.same_vocabulary:
-        checks.append(RehearsalCheck(CheckName.VOCABULARY, True, f"vocab_size {draft.get('vocab_size', 'not set')} in both"))
+        checks.append(RehearsalCheck(CheckName.VOCABULARY, True, f"vocab_size {target_vocab} in both"))
     else:
         checks.append(RehearsalCheck(CheckName.VOCABULARY, False,
-                                     f"the draft's vocab_size is {draft.get('vocab_size')}, the target's is "
-                                     f"{text_config_vocab(draft, target_vocab)}: a draft of another tokenizer proposes "
-                                     "token ids that mean other words"))
+                                     f"the draft's vocab_size is {draft_vocab}, the target's is {target_vocab}: a draft "
+                                     "of another tokenizer proposes token ids that mean other words"))
     reading = drafts.read_release(SourceTree(install.site_packages), install)
     readers = reading.readers
     if mini.id_field == "top level":
@@ -114,10 +113,6 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
                                         else "no ids in the draft: the target's default layers)"),
                                      readers[0].location if readers else None))
     return checks
-
-
-def text_config_vocab(draft: dict, target_vocab) -> str:
-    return str(target_vocab) if target_vocab is not None else "unknown"
 
 
 def _from_step(step: dict) -> RehearsalCheck:
