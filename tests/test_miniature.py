@@ -17,7 +17,8 @@ def test_ids_in_each_convention_are_mapped_onto_the_miniature_in_the_same_conven
     assert n == 46 and m < 12
     assert mini.id_field == "eagle_config" and mini.user_ids == (2, 23, 43)  # [1, 22, 42] + 1
     assert mini.draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [k - 1 for k in mini.ids]
-    assert mini.ids == tuple(round(k * m / n) for k in (2, 23, 43))
+    assert mini.ids == tuple(min(m - 1, max(1, round(k * m / n))) for k in (2, 23, 43))
+    assert all(0 < k < m for k in mini.ids)
     top = shrink(GLM45_AIR, vllm_draft(GLM45_AIR, [2, 23, 43]))
     assert top.id_field == "top level" and top.draft_config["eagle_aux_hidden_state_layer_ids"] == list(top.ids)
 
