@@ -310,7 +310,7 @@ def _install_recorder(worker):
         return original(hidden_states, *args, **kwargs)
 
     model.combine_hidden_states = recording
-    info = {"shares_embed": None, "shares_head": None}
+    info = {"shares_embed": None}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     try:
         info["shares_embed"] = model.model.embed_tokens is getattr(getattr(target, "model", target), "embed_tokens", None) \
@@ -427,8 +427,10 @@ def main(spec_path: str, report_path: str) -> int:
         progress("generating with speculation")
         spec_tokens = generate(llm, spec["prompt"], spec["max_tokens"])
         recorded, info = llm.collective_rpc(_fetch_recorded)[0]
-        steps.append({"name": "draft loaded", "ok": True, "where": None,
-                      "detail": f"target embedding shared: {info.get('shares_embed')}", **info})
+        shared = info.get("shares_embed")
+        steps.append({"name": "draft loaded", "ok": shared is True, "where": None,
+                      "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True
+                                 else f"the draft's embed_tokens is not the target's ({shared})"), **info})
         steps.append(compare(recorded, reference, sorted(set(spec["reference_ids"])), n, len(spec["prompt"]),
                              float(spec.get("tolerance", 1e-4))))
         found = counters(llm)

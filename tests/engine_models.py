@@ -101,6 +101,7 @@ EXAONE4_1B = {"architectures": ["Exaone4ForCausalLM"], "model_type": "exaone4", 
               "intermediate_size": 4096, "num_hidden_layers": 30, "num_attention_heads": 32, "num_key_value_heads": 8,
               "head_dim": 64, "vocab_size": 102400, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
               "max_position_embeddings": 65536, "hidden_act": "silu", "sliding_window": None,
+              "layer_types": ["full_attention"] * 30,
               "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 361, "pad_token_id": 0,
               "torch_dtype": "bfloat16"}
 

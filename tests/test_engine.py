@@ -166,3 +166,35 @@ def test_cuda_device_on_a_cuda_build_without_gpu_is_refused(cli, tmp_path):
                      "--device", "cuda")
     assert result.exit_code == 3, result.stdout + result.stderr
     assert "no GPU is visible" in result.stderr and "CUDA" in result.stderr and "--python" in result.stderr
+
+
+def test_ctrl_c_stops_the_engine_and_removes_the_miniature(engine_python, tmp_path):
+    """SIGINT while the engine starts: exit 130, the driver's process group is gone, the temporary
+    folder is removed, and the user's checkpoint folders are as they were."""
+    import signal
+    import subprocess
+    import sys
+
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "rehearse", "--model", str(model), "--draft", str(draft),
+                             "--python", str(engine_python)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "starting vLLM's engine" in line:
+            break
+    folders = list(scratch.glob("patchkit-rehearse-*"))
+    assert len(folders) == 1 and (folders[0] / "spec.json").is_file(), seen
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (seen, rest)
+    assert "interrupted" in rest[1]
+    assert not list(scratch.iterdir())
+    drivers = subprocess.run(["pgrep", "-f", f"engine_driver.py {folders[0]}"], capture_output=True, text=True)
+    assert drivers.stdout.strip() == ""
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
