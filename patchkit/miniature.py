@@ -44,7 +44,7 @@ _WIDTH_FIELDS = {
     "expert_intermediate_size": MOE_INTERMEDIATE,
 }
 _EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
-_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k")
+_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
 _DENSE_FIRST = ("first_k_dense_replace", "first_dense_layers")
 _MLA = {"kv_lora_rank": 32, "q_lora_rank": 64, "qk_rope_head_dim": 32, "qk_nope_head_dim": 32, "v_head_dim": 32}
 _WINDOW_FIELDS = ("sliding_window",)

