@@ -17,7 +17,8 @@ Independent reference throughout: transformers' ``hidden_states[k]`` for the sam
    ``VLLM_MLA_DISABLE=1``, which keeps MLA's low-rank projections (``q_a/q_b``, ``kv_a/kv_b``)
    and computes attention from the materialised K/V (``DeepseekV2Attention`` in
    ``model_executor/models/deepseek_v2.py``), the same mathematics transformers' DeepSeek-V3 uses.
-   The tiny model has one attention head: see ``tiny_models.deepseek_v3_config``.
+   The tiny model has one attention head: vLLM's CPU rotary op mis-rotates the multi-head query
+   layout this attention passes (:func:`test_cpu_rotary_kernel_needs_one_head_for_deepseek`).
 
 Tolerance ``REL_TOL``: both sides compute in fp32 on this CPU with different kernels
 (vLLM's CPU linear/attention/fused-MoE kernels vs torch's), so they differ by rounding only:
@@ -117,6 +118,18 @@ def test_mla_is_refused_on_cpu(cpu_0171, tiny_deepseek, tmp_path):
     assert result.returncode != 0
     assert "NotImplementedError: MLA is not supported on CPU." in result.stderr
     assert "vllm/platforms/cpu.py" in result.stderr
+
+
+def test_cpu_rotary_kernel_needs_one_head_for_deepseek(cpu_0171):
+    """Why the tiny DeepSeek-V3 has one attention head (``tiny_models.deepseek_v3_config``).
+
+    vLLM's CPU rotary op reads the query as ``[tokens, heads * dim]``; ``DeepseekV2Attention``
+    passes ``q_pe`` as ``[tokens, heads, dim]``. With one head both layouts agree with vLLM's own
+    ``forward_native``; with two, the 3-D query comes out wrong (a vLLM bug, not patchkit's).
+    """
+    out = json.loads(run_in_venv(cpu_0171, "rotary_check.py").stdout.strip().splitlines()[-1])
+    assert out["heads=1 3-D"] <= 1e-6 and out["heads=1 2-D"] <= 1e-6 and out["heads=2 2-D"] <= 1e-6, out
+    assert out["heads=2 3-D"] > 1e-1, out
 
 
 def test_deepseek_v3_aux_states_in_a_real_engine_equal_transformers(cli, cpu_0171, tiny_deepseek, tmp_path):
