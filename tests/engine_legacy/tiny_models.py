@@ -30,6 +30,8 @@ PROMPT = [5, 17, 42, 8, 99, 3, 64, 21, 77, 12, 58, 30, 91, 6, 44, 15]
 """The prompt (token ids) every tier feeds: 16 tokens, none special."""
 
 VOCAB = 128
+GREEDY_TOKENS = 16
+"""How many greedy tokens ``reference.pt`` holds (``spec_decode.py`` generates as many)."""
 
 
 def _tokenizer(out: Path) -> None:
@@ -147,12 +149,80 @@ def build(kind: str, out: Path, seed: int = 0) -> dict:
     hidden[n] = outputs[n - 1]
     stack = torch.stack([h[0] for h in hidden]).contiguous()
     greedy = result.logits[0].argmax(-1).tolist()
-    torch.save({"input_ids": PROMPT, "hidden": stack, "next_token": greedy[-1]}, out / "reference.pt")
+    continuation = list(PROMPT)
+    with torch.no_grad():
+        for _ in range(GREEDY_TOKENS):  # transformers' greedy continuation, no end-of-sequence stop
+            continuation.append(int(model(torch.tensor([continuation])).logits[0, -1].argmax()))
+    assert continuation[len(PROMPT)] == greedy[-1]
+    torch.save({"input_ids": PROMPT, "hidden": stack, "next_token": greedy[-1],
+                "greedy": continuation[len(PROMPT):]}, out / "reference.pt")
     return {"layers": n, "hidden_size": config.hidden_size, "tokens": len(PROMPT),
             "norms": [float(h.norm(dim=-1).mean()) for h in stack]}
 
 
-def build_draft(target: Path, out: Path, ids: list[int], seed: int = 1) -> dict:
+def _agreeing_draft_weights(target: Path, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                            inter: int, g: torch.Generator) -> dict:
+    """Draft weights that propose, after input token ``x``, the token the target's greedy output puts after ``x``.
+
+    The draft at a position reads the next token's embedding (vLLM shares the target's
+    ``embed_tokens``) and the target's aux states through ``fc``. Here ``fc`` and the MLP's
+    ``down_proj`` are zero, so its output is ``norm(o_proj(attention))``. q and k are large
+    multiples of one projection of the normed embedding, so each position attends to itself
+    (and to earlier copies of the same token, which carry the same value). The output therefore
+    depends on the input token ``x`` alone: ``u_x``, computed here as vLLM computes it, and
+    ``lm_head`` row ``c`` is the sum of the unit ``u_x`` of the tokens ``x`` whose most frequent
+    successor in ``reference.pt``'s greedy continuation is ``c``. It ignores the aux states'
+    values (they are checked where they enter, ``combine_hidden_states``); it exists so that
+    vLLM's accepted-token path runs.
+    """
+    from collections import Counter
+
+    from safetensors.torch import load_file
+
+    reference = torch.load(target / "reference.pt")
+    sequence = reference["input_ids"] + reference["greedy"]
+    start = len(reference["input_ids"])  # the first proposal follows the first generated token
+    successors: dict[int, Counter] = {}
+    for x, y in zip(sequence[start:], sequence[start + 1:]):
+        successors.setdefault(x, Counter())[y] += 1
+    embed = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"].float()
+    vocab = embed.shape[0]
+    proj = torch.randn(head_dim, hidden, generator=g) / hidden ** 0.5
+    value = torch.randn(kv_heads * head_dim, hidden, generator=g) / hidden ** 0.5
+    o_proj = torch.randn(hidden, heads * head_dim, generator=g) / (heads * head_dim) ** 0.5
+    sharp = 6.0  # self score ~ sharp^2 * |proj x|^2 / sqrt(head_dim) ~ 200: softmax picks itself
+    zeros = torch.zeros(heads * head_dim, hidden)
+    q = torch.cat([torch.cat([sharp * proj] * heads), zeros], dim=1)
+    k = torch.cat([sharp * proj, torch.zeros(kv_heads * head_dim, hidden)], dim=1)
+    v = torch.cat([value, torch.zeros(kv_heads * head_dim, hidden)], dim=1)
+
+    def rms(t):
+        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    lm_head = torch.zeros(vocab, hidden)
+    for x, counts in successors.items():
+        attended = value @ rms(embed[x])  # the value of the position itself (kv head 0)
+        u = rms(o_proj @ attended.repeat(heads // kv_heads))
+        lm_head[counts.most_common(1)[0][0]] += u / u.norm()
+    ones = torch.ones(hidden)
+    return {
+        "midlayer.self_attn.q_proj.weight": q.contiguous(),
+        "midlayer.self_attn.k_proj.weight": k.contiguous(),
+        "midlayer.self_attn.v_proj.weight": v.contiguous(),
+        "midlayer.self_attn.o_proj.weight": o_proj.contiguous(),
+        "midlayer.mlp.gate_proj.weight": (0.2 * torch.randn(inter, hidden, generator=g)).contiguous(),
+        "midlayer.mlp.up_proj.weight": (0.2 * torch.randn(inter, hidden, generator=g)).contiguous(),
+        "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter),
+        "midlayer.input_layernorm.weight": ones.clone(),
+        "midlayer.hidden_norm.weight": ones.clone(),
+        "midlayer.post_attention_layernorm.weight": ones.clone(),
+        "fc.weight": torch.zeros(hidden, 3 * hidden),
+        "norm.weight": ones.clone(),
+        "lm_head.weight": (10.0 * lm_head).contiguous(),
+    }
+
+
+def build_draft(target: Path, out: Path, ids: list[int], seed: int = 1, agree: bool = False) -> dict:
     """A tiny random EAGLE-3 draft in the format vLLM's ``LlamaForCausalLMEagle3`` loads.
 
     Fields and weight names as vLLM 0.20.2 reads them (``model_executor/models/llama_eagle3.py``:
@@ -181,6 +251,12 @@ def build_draft(target: Path, out: Path, ids: list[int], seed: int = 1) -> dict:
     def rnd(*shape, scale=0.2):
         return (scale * torch.randn(*shape, generator=g)).contiguous()
 
+    if agree:
+        weights = _agreeing_draft_weights(target, hidden, heads, kv_heads, head_dim, inter, g)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+        save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+        return {"ids": list(ids), "weights": len(weights), "agree": True}
     weights = {
         "midlayer.self_attn.q_proj.weight": rnd(heads * head_dim, 2 * hidden),
         "midlayer.self_attn.k_proj.weight": rnd(kv_heads * head_dim, 2 * hidden),
@@ -209,8 +285,10 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=Path, help="draft only: the target model's folder")
     parser.add_argument("--ids", default="", help="draft only: eagle_aux_hidden_state_layer_ids, comma-separated")
+    parser.add_argument("--agree", action="store_true", help="draft only: weights that follow the target's greedy output")
     args = parser.parse_args()
     if args.kind == "draft":
-        print(json.dumps(build_draft(args.target, args.out, [int(x) for x in args.ids.split(",")], args.seed + 1)))
+        print(json.dumps(build_draft(args.target, args.out, [int(x) for x in args.ids.split(",")], args.seed + 1,
+                                     agree=args.agree)))
     else:
         print(json.dumps(build(args.kind, args.out, args.seed)))
