@@ -184,7 +184,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         was nothing to write. A patch named in ``patch_ids`` that is not applicable to this
         release is refused (with the reason), so its prerequisites are not written either.
     Raises:
-        UsageError: unknown target or patch id (the hint names the closest ids); a bad
+        UsageError: unknown target or patch id (the hint names the closest ids); an ``--arch``
+            name the registry does not hold (:func:`check_requested`); a bad
             ``PATCHKIT_LOCK_TIMEOUT``.
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
@@ -257,6 +258,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     tree = SourceTree(install.site_packages, overrides=overrides)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
+    check_requested(registry, request, str(install.version))
     decided: tuple[PatchResult, ...] = ()
     archs: tuple[str, ...] | None = None
     types: tuple[str, ...] | None = None
@@ -373,6 +375,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         cannot run (``runtime_python`` cannot be started, or cannot import vLLM and torch), the
         static checks are kept and ``runtime_error`` says why.
     Raises:
+        UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
     from patchkit.registry import Registry
@@ -380,6 +383,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
+    check_requested(registry, request, str(install.version))
     journal = journal_for(install)
     from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
@@ -513,7 +517,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     pending record like apply, so a killed revert is put back by the next command.
 
     Raises:
-        UsageError: with ``request``: none of its architectures has a patch of its own in the journal.
+        UsageError: with ``request``: an ``--arch`` name the registry does not hold
+            (:func:`check_requested`), or none of its architectures has a patch of its own in the journal.
         StateError: the journal or an original copy is unreadable, a file or folder cannot be
             written keeping its owner (checked first), or a write failed (files already restored
             are put back).
@@ -522,6 +527,10 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
+    if request.architectures:
+        from patchkit.registry import Registry
+
+        check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
         if request:
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
@@ -597,7 +606,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     (:func:`patchkit.arch_scope.states`). No libcst is imported either way.
 
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json``.
+        UsageError: ``--model`` folder without a readable ``config.json``; an ``--arch`` name the
+            registry does not hold (:func:`check_requested`).
         StateError: the journal (or, with ``request``, an original copy) cannot be read.
     """
     journal = journal_for(install, target)
@@ -605,6 +615,10 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     info = _info(install, contract_mod.detect(tree))
     architectures = ()
     paths = sorted(journal.entries)
+    if request.architectures:
+        from patchkit.registry import Registry
+
+        check_requested(Registry(tree), request, str(install.version))
     if request:
         from patchkit import arch_scope
 
@@ -685,6 +699,46 @@ def check_architecture(architecture: str) -> None:
                          "e.g. DeepseekV3ForCausalLM")
 
 
+def suggestions(registry: Registry, architecture: str) -> list[str]:
+    """Registry names close to ``architecture``: a case slip, a one-letter typo or stray spaces.
+
+    Returns:
+        Up to three registered names, closest first (empty when none is that close).
+    """
+    import difflib
+
+    by_lower = {a.lower(): a for a in registry.entries}
+    close = difflib.get_close_matches(architecture.strip().lower(), list(by_lower), n=3, cutoff=0.9)
+    return [by_lower[c] for c in close]
+
+
+def check_requested(registry: Registry, request: Request, version: str) -> None:
+    """Raise :class:`UsageError` for an ``--arch`` name this release's registry does not hold.
+
+    ``apply``, ``verify``, ``status`` and ``revert`` call it before they plan or read anything
+    else, so a typo (``DeepseekV3ForCausalLm``, a trailing space, an empty name) is a usage error
+    on every command (exit 2, with the closest registered names), never a check that passes
+    because there was nothing to check. Names from ``--model``'s config.json are the
+    checkpoint's, not a typo on the command line: they are not checked here.
+
+    Args:
+        registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
+        request: the ``--arch`` names (and ``--model``, ignored here).
+        version: the vLLM release, for the message.
+    """
+    for name in request.architectures:
+        if registry.resolve(name) is not None:
+            continue
+        if not name.strip():
+            raise UsageError("--arch '' is not an architecture name",
+                             "give a class name from the checkpoint's config.json \"architectures\", "
+                             "e.g. DeepseekV3ForCausalLM")
+        close = suggestions(registry, name)
+        hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
+            "'patchkit scan' lists the architectures this vLLM registers"
+        raise UsageError(f"--arch {name!r} is not in vLLM {version}'s model registry", hint)
+
+
 def resolve(install: Install, architecture: str) -> ResolveReport:
     """Resolve an architecture name through this vLLM's registry, read statically.
 
@@ -706,20 +760,15 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     if resolution is not None and resolution.cls is not None:
         for b in tree.bases(resolution.cls):
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
-    suggestions: list[str] = []
-    if resolution is None:  # a case slip or a one-letter typo, not every vaguely similar name
-        import difflib
-
-        by_lower = {a.lower(): a for a in registry.entries}
-        close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
-        suggestions = [by_lower[c] for c in close]
+    # a case slip or a one-letter typo, not every vaguely similar name
+    close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
     from patchkit import platforms
 
     branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
                  "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}
                 for b in platforms.branches(tree, resolution)]
-    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions,
+    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, close,
                          alternatives, branches)
 
 

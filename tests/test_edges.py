@@ -1,0 +1,48 @@
+"""No silent success at the edges (issue 20): each case answers right, on real vLLM release files.
+
+Each test here failed before its fix (the report of issue 20 names the before/after output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_install import make_venv, venv_site_packages
+from test_releases import snapshot
+
+pytestmark = pytest.mark.release
+DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
+TYPOS = ["DeepseekV3ForCausalLm", "DeepseekV3ForCausalLM ", "NoSuchArch", ""]
+
+
+@pytest.mark.parametrize("version", ["0.17.0", "0.17.1"])
+@pytest.mark.parametrize("command", ["apply", "verify", "status", "revert"])
+def test_unknown_arch_is_a_usage_error_on_every_command(release, cli, version, command):
+    """A name the registry does not hold is exit 2 with the closest names, never 'in effect'."""
+    sp = release(version)
+    before = snapshot(sp)
+    for name in TYPOS:
+        result = cli(command, "--site-packages", str(sp), "--arch", name)
+        assert result.exit_code == 2, (name, result.stdout + result.stderr)
+        assert "EAGLE-3 is in effect" not in result.stdout
+        assert result.stderr.startswith("error: --arch "), result.stderr
+        if name.strip().startswith("Deepseek"):
+            assert "did you mean DeepseekV3ForCausalLM" in result.stderr
+        code, data = cli.json(command, "--site-packages", str(sp), "--arch", name)
+        assert code == 2 and data["exit_code"] == 2 and "ok" not in data, data
+    assert snapshot(sp) == before
+
+
+def test_empty_arch_agrees_with_resolve(release, cli):
+    sp = release("0.17.1")
+    assert cli("resolve", "", "--site-packages", str(sp)).exit_code == 2
+    result = cli("apply", "--site-packages", str(sp), "--arch", "")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "is not an architecture name" in result.stderr
