@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from patchkit import contract as contract_mod
 from patchkit import interrupt
-from patchkit.errors import Interrupted, PatchkitError, UsageError
+from patchkit.errors import Interrupted, PatchkitError, RefusedError, UsageError
 from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
@@ -76,6 +76,27 @@ def unfinished_check(journal: Journal) -> Check | None:
     if run is None:
         return None
     return Check("no unfinished patchkit run", False if run.unfinished else None, run.summary())
+
+
+def import_problem(install: Install) -> RefusedError | None:
+    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.install.imports_elsewhere`), or None.
+
+    ``apply`` raises it (exit 3, nothing written); ``verify`` shows it as a failing check (exit 1).
+    """
+    from patchkit.install import imports_elsewhere
+
+    other = imports_elsewhere(install)
+    if other is None:
+        return None
+    who = f"--python {install.python}" if install.python else "patchkit's own Python"
+    if other == Path(""):
+        return RefusedError(f"{who} cannot import vllm, although {install.dist_info.name} is on its import path",
+                            "check that interpreter's import path (PYTHONPATH, .pth files); 'python -c \"import vllm\"' "
+                            "must work in the serving environment")
+    return RefusedError(f"{who} imports vllm from {other}, not from {install.site_packages / 'vllm'} (the install "
+                        "patchkit found): patching it would change nothing that runs",
+                        f"take {other.parent} off that interpreter's import path (PYTHONPATH, a .pth file) so it "
+                        "imports the installed vLLM, then run the command again")
 
 
 @dataclass(frozen=True)
@@ -190,6 +211,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
+        RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`).
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -197,6 +219,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     _unknown_patch_ids(patch_ids, [p.id for p in everything])
+    elsewhere = import_problem(install)
+    if elsewhere is not None:
+        raise elsewhere
     patches = select(everything, patch_ids) if not request else None
     requested = set(patch_ids or ())
     journal = journal_for(install, target)
@@ -400,6 +425,9 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
+    elsewhere = import_problem(install)
+    if elsewhere is not None:
+        checks.insert(1, Check("the interpreter imports this vLLM", False, elsewhere.message))
     if journal.entries:
         record = record_sha256(install, journal.entries)
         interrupted = set(journal.unfinished().to_roll_back) if journal.pending else set()

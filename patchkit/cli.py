@@ -384,7 +384,9 @@ def verify(
             for line in _missing_lines(report.checks):
                 out.line(line, indent="  ")
             chosen = "".join(f" --arch {a}" for a in arch or ()) + (f" --model {model}" if model else "")
-            out.line(("hint:", "dim"), " ", _verify_hint(report.install, target, _where(site_packages, python), chosen))
+            elsewhere = api.import_problem(install)
+            out.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
+                     _verify_hint(report.install, target, _where(site_packages, python), chosen))
         if failed:
             _error(PatchkitError(failed.message, failed.hint), False)
         return code

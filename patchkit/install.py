@@ -37,8 +37,15 @@ DISTRIBUTION = "vllm"
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 _SENTINEL = "PATCHKIT-SYS-PATH "
 _PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_IMPORTS = "PATCHKIT-VLLM-FROM "
+# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
+# running it (a top-level name: no parent package is imported either); None when it cannot be imported.
 _PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
-          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))")
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
+          "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+          " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
+          "except Exception:\n f = None\n"
+          f"print({_IMPORTS!r} + json.dumps(f))")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,9 @@ class Install:
         spellings: the site-packages folder as the interpreter's import path spells it, when
             that differs from ``site_packages`` (a symbolic link on the way).
         python: the interpreter it was found through (``--python``, resolved), or None.
+        imports: where that interpreter (or patchkit's own, without ``--python``) imports the
+            ``vllm`` package from: its folders (``importlib.util.find_spec``, vLLM not run); ``()``
+            when it cannot import ``vllm`` at all; None when not asked (``--site-packages``).
     """
 
     site_packages: Path
@@ -63,6 +73,7 @@ class Install:
     pycache_prefix: Path | None = None
     spellings: tuple[Path, ...] = ()
     python: Path | None = None
+    imports: tuple[Path, ...] | None = None
 
 
 _METADATA_FOLDER = re.compile(r"vllm(-[^-]+(-py[0-9][0-9.]*)?)?\.(dist-info|egg-info)", re.IGNORECASE)
@@ -334,9 +345,16 @@ def from_python(interpreter: Path | str) -> Install:
         prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
     except ValueError:
         prefix = None
+    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
+    try:
+        imports = json.loads(imports_line[len(_IMPORTS):]) if imports_line else None
+    except ValueError:
+        imports = None
     dists = _distributions(entries)
     found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
                                 Path(prefix) if isinstance(prefix, str) and prefix else None)
+    if imports_line is not None:  # JSON null: the interpreter cannot import vllm
+        found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
     return replace(found, python=interpreter)
 
 
@@ -346,9 +364,34 @@ def from_current_environment() -> Install:
     Raises:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
+    import importlib.util
+
     dists = _distributions(sys.path)
     folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
-    return _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    found = _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    try:  # locates the package; vLLM is not imported
+        spec = importlib.util.find_spec(DISTRIBUTION)
+    except (ImportError, ValueError):
+        spec = None
+    imports = () if spec is None else tuple(Path(p) for p in (spec.submodule_search_locations or [spec.origin]) if p)
+    return replace(found, imports=imports)
+
+
+def imports_elsewhere(install: Install) -> Path | None:
+    """The ``vllm`` folder the interpreter imports when it is not ``install``'s, else None.
+
+    A bare ``vllm/`` earlier on the import path (``PYTHONPATH=src``, a ``.pth`` file) wins over the
+    installed distribution: patching the distribution's files would change nothing that runs.
+    Returns ``Path("")`` when the interpreter cannot import ``vllm`` at all; None when the
+    interpreter imports ``install``'s ``vllm/`` or was not asked (``--site-packages``).
+    """
+    if install.imports is None:
+        return None
+    if not install.imports:
+        return Path("")
+    ours = (install.site_packages / DISTRIBUTION).resolve()
+    first = install.imports[0]
+    return None if first.resolve() == ours else first
 
 
 def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:

@@ -46,3 +46,38 @@ def test_empty_arch_agrees_with_resolve(release, cli):
     result = cli("apply", "--site-packages", str(sp), "--arch", "")
     assert result.exit_code == 2, result.stdout + result.stderr
     assert "is not an architecture name" in result.stderr
+
+
+def _serving_venv(release, tmp_path: Path, version: str = "0.17.1") -> tuple[Path, Path]:
+    python = make_venv(tmp_path / "venv")
+    site = venv_site_packages(python)
+    for entry in release(version).iterdir():
+        shutil.move(str(entry), site / entry.name)
+    return python, site
+
+
+def test_interpreter_that_imports_another_vllm(release, cli, tmp_path, monkeypatch):
+    """A bare vllm/ earlier on the path (PYTHONPATH=src): apply refuses (3), verify fails (1)."""
+    python, site = _serving_venv(release, tmp_path)
+    (tmp_path / "src" / "vllm").mkdir(parents=True)
+    (tmp_path / "src" / "vllm" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "src"))
+    before = snapshot(site)
+    for extra in ([], ["--dry-run"]):
+        result = cli("apply", "--python", str(python), *extra)
+        assert result.exit_code == 3, result.stdout + result.stderr
+        assert f"imports vllm from {tmp_path / 'src' / 'vllm'}" in result.stderr
+        assert f"take {tmp_path / 'src'} off that interpreter's import path" in result.stderr
+    assert snapshot(site) == before
+    monkeypatch.delenv("PYTHONPATH")
+    assert cli("apply", "--python", str(python)).exit_code == 0
+    assert cli("verify", "--python", str(python)).exit_code == 0
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "src"))
+    result = cli("verify", "--python", str(python))
+    assert result.exit_code == 1, result.stdout
+    assert "EAGLE-3 is not in effect" in result.stdout and "the interpreter imports this vLLM" in result.stdout
+    code, data = cli.json("verify", "--python", str(python))
+    assert code == 1 and data["ok"] is False
+    assert any(m.startswith("the interpreter imports this vLLM") for m in data["missing"])
+    assert cli("revert", "--python", str(python)).exit_code == 0  # revert still works on the install
+    assert snapshot(site) == before
