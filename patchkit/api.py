@@ -99,6 +99,31 @@ def import_problem(install: Install) -> RefusedError | None:
                         "imports the installed vLLM, then run the command again")
 
 
+CACHE_TAG = "CACHEDIR.TAG"
+"""The Cache Directory Tagging Specification's file (https://bford.info/cachedir/); uv writes one at the
+root of its cache (astral-sh/uv#526) and also in each virtual environment it creates (#1653)."""
+
+
+def cache_problem(install: Install) -> RefusedError | None:
+    """A refusal when ``install`` lies inside a package cache (uv's ``archive-v0/<id>/``), else None.
+
+    Walking up from site-packages, the first folder holding :data:`CACHE_TAG` marks a cache,
+    unless an environment root (``pyvenv.cfg``) comes first: uv tags its venvs too. Patching a
+    cache entry would put the patch (and a copy of the journal) into every later install of that
+    wheel, so ``apply`` refuses it (exit 3) and never suggests it.
+    """
+    for folder in (install.site_packages, *install.site_packages.parents):
+        if (folder / "pyvenv.cfg").is_file():
+            return None
+        if (folder / CACHE_TAG).is_file():
+            return RefusedError(f"{install.site_packages} is inside a package cache ({folder / CACHE_TAG}): every "
+                                "environment later installed from it would carry the patch",
+                                "point patchkit at the environment that serves the model (--python /path/to/venv/bin/python); "
+                                "if its files link into this cache, reinstall vLLM there with its own files "
+                                "(uv: --link-mode copy)")
+    return None
+
+
 @dataclass(frozen=True)
 class Request:
     """Which architectures a command is about: ``--arch`` names and ``--model DIR``.
@@ -211,7 +236,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
-        RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`).
+        RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`);
+            the install is inside a package cache (:func:`cache_problem`).
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -219,7 +245,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     _unknown_patch_ids(patch_ids, [p.id for p in everything])
-    elsewhere = import_problem(install)
+    elsewhere = import_problem(install) or cache_problem(install)
     if elsewhere is not None:
         raise elsewhere
     patches = select(everything, patch_ids) if not request else None
@@ -335,11 +361,16 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
     if vetoes:
         return vetoes, None
     changed = list(planned.changed)
-    linked = sorted(p for p in changed if (install.site_packages / p).is_symlink())
-    if linked:
-        return outcomes.file_gate(results, linked, lambda hit: (
-            f"{hit} is a symbolic link; patchkit replaces files, it does not write "
-            "through links: patch the link's target install instead")), None
+    links = {p: link for p in changed for link in [link_on_the_way(install.site_packages, p)] if link is not None}
+    if links:
+        def through(hit: str) -> str:
+            link = links[hit.split(", ")[0]]
+            return (f"{link.relative_to(install.site_packages)} is a symbolic link to {link.resolve()}: the bytes live "
+                    "in another folder, which other installs (a uv cache, --link-mode symlink) may share, and patchkit "
+                    "does not write through links; reinstall vLLM into this environment with its own files "
+                    f"(uv: --link-mode copy; pip install --force-reinstall --no-deps vllm=={install.version}), then apply")
+
+        return outcomes.file_gate(results, sorted(links), through), None
     drifted = [] if force else _drifted(install, journal, planned.originals, changed)
     if drifted:
         return outcomes.file_gate(results, drifted, lambda hit: (
@@ -362,6 +393,21 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
         failures = "; ".join(f"{c.label}: {c.detail}" for top in checked.checks for c in top.failures())
         return outcomes.whole_run(results, f"the patched result would not pass verify ({failures})"), checked
     return (), checked
+
+
+def link_on_the_way(site_packages: Path, relpath: str) -> Path | None:
+    """The first symbolic link on the way from ``site_packages`` to the file ``relpath`` (the file included), or None.
+
+    A linked file or a linked folder above it (``vllm/ -> /elsewhere/vllm``) puts the bytes in
+    another folder: writing them would change an install (or a cache) that other environments share,
+    and the journal, kept beside this ``site_packages``, would not be found from there.
+    """
+    path = site_packages
+    for part in Path(relpath).parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
 
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
