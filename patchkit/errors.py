@@ -28,6 +28,8 @@ class ExitCode(IntEnum):
     """SIGINT (Ctrl-C) stopped ``apply``/``revert``: what it had written was put back (128 + 2)."""
     TERMINATED = 143
     """SIGTERM stopped ``apply``/``revert``: what it had written was put back (128 + 15)."""
+    OUTPUT_CLOSED = 141
+    """Standard output was closed before the report was complete (``| head``): 128 + SIGPIPE."""
 
 
 class PatchkitError(Exception):

@@ -113,9 +113,14 @@ def os_hint(exc: OSError, folder: Path, otherwise: str) -> str:
     if exc.errno == errno.EDQUOT:
         return f"your disk quota on the file system holding {folder} is used up: free some space, then run the command again"
     if exc.errno == errno.EROFS:
-        return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
-                "remount it read-write, or patch the image or environment it is built from")
+        return read_only_hint(folder)
     return otherwise
+
+
+def read_only_hint(folder: Path) -> str:
+    """The hint for an install on a read-only mount (the same for every user, root included)."""
+    return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
+            "remount it read-write, or run patchkit where the image or environment is built")
 
 
 def write_atomic(path: Path, data: bytes, owner: tuple[int, int] | None = None) -> None:

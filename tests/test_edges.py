@@ -153,3 +153,109 @@ def test_hardlinked_uv_venv_never_changes_the_cache(release, cli, tmp_path):
     assert snapshot(entry) == before and not (entry / ".patchkit").exists()
     assert cli("revert", "--site-packages", str(site)).exit_code == 0
     assert snapshot(entry) == before and snapshot(site) == before
+
+
+_SIGINT_AT = """
+import os, signal, sys, time
+from patchkit import cli, render
+where = sys.argv.pop(1)
+if where == "report":  # Ctrl-C while the report of a finished apply is written
+    real = render.Writer.table
+    def table(self, *a, **k):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *a, **k)
+    render.Writer.table = table
+    cli.main()
+else:  # Ctrl-C once the command has said everything, as the interpreter shuts down
+    try:
+        cli.main()
+    except SystemExit:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        raise
+"""
+
+
+def test_sigint_at_the_very_end_of_apply_is_never_silent(release, tmp_path):
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    run = [sys.executable, "-c", _SIGINT_AT]
+    late = subprocess.run([*run, "report", "apply", "--site-packages", str(sp)], capture_output=True, text=True)
+    assert late.returncode == 130, late.stdout + late.stderr
+    assert "after the run had finished; the output above says what is on disk" in late.stderr
+    assert "before anything was written" not in late.stderr and "wrote 4 file(s)" in late.stdout
+    assert snapshot(sp) != before  # the run had finished: its files are written, as said
+    end = subprocess.run([*run, "end", "revert", "--site-packages", str(sp)], capture_output=True, text=True)
+    assert end.returncode == 0, (end.returncode, end.stdout + end.stderr)
+    assert "Traceback" not in end.stderr and snapshot(sp) == before
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_output_closed_early_is_said_and_not_exit_1(release, as_json):
+    """'patchkit verify | head': Python's SIGPIPE recipe; exit 141 with one line on stderr, never a silent 1."""
+    sp = release("0.17.1")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: every write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "patchkit", "verify", "--site-packages", str(sp),
+                               *(["--json"] if as_json else [])], stdout=write, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr.startswith("error: standard output was closed before the report was complete"), proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+def test_every_hint_repeats_the_environment_options(release, cli, tmp_path, monkeypatch):
+    """Ctrl-C during apply, and the other hints naming a command: each names the --site-packages/--python given."""
+    import signal
+
+    from patchkit import journal as journal_mod
+
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    real = journal_mod.write_atomic
+    calls = {"n": 0}
+
+    def ctrl_c(path, data, *args, **kwargs):
+        if path.name.endswith(".py") and ".patchkit" not in path.parts:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(journal_mod, "write_atomic", ctrl_c)
+    where = f"--site-packages {sp}"
+    result = cli("apply", "--site-packages", str(sp))
+    assert result.exit_code == 130, result.stdout + result.stderr
+    assert f"run 'patchkit apply {where}' again" in " ".join(result.stderr.split())
+    calls["n"] = 0
+    code, data = cli.json("apply", "--site-packages", str(sp))
+    monkeypatch.setattr(journal_mod, "write_atomic", real)
+    assert code == 130 and f"'patchkit apply {where}'" in data["hint"], data
+    assert snapshot(sp) == before
+    hints = [cli("status", "--site-packages", str(sp), "--arch", "NoSuchArch").stderr,
+             cli("verify", "--site-packages", str(sp)).stdout]
+    assert f"'patchkit scan {where}'" in hints[0]
+    assert f"'patchkit apply --target vllm {where}'" in hints[1]
+    applied = cli("apply", "--site-packages", str(sp))
+    assert applied.exit_code == 0
+    assert f"'patchkit verify {where}' shows the chain, 'patchkit revert {where}' undoes it" in \
+        " ".join(applied.stdout.split())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
+def test_read_only_mount_as_root_is_named_and_root_is_not_told_to_be_root(release, cli, tmp_path):
+    src = release("0.17.1")
+    mounted = tmp_path / "ro"
+    mounted.mkdir()
+    subprocess.run(["mount", "--bind", str(src), str(mounted)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mounted)], check=True)
+        result = cli("apply", "--site-packages", str(mounted))
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+    assert result.exit_code == 4, result.stdout + result.stderr
+    hint = " ".join(result.stderr.split())
+    assert f"hint: {mounted} is on a read-only file system" in hint
+    assert "as root" not in hint
