@@ -16,6 +16,7 @@ import pytest
 
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot
+from vllm_release import fresh_copy
 
 pytestmark = pytest.mark.release
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
@@ -259,3 +260,32 @@ def test_read_only_mount_as_root_is_named_and_root_is_not_told_to_be_root(releas
     hint = " ".join(result.stderr.split())
     assert f"hint: {mounted} is on a read-only file system" in hint
     assert "as root" not in hint
+
+
+def _relabel(sp: Path, old: str, new: str) -> Path:
+    """The release's files under another version label (what a nightly wheel's metadata says)."""
+    dist = sp / f"vllm-{old}.dist-info"
+    dist.rename(sp / f"vllm-{new}.dist-info")
+    meta = sp / f"vllm-{new}.dist-info" / "METADATA"
+    meta.write_text(meta.read_text().replace(f"\nVersion: {old}\n", f"\nVersion: {new}\n", 1))
+    return sp
+
+
+def test_nightly_whose_files_are_native_agrees_across_commands(release, cli, tmp_path):
+    """0.17.2.dev300 with native (A2) files: apply says supported upstream like verify and doctor, writes nothing."""
+    sp = _relabel(release("0.20.2"), "0.20.2", "0.17.2.dev300")
+    before = snapshot(sp)
+    code, applied = cli.json("apply", "--site-packages", str(sp))
+    assert code == 0, applied
+    assert {p["outcome"] for p in applied["patches"]} == {"supported upstream"}, applied["patches"]
+    assert applied["written"] is False and snapshot(sp) == before
+    assert cli.json("verify", "--site-packages", str(sp))[0] == 0
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                                   "num_hidden_layers": 61, "hidden_size": 7168}))
+    assert cli.json("doctor", "--model", str(model), "--site-packages", str(sp))[0] == 0
+    # a final release whose metadata disagrees with its files is still a mixed install
+    final = _relabel(fresh_copy("0.20.2", tmp_path / "final"), "0.20.2", "0.17.1")
+    code, applied = cli.json("apply", "--site-packages", str(final))
+    assert code == 3 and all("a mixed install" in p["reason"] for p in applied["patches"])
