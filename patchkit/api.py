@@ -149,7 +149,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
         results already decided for whole architectures (refused, or native), the architectures asked
         for (``--arch`` names, then ``--model``'s), and the model types the allow-list must admit.
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json``.
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
         SourceError: a file on the way does not parse.
     """
     from patchkit.arch_patches import read_model_config, select_architectures
@@ -601,7 +601,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    if request.architectures:
+    if request:
         from patchkit.registry import Registry
 
         check_requested(Registry(tree), request, str(install.version))
@@ -680,8 +680,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     (:func:`patchkit.arch_scope.states`). No libcst is imported either way.
 
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json``; an ``--arch`` name the
-            registry does not hold (:func:`check_requested`).
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
+        UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         StateError: the journal (or, with ``request``, an original copy) cannot be read.
     """
     journal = journal_for(install, target)
@@ -689,12 +689,11 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     info = _info(install, contract_mod.detect(tree))
     architectures = ()
     paths = sorted(journal.entries)
-    if request.architectures:
+    if request:
+        from patchkit import arch_scope
         from patchkit.registry import Registry
 
         check_requested(Registry(tree), request, str(install.version))
-    if request:
-        from patchkit import arch_scope
 
         found = arch_scope.scope(install, journal, request)
         architectures = arch_scope.states(found, journal)
@@ -797,9 +796,17 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
 
     Args:
         registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
-        request: the ``--arch`` names (and ``--model``, ignored here).
+        request: the ``--arch`` names, and ``--model``: its ``config.json`` is read here, so a bad one
+            is the same error on every command (even ``revert`` with nothing to revert).
         version: the vLLM release, for the message.
+    Raises:
+        UsageError: an ``--arch`` name the registry does not hold.
+        ConfigError: ``--model``'s ``config.json`` is missing or unreadable (exit 4).
     """
+    if request.model is not None:  # read first: a bad config.json is the same error on every command
+        from patchkit.arch_patches import read_model_config
+
+        read_model_config(request.model)
     for name in request.architectures:
         if registry.resolve(name) is not None:
             continue

@@ -289,3 +289,87 @@ def test_nightly_whose_files_are_native_agrees_across_commands(release, cli, tmp
     final = _relabel(fresh_copy("0.20.2", tmp_path / "final"), "0.20.2", "0.17.1")
     code, applied = cli.json("apply", "--site-packages", str(final))
     assert code == 3 and all("a mixed install" in p["reason"] for p in applied["patches"])
+
+
+def _configs(tmp_path: Path) -> dict[str, Path]:
+    """Checkpoint folders whose config.json no command may trip over."""
+    texts = {
+        "deep": '{"architectures": ["DeepseekV3ForCausalLM"], "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "deep-text-config": '{"architectures": ["DeepseekV3ForCausalLM"], "text_config": ' + '{"a": ' * 50_000
+                            + "1" + "}" * 50_000 + "}",
+        "invalid": '{"architectures": [',
+        "not-an-object": "[1, 2]",
+        "architectures-not-a-list": '{"architectures": 5, "model_type": 7, "text_config": {"architectures": "x"}}',
+        "not-utf8": b'{"architectures": ["\xff"]}',
+        "bom": "\ufeff" + json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"}),
+    }
+    out = {}
+    for name, text in texts.items():
+        folder = tmp_path / "configs" / name
+        folder.mkdir(parents=True)
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        (folder / "config.json").write_bytes(data)
+        out[name] = folder
+    (tmp_path / "configs" / "empty").mkdir()
+    out["no-config"] = tmp_path / "configs" / "empty"
+    out["missing"] = tmp_path / "configs" / "nope"
+    return out
+
+
+@pytest.mark.parametrize("command", ["apply", "verify", "status", "revert", "doctor"])
+def test_bad_config_json_is_exit_4_on_every_command(release, cli, tmp_path, command):
+    """Deeply nested, invalid or odd config.json: one exit code (4) for doctor and --model alike, no traceback."""
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    configs = _configs(tmp_path)
+    for name in ("deep", "invalid", "not-an-object", "not-utf8", "no-config", "missing"):
+        result = cli(command, "--site-packages", str(sp), "--model", str(configs[name]))
+        assert result.exit_code == 4, (name, result.stdout + result.stderr)
+        assert result.stderr.startswith("error: ") and "\nhint: " in result.stderr, (name, result.stderr)
+    assert "nests its JSON too deeply" in cli(command, "--site-packages", str(sp), "--model", str(configs["deep"])).stderr
+    assert snapshot(sp) == before
+
+
+_SWEEP_COMMANDS = {
+    "apply": ["apply", "--dry-run"], "apply-write": ["apply"], "verify": ["verify"], "status": ["status"],
+    "revert": ["revert"], "doctor": ["doctor"], "resolve": ["resolve"], "scan": ["scan"],
+}
+
+
+def test_no_traceback_for_any_input(release, cli, tmp_path):
+    """An adversarial sweep: every command, every odd input; each ends with a documented exit code and no traceback."""
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    configs = _configs(tmp_path)
+    archs = [*TYPOS, "-", "Deepseek\x00V3", "DeepseekV3ForCausalLM" * 200, "é", "../../etc/passwd"]
+    seen = set()
+    for name, command in _SWEEP_COMMANDS.items():
+        inputs: list[list[str]] = []
+        if name == "resolve":
+            inputs += [[a] for a in archs if "\x00" not in a]
+        elif name == "doctor":
+            inputs += [["--model", str(c)] for c in configs.values()]
+            inputs += [["--model", str(configs["bom"]), "--draft", str(c)] for c in configs.values()]
+        elif name != "scan":
+            inputs += [["--arch", a] for a in archs if "\x00" not in a]
+            inputs += [["--model", str(c)] for c in configs.values()]
+        required = {"doctor": ["--model", str(configs["bom"])], "resolve": ["DeepseekV3ForCausalLM"]}.get(name, [])
+        inputs += [[*required, "--python", p] for p in (str(tmp_path), "/dev/null", "no-such-python-here")]
+        inputs += [[*required, "--python", sys.executable, "--site-packages", str(sp)]]
+        for extra in inputs:
+            for as_json in ([], ["--json"]):
+                location = [] if "--python" in extra else ["--site-packages", str(sp)]
+                if name == "resolve" and "--python" not in extra:
+                    extra, location = [*extra, *location], []
+                result = cli(*command, *location, *extra, *as_json)  # an exception fails the test here
+                assert result.exit_code in (0, 1, 2, 3, 4), (name, extra, result.exit_code, result.stdout + result.stderr)
+                assert "Traceback" not in result.stdout + result.stderr, (name, extra)
+                if result.exit_code >= 2 and not as_json:
+                    assert result.stderr.startswith("error: ") or "refused" in result.stdout, (name, extra, result.stderr)
+                if as_json:
+                    json.loads(result.stdout)  # one JSON object, whatever happened
+                seen.add((name, result.exit_code))
+        if name == "apply-write":
+            cli("revert", "--site-packages", str(sp))
+    assert snapshot(sp) == before
+    assert {code for _, code in seen} >= {0, 1, 2, 4}  # the sweep reached success, "not in effect", usage and environment
