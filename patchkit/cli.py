@@ -3,7 +3,8 @@
 Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
 effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
 install, bad ``--python``, files that cannot be read or written (checked before the first write),
-a missing target file; 130 / 143 interrupted by SIGINT / SIGTERM (what was written was put back).
+a missing target file, a checkpoint's config.json that cannot be read; 130 / 143 interrupted by
+SIGINT / SIGTERM (what was written was put back); 141 standard output closed early (``| head``).
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,

@@ -102,58 +102,61 @@ def test_symlinked_package_folder_is_refused_and_status_tells_the_truth(release,
     assert cli("apply", "--site-packages", str(linked), "--dry-run").exit_code == 3
 
 
-def _uv_cache(release, tmp_path: Path) -> Path:
-    """A uv cache as uv lays it out: CACHEDIR.TAG at the root, an unpacked wheel in archive-v0/<id>/."""
-    cache = tmp_path / "uv-cache"
-    entry = cache / "archive-v0" / "Xq3bT9"
-    entry.parent.mkdir(parents=True)
-    shutil.move(str(release("0.17.1")), entry)
-    (cache / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
-    return entry
+def _uv_install(release, tmp_path: Path, link_mode: str) -> tuple[Path, Path, Path]:
+    """vLLM 0.17.1 installed by the real uv (the ``test`` extra's) with ``--link-mode``, offline.
 
+    The wheel is zipped from the release's own files (its ``.py`` files and ``.dist-info``, as
+    fetched), so uv unpacks it into its cache (``archive-v0/<id>/``) and links the venv's files to it.
+    Returns ``(venv python, venv site-packages, the cache entry)``.
+    """
+    import sysconfig
+    import zipfile
 
-def _uv_venv(tmp_path: Path, entry: Path, link) -> Path:
-    """A uv-made venv (CACHEDIR.TAG and pyvenv.cfg at its root) whose vLLM files link into ``entry``."""
-    venv = tmp_path / "venv"
-    site = venv / "lib" / "python3.12" / "site-packages"
-    site.mkdir(parents=True)
-    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (venv / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
-    for src in entry.rglob("*"):
-        dest = site / src.relative_to(entry)
-        if src.is_dir():
-            dest.mkdir(exist_ok=True)
-        else:
-            link(src, dest)
-    return site
+    src = release("0.17.1")
+    wheel = tmp_path / "vllm-0.17.1-cp38-abi3-manylinux_2_31_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for f in sorted(src.rglob("*")):
+            if f.is_file():
+                zf.write(f, f.relative_to(src).as_posix())
+    uv = Path(sysconfig.get_path("scripts")) / "uv"
+    env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_NO_CONFIG="1", UV_OFFLINE="1",
+               VIRTUAL_ENV=str(tmp_path / "venv"))
+    subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(tmp_path / "venv")], check=True, env=env)
+    subprocess.run([str(uv), "pip", "install", "-q", "--no-deps", "--link-mode", link_mode, str(wheel)],
+                   check=True, env=env)
+    python = tmp_path / "venv" / "bin" / "python"
+    (entry,) = [d for d in (tmp_path / "uv-cache" / "archive-v0").iterdir() if (d / "vllm").is_dir()]
+    return python, venv_site_packages(python), entry
 
 
 def test_uv_cache_is_refused_and_never_advised(release, cli, tmp_path):
-    entry = _uv_cache(release, tmp_path)
+    """uv --link-mode symlink: the venv's files link into uv's cache; apply refuses both, never pointing at the cache."""
+    python, site, entry = _uv_install(release, tmp_path, "symlink")
+    assert (site / DEEPSEEK).is_symlink() and (site / DEEPSEEK).resolve() == (entry / DEEPSEEK).resolve()
     before = snapshot(entry)
-    result = cli("apply", "--site-packages", str(entry))
-    assert result.exit_code == 3, result.stdout + result.stderr
-    assert "is inside a package cache" in result.stderr and "CACHEDIR.TAG" in result.stderr
-    site = _uv_venv(tmp_path, entry, lambda src, dest: dest.symlink_to(src))  # uv --link-mode symlink
-    code, data = cli.json("apply", "--site-packages", str(site))
+    code, data = cli.json("apply", "--python", str(python))
     assert code == 3, data
     for p in data["patches"]:
         assert "is a symbolic link to" in p["reason"] and "target install instead" not in p["reason"], p
         assert "--link-mode copy" in p["reason"]
-    assert snapshot(entry) == before
+    result = cli("apply", "--site-packages", str(entry))
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "is inside a package cache" in result.stderr and "CACHEDIR.TAG" in result.stderr
+    assert snapshot(entry) == before and not (entry / ".patchkit").exists()
 
 
 def test_hardlinked_uv_venv_never_changes_the_cache(release, cli, tmp_path):
     """uv's default on Linux (--link-mode hardlink): patchkit replaces files (a new inode), so the cache keeps its bytes."""
-    entry = _uv_cache(release, tmp_path)
-    before = snapshot(entry)
-    site = _uv_venv(tmp_path, entry, lambda src, dest: os.link(src, dest))
+    python, site, entry = _uv_install(release, tmp_path, "hardlink")
     assert (site / DEEPSEEK).stat().st_ino == (entry / DEEPSEEK).stat().st_ino
-    assert cli("apply", "--site-packages", str(site)).exit_code == 0
+    before = snapshot(entry)
+    assert cli("apply", "--python", str(python)).exit_code == 0
     assert (site / DEEPSEEK).read_bytes() != (entry / DEEPSEEK).read_bytes()
     assert snapshot(entry) == before and not (entry / ".patchkit").exists()
-    assert cli("revert", "--site-packages", str(site)).exit_code == 0
-    assert snapshot(entry) == before and snapshot(site) == before
+    assert cli("verify", "--python", str(python)).exit_code == 0
+    assert cli("revert", "--python", str(python)).exit_code == 0
+    assert snapshot(entry) == before
+    assert (site / DEEPSEEK).read_bytes() == (entry / DEEPSEEK).read_bytes()
 
 
 _SIGINT_AT = """
