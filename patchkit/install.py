@@ -268,7 +268,7 @@ def _direct_url(dist: _Dist) -> dict:
     """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
     try:
         data = json.loads(dist.read_text("direct_url.json") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for json's decoder: no usable record
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -268,7 +268,7 @@ class Journal:
             return _State(entries=entries, pending=pending, operation=operation)
         except StateError:
             raise
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise StateError(
                 f"cannot read patchkit's journal {self.path}: {exc}",
                 "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",

@@ -376,3 +376,17 @@ def test_no_traceback_for_any_input(release, cli, tmp_path):
             cli("revert", "--site-packages", str(sp))
     assert snapshot(sp) == before
     assert {code for _, code in seen} >= {0, 1, 2, 4}  # the sweep reached success, "not in effect", usage and environment
+
+
+def test_deeply_nested_state_files_are_clear(release, cli):
+    """The journal and direct_url.json are JSON too: nested too deeply, they give a clear error or are ignored."""
+    sp = release("0.17.1")
+    deep = "[" * 100_000 + "]" * 100_000
+    (sp / "vllm-0.17.1.dist-info" / "direct_url.json").write_text(deep)
+    assert cli("apply", "--site-packages", str(sp), "--dry-run").exit_code == 0  # as an index install
+    (sp / ".patchkit" / "vllm").mkdir(parents=True)
+    (sp / ".patchkit" / "vllm" / "journal.json").write_text(deep)
+    for command in ("status", "verify", "revert", "apply"):
+        result = cli(command, "--site-packages", str(sp))
+        assert result.exit_code == 4, (command, result.stdout + result.stderr)
+        assert result.stderr.startswith(f"error: cannot read patchkit's journal {sp / '.patchkit' / 'vllm' / 'journal.json'}")
