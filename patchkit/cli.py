@@ -216,7 +216,8 @@ def _output_closed(as_json: bool) -> int:
     code = int(ExitCode.OUTPUT_CLOSED)
     try:
         _err().line(("error:", "red"), " standard output was closed before the report was complete "
-                    f"(a pipe into head?); exit {code}")
+                    f"(a pipe into head?); exit {code}. The command itself ran to its end: "
+                    "'patchkit status' shows the install")
     except OSError:
         pass
     return code
