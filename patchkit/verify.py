@@ -128,12 +128,24 @@ def settle(node: Check, shape) -> Check:
     if shape.state is not State.NATIVE:
         node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
     else:
-        for failed in node.failures():
-            if failed.kind == NOT_FOLLOWED:
-                failed.ok = None
-                failed.detail += " (patchkit cannot follow this link statically; not checked, not called broken)"
+        _not_followed_unchecked(node)
     node.ok = not any(c.failures() for c in node.children)
     return node
+
+
+def _not_followed_unchecked(node: Check) -> bool:
+    """Show :data:`NOT_FOLLOWED` failures under ``node`` as not checked (None), and a parent that failed only
+    through them as not checked too. Returns True when something under ``node`` changed."""
+    changed = False
+    for child in node.children:
+        changed = _not_followed_unchecked(child) or changed
+    if node.ok is False and node.kind == NOT_FOLLOWED:
+        node.ok = None
+        node.detail += " (patchkit cannot follow this link statically; not checked, not called broken)"
+        return True
+    if changed and node.ok is False and not any(c.failures() for c in node.children):
+        node.ok = None
+    return changed
 
 
 def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution,
