@@ -486,6 +486,13 @@ def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
                             f"{ast.unparse(summed[0])} adds the residual, which is not part of the stream: "
                             f"{expected.evidence}" if summed else "passes None as the residual",
                             f"{relpath}:{summed[0].lineno}" if summed else where))
+    elif isinstance(expected, StreamVerdict) and expected.stream is Stream.SUM:
+        # after a fused layer, hidden_states alone is the layer's delta: the call must add the residual
+        alone = [c for c in in_loop if len(c.args) >= 4 and isinstance(c.args[3], ast.Constant) and c.args[3].value is None]
+        checks.append(Check("captures the residual stream (hidden_states + residual)", not alone,
+                            f"{ast.unparse(alone[0])} leaves the residual out: after a fused layer hidden_states is "
+                            f"its delta, not the stream: {expected.evidence}" if alone else "passes the residual",
+                            f"{relpath}:{alone[0].lineno}" if alone else where))
     returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
                and len(r.value.elts) == 2]
     checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
