@@ -271,3 +271,21 @@ def test_scan_verify_apply_and_doctor_agree_on_every_architecture(version):
     if version == "0.33.0":
         for arch in ("CohereCompassForConditionalGeneration", "Qwen4ExpForConditionalGeneration"):
             assert table[arch][0] == "declared but broken", table[arch]
+
+
+@pytest.mark.release
+def test_verify_fails_a_capture_that_leaves_the_residual_out_after_a_fused_layer(release, cli):
+    """The mirror case: after a fused layer hidden_states is its delta; a capture passing None is no stream."""
+    sp = release("0.33.0")
+    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert code == 0, out
+    path = sp / "vllm/model_executor/models/olmoe.py"
+    text = path.read_text()
+    right = "layer_idx + 1, hidden_states, residual)"
+    assert text.count(right) == 1
+    path.write_text(text.replace(right, "layer_idx + 1, hidden_states, None)"))
+    code, out = cli.json("verify", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert code == 1 and "leaves the residual out" in json.dumps(out), out
+    path.write_text(text)
+    code, out = cli.json("verify", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert code == 0, out
