@@ -33,7 +33,12 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
+from typing import TYPE_CHECKING
+
 from patchkit.source import ClassRef, SourceTree
+
+if TYPE_CHECKING:
+    from patchkit.registry import Registry
 
 
 class Stream(Enum):
@@ -440,6 +445,7 @@ def layer_signals(tree: SourceTree, cls: ClassRef, parameter: str | None, positi
     if (parameter is not None or position is not None) and name is None:
         return f"{owner.name}.forward takes no parameter for the residual passed at position {position}"
     entry, line = entry_of(forward, name)
+
     def method(name: str):
         member = tree.find_member(cls, name)
         return member[1] if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
@@ -458,7 +464,7 @@ def residual_passed(call: ast.Call) -> tuple[str | None, int | None] | None:
     return None
 
 
-def residual_stream(tree: SourceTree, registry, owner: ClassRef, backbone: ClassRef,
+def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backbone: ClassRef,
                     forward: ast.FunctionDef | ast.AsyncFunctionDef) -> StreamVerdict | StreamRefusal:
     """Decide which tensor is the residual stream entering each layer of ``backbone`` (see the module docstring).
 
