@@ -193,12 +193,17 @@ def test_verify_fails_a_capture_that_adds_the_residual_where_the_layer_keeps_its
 # -- kind 2: a fused-looking norm call that combines nothing --------------------------------------
 
 @pytest.mark.release
-def test_a_norm_that_hands_back_the_residual_makes_cohere_hidden_states_only(release, cli):
-    sp = release("0.17.1")
+@pytest.mark.parametrize("version", ["0.17.1", "0.15.1"])
+def test_a_norm_that_hands_back_the_residual_makes_cohere_hidden_states_only(release, cli, version):
+    sp = release(version)
     code, out = cli.json("scan", "--site-packages", str(sp))
     rows = {r["architecture"]: r for r in out["architectures"]}
     for arch in ("CohereForCausalLM", "Cohere2ForCausalLM"):
         assert rows[arch]["state"] == "patchable" and rows[arch]["shape"] == "hidden-states-only", rows[arch]
+    code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(_model(sp.parent, "CohereForCausalLM")))
+    assert code == 0, out
+    assert _captures((sp / "vllm/model_executor/models/commandr.py").read_text()) == ["hidden_states", "hidden_states"]
+    assert cli.json("verify", "--site-packages", str(sp), "--arch", "CohereForCausalLM")[0] == 0
 
 
 @pytest.mark.release
