@@ -200,3 +200,10 @@ def test_ctrl_c_stops_the_engine_and_removes_the_miniature(engine_python, tmp_pa
     drivers = subprocess.run(["pgrep", "-f", f"engine_driver.py {folders[0]}"], capture_output=True, text=True)
     assert drivers.stdout.strip() == ""
     assert {p: p.read_bytes() for p in before} == before and sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+def test_a_quantized_checkpoint_is_refused_naming_the_field(engine_python, cli, tmp_path):
+    model = write_checkpoint(tmp_path / "model", {**LLAMA, "quantization_config": {"quant_method": "fp8"}})
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(engine_python))
+    assert result.exit_code == 3 and "quantization_config" in result.stderr, result.stderr

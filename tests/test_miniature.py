@@ -71,3 +71,14 @@ def test_trained_ids_follow_the_draft_conventions():
     assert trained_ids({"eagle_aux_hidden_state_layer_ids": [1, 2]}, 10) == ((1, 2), "top level")
     assert trained_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, 10) == ((2, 3), "eagle_config")
     assert trained_ids({}, 32) == ((2, 16, 29), "none")
+
+
+def test_rehearse_needs_python_and_a_known_device(cli, tmp_path):
+    from engine_models import write_checkpoint
+
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft))
+    assert result.exit_code == 2 and "needs --python" in result.stderr and "--python" in result.stderr
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--device", "tpu", "--python", "python3")
+    assert result.exit_code == 2 and "--device tpu" in result.stderr
