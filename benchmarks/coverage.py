@@ -98,9 +98,12 @@ def engine_table(path: Path) -> list[str]:
         counters = main.get("counters") or {}
         acc = (f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0)} / "
                f"{counters.get('vllm:spec_decode_num_draft_tokens', 0)}") if counters else "-"
-        verdict = "**proven**" if main["ok"] else "fails: " + "; ".join(n for n, _, _ in main["failed"])
+        if pa is None and un is not None and not un["ok"]:
+            verdict = "not patched (apply wrote nothing); vLLM refuses it"
+        else:
+            verdict = "**proven**" if main["ok"] else "fails: " + "; ".join(n for n, _, _ in main["failed"])
         out.append(f"| {main.get('architecture')} ({case}) | {main.get('vllm')} | {refused(un) if pa else '-'} | {verdict} "
-                   f"| {f'{dist:.1e}' if dist is not None else '-'} / {', '.join(f'{d:.2f}' for d in shifted) or '-'} "
+                   f"| {f'{dist:.1e}' if dist is not None else '-'} / {', '.join(f'{d:.2g}' for d in shifted) or '-'} "
                    f"| {acc} | {main['seconds']:.0f} s | {refused(re) if re else '-'} |")
     return out
 
