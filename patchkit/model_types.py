@@ -122,11 +122,13 @@ def lookup(tree: SourceTree, cls: ClassRef | None, architecture: str, multimodal
     return Answer(architecture, types, tuple(sources), conflict)
 
 
-def _stamp(root: Path) -> float:
+def _stamp(root: Path) -> tuple[int, int]:
+    """Cache key of the transformers files: ``modeling_auto.py``'s modification time (ns) and size."""
     try:
-        return (root / MODELING_AUTO).stat().st_mtime
+        st = (root / MODELING_AUTO).stat()
+        return st.st_mtime_ns, st.st_size
     except OSError:
-        return 0.0
+        return 0, 0
 
 
 def _version(site_packages: Path) -> str | None:
@@ -182,7 +184,7 @@ def _pairs(value: ast.expr) -> list[tuple[str, str | tuple[str, ...]]] | None:
     return out
 
 
-def _transformers_types(root_text: str, stamp: float, architecture: str) -> tuple[tuple[str, ...], dict[str, str]]:
+def _transformers_types(root_text: str, stamp: tuple[int, int], architecture: str) -> tuple[tuple[str, ...], dict[str, str]]:
     """The text model types transformers at ``root_text`` gives ``architecture``, and its config class ->
     model type map (``stamp``: the cache key)."""
     root = Path(root_text)
@@ -200,7 +202,7 @@ def _transformers_types(root_text: str, stamp: float, architecture: str) -> tupl
 
 
 @lru_cache(maxsize=8)
-def _auto_tables(root_text: str, stamp: float):
+def _auto_tables(root_text: str, stamp: tuple[int, int]):
     """transformers' auto tables at ``root_text``: the class mappings, config of type, type of config,
     module of type (parsed once per file version)."""
     root = Path(root_text)
