@@ -423,6 +423,11 @@ def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
     folder = str(Path(model_dir).resolve())
     options = list(command_options) if command_options else ["--site-packages", str(install.site_packages)]
     command = shlex.join(["patchkit", "apply", "--target", distribution, "--model", folder, *options])
+    if not (Path(model_dir) / "config.json").is_file():  # --model takes the folder of a config.json
+        report.actions.insert(0, f"'patchkit apply --model' reads DIR/config.json: copy {report.target.config} to "
+                                 f"DIR/config.json, then run: " + shlex.join(["patchkit", "apply", "--target", distribution,
+                                                                               "--model", "DIR", *options]))
+        return
     dry = shlex.join(["patchkit", "apply", "--dry-run", "--target", distribution, "--model", folder, *options])
     proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--dry-run", "--json", "--target", distribution,
                            "--model", folder, "--site-packages", str(install.site_packages)],

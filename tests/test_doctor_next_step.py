@@ -90,3 +90,16 @@ def test_a_class_patched_for_another_target_is_not_credited(release, cli):
     assert code == 1
     assert "Glm4Moe" not in effect_check(report)["detail"]
     assert "--model " + str(gemma.resolve()) in report["apply_command"]
+
+
+def test_a_config_file_not_named_config_json_gets_a_folder_to_put_it_in(release, cli, tmp_path):
+    """'apply --model' takes a folder holding config.json; doctor also reads a bare JSON file."""
+    import shutil
+
+    sp = release("0.20.2")
+    file = tmp_path / "glm-4.6.json"
+    shutil.copy(CHECKPOINTS / "glm-4.6" / "config.json", file)
+    code, report = cli.json("doctor", "--model", str(file), "--site-packages", str(sp))
+    assert code == 1 and report["apply_command"] is None
+    assert report["actions"][0].startswith(f"'patchkit apply --model' reads DIR/config.json: copy {file} to DIR/config.json")
+    assert report["actions"][0].endswith(shlex.join(["--model", "DIR", "--site-packages", str(sp)]))
