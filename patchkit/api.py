@@ -50,7 +50,7 @@ def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native)
+                       contract.patchable, contract.native, install.distribution)
 
 
 def journal_for(install: Install, target: str = "vllm") -> Journal:
@@ -319,7 +319,7 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
     drifted = [] if force else _drifted(install, journal, planned.originals, changed)
     if drifted:
         return outcomes.file_gate(results, drifted, lambda hit: (
-            f"{hit} differs from what vLLM {install.version}'s RECORD lists "
+            f"{hit} differs from what {install.distribution} {install.version}'s RECORD lists "
             "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")), None
     unchecked = [] if force else _unchecked(install, journal, planned.originals, changed)
     if unchecked:

