@@ -186,6 +186,7 @@ def transformers_files(version: str) -> Path:
     Raises:
         subprocess.CalledProcessError: pip could not download the wheel.
     """
+    _require_network_marker(f"the transformers {version} wheel's files")
     target = CACHE_ROOT / f"transformers-{version}" / "site-packages"
     done = target.parent / ".complete"
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
