@@ -8,8 +8,10 @@ them against the installed vLLM's files, read statically:
    model);
 2. the text model type (``text_config.model_type`` when the config nests one) against the
    speculative config's EAGLE-3 start-up allow-list;
-3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.verify`),
-   and if not, the ``patchkit apply`` that fixes it;
+3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.verify`;
+   "patched by patchkit" with the journaled patches of this architecture, before "natively"), and if
+   not, the command that fixes this target on this release: ``patchkit apply --target vllm --model
+   DIR`` with the environment options given (0.10.2 - 0.33.0; planned by a dry run of that command);
 4. for a multimodal target, the EAGLE proposer's image-token mapping, and whether the proposer can
    load a draft through the target's ``get_language_model()`` (:mod:`patchkit.loadpath`);
 5. the draft (:mod:`patchkit.drafts`): the class vLLM builds for it, whether this release loads
@@ -68,7 +70,8 @@ class DoctorReport:
         draft: facts about the draft, or None when no draft was given.
         checks: the checklist, one :class:`Check` tree per item.
         actions: what to do next, one line each (empty when ready).
-        apply_command: the exact ``patchkit apply`` command that fixes the vLLM side, or None.
+        apply_command: the exact ``patchkit apply --target vllm --model DIR ...`` command that fixes
+            the vLLM side for this target, or None.
         apply_patches: the patches that command would write.
         warnings: what may be wrong without failing the verdict, one line each.
     """

@@ -1,7 +1,8 @@
 """Reading an EAGLE-3 draft's ``config.json`` as a given vLLM release will read it.
 
 :func:`draft_checks` is the draft half of ``patchkit doctor``: the draft class vLLM builds, whether
-this release can load the draft's ``model_type`` at all, the vocabulary, the aux layer ids vLLM will
+this release can load the draft's ``model_type`` at all, the vocabulary (judged from the sizes, the
+draft's ``d2t``/``t2d`` and the tokenizers: :mod:`patchkit.vocabulary`), the aux layer ids vLLM will
 capture (with the id convention of the field they come from), the order the states reach the draft
 in, which ids reach the draft under pipeline parallelism, and the draft's input width.
 
@@ -48,6 +49,7 @@ from patchkit.install import Install
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import ClassRef, SourceTree
+from patchkit.vocabulary import DRAFT_TO_TARGET
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
 """Draft config field with explicit aux layer ids (top level, or inside ``eagle_config``)."""
@@ -119,9 +121,6 @@ FC_COUNT_FIELD = "num_aux_hidden_states"
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 """EAGLE-3 draft classes for DeepSeek-architecture (MLA) drafts; first registered in vLLM 0.18.0
 (``model_executor/models/registry.py``; absent from 0.17.1)."""
-DRAFT_TO_TARGET = "d2t"
-"""Weight name of the draft-to-target vocabulary map (``llama_eagle3.py`` ``load_weights`` renames it
-``draft_id_to_target_id``; without it the map stays zeros: draft id ``i`` is target id ``i``)."""
 
 
 def vllm_default_ids(n: int) -> list[int]:

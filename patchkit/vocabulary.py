@@ -28,7 +28,9 @@ from typing import Any
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 DRAFT_TO_TARGET = "d2t"
-"""Draft id -> offset to its target id (vLLM ``llama_eagle3.py`` renames it ``draft_id_to_target_id``)."""
+"""Weight name of the draft-to-target vocabulary map: per draft id, the offset to its target id
+(vLLM 0.10.2 - 0.33.0 ``llama_eagle3.py`` ``load_weights`` renames it ``draft_id_to_target_id``;
+without it the map stays zeros: draft id ``i`` is target id ``i``)."""
 TARGET_TO_DRAFT = "t2d"
 """Per target id: whether the draft vocabulary holds it (vLLM skips it when loading)."""
 MAX_MAP_BYTES = 64 * 1024 * 1024
