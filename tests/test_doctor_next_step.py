@@ -103,3 +103,21 @@ def test_a_config_file_not_named_config_json_gets_a_folder_to_put_it_in(release,
     assert code == 1 and report["apply_command"] is None
     assert report["actions"][0].startswith(f"'patchkit apply --model' reads DIR/config.json: copy {file} to DIR/config.json")
     assert report["actions"][0].endswith(shlex.join(["--model", "DIR", "--site-packages", str(sp)]))
+
+
+def test_the_advice_given_with_python_runs_as_printed(release, cli, tmp_path):
+    """doctor --python VENV/bin/python: the printed command repeats --python, and run as printed it
+    patches that environment's vLLM (not patchkit's own), after which doctor says ready."""
+    from test_advice import serving_venv
+
+    venv = serving_venv(release, tmp_path, "0.20.2")
+    python = str(venv / "bin" / "python")
+    model = CHECKPOINTS / "ling-flash-2.0"
+    code, report = cli.json("doctor", "--model", str(model), "--python", python)
+    assert code == 1
+    assert shlex.split(report["apply_command"]) == ["patchkit", "apply", "--target", "vllm", "--model",
+                                                    str(model.resolve()), "--python", python]
+    assert cli(*shlex.split(report["apply_command"])[1:]).exit_code == 0
+    code, after = cli.json("doctor", "--model", str(model), "--python", python)
+    assert code == 0 and after["ready"], after["missing"]
+    assert effect_check(after)["detail"].startswith("patched by patchkit (")
