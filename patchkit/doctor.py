@@ -210,7 +210,7 @@ def _patched_ids(install: Install, distribution: str, facts: TargetFacts, model_
         return ()
     try:
         found = arch_scope.scope(install, journal, api.Request(model=model_dir))
-    except UsageError:  # a config file not named config.json: the architecture alone
+    except (UsageError, ConfigError):  # a config file not named config.json: the architecture alone
         found = arch_scope.scope(install, journal, api.Request((facts.architecture,)))
     need = found.ids.get(facts.architecture, found.all_ids)
     return tuple(sorted(need & arch_scope.journaled_ids(journal)))

@@ -121,3 +121,17 @@ def test_the_advice_given_with_python_runs_as_printed(release, cli, tmp_path):
     code, after = cli.json("doctor", "--model", str(model), "--python", python)
     assert code == 0 and after["ready"], after["missing"]
     assert effect_check(after)["detail"].startswith("patched by patchkit (")
+
+
+def test_a_bare_config_file_after_apply_is_credited_by_architecture(release, cli, tmp_path):
+    """With patchkit's journal present, a --model that is a bare JSON file (not DIR/config.json)
+    is still checked: the patches are found by its architecture."""
+    import shutil
+
+    sp = release("0.20.2")
+    assert cli("apply", "--model", str(CHECKPOINTS / "glm-4.6"), "--site-packages", str(sp)).exit_code == 0
+    file = tmp_path / "glm-4.6.json"
+    shutil.copy(CHECKPOINTS / "glm-4.6" / "config.json", file)
+    code, report = cli.json("doctor", "--model", str(file), "--site-packages", str(sp))
+    assert code == 0, report
+    assert effect_check(report)["detail"].startswith("patched by patchkit (")
