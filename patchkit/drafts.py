@@ -44,7 +44,7 @@ from packaging.version import Version
 from patchkit import composition
 from patchkit import verify as verify_mod
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, as_int_list
-from patchkit.contract import INTERFACES_MODULE
+from patchkit.contract import INTERFACES_MODULE, is_stub
 from patchkit.install import Install
 from patchkit.registry import Registry
 from patchkit.results import Check
@@ -187,7 +187,9 @@ def default_ids(tree: SourceTree, cls: ClassRef | None, n: int) -> DefaultIds:
         if holder is None or name is None:
             continue
         member = tree.find_member(holder, name)
-        if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # the Protocol's stub (an A1 class not patched yet has only that) returns nothing: not a getter
+        if (member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+                and not is_stub(member[1])):
             first = first or member
             if _eval_ids(member[1], n) is not None:
                 found = member

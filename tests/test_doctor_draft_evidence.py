@@ -198,3 +198,13 @@ def test_a_smaller_embedding_than_the_targets_ids_fails(cli, gemma):
     (draft / "config.json").write_text(json.dumps(config))
     node, _ = vocab_check(cli, sp, model, draft)
     assert node["ok"] is False and "no row in the draft's embedding" in node["detail"]
+
+
+def test_an_unpatched_a1_target_is_not_credited_with_the_protocols_stub(release, cli):
+    """On 0.17.1 Gemma3ForCausalLM has no getter until patched; the Protocol's stub returns nothing,
+    so the warning gives vLLM's default form, not the stub, as the source of the ids."""
+    sp = release("0.17.1")
+    _, report = doctor(cli, sp, GEMMA_1B, SPECFORGE_DRAFT)
+    (warning,) = [w for w in report["warnings"] if "records no aux layer ids" in w]
+    assert "will capture (2, 13, 23), from the target's default (2, n // 2, n - 3) with n = 26" in warning
+    assert "SupportsEagle3.get_eagle3_aux_hidden_state_layers" not in warning
