@@ -333,6 +333,10 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
     chain = verify_mod.model_check(tree, registry, contract, cls, follow_setter=in_scope)
+    if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.shapes.classify)
+        from patchkit.shapes import classify
+
+        verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
     if chain.ok:
         if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support
