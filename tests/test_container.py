@@ -140,3 +140,14 @@ def test_pip_upgrade_on_top_of_the_layer_the_guard_names_it_in_vllms_loader(tmp_
     assert fixed.returncode == 0 and "guard: refreshed" in fixed.stdout, fixed.stdout + fixed.stderr
     served = image.run(load)
     assert "patchkit guard:" not in served.stdout + served.stderr
+
+
+def test_an_upgrade_to_a_release_with_native_support_the_next_apply_takes_the_guard_out(tmp_path):
+    image = Image(tmp_path / "img", "0.17.1")
+    apply, verify = image.build()
+    assert apply.returncode == 0 and "guard: installed" in apply.stdout
+    image.upgrade("0.20.2")  # DeepSeek and Kimi are native from 0.18.0: nothing left to watch
+    again = image.run("/opt/patchkit/bin/patchkit apply --target vllm --python python3")
+    assert again.returncode == 0 and "guard: removed" in again.stdout, again.stdout + again.stderr
+    assert not (image.dist / "patchkit_guard").exists()
+    assert image.run("/opt/patchkit/bin/patchkit verify --target vllm --python python3").returncode == 0

@@ -265,3 +265,14 @@ def test_vllm_plugins_filter_names_the_guard(olmoe_guarded, vllm_python):
     assert "LOADED False" in off.stdout and "patchkit guard:" not in off.stdout + off.stderr
     on = run_python(vllm_python, LOADER.format(site=str(site)), site, VLLM_PLUGINS="patchkit_guard")
     assert "LOADED True" in on.stdout and "patchkit guard:" in on.stdout + on.stderr
+
+
+@pytest.mark.release
+def test_revert_removes_a_guard_left_without_a_vllm_journal(olmoe_guarded, cli):
+    """Someone deleted patchkit's vLLM journal (and reinstalled vLLM): the guard still goes with revert."""
+    site = olmoe_guarded
+    shutil.rmtree(site / ".patchkit" / "vllm")
+    shutil.copyfile(pristine_site_packages("0.33.0") / OLMOE_FILE, site / OLMOE_FILE)
+    code, data = cli.json("revert", "--site-packages", str(site))
+    assert code == 0 and data["guard"]["action"] == "removed"
+    assert tree(site) == tree(pristine_site_packages("0.33.0"))
