@@ -36,11 +36,14 @@ GUARD_FILES = {"patchkit_guard/__init__.py", "patchkit_guard/guard.py", "patchki
 
 
 def tree(root: Path, skip_bytecode: bool = False) -> dict[str, str]:
-    """``{relative path: sha256}`` of every file under ``root`` (``__pycache__`` left out if asked)."""
+    """``{relative path: sha256}`` of every file under ``root``, and ``{folder: "folder"}`` of every
+    folder (an empty one left behind counts); ``__pycache__`` left out if asked."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file() and not (skip_bytecode and "__pycache__" in path.parts):
-            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+        if skip_bytecode and "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(root).as_posix()
+        out[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
     return out
 
 
