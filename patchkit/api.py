@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import contract as contract_mod
 from patchkit import interrupt
-from patchkit.errors import Interrupted, PatchkitError, UsageError
+from patchkit.errors import Interrupted, PatchkitError, RefusedError, UsageError
 from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
@@ -50,7 +50,7 @@ def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
 
 def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native)
+                       contract.patchable, contract.native, install.distribution)
 
 
 def journal_for(install: Install, target: str = "vllm") -> Journal:
@@ -78,6 +78,52 @@ def unfinished_check(journal: Journal) -> Check | None:
     return Check("no unfinished patchkit run", False if run.unfinished else None, run.summary())
 
 
+def import_problem(install: Install) -> RefusedError | None:
+    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.install.imports_elsewhere`), or None.
+
+    ``apply`` raises it (exit 3, nothing written); ``verify`` shows it as a failing check (exit 1).
+    """
+    from patchkit.install import imports_elsewhere
+
+    other = imports_elsewhere(install)
+    if other is None:
+        return None
+    who = f"--python {install.python}" if install.python else "patchkit's own Python"
+    if other == Path(""):
+        return RefusedError(f"{who} cannot import vllm, although {install.dist_info.name} is on its import path",
+                            "check that interpreter's import path (PYTHONPATH, .pth files); 'python -c \"import vllm\"' "
+                            "must work in the serving environment")
+    return RefusedError(f"{who} imports vllm from {other}, not from {install.site_packages / 'vllm'} (the install "
+                        "patchkit found): patching it would change nothing that runs",
+                        f"take {other.parent} off that interpreter's import path (PYTHONPATH, a .pth file) so it "
+                        "imports the installed vLLM, then run the command again")
+
+
+CACHE_TAG = "CACHEDIR.TAG"
+"""The Cache Directory Tagging Specification's file (https://bford.info/cachedir/); uv writes one at the
+root of its cache (astral-sh/uv#526) and also in each virtual environment it creates (#1653)."""
+
+
+def cache_problem(install: Install) -> RefusedError | None:
+    """A refusal when ``install`` lies inside a package cache (uv's ``archive-v0/<id>/``), else None.
+
+    Walking up from site-packages, the first folder holding :data:`CACHE_TAG` marks a cache,
+    unless an environment root (``pyvenv.cfg``) comes first: uv tags its venvs too. Patching a
+    cache entry would put the patch (and a copy of the journal) into every later install of that
+    wheel, so ``apply`` refuses it (exit 3) and never suggests it.
+    """
+    for folder in (install.site_packages, *install.site_packages.parents):
+        if (folder / "pyvenv.cfg").is_file():
+            return None
+        if (folder / CACHE_TAG).is_file():
+            return RefusedError(f"{install.site_packages} is inside a package cache ({folder / CACHE_TAG}): every "
+                                "environment later installed from it would carry the patch",
+                                "point patchkit at the environment that serves the model (--python /path/to/venv/bin/python); "
+                                "if its files link into this cache, reinstall vLLM there with its own files "
+                                "(uv: --link-mode copy)")
+    return None
+
+
 @dataclass(frozen=True)
 class Request:
     """Which architectures a command is about: ``--arch`` names and ``--model DIR``.
@@ -103,7 +149,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
         results already decided for whole architectures (refused, or native), the architectures asked
         for (``--arch`` names, then ``--model``'s), and the model types the allow-list must admit.
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json``.
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
         SourceError: a file on the way does not parse.
     """
     from patchkit.arch_patches import read_model_config, select_architectures
@@ -189,11 +235,14 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         was nothing to write. A patch named in ``patch_ids`` that is not applicable to this
         release is refused (with the reason), so its prerequisites are not written either.
     Raises:
-        UsageError: unknown target or patch id (the hint names the closest ids); a bad
+        UsageError: unknown target or patch id (the hint names the closest ids); an ``--arch``
+            name the registry does not hold (:func:`check_requested`); a bad
             ``PATCHKIT_LOCK_TIMEOUT``.
         SourceError: a file on the way does not parse.
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
+        RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`);
+            the install is inside a package cache (:func:`cache_problem`).
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -201,6 +250,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     _unknown_patch_ids(patch_ids, [p.id for p in everything])
+    elsewhere = import_problem(install) or cache_problem(install)
+    if elsewhere is not None:
+        raise elsewhere
     patches = select(everything, patch_ids) if not request else None
     requested = set(patch_ids or ())
     journal = journal_for(install, target)
@@ -274,6 +326,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     tree = SourceTree(install.site_packages, overrides=overrides)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
+    check_requested(registry, request, str(install.version))
     decided: tuple[PatchResult, ...] = ()
     archs: tuple[str, ...] | None = None
     types: tuple[str, ...] | None = None
@@ -325,15 +378,20 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
     if vetoes:
         return vetoes, None
     changed = list(planned.changed)
-    linked = sorted(p for p in changed if (install.site_packages / p).is_symlink())
-    if linked:
-        return outcomes.file_gate(results, linked, lambda hit: (
-            f"{hit} is a symbolic link; patchkit replaces files, it does not write "
-            "through links: patch the link's target install instead")), None
+    links = {p: link for p in changed for link in [link_on_the_way(install.site_packages, p)] if link is not None}
+    if links:
+        def through(hit: str) -> str:
+            link = links[hit.split(", ")[0]]
+            return (f"{link.relative_to(install.site_packages)} is a symbolic link to {link.resolve()}: the bytes live "
+                    "in another folder, which other installs (a uv cache, --link-mode symlink) may share, and patchkit "
+                    "does not write through links; reinstall vLLM into this environment with its own files "
+                    f"(uv: --link-mode copy; pip install --force-reinstall --no-deps vllm=={install.version}), then apply")
+
+        return outcomes.file_gate(results, sorted(links), through), None
     drifted = [] if force else _drifted(install, journal, planned.originals, changed)
     if drifted:
         return outcomes.file_gate(results, drifted, lambda hit: (
-            f"{hit} differs from what vLLM {install.version}'s RECORD lists "
+            f"{hit} differs from what {install.distribution} {install.version}'s RECORD lists "
             "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")), None
     unchecked = [] if force else _unchecked(install, journal, planned.originals, changed)
     if unchecked:
@@ -352,6 +410,21 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
         failures = "; ".join(f"{c.label}: {c.detail}" for top in checked.checks for c in top.failures())
         return outcomes.whole_run(results, f"the patched result would not pass verify ({failures})"), checked
     return (), checked
+
+
+def link_on_the_way(site_packages: Path, relpath: str) -> Path | None:
+    """The first symbolic link on the way from ``site_packages`` to the file ``relpath`` (the file included), or None.
+
+    A linked file or a linked folder above it (``vllm/ -> /elsewhere/vllm``) puts the bytes in
+    another folder: writing them would change an install (or a cache) that other environments share,
+    and the journal, kept beside this ``site_packages``, would not be found from there.
+    """
+    path = site_packages
+    for part in Path(relpath).parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
 
 
 def _drifted(install: Install, journal: Journal, originals: dict[str, bytes], paths: list[str]) -> list[str]:
@@ -390,6 +463,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         cannot run (``runtime_python`` cannot be started, or cannot import vLLM and torch), the
         static checks are kept and ``runtime_error`` says why.
     Raises:
+        UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
     from patchkit.registry import Registry
@@ -397,6 +471,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
+    check_requested(registry, request, str(install.version))
     journal = journal_for(install)
     from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
@@ -413,6 +488,9 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
+    elsewhere = import_problem(install)
+    if elsewhere is not None:
+        checks.insert(1, Check("the interpreter imports this vLLM", False, elsewhere.message))
     if journal.entries:
         record = record_sha256(install, journal.entries)
         interrupted = set(journal.unfinished().to_roll_back) if journal.pending else set()
@@ -534,7 +612,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     pending record like apply, so a killed revert is put back by the next command.
 
     Raises:
-        UsageError: with ``request``: none of its architectures has a patch of its own in the journal.
+        UsageError: with ``request``: an ``--arch`` name the registry does not hold
+            (:func:`check_requested`), or none of its architectures has a patch of its own in the journal.
         StateError: the journal or an original copy is unreadable, a file or folder cannot be
             written keeping its owner (checked first), or a write failed (files already restored
             are put back).
@@ -545,6 +624,10 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     info = _info(install, contract_mod.detect(tree))
     from patchkit import guard as guard_mod
 
+    if request:
+        from patchkit.registry import Registry
+
+        check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
         if request:
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
@@ -627,7 +710,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     (:func:`patchkit.arch_scope.states`). No libcst is imported either way.
 
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json``.
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
+        UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         StateError: the journal (or, with ``request``, an original copy) cannot be read.
     """
     journal = journal_for(install, target)
@@ -637,6 +721,9 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     paths = sorted(journal.entries)
     if request:
         from patchkit import arch_scope
+        from patchkit.registry import Registry
+
+        check_requested(Registry(tree), request, str(install.version))
 
         found = arch_scope.scope(install, journal, request)
         architectures = arch_scope.states(found, journal)
@@ -719,6 +806,54 @@ def check_architecture(architecture: str) -> None:
                          "e.g. DeepseekV3ForCausalLM")
 
 
+def suggestions(registry: Registry, architecture: str) -> list[str]:
+    """Registry names close to ``architecture``: a case slip, a one-letter typo or stray spaces.
+
+    Returns:
+        Up to three registered names, closest first (empty when none is that close).
+    """
+    import difflib
+
+    by_lower = {a.lower(): a for a in registry.entries}
+    close = difflib.get_close_matches(architecture.strip().lower(), list(by_lower), n=3, cutoff=0.9)
+    return [by_lower[c] for c in close]
+
+
+def check_requested(registry: Registry, request: Request, version: str) -> None:
+    """Raise :class:`UsageError` for an ``--arch`` name this release's registry does not hold.
+
+    ``apply``, ``verify``, ``status`` and ``revert`` call it before they plan or read anything
+    else, so a typo (``DeepseekV3ForCausalLm``, a trailing space, an empty name) is a usage error
+    on every command (exit 2, with the closest registered names), never a check that passes
+    because there was nothing to check. Names from ``--model``'s config.json are the
+    checkpoint's, not a typo on the command line: they are not checked here.
+
+    Args:
+        registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
+        request: the ``--arch`` names, and ``--model``: its ``config.json`` is read here, so a bad one
+            is the same error on every command (even ``revert`` with nothing to revert).
+        version: the vLLM release, for the message.
+    Raises:
+        UsageError: an ``--arch`` name the registry does not hold.
+        ConfigError: ``--model``'s ``config.json`` is missing or unreadable (exit 4).
+    """
+    if request.model is not None:  # read first: a bad config.json is the same error on every command
+        from patchkit.arch_patches import read_model_config
+
+        read_model_config(request.model)
+    for name in request.architectures:
+        if registry.resolve(name) is not None:
+            continue
+        if not name.strip():
+            raise UsageError("--arch '' is not an architecture name",
+                             "give a class name from the checkpoint's config.json \"architectures\", "
+                             "e.g. DeepseekV3ForCausalLM")
+        close = suggestions(registry, name)
+        hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
+            "'patchkit scan' lists the architectures this vLLM registers"
+        raise UsageError(f"--arch {name!r} is not in vLLM {version}'s model registry", hint)
+
+
 def resolve(install: Install, architecture: str) -> ResolveReport:
     """Resolve an architecture name through this vLLM's registry, read statically.
 
@@ -740,20 +875,15 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     if resolution is not None and resolution.cls is not None:
         for b in tree.bases(resolution.cls):
             bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
-    suggestions: list[str] = []
-    if resolution is None:  # a case slip or a one-letter typo, not every vaguely similar name
-        import difflib
-
-        by_lower = {a.lower(): a for a in registry.entries}
-        close = difflib.get_close_matches(architecture.lower(), list(by_lower), n=3, cutoff=0.9)
-        suggestions = [by_lower[c] for c in close]
+    # a case slip or a one-letter typo, not every vaguely similar name
+    close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
     from patchkit import platforms
 
     branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
                  "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}
                 for b in platforms.branches(tree, resolution)]
-    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, suggestions,
+    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, close,
                          alternatives, branches)
 
 

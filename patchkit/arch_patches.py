@@ -18,7 +18,6 @@ Per era (:mod:`patchkit.contract`):
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
 from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
-from patchkit.errors import UsageError
+from patchkit.errors import ConfigError, UsageError
 from patchkit.registry import Registry
 from patchkit.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.source import ClassRef, SourceTree
@@ -53,26 +52,24 @@ class ModelConfig:
 
 
 def read_model_config(model_dir: Path) -> ModelConfig:
-    """Read ``model_dir/config.json`` (a BOM is allowed).
+    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.checkpoint.read_config`).
 
     Raises:
-        UsageError: the folder or file is missing, is not JSON, or names no architectures.
+        ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
+            no architectures (exit 4, as for ``doctor``).
     """
-    path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        raise UsageError(f"{path} does not exist", "--model takes a checkpoint folder holding config.json")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc})", "check the file, or pass --arch NAME instead") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"{path} is not a JSON object", "check the file, or pass --arch NAME instead")
+    from patchkit.checkpoint import read_config
+
+    cfg = read_config(Path(model_dir), "--model")
+    path, data = cfg.path, cfg.data
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
-    archs = tuple(a for a in data.get("architectures") or () if isinstance(a, str))
+    listed = data.get("architectures")
+    archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
     if not archs:
-        raise UsageError(f"{path} has no 'architectures' list", "pass --arch NAME instead")
+        raise ConfigError(f"{path} has no 'architectures' list", "pass --arch NAME instead")
     model_type = text.get("model_type") or data.get("model_type")
-    text_archs = tuple(a for a in text.get("architectures") or () if isinstance(a, str))
+    listed = text.get("architectures")
+    text_archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
     return ModelConfig(str(path), archs, model_type if isinstance(model_type, str) else None, text_archs)
 
 

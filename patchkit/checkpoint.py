@@ -41,7 +41,8 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
         The parsed :class:`CheckpointConfig`.
     Raises:
         ConfigError: the path does not exist, holds no ``config.json``, cannot be read, is not
-            valid JSON, or is not a JSON object.
+            valid JSON (or nests too deeply for Python's decoder), or is not a JSON object (exit 4,
+            for ``doctor`` and for ``--model`` on every command alike).
     """
     location = Path(location).expanduser()
     if location.is_dir():
@@ -51,7 +52,7 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
     else:
         text = str(location)
         looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
-        hint = (f"doctor reads local files and never downloads; fetch the config first, e.g. "
+        hint = (f"patchkit reads local files and never downloads; fetch the config first, e.g. "
                 f"'huggingface-cli download {text} config.json --local-dir DIR', then {option} DIR"
                 if looks_like_repo else f"give the local checkpoint folder that holds {CONFIG_FILE}")
         raise ConfigError(f"{option} {location} does not exist", hint)
@@ -68,6 +69,9 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
     except ValueError as exc:
         raise ConfigError(f"{file} is not valid JSON: {exc}",
                           "the file may be truncated; download the checkpoint's config.json again") from exc
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise ConfigError(f"{file} nests its JSON too deeply to read (no model config does)",
+                          "download the checkpoint's config.json again") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{file} holds a JSON {type(data).__name__}, not an object",
                           f"{option} must point at a Hugging Face model config.json")

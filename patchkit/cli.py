@@ -3,7 +3,8 @@
 Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
 effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
 install, bad ``--python``, files that cannot be read or written (checked before the first write),
-a missing target file; 130 / 143 interrupted by SIGINT / SIGTERM (what was written was put back).
+a missing target file, a checkpoint's config.json that cannot be read; 130 / 143 interrupted by
+SIGINT / SIGTERM (what was written was put back); 141 standard output closed early (``| head``).
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shlex
 import signal
 import sys
@@ -99,12 +101,48 @@ def _root(
     """Patch an installed vLLM so EAGLE-3 works for DeepSeek-V2/V3 and Kimi-K2.5; verify; revert exactly."""
 
 
+_given = {"where": ""}
+"""The environment options of the running command (``_run`` sets them), for :func:`with_options`."""
+
+_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor)((?: [^']*)?)'")
+"""A command a line suggests; not one it reports ("an earlier 'patchkit apply' stopped": its options are unknown)."""
+_ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
+
+
+def with_options(text: str, where: str | None = None) -> str:
+    """``text`` with the environment options given (``where``) added to each ``'patchkit CMD ...'`` it suggests.
+
+    The one place that makes every hint and suggestion act on the install the command was
+    pointed at: a ``'patchkit apply'`` run as written would otherwise patch patchkit's own
+    environment. A command already naming ``--python``/``--site-packages``/``--ray`` is left as is.
+
+    Args:
+        text: a message, hint or line of output.
+        where: the options as :func:`_where` spells them (``" --python /opt/venv/bin/python"``);
+            None: those of the running command.
+    """
+    where = _given["where"] if where is None else where
+    if not where or "'patchkit " not in text:
+        return text
+
+    def add(m: re.Match) -> str:
+        if any(opt in m.group(2) for opt in _ENVIRONMENT_OPTIONS):
+            return m.group(0)
+        return f"'patchkit {m.group(1)}{where}{m.group(2)}'"
+
+    return _SUGGESTED.sub(add, text)
+
+
 def _out() -> Writer:
-    return Writer.for_stream(sys.stdout)
+    out = Writer.for_stream(sys.stdout)
+    out.rewrite = with_options
+    return out
 
 
 def _err() -> Writer:
-    return Writer.for_stream(sys.stderr)
+    err = Writer.for_stream(sys.stderr)
+    err.rewrite = with_options
+    return err
 
 
 def _install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:
@@ -149,11 +187,44 @@ class _Terminated(BaseException):
     """SIGTERM outside a writing step (nothing written by this command)."""
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise _Terminated()
+def _on_signal(signum, frame) -> None:
+    """SIGINT/SIGTERM during a command: stop it, unless its writing is over (then recorded, said after the report)."""
+    from patchkit import interrupt
+
+    if interrupt.after_writing():
+        interrupt.note(signum)
+        return
+    if signum == signal.SIGTERM:
+        raise _Terminated()
+    raise KeyboardInterrupt
 
 
-def _run(as_json: bool, body: Callable[[], int]) -> None:
+def _output_closed(as_json: bool) -> int:
+    """Standard output was closed early (``patchkit verify | head``): Python's recipe, then one line on stderr.
+
+    The recipe (the ``signal`` module's "Note on SIGPIPE"): point stdout at ``os.devnull`` so the
+    flush at exit does not fail a second time. The exit code is 141 (128 + SIGPIPE, what a shell
+    reports for a program a closed pipe stopped), never 1: for ``verify`` 1 means "not in effect".
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (an in-process test runner)
+        pass
+    code = int(ExitCode.OUTPUT_CLOSED)
+    try:
+        _err().line(("error:", "red"), " standard output was closed before the report was complete "
+                    f"(a pipe into head?); exit {code}. The command itself ran to its end: "
+                    "'patchkit status' shows the install")
+    except OSError:
+        pass
+    return code
+
+
+def _run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] = None,
+         python: Optional[Path] = None) -> None:
     """Run a command body; map patchkit errors to their one-line message, hint and exit code.
 
     Every environment variable patchkit reads is validated first (:mod:`patchkit.settings`).
@@ -161,12 +232,24 @@ def _run(as_json: bool, body: Callable[[], int]) -> None:
     it wrote and raises :class:`~patchkit.errors.Interrupted`); anywhere else nothing has been
     written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM).
     """
-    previous = None
+    from patchkit import interrupt
+
+    _given["where"] = _where(site_packages, python)
+    interrupt.reset()
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         settings.check_environment()
         code = body()
+        sys.stdout.flush()
+        late = interrupt.received() if interrupt.after_writing() else None
+        if late is not None:  # after the run's last safe point, while its report was written
+            code = 128 + late
+            _err().line(("interrupted:", "red"), f" by {interrupt.name(late)} after the run had finished; "
+                        "the output above says what is on disk")
+    except BrokenPipeError:
+        raise typer.Exit(_output_closed(as_json))
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         code = int(ExitCode.TERMINATED if isinstance(exc, _Terminated) else ExitCode.INTERRUPTED)
@@ -180,14 +263,17 @@ def _run(as_json: bool, body: Callable[[], int]) -> None:
         _error(exc, as_json)
         raise typer.Exit(int(exc.exit_code))
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            # the command has said what it did: in patchkit's own process a signal now changes nothing
+            # (left at Python's default, the interpreter's shutdown would let it kill the process silently)
+            signal.signal(s, signal.SIG_IGN if _given.get("process") else handler)
     raise typer.Exit(code)
 
 
 def _error(exc: PatchkitError, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"error": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}))
+        print(json.dumps({"error": with_options(exc.message), "hint": with_options(exc.hint),
+                          "exit_code": int(exc.exit_code)}))
         return
     err = _err()
     err.line(("error:", "red"), " ", exc.message)
@@ -200,7 +286,8 @@ def _emit_json(data: dict[str, Any]) -> None:
 
 
 def _header(out: Writer, info: InstallInfo) -> None:
-    out.line(f"vLLM {info.version} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"))
+    named = "" if info.distribution == "vllm" else f" (distribution {info.distribution})"
+    out.line(f"vLLM {info.version}{named} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"))
 
 
 def _print_checks(out: Writer, checks: list[Check]) -> None:
@@ -287,7 +374,7 @@ def apply(
             out.line("nothing to write")
         return _apply_code(report, dry_run, as_json)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 def _options(site_packages: Optional[Path], python: Optional[Path]) -> list[str]:
@@ -365,7 +452,7 @@ def _verify_hint(info: InstallInfo, target: str, where: str, chosen: str = "") -
     if info.native:
         return (f"vLLM {info.version} supports EAGLE-3 for these models natively and patchkit has nothing to "
                 f"apply; the files above differ from the release: reinstall vLLM "
-                f"(pip install --force-reinstall --no-deps vllm=={info.version})")
+                f"(pip install --force-reinstall --no-deps {info.distribution}=={info.version})")
     return (f"patchkit cannot add EAGLE-3 to vLLM {info.version} ({info.era_description}): "
             "upgrade vLLM ('patchkit list' shows the releases each patch is for)")
 
@@ -421,12 +508,14 @@ def verify(
             for line in _missing_lines(report.checks):
                 out.line(line, indent="  ")
             chosen = "".join(f" --arch {a}" for a in arch or ()) + (f" --model {model}" if model else "")
-            out.line(("hint:", "dim"), " ", _verify_hint(report.install, target, _where(site_packages, python), chosen))
+            elsewhere = api.import_problem(install)
+            out.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
+                     _verify_hint(report.install, target, _where(site_packages, python), chosen))
         if failed:
             _error(PatchkitError(failed.message, failed.hint), False)
         return code
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command(cls=_RayCommand)
@@ -470,10 +559,10 @@ def revert(
             out.line(("refused:", "red"), " nothing was reverted")
             out.line(("hint:", "dim"), f" 'patchkit revert --target {target}{_where(site_packages, python)} --force' "
                      "writes the originals over the edits; or reinstall vLLM "
-                     f"(pip install --force-reinstall --no-deps vllm=={report.install.version})")
+                     f"(pip install --force-reinstall --no-deps {report.install.distribution}=={report.install.version})")
         return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command(cls=_RayCommand)
@@ -531,7 +620,7 @@ def status(
                 out.line(("hint:", "dim"), f" run 'patchkit apply --target {target}{where}' again for this release")
         return int(ExitCode.OK)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command()
@@ -584,7 +673,7 @@ def resolve(
                              (b["location"] or "not found", "blue"), indent="    ")
         return int(ExitCode.OK) if report.native else int(ExitCode.NOT_IN_EFFECT)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command("scan")
@@ -610,7 +699,7 @@ def scan_cmd(
         out.line(", ".join(f"{n} {state}" for state, n in sorted(report.counts().items())))
         return int(ExitCode.OK)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command("list")
@@ -677,7 +766,7 @@ def doctor_cmd(
             out.line(f"next: {action}")
         return int(ExitCode.OK) if report.ready else int(ExitCode.NOT_IN_EFFECT)
 
-    _run(as_json, body)
+    _run(as_json, body, site_packages, python)
 
 
 @app.command("explain")
@@ -783,6 +872,7 @@ def main() -> None:
     import gc
 
     gc.disable()
+    _given["process"] = "patchkit"
     try:
         app(prog_name="patchkit")
     finally:

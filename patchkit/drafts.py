@@ -573,7 +573,7 @@ def _weight_names(folder: Path) -> set[str] | None:
                 data = zf.read(member)
             names |= {arg for _, arg, _ in pickletools.genops(data) if isinstance(arg, str)}
         return names if pickles else None
-    except (OSError, ValueError, UnicodeDecodeError, zipfile.BadZipFile):
+    except (OSError, ValueError, UnicodeDecodeError, zipfile.BadZipFile, RecursionError):
         return None
 
 

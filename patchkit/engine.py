@@ -177,11 +177,23 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
             "EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"
         )
-    if contract.patchable != (install.version in A1_RELEASES):
+    mismatch = contract.patchable != (install.version in A1_RELEASES)
+    if mismatch and not install.version.is_prerelease:
         raise _Refused(
             f"the metadata says vLLM {install.version}, but the files have the {contract.era} EAGLE-3 contract "
             f"({contract.description}); a mixed install: reinstall vLLM"
         )
+    # A nightly or release candidate (0.17.2.dev300) carries the files of the era it leads to: the
+    # files decide (REFERENCE.md: the era by shape, the version only as a cross-check), as verify does.
+    if mismatch and contract.native and patch.upstream_from is not None:
+        return PatchResult(
+            patch.id, Outcome.UPSTREAM,
+            f"vLLM {install.version} is a development build whose files have the {contract.era} contract: "
+            f"native there (released in {patch.upstream_from}); nothing to write",
+        )
+    if mismatch and contract.patchable and install.version not in patch.vllm:
+        raise _Refused(f"vLLM {install.version} is a development build whose files still have the {contract.era} "
+                       f"contract, outside this patch's range {patch.vllm}: install a release")
     if install.version not in patch.vllm:
         if patch.upstream_from is not None and install.version >= Version(patch.upstream_from):
             return PatchResult(

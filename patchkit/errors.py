@@ -19,15 +19,17 @@ class ExitCode(IntEnum):
     NOT_IN_EFFECT = 1
     """``verify``: at least one check failed, EAGLE-3 is not in effect."""
     USAGE = 2
-    """Bad command line (unknown option, unknown ``--target`` or ``--patch``)."""
+    """Bad command line (unknown option, unknown ``--target``, ``--patch`` or ``--arch``)."""
     REFUSED = 3
-    """``apply``/``revert`` refused; nothing on disk was changed."""
+    """``apply``/``revert`` refused (also: the interpreter imports another ``vllm``, a linked or cached install); nothing on disk was changed."""
     ENVIRONMENT = 4
     """No usable vLLM install, bad ``--python``, unreadable or unwritable files, a missing target file."""
     INTERRUPTED = 130
     """SIGINT (Ctrl-C) stopped ``apply``/``revert``: what it had written was put back (128 + 2)."""
     TERMINATED = 143
     """SIGTERM stopped ``apply``/``revert``: what it had written was put back (128 + 15)."""
+    OUTPUT_CLOSED = 141
+    """Standard output was closed before the report was complete (``| head``): 128 + SIGPIPE."""
 
 
 class PatchkitError(Exception):

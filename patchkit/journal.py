@@ -114,9 +114,14 @@ def os_hint(exc: OSError, folder: Path, otherwise: str) -> str:
     if exc.errno == errno.EDQUOT:
         return f"your disk quota on the file system holding {folder} is used up: free some space, then run the command again"
     if exc.errno == errno.EROFS:
-        return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
-                "remount it read-write, or patch the image or environment it is built from")
+        return read_only_hint(folder)
     return otherwise
+
+
+def read_only_hint(folder: Path) -> str:
+    """The hint for an install on a read-only mount (the same for every user, root included)."""
+    return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
+            "remount it read-write, or run patchkit where the image or environment is built")
 
 
 def write_atomic(path: Path, data: bytes, owner: tuple[int, int] | None = None) -> None:
@@ -265,7 +270,7 @@ class Journal:
             return _State(entries=entries, pending=pending, operation=operation)
         except StateError:
             raise
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise StateError(
                 f"cannot read patchkit's journal {self.path}: {exc}",
                 "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",

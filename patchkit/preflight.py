@@ -77,8 +77,19 @@ def problems(files: list[Path], folders: list[Path], state_dir: Path, owner: tup
     return out
 
 
+def read_only(path: Path) -> bool:
+    """True when ``path`` (or the nearest folder above it that exists) is on a read-only mount (``ST_RDONLY``)."""
+    try:
+        return bool(os.statvfs(_nearest_existing(path)).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[int, int]) -> None:
     """Raise when :func:`problems` finds any (nothing has been written yet).
+
+    The hint fits the cause: a read-only mount is named as such (no user can write it, root
+    included); root is never told to run as root; anyone else is told whose install it is.
 
     Raises:
         StateError: naming the first problem and how many more there are (exit 4).
@@ -86,5 +97,13 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
     found = problems(files, folders, state_dir, owner)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise StateError(f"{found[0]}{more}; nothing was written",
-                         f"run patchkit as the owner of the vLLM install, {_user(owner[0])}, or as root")
+        if any(read_only(p) for p in (*files, state_dir)):
+            from patchkit.journal import read_only_hint
+
+            hint = read_only_hint(state_dir.parent.parent)
+        elif os.geteuid() == 0:
+            hint = ("root cannot write there either: check how that folder is mounted or protected "
+                    "(an NFS export that squashes root, chattr +i), then run the command again")
+        else:
+            hint = f"run patchkit as the owner of the vLLM install, {_user(owner[0])}, or as root"
+        raise StateError(f"{found[0]}{more}; nothing was written", hint)

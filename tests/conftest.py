@@ -11,9 +11,19 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import vllm_release  # noqa: E402
 from vllm_release import fresh_copy  # noqa: E402
 
 from patchkit.cli import app  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _network_markers(request):
+    """Tell ``vllm_release`` the running test's markers: a test that fetches a release or builds a
+    venv without the ``release``/``runtime``/``engine`` marker fails instead of reaching the network."""
+    vllm_release.current_test_markers = frozenset(m.name for m in request.node.iter_markers())
+    yield
+    vllm_release.current_test_markers = None
 
 
 @pytest.fixture

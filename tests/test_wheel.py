@@ -43,6 +43,7 @@ def test_wheel_is_named_vllm_patchkit(wheel):
     assert "patchkit = patchkit.cli:main" in entry_points
 
 
+@pytest.mark.release  # pipx and uv fetch patchkit's dependencies from the package index
 @pytest.mark.parametrize("tool", ["pipx", "uv"])
 def test_tool_install_of_the_wheel(wheel, tmp_path, tool):
     """``pipx install`` / ``uv tool install`` of the built wheel give a working ``patchkit`` command.

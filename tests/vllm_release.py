@@ -24,6 +24,20 @@ from filelock import FileLock
 
 CACHE_ROOT = Path(os.environ.get("PATCHKIT_TEST_CACHE", Path.home() / ".cache" / "patchkit-tests"))
 
+NETWORK_MARKERS = frozenset({"release", "runtime", "engine"})
+"""The markers of tests that may fetch releases or build venvs (``pytest -m "not release and not
+runtime and not engine"`` runs offline)."""
+current_test_markers: frozenset[str] | None = None
+"""Set by ``conftest.py`` for each test to its markers; ``None`` outside pytest (scripts, benchmarks)."""
+
+
+def _require_network_marker(what: str) -> None:
+    """Raise when the running test fetches ``what`` without a network marker, so an offline run
+    (``-m "not release"``) can never reach the network through a test that forgot its marker."""
+    if current_test_markers is not None and not current_test_markers & NETWORK_MARKERS:
+        raise RuntimeError(f"this test fetches {what} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+                           "mark it @pytest.mark.release (or runtime/engine)")
+
 
 def pristine_site_packages(version: str) -> Path:
     """Return a cached, read-only-by-convention site-packages tree for vLLM ``version``.
@@ -35,6 +49,7 @@ def pristine_site_packages(version: str) -> Path:
     Raises:
         subprocess.CalledProcessError: pip could not download the wheel (no network, no wheel).
     """
+    _require_network_marker(f"the vLLM {version} release files")
     target = CACHE_ROOT / f"vllm-{version}" / "site-packages"
     done = target.parent / ".complete"
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
@@ -124,6 +139,7 @@ def runtime_venv(version: str, dist: str = "vllm"):
     after, the install is made pristine: patchkit's revert, then RECORD as the judge (a file that
     still differs makes pip reinstall vLLM without dependencies).
     """
+    _require_network_marker(f"a real {dist}=={version} venv")
     from patchkit import api
     from patchkit.install import from_python, record_sha256
     from patchkit.journal import sha256
