@@ -180,6 +180,7 @@ def venv_python(version: str, dist: str = "vllm") -> Path:
     that only runs it on a copy of a release tree put first on its path (``PYTHONPATH``) and never
     patches the venv itself: the lock is held only while building.
     """
+    _require_network_marker(f"a real {dist}=={version} venv")
     venv = CACHE_ROOT / f"venv-{dist}-{version}"
     python = venv / "bin" / "python"
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
