@@ -279,3 +279,62 @@ def test_revert_removes_a_guard_left_without_a_vllm_journal(olmoe_guarded, cli):
     code, data = cli.json("revert", "--site-packages", str(site))
     assert code == 0 and data["guard"]["action"] == "removed"
     assert tree(site) == tree(pristine_site_packages("0.33.0"))
+
+
+# ---------------------------------------------------------------- the vLLM facts the guard stands on
+
+
+def _function(tree, cls: str, name: str):
+    import ast
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == name:
+                    return item
+    return None
+
+
+def _config_before_plugins(fn) -> bool:
+    """True when ``fn`` has ``vllm_config`` (a parameter, a local, or ``self.vllm_config``) bound
+    before its ``load_general_plugins()`` call: what :func:`patchkit.guard_plugin._served_config` reads."""
+    import ast
+
+    bound = any(a.arg == "vllm_config" for a in fn.args.args)
+    for stmt in ast.walk(fn):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                if (isinstance(t, ast.Name) and t.id == "vllm_config") or (
+                        isinstance(t, ast.Attribute) and t.attr == "vllm_config"):
+                    bound = bound or stmt.lineno
+        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and getattr(stmt.value.func, "id", None) == "load_general_plugins"):
+            return bool(bound) and (bound is True or bound < stmt.lineno)
+    return False
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", ["0.10.2", "0.14.1", "0.17.1", "0.20.2", "0.33.0"])
+def test_vllm_calls_the_plugins_where_the_guard_finds_the_config(version):
+    """On the release files: ``load_general_plugins()`` calls each plugin outside any ``try`` (an
+    exception stops the process), and ``EngineCore.__init__`` and ``WorkerWrapperBase.init_worker``
+    call it with the config bound, before they build anything."""
+    import ast
+
+    site = pristine_site_packages(version)
+    plugins = ast.parse((site / "vllm/plugins/__init__.py").read_text())
+    load = next(n for n in ast.walk(plugins) if isinstance(n, ast.FunctionDef) and n.name == "load_general_plugins")
+    calls = [n for n in ast.walk(load) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "func"]
+    assert calls and not [n for n in ast.walk(load) if isinstance(n, ast.Try)]
+    group = [n for n in ast.walk(plugins) if isinstance(n, ast.Assign)
+             and getattr(n.targets[0], "id", None) == "DEFAULT_PLUGINS_GROUP"]
+    assert group and group[0].value.value == "vllm.general_plugins"
+    core = _function(ast.parse((site / "vllm/v1/engine/core.py").read_text()), "EngineCore", "__init__")
+    assert core is not None and _config_before_plugins(core)
+    worker_file = site / "vllm/v1/worker/worker_base.py"
+    worker = _function(ast.parse(worker_file.read_text()), "WorkerWrapperBase", "init_worker") if worker_file.is_file() else None
+    if worker is None:  # 0.10.2: the wrapper lives in vllm/worker/worker_base.py
+        worker = _function(ast.parse((site / "vllm/worker/worker_base.py").read_text()), "WorkerWrapperBase",
+                           "init_worker")
+    assert worker is not None and _config_before_plugins(worker)
