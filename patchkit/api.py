@@ -7,13 +7,14 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import contract as contract_mod
 from patchkit import interrupt
-from patchkit.errors import Interrupted, PatchkitError, RefusedError, UsageError
+from patchkit.errors import Interrupted, PatchkitError, RefusedError, StateError, UsageError
 from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
@@ -278,8 +279,14 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         if not report.refused:
             from patchkit import guard as guard_mod
 
-            found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
-                                   model=str(request.model) if request.model is not None else None, target=target)
+            try:
+                found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
+                                       model=str(request.model) if request.model is not None else None, target=target)
+            except StateError as exc:  # the vLLM files are written (committed) already: say so
+                where = "".join(" " + shlex.quote(o) for o in command_options or ())
+                message = exc.message.removesuffix("; nothing was written").removesuffix("; every file was put back")
+                raise StateError(f"the patches were applied, but patchkit's guard was not written ({message})",
+                                 f"{exc.hint}; then run 'patchkit guard install{where}'") from exc
             if found is not None:
                 report = replace(report, guard=found)
         journal.remove_if_empty()

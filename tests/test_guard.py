@@ -338,3 +338,17 @@ def test_vllm_calls_the_plugins_where_the_guard_finds_the_config(version):
         worker = _function(ast.parse((site / "vllm/worker/worker_base.py").read_text()), "WorkerWrapperBase",
                            "init_worker")
     assert worker is not None and _config_before_plugins(worker)
+
+
+@pytest.mark.release
+def test_a_guard_that_cannot_be_written_says_the_patches_were_applied(release, cli):
+    site = release("0.33.0")
+    (site / "patchkit_guard").write_text("not a folder\n")  # the guard's package folder cannot be made
+    result = cli("apply", "--site-packages", str(site), "--arch", OLMOE, "--guard")
+    assert result.exit_code == 4
+    assert "error: the patches were applied, but patchkit's guard was not written (" in result.stderr
+    assert "nothing was written" not in result.stderr
+    assert f"then run 'patchkit guard install --site-packages {site}'" in result.stderr
+    code, data = cli.json("status", "--site-packages", str(site))
+    assert [e["state"] for e in data["entries"]] == ["patched"] and data["guard"] is None
+    assert not list(site.glob("patchkit_guard-*"))
