@@ -304,6 +304,10 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
         return Check(label, False, f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era})"), None
     in_scope = _in_scope(tree, registry, cls)
     chain = verify_mod.model_check(tree, registry, contract, cls, follow_setter=in_scope)
+    if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.shapes.classify)
+        from patchkit.shapes import classify
+
+        verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
     if chain.ok:
         applied = sorted({p for e in Journal(install.site_packages, distribution).entries.values() for p in e.patches})

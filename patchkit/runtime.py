@@ -22,6 +22,10 @@ from patchkit.source import SourceTree
 from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
 PROBE = Path(__file__).with_name("runtime_probe.py")
+STAND_IN = "consistency check on stand-ins"
+"""The label suffix :mod:`patchkit.runtime_probe` gives a check that runs installed code on stand-ins."""
+STAND_IN_KIND = "stand-in-consistency"
+"""``Check.kind`` (and JSON ``kind``) of such a check: a consistency check, never independent proof."""
 SENTINEL = "PATCHKIT-PROBE-RESULT"
 TIMEOUT_S = 900
 """Importing vLLM's model modules takes about 10 s on a CPU-only machine; allow for slow disks."""
@@ -41,7 +45,8 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.runtime_probe`).
     """
     from patchkit.shapes import decoder_loop
-    from patchkit.verify import read_allow_list
+    from patchkit.stream import Stream, StreamVerdict
+    from patchkit.verify import expected_stream, read_allow_list
 
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
@@ -62,7 +67,11 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             found = tree.find_member(backbone, "forward")
             loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
             read = loop is not None and not isinstance(loop, str)
-            residual = loop.returns_residual if read else True
+            # the stand-in layers follow the stream patchkit derived from this release's code (the same
+            # decision the capture codemod was planned with): the probe's forward run is a consistency check
+            stream = expected_stream(tree, registry, backbone)
+            residual = (stream.stream is Stream.SUM if isinstance(stream, StreamVerdict)
+                        else loop.returns_residual if read else True)
             pair = loop.tuple_target if read else True  # the call unpacks two values (stablelm.py keeps the residual inside)
             backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
@@ -79,7 +88,10 @@ def run_probe(python: Path, spec: dict) -> Check:
     Raises:
         InterpreterError: the interpreter cannot be started, or cannot import vLLM and torch.
     """
-    node = Check(f"runtime: vLLM's own code, run by {python}", True, "a fresh subprocess; patchkit imports neither vLLM nor torch")
+    node = Check(f"runtime: vLLM's own code, run by {python}", True,
+                 "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
+                 f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
+                 "layer contract: they show the written code consistent with it, not that it is right")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
     try:
         proc = subprocess.run([str(python), str(PROBE), json.dumps(spec)], capture_output=True, text=True,
@@ -102,6 +114,7 @@ def run_probe(python: Path, spec: dict) -> Check:
         )
     for item in report["checks"]:
         ok = None if item["ok"] is None else bool(item["ok"])  # None: a check the probe could not run
-        node.children.append(Check(item["label"], ok, item.get("detail", "")))
+        kind = STAND_IN_KIND if item.get("basis") == "stand-in" else None
+        node.children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
     node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
     return node

@@ -13,13 +13,18 @@ Input: one JSON argument::
      "model_types": ["deepseek_v3", "kimi_k2"]}
 
 ``getter`` is the release's aux-layer getter (A1: ``get_eagle3_aux_hidden_state_layers``; 0.18.0
-on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the backbone's
-layers return ``(hidden_states, residual)`` (else ``hidden_states`` alone).
+on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the stream entering a
+layer is ``hidden_states + residual`` (else ``hidden_states`` alone), as patchkit decided it from
+the release's code (:func:`patchkit.stream.residual_stream`): the stand-in layers of check 4 follow
+that decision, so check 4 is a consistency check, not independent proof (see :data:`STAND_IN`).
+
+Output: each check also carries ``"basis": "stand-in"`` when it rests on stand-ins.
 
 Output: a line ``PATCHKIT-PROBE-RESULT {"checks": [{"label", "ok", "detail"}, ...]}`` on stdout
 (vLLM's own log lines may come before it).
 
-Checks, each independent (facts from vLLM 0.10.2 - 0.33.0):
+Checks (facts from vLLM 0.10.2 - 0.33.0); 1 and 3 are vLLM's own answers, 2, 4, 5 and 6 are consistency
+checks on stand-ins (:data:`STAND_IN`):
 
 1. the registry loads each architecture's class and ``supports_eagle3`` (``interfaces.py``) accepts it;
 2. ``set_aux_hidden_state_layers`` / ``get_eagle3_aux_hidden_state_layers`` are not the Protocol's
@@ -53,6 +58,14 @@ import traceback
 import types
 
 SENTINEL = "PATCHKIT-PROBE-RESULT"
+STAND_IN = "consistency check on stand-ins"
+"""Label suffix of every check that runs installed code on stand-ins (checks 2, 4, 5 and 6): their layers,
+norms, backbones and drafts follow patchkit's own reading of vLLM's contracts (for check 4: the
+stream entering a layer is ``hidden_states + residual`` or ``hidden_states`` alone, as
+:mod:`patchkit.stream` decided from the same code the codemod read), so such a check confirms that
+the written code is consistent with that reading (right places, order, pipeline stages, return
+values); it cannot show the reading wrong. Only the real layer code (vLLM's engine, transformers'
+``hidden_states``) can. Checks 1 and 3 are vLLM's own answers on its real classes."""
 SETTER = "set_aux_hidden_state_layers"
 GETTER = "get_eagle3_aux_hidden_state_layers"
 NUM_LAYERS = 61  # DeepSeek-V3 / Kimi-K2: default ids (2, 30, 58)
@@ -163,7 +176,7 @@ def check_methods(classes, chains, results, getter=GETTER):
     # A1's Protocol methods are stubs; from 0.18.0 they are default implementations that work
     a1 = getter == GETTER
     for arch, cls in classes.items():
-        label = f"{arch}: real EAGLE-3 methods reach the backbone"
+        label = f"{arch}: real EAGLE-3 methods reach the backbone ({STAND_IN})"
         stubs = [n for n in (SETTER, getter) if a1 and getattr(cls, n, None) is getattr(protocol, n, object())]
         if stubs:
             results.append({"label": label, "ok": False,
@@ -322,13 +335,14 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
     from vllm.sequence import IntermediateTensors
 
     cls = load(backbone_name)
-    label = f"the installed {cls.__name__}.forward captures the residual stream (stand-in run)"
+    label = f"the installed {cls.__name__}.forward captures the residual stream (consistency check on stand-ins)"
     module = sys.modules[cls.forward.__module__]  # where forward is defined (it may be inherited): its get_pp_group
     log = []
 
     class Layer(torch.nn.Module):
-        """vLLM's decoder-layer contract: (h, r) in, (new h, residual stream) out; or, for layers
-        that keep the residual inside (granite.py), h in, the new residual stream out. Records its inputs."""
+        """The layer contract patchkit read from the release's code (so this is a consistency check, not a
+        proof): fused-residual, (h, r) in, (new h, residual stream) out; or, for layers that keep the
+        residual inside (granite.py, exaone4.py), h in, the new residual stream out. Records its inputs."""
 
         def __init__(self, i: int) -> None:
             super().__init__()
@@ -401,8 +415,10 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
             if first:
                 out = call_backbone(cls, obj, positions, None, h0.clone())
             else:
-                tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()} if residual_layers
-                                              else {"hidden_states": h0.clone()})
+                # a forward whose layers hand on a residual reads it from the previous stage (0.33.0 exaone4.py),
+                # whether or not it is part of the stream
+                tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()}
+                                              if residual_layers or pair else {"hidden_states": h0.clone()})
                 out = call_backbone(cls, obj, positions, tensors, None)
         finally:
             module.get_pp_group = saved
@@ -570,7 +586,7 @@ def check_load_model(classes, chains, results):
             self.has_own_lm_head = False
 
     for arch, cls in classes.items():
-        label = f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (stand-in run)"
+        label = f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
         draft = Draft()
         own_embed, own_head = draft.model.embed_tokens, draft.lm_head
 
@@ -644,7 +660,7 @@ def check_wrapper_forward(classes, chains, results):
         chain = chains.get(arch, [])
         if not chain:
             continue  # the registered class is the backbone: its forward is check 4
-        label = f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (stand-in run)"
+        label = f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
         ids = (2, NUM_LAYERS // 2, NUM_LAYERS - 3)
         hidden = torch.arange(12, dtype=torch.float32).reshape(3, 4)
         aux = {k: torch.full((3, 4), float(k)) for k in ids}
@@ -743,6 +759,9 @@ def main() -> None:
             step()
         except Exception as exc:  # noqa: BLE001 - a failing step must still produce a report
             results.append({"label": f"probe step: {name}", "ok": False, "detail": f"{exc!r}"})
+    for item in results:  # what a stand-in run can and cannot show: the report says which checks rest on stand-ins
+        if item["label"].endswith(f"({STAND_IN})"):
+            item["basis"] = "stand-in"
     sys.stdout.flush()
     print(f"{SENTINEL} {json.dumps({'checks': results})}", flush=True)
 

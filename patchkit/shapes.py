@@ -9,9 +9,14 @@ Shapes (each read from the release's own files, vLLM 0.10.2 - 0.33.0):
 - ``standard-loop``: the backbone's ``forward`` has exactly one loop over ``self.layers`` (from
   ``start_layer`` to ``end_layer``) whose body calls the layer once as
   ``hidden_states, residual = layer(...)`` (``llama.py``, ``glm4_moe.py``, ...).
-- ``hidden-states-only``: the same loop, but the layer returns ``hidden_states`` alone and there
-  is no residual stream outside the layer (``granite.py``-like); the capture takes
-  ``hidden_states``.
+- ``hidden-states-only``: the same loop, but ``hidden_states`` alone is the residual stream
+  entering each layer: the layer returns ``hidden_states`` alone (``granite.py``-like), or it
+  ignores the residual it is given, adds it back inside and returns the full stream first
+  (0.33.0 ``exaone4.py``); the capture takes ``hidden_states``.
+
+Which tensor is the stream is decided from the layer's and the backbone's own code by
+:func:`patchkit.stream.residual_stream`; a backbone whose code does not say, or whose signals
+disagree, is not patchable (the reason names ``file:line``).
 - ``interface-only``: the backbone already captures (inline ``aux_hidden_state_layers`` or the
   mixin's ``_maybe_add_hidden_state``), only the class's interface is missing.
 - ``wrapper-only``: a multimodal wrapper holding a language model built through the registry
@@ -30,6 +35,7 @@ from patchkit.composition import CompositionError, held_class, is_layer_loop, ki
 from patchkit.contract import ATTR, MAYBE_ADD, Contract
 from patchkit.registry import Registry
 from patchkit.source import ClassRef, SourceTree, nodes
+from patchkit.stream import StreamRefusal, StreamVerdict
 
 
 class Shape(Enum):
@@ -101,6 +107,8 @@ class ArchShape:
         backbone: the decoder backbone class the capture lives in, when found.
         inner: for a wrapper, the architecture its language model is built as.
         location: ``file:line`` of the evidence for ``reason``.
+        stream: for a capture patchkit writes (standard-loop, hidden-states-only), which tensor is the
+            residual stream and why (:func:`patchkit.stream.residual_stream`), else None.
     """
 
     architecture: str
@@ -112,6 +120,7 @@ class ArchShape:
     backbone: ClassRef | None = None
     inner: str | None = None
     location: str | None = None
+    stream: StreamVerdict | None = None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -262,9 +271,10 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     if declared:
         return _declared(tree, registry, contract, architecture, group, cls)
     shape = _lacking(tree, registry, contract, architecture, group, cls, text_architecture, _depth)
-    if shape.state is State.PATCHABLE:
+    if shape.state in (State.PATCHABLE, State.NOT_PATCHABLE):
         # vLLM's own draft loading must be able to go through what get_language_model() returns
-        # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help
+        # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help, whatever
+        # else the backbone lacks, so this reason comes first
         from patchkit.loadpath import bare_language_model
 
         fault = bare_language_model(tree, registry, cls)
@@ -286,7 +296,7 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
     def broken(reason: str, where: str | None, repair: _Repair | None = None) -> ArchShape:
         return ArchShape(architecture, group, State.BROKEN, repair.shape if repair else None,
                          f"declares SupportsEagle3 but {reason}", cls, repair.backbone if repair else None,
-                         location=where)
+                         location=where, stream=repair.stream if repair else None)
 
     if contract.getter:
         for name in (SETTER, contract.getter):
@@ -312,8 +322,34 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
             if isinstance(loop, Loop) and not loop.captures:
                 return broken(f"its backbone {backbone.name}.forward captures no aux hidden states",
                               f"{found[0].relpath}:{found[1].lineno}", _repairable(tree, registry, contract, holder))
+    # every other link, as verify checks it (one reader: scan, apply, verify and doctor share this verdict);
+    # 0.33.0 cohere_compass.py: CohereCompassTextModel is no EagleModelMixin, vLLM's default setter asserts it
+    from patchkit.verify import architecture_chain
+
+    resolution = registry.resolve(architecture)
+    if resolution is not None and resolution.cls == cls:
+        chain = architecture_chain(tree, registry, contract, resolution)
+        failed = _first_failure(chain)
+        if failed is not None:
+            link, leaf = failed
+            where = f"{link.label}: " if link is not leaf else ""
+            detail = f" ({leaf.detail})" if leaf.detail else ""
+            return broken(f"fails {where}'{leaf.label}'{detail}", leaf.location or cls.location)
     return ArchShape(architecture, group, State.NATIVE, None, "supports EAGLE-3 in this release", cls,
                      backbone, location=cls.location)
+
+
+def _first_failure(check):
+    """``(link, failure)``: the first failure of a :class:`patchkit.results.Check` tree that shows a broken
+    link (not one patchkit could not follow, :data:`patchkit.verify.NOT_FOLLOWED`) and the top-level child
+    it is under (a held class, the load path, a platform branch), or None."""
+    from patchkit.verify import NOT_FOLLOWED
+
+    for link in check.children:
+        found = next((f for f in link.failures() if f.kind != NOT_FOLLOWED), None)
+        if found is not None:
+            return link, found
+    return None
 
 
 def _builds_another_class(new: ast.stmt) -> bool:
@@ -382,9 +418,10 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
     if kind_of(tree, backbone.cls) != "backbone":
         return no(f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "
                   "(no forward looping over self.layers)", backbone.cls.location)
-    shape = _backbone_shape(tree, contract, backbone.cls)
-    if isinstance(shape, str):
-        return no(f"{backbone.cls.name}: {shape}", backbone.cls.location)
+    read = _backbone_shape(tree, registry, contract, backbone.cls)
+    if isinstance(read, str):
+        return no(f"{backbone.cls.name}: {read}", backbone.cls.location)
+    shape, stream = read
     reason = {
         Shape.STANDARD: "standard decoder loop; lacks SupportsEagle3 and the capture",
         Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
@@ -393,14 +430,19 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
     owner = forward_owner(tree, backbone.cls)
     if owner != backbone.cls and shape is not Shape.INTERFACE_ONLY:
         reason += f" (forward inherited from {owner.name}, patched there)"
+    if shape is Shape.HIDDEN_ONLY and stream is not None and _loop_returns_residual(tree, owner):
+        # the surprising case: a residual is passed around, but it is not part of the stream (0.33.0 exaone4.py)
+        reason += f" (the layer keeps its own residual: {stream.location})"
     return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls,
-                     owner if shape is not Shape.INTERFACE_ONLY else backbone.cls, location=backbone.cls.location)
+                     owner if shape is not Shape.INTERFACE_ONLY else backbone.cls, location=backbone.cls.location,
+                     stream=stream)
 
 
 @dataclass(frozen=True)
 class _Repair:
     shape: Shape
     backbone: ClassRef
+    stream: StreamVerdict | None = None
 
 
 def _repairable(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef) -> _Repair | None:
@@ -409,10 +451,16 @@ def _repairable(tree: SourceTree, registry: Registry, contract: Contract, cls: C
         backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
     except CompositionError:
         return None
-    shape = _backbone_shape(tree, contract, backbone.cls)
-    if shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
-        return _Repair(shape, forward_owner(tree, backbone.cls))
+    read = _backbone_shape(tree, registry, contract, backbone.cls)
+    if not isinstance(read, str) and read[0] in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return _Repair(read[0], forward_owner(tree, backbone.cls), read[1])
     return None
+
+
+def _loop_returns_residual(tree: SourceTree, owner: ClassRef) -> bool:
+    found = tree.find_member(owner, "forward")
+    loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
+    return isinstance(loop, Loop) and loop.returns_residual
 
 
 def forward_owner(tree: SourceTree, backbone: ClassRef) -> ClassRef:
@@ -421,7 +469,13 @@ def forward_owner(tree: SourceTree, backbone: ClassRef) -> ClassRef:
     return found[0] if found is not None else backbone
 
 
-def _backbone_shape(tree: SourceTree, contract: Contract, backbone: ClassRef) -> Shape | str:
+def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
+                    backbone: ClassRef) -> tuple[Shape, StreamVerdict | None] | str:
+    """The shape of a backbone's ``forward`` and, for a capture patchkit writes, the stream it captures.
+
+    Returns:
+        ``(shape, stream)`` (``stream`` None for ``INTERFACE_ONLY``), or a one-line reason it has none.
+    """
     found = tree.find_member(backbone, "forward")
     if found is None:
         return "no forward in its MRO"
@@ -432,14 +486,19 @@ def _backbone_shape(tree: SourceTree, contract: Contract, backbone: ClassRef) ->
     if isinstance(loop, str):
         return loop
     if loop.captures:
-        return Shape.INTERFACE_ONLY
+        return Shape.INTERFACE_ONLY, None
     if final_return_count(forward) != 1:
         return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
     # an inherited forward is patched where it is defined (0.33.0 longcat_flash_ngram.py: FlashModel.forward)
     init = tree.method(owner, "__init__")
     if init is None:
         return "no __init__ of its own"
-    return Shape.STANDARD if loop.returns_residual else Shape.HIDDEN_ONLY
+    from patchkit.stream import Stream, residual_stream
+
+    stream = residual_stream(tree, registry, owner, backbone, forward)
+    if isinstance(stream, StreamRefusal):
+        return stream.reason
+    return (Shape.STANDARD if stream.stream is Stream.SUM else Shape.HIDDEN_ONLY), stream
 
 
 def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str | None] | None:

@@ -48,6 +48,9 @@ TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 """``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 FINAL_LAYER_CAPTURED = "final-layer-captured"
+NOT_FOLLOWED = "not-followed"
+"""``Check.kind`` of a failed link patchkit cannot follow statically (a composition or loop form it does
+not read): never evidence that a class is broken (:func:`patchkit.shapes.classify`, :func:`settle`)."""
 FINAL_LAYER_MISSED = "final-layer-missed"
 """``Check.kind`` of the node saying whether the backbone captures id n (read by :mod:`patchkit.drafts`)."""
 """Label of the informational capture check for id n; its ``location`` is set only when the capture exists."""
@@ -98,14 +101,74 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
                 node.ok, node.children = False, [proposer_paths.link_check(tree, registry, resolution.cls, derivation)]
             checks.append(node)
             continue
-        node = _model(tree, registry, contract, resolution.cls, set())
-        node.children.append(proposer_paths.link_check(tree, registry, resolution.cls, derivation))
-        node.children.extend(platforms.branch_checks(tree, registry, contract, resolution))
-        node.ok = not any(c.failures() for c in node.children)
+        node = architecture_chain(tree, registry, contract, resolution, derivation)
+        from patchkit.shapes import classify
+
+        settle(node, classify(tree, registry, contract, arch))
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
     return checks
+
+
+def settle(node: Check, shape) -> Check:
+    """Give one architecture's chain check the classifier's verdict, so verify and doctor say what scan and apply say.
+
+    Args:
+        node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`), changed in place.
+        shape: :func:`patchkit.shapes.classify` of the same architecture (an ``ArchShape``).
+    Returns:
+        ``node``: when the verdict is not native (patchable, not patchable, declared but broken), a failed
+        first child says so with the classifier's reason; when it is native, a link patchkit could not
+        follow (:data:`NOT_FOLLOWED`) is shown as not checked (None), not failed: the classifier calls no
+        class broken on a link it cannot read. ``node.ok`` is recomputed.
+    """
+    from patchkit.shapes import State
+
+    if shape.state is not State.NATIVE:
+        node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
+    else:
+        _not_followed_unchecked(node)
+    node.ok = not any(c.failures() for c in node.children)
+    return node
+
+
+def _not_followed_unchecked(node: Check) -> bool:
+    """Show :data:`NOT_FOLLOWED` failures under ``node`` as not checked (None), and a parent that failed only
+    through them as not checked too. Returns True when something under ``node`` changed."""
+    changed = False
+    for child in node.children:
+        changed = _not_followed_unchecked(child) or changed
+    if node.ok is False and node.kind == NOT_FOLLOWED:
+        node.ok = None
+        node.detail += " (patchkit cannot follow this link statically; not checked, not called broken)"
+        return True
+    if changed and node.ok is False and not any(c.failures() for c in node.children):
+        node.ok = None
+    return changed
+
+
+def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution,
+                       derivation: proposer_paths.Derivation | None = None) -> Check:
+    """Every link of one registry architecture's chain, as ``verify`` checks it: the class's chain
+    (:func:`model_check`), the runner's and proposer's paths through it (:mod:`patchkit.proposer_paths`)
+    and its per-platform branches (:mod:`patchkit.platforms`).
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        resolution: the architecture's :class:`patchkit.registry.Resolution` (its ``cls`` is not None).
+        derivation: :func:`patchkit.proposer_paths.derive` of ``tree`` (computed when None).
+    Returns:
+        A :class:`Check` named after the class; ``ok`` is False when any link fails. The classifier
+        (:func:`patchkit.shapes.classify`) calls a natively declared class broken when this fails.
+    Raises:
+        SourceError: a file on the chain does not parse.
+    """
+    node = _model(tree, registry, contract, resolution.cls, set())
+    node.children.append(proposer_paths.link_check(tree, registry, resolution.cls, derivation))
+    node.children.extend(platforms.branch_checks(tree, registry, contract, resolution))
+    node.ok = not any(c.failures() for c in node.children)
+    return node
 
 
 def model_check(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, *,
@@ -184,20 +247,22 @@ def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls
         try:
             held = held_class(tree, registry, cls, attr)
         except CompositionError as exc:
-            return Check(f"self.{attr}", False, str(exc), location)
+            return Check(f"self.{attr}", False, str(exc), location, kind=NOT_FOLLOWED)
         how = f"built through the registry as {held.architecture}" if held.via == "registry" else "constructed directly"
         label = f"self.{attr} holds {held.cls.name} ({how}, {owner.relpath}:{held.lineno})"
         actual = kind_of(tree, held.cls)
         if kind == "causal_lm":
             child = _model(tree, registry, contract, held.cls, seen)
         elif actual == "backbone":
-            child = _backbone(tree, held.cls)
+            child = _backbone(tree, held.cls, registry)
         else:
-            return Check(label, False, f"the setter sets {ATTR} on {held.cls.name}, which is not a decoder backbone", location)
+            return Check(label, False, f"the setter sets {ATTR} on {held.cls.name}, which is not a decoder backbone",
+                         location, kind=NOT_FOLLOWED)
         child.label = label
         return child
     return Check("setter reaches the backbone", False,
-                 f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location)
+                 f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location,
+                 kind=NOT_FOLLOWED)
 
 
 def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: set[ClassRef]) -> Check:
@@ -223,8 +288,9 @@ def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: s
     try:
         backbone = held_class(tree, registry, parent, "model")
     except CompositionError as exc:
-        return Check("default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location)
-    node = _backbone(tree, backbone.cls)
+        return Check("default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location,
+                     kind=NOT_FOLLOWED)
+    node = _backbone(tree, backbone.cls, registry)
     node.label = f"{how}.model holds {backbone.cls.name} ({parent.relpath}:{backbone.lineno})"
     mixin = tree.find_class("vllm.model_executor.models.interfaces", MIXIN)
     is_mixin = mixin is not None and mixin in tree.mro(backbone.cls)
@@ -235,11 +301,12 @@ def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: s
     return node
 
 
-def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
+def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     node = Check(cls.name, True, "decoder backbone", cls.location)
     forward = tree.find_member(cls, "forward")
+    expected = expected_stream(tree, registry, cls)
     if forward is not None and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward[1])):
-        node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath))
+        node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath, expected))
         node.ok = not any(c.failures() for c in node.children)
         return node
     init = tree.find_member(cls, "__init__")
@@ -260,12 +327,24 @@ def _backbone(tree: SourceTree, cls: ClassRef) -> Check:
     if forward is None:
         node.children.append(Check("forward()", False, "no forward in its MRO", cls.location))
     else:
-        node.children.extend(capture_checks(forward[1], f"{forward[0].relpath}"))
+        node.children.extend(capture_checks(forward[1], f"{forward[0].relpath}", expected))
     node.ok = not any(c.failures() for c in node.children)
     return node
 
 
-def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
+def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
+    """Which tensor is the residual stream entering each layer of ``backbone``, from the release's code
+    (:func:`patchkit.stream.residual_stream`), or a :class:`patchkit.stream.StreamRefusal` saying why
+    the code does not tell. The capture checks compare what a ``forward`` captures with it."""
+    from patchkit.stream import StreamRefusal, residual_stream
+
+    found = tree.find_member(backbone, "forward")
+    if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return StreamRefusal(f"{backbone.name} has no forward", backbone.location)
+    return residual_stream(tree, registry, found[0], backbone, found[1])
+
+
+def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, expected=None) -> list[Check]:
     """Check a backbone ``forward`` against the capture semantics (:mod:`patchkit.codemods.capture`).
 
     The semantics are vLLM's own native capture: vLLM 0.18.0 ``model_executor/models/deepseek_v2.py``
@@ -274,6 +353,9 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     Args:
         forward: the function's AST.
         relpath: its file, for locations.
+        expected: the stream the capture must take (:func:`expected_stream`: a
+            :class:`patchkit.stream.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
+            form alone decides (``hidden_states + residual`` when the layer returns a residual).
     Returns:
         Checks for: global ids, residual-stream capture before each layer, the tuple return,
         and (informational) the final-layer capture.
@@ -285,18 +367,19 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
     if not isinstance(form, Loop) or len(loops) != 1:
         return [Check("forward captures aux hidden states", False,
-                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where)]
+                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where, kind=NOT_FOLLOWED)]
     loop = loops[0]
     at = f"{relpath}:{loop.lineno}"
     tests = [s for s in loop.body if isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
              and len(s.test.ops) == 1 and isinstance(s.test.ops[0], ast.In) and _mentions_self(s.test.comparators[0], ATTR)]
     if not tests:
         return [Check("captures the residual stream entering each layer", False,
-                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at)]
+                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED)]
     index_name = ast.unparse(tests[0].test.left)
     checks = []
     if form.index is None:
-        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at)]
+        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at,
+                      kind=NOT_FOLLOWED)]
     global_ids = index_name == form.index
     checks.append(Check("ids are global layer indices", True if global_ids else None,
                         f"{index_name} is the global layer id" if global_ids else
@@ -310,7 +393,7 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     layer_call_index = form.call_at
     if capture is None:
         checks.append(Check("captures the residual stream entering each layer", False,
-                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at))
+                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED))
         return checks
     i, stmt = capture
     appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
@@ -321,15 +404,27 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
                     and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
         value = assigned[0] if assigned else value
     before_layer = layer_call_index is not None and i < layer_call_index
-    hidden_only = not form.returns_residual
-    if hidden_only and isinstance(value, ast.Name) and value.id == "hidden_states":
-        value = ast.BinOp(ast.Name("hidden_states"), ast.Add(), ast.Name("residual"))  # the layer keeps the residual inside
-    ok = value is not None and _is_residual_stream(value) and before_layer
+    from patchkit.stream import Stream, StreamVerdict
+
+    stream = expected.stream if isinstance(expected, StreamVerdict) else None
+    if stream is None:
+        stream = Stream.SUM if form.returns_residual else Stream.HIDDEN
+    if stream is Stream.HIDDEN:  # where every layer returns None as the residual, the sum is the same tensor
+        right = (isinstance(value, ast.Name) and value.id == "hidden_states") or (
+            isinstance(expected, StreamVerdict) and expected.residual_none and value is not None and _is_residual_stream(value))
+    else:
+        right = value is not None and _is_residual_stream(value)
+    ok = value is not None and right and before_layer
     detail = ast.unparse(value) if value is not None else "nothing appended"
-    if value is not None and not _is_residual_stream(value):
-        detail += " is not the residual stream (hidden_states + residual)"
+    if value is not None and not right:
+        detail += f" is not the residual stream ({stream.value})"
+        if isinstance(expected, StreamVerdict):
+            detail += f": {expected.evidence}"
     elif not before_layer:
         detail += " is taken after the layer runs: that is the next layer's input"
+    elif expected is not None and not isinstance(expected, StreamVerdict):
+        ok = None if ok else ok
+        detail += f" (patchkit cannot tell from the code which tensor is the stream: {expected.reason})"
     checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
     states = appended_list_name(stmt)
     returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
@@ -345,20 +440,24 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     return checks
 
 
-def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str) -> list[Check]:
+def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, expected=None) -> list[Check]:
     """Check a backbone ``forward`` that captures through ``EagleModelMixin._maybe_add_hidden_state``.
 
     Fact (vLLM 0.18.0 - 0.33.0, e.g. ``qwen3_moe.py``): one call before the decoder-layer loop for
     id ``start_layer`` and one after each layer for id ``layer_idx + 1``, with the loop enumerating
     from ``start_layer``; ``forward`` returns ``(hidden_states, aux)`` when something was captured.
     Some native classes count from 0 (safe only without pipeline parallelism): shown as information.
+    ``expected`` is as for :func:`capture_checks`: where the stream is ``hidden_states`` alone and
+    the layers hand on a residual that is not None, the calls must pass ``None`` as the residual
+    (0.33.0 ``muse_glimmer.py`` does), else they capture ``hidden_states + residual``, no stream.
     """
     where = f"{relpath}:{forward.lineno}"
     calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and n.func.attr == MAYBE_ADD and len(n.args) >= 2]
     loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
     if len(loops) != 1:
-        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where)]
+        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where,
+                      kind=NOT_FOLLOWED)]
     loop = loops[0]
     in_loop = [c for c in calls if any(c is n for n in ast.walk(loop))]
     before = [c for c in calls if c not in in_loop]
@@ -379,6 +478,21 @@ def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
     checks.append(Check("captures the stream after each layer (id layer_idx + 1)", after_ok,
                         ast.unparse(in_loop[0]) if in_loop else f"no {MAYBE_ADD} call in the loop",
                         f"{relpath}:{in_loop[0].lineno}" if in_loop else where))
+    from patchkit.stream import Stream, StreamVerdict
+
+    if isinstance(expected, StreamVerdict) and expected.stream is Stream.HIDDEN and not expected.residual_none:
+        summed = [c for c in calls if len(c.args) >= 4 and not (isinstance(c.args[3], ast.Constant) and c.args[3].value is None)]
+        checks.append(Check("captures the residual stream (hidden_states alone)", not summed,
+                            f"{ast.unparse(summed[0])} adds the residual, which is not part of the stream: "
+                            f"{expected.evidence}" if summed else "passes None as the residual",
+                            f"{relpath}:{summed[0].lineno}" if summed else where))
+    elif isinstance(expected, StreamVerdict) and expected.stream is Stream.SUM:
+        # after a fused layer, hidden_states alone is the layer's delta: the call must add the residual
+        alone = [c for c in in_loop if len(c.args) >= 4 and isinstance(c.args[3], ast.Constant) and c.args[3].value is None]
+        checks.append(Check("captures the residual stream (hidden_states + residual)", not alone,
+                            f"{ast.unparse(alone[0])} leaves the residual out: after a fused layer hidden_states is "
+                            f"its delta, not the stream: {expected.evidence}" if alone else "passes the residual",
+                            f"{relpath}:{alone[0].lineno}" if alone else where))
     returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
                and len(r.value.elts) == 2]
     checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),

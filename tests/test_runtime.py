@@ -90,15 +90,15 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "vLLM's supports_eagle3 accepts DeepseekV2ForCausalLM",
         "vLLM's supports_eagle3 accepts DeepseekV3ForCausalLM",
         "vLLM's supports_eagle3 accepts KimiK25ForConditionalGeneration",
-        "DeepseekV2ForCausalLM: real EAGLE-3 methods reach the backbone",
-        "DeepseekV3ForCausalLM: real EAGLE-3 methods reach the backbone",
-        "KimiK25ForConditionalGeneration: real EAGLE-3 methods reach the backbone",
+        "DeepseekV2ForCausalLM: real EAGLE-3 methods reach the backbone (consistency check on stand-ins)",
+        "DeepseekV3ForCausalLM: real EAGLE-3 methods reach the backbone (consistency check on stand-ins)",
+        "KimiK25ForConditionalGeneration: real EAGLE-3 methods reach the backbone (consistency check on stand-ins)",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
-        "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)",
-        *[f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (stand-in run)"
+        "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)",
+        *[f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
           for arch in DEFAULT_ARCHS],
-        *[f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (stand-in run)"
+        *[f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
           for arch in DEFAULT_ARCHS],
     ]
     kimi = runtime["children"][5]
@@ -168,16 +168,16 @@ def test_wrong_captures_are_caught(cli, vllm_python):
         for name, (old, new, expected) in WRONG_CAPTURES.items():
             report = verify_with(name, old, new)
             forward = next(c for c in report.checks[-1].children
-                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (stand-in run)")
+                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)")
             assert forward.ok is False, name
             assert expected in forward.detail, (name, forward.detail)
 
 
 KIMI = "vllm/model_executor/models/kimi_k25.py"
 PROPOSER = "vllm/v1/spec_decode/eagle.py"
-KIMI_LOADING = "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (stand-in run)"
+KIMI_LOADING = "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
 KIMI_FORWARD = ("KimiK25ForConditionalGeneration.forward passes the backbone's (hidden_states, aux_hidden_states) "
-                "through unchanged (stand-in run)")
+                "through unchanged (consistency check on stand-ins)")
 FORWARD_END = "        return hidden_states\n\n    def compute_logits("
 # Faults written into a copy of the patched Kimi-K2.5 wrapper (then put back): (old, new, label, expected in detail).
 WRAPPER_FAULTS = {

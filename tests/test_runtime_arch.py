@@ -1,11 +1,15 @@
-"""Runtime proof for ``apply --arch`` on real, importable vLLM installs: 0.33.0 (EagleModelMixin form) and
+"""``apply --arch`` at runtime on real, importable vLLM installs: 0.33.0 (EagleModelMixin form) and
 0.16.0 (inline A1 form), torch included, no GPU.
 
 For the architectures patchkit enables on the install, vLLM's own code (in a fresh subprocess of
-the venv's interpreter) must say ``supports_eagle3``, the methods must reach the backbone, and
-every backbone whose capture patchkit wrote must capture the residual stream entering each
-requested global layer id, in order, on stand-in layers and a later pipeline stage. Before apply
-and after revert the same probe must fail, and revert must give the original bytes.
+the venv's interpreter) must say ``supports_eagle3`` (vLLM's own answer), and, as consistency
+checks on stand-ins, the methods must reach the backbone and every backbone whose capture patchkit
+wrote must capture, for each requested global layer id, in order and on a later pipeline stage,
+the tensor the stand-in layers define as the stream entering that layer. The stand-in layers follow
+patchkit's own reading of the layer contract (:mod:`patchkit.stream`), so these checks cannot show
+that reading wrong: they are not proof that the captured tensor is the residual stream (issue 17;
+the real-engine tier compares with transformers' ``hidden_states``). Before apply and after revert
+the same probe must fail, and revert must give the original bytes.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ def apply_each(cli, python: Path, archs: list[str], tmp: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.16.0"])
-def test_arch_patches_proven_at_runtime(cli, version, tmp_path):
+def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path):
     with runtime_venv(version) as python:
         site = from_python(python).site_packages
         before = tree_digest(site)
@@ -97,35 +101,35 @@ def test_arch_patches_proven_at_runtime(cli, version, tmp_path):
                 continue
             accept = by_label[f"vLLM's supports_eagle3 accepts {arch}"]
             assert accept["ok"] is True, accept
-            methods = by_label[f"{arch}: real EAGLE-3 methods reach the backbone"]
+            methods = by_label[f"{arch}: real EAGLE-3 methods reach the backbone (consistency check on stand-ins)"]
             assert methods["ok"] is True, methods
         # the rest of the path: each wrapper's own forward, and vLLM's own draft loading
         loaded = [a for a in archs if a not in unloadable]
         wrappers = [by_label[f"{a}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
-                             "(stand-in run)"] for a in loaded if f"{a}.forward passes the backbone's (hidden_states, "
-                    "aux_hidden_states) through unchanged (stand-in run)" in by_label]
+                             "(consistency check on stand-ins)"] for a in loaded if f"{a}.forward passes the backbone's (hidden_states, "
+                    "aux_hidden_states) through unchanged (consistency check on stand-ins)" in by_label]
         assert all(c["ok"] is True for c in wrappers), [c for c in wrappers if c["ok"] is not True]
         assert len(wrappers) >= (40 if version == "0.33.0" else 60), len(wrappers)
         loading = [by_label[f"{a}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head "
-                            "(stand-in run)"] for a in loaded]  # one for every loaded architecture
+                            "(consistency check on stand-ins)"] for a in loaded]  # one for every loaded architecture
         # vLLM's own draft loading goes through for every architecture patchkit enables: the ones it
         # cannot (get_language_model() returns a bare backbone) are not patchable, and a backbone that
         # names its embedding otherwise gets the embed_tokens alias (Bailing MoE, Sarvam MoE)
         assert all(c["ok"] is True for c in loading), [c for c in loading if c["ok"] is not True]
         assert len(loading) >= (50 if version == "0.33.0" else 75), len(loading)
-        proven = 0
+        consistent = 0
         for backbone in written_backbones:
-            label = f"the installed {backbone}.forward captures the residual stream (stand-in run)"
+            label = f"the installed {backbone}.forward captures the residual stream (consistency check on stand-ins)"
             if label not in by_label:
                 continue  # its architectures could not be loaded in this environment
             check = by_label[label]
             assert check["ok"] is not False, check  # a capture patchkit wrote never fails
-            proven += check["ok"] is True
-        # measured: on 0.33.0 every one of the 38 backbones whose capture patchkit writes is proven (26, then
+            consistent += check["ok"] is True
+        # measured: on 0.33.0 every one of the 38 backbones whose capture patchkit writes is consistent (26, then
         # 33 and 36 as the stand-ins learned a residual-keeping layer's pair, a fused final norm, neutral
         # config fields, a forward context and a layer method called with the streams); on 0.16.0 (every
         # patchable architecture since this session, 6 before) 47 of 48 (MiniMax-Text-01 needs more)
-        assert proven >= (len(written_backbones) if version == "0.33.0" else 47), (proven, len(written_backbones))
+        assert consistent >= (len(written_backbones) if version == "0.33.0" else 47), (consistent, len(written_backbones))
         # with every architecture applied the whole verify passes: nothing fails anywhere on the path
         # (except what this environment cannot load: a class whose module needs a newer transformers)
         assert not [c for c in checks if c["ok"] is False and not any(a in c["label"] for a in unloadable)

@@ -18,6 +18,8 @@ before the norm):
 
 - id ``k`` is the residual stream entering layer ``k``: ``hidden_states + residual``, or
   ``hidden_states`` where ``residual`` is still None (the first layer); never the normed value;
+  where the layer keeps its own residual and returns the full stream (:mod:`patchkit.stream`),
+  ``hidden_states`` alone;
 - ids are global: the loop enumerates from ``self.start_layer``;
 - id ``n`` (``len(self.layers)``) is the final layer's output, captured after the loop, before
   the norm, on the stage that owns the last layer;
@@ -142,8 +144,10 @@ class CaptureAuxHiddenStates(Codemod):
             loop for id n) or ``"mixin"`` (A2/A3, 0.18.0 on: ``EagleModelMixin`` in the bases and
             ``self._maybe_add_hidden_state(...)`` once before the loop, for id ``start_layer``, and
             after each layer, for id ``layer_idx + 1``; id n comes with the last layer).
-        residual: the layers return ``(hidden_states, residual)``; False when they return
-            ``hidden_states`` alone, which is then the captured stream.
+        residual: capture ``hidden_states + residual`` (the fused-residual contract); False captures
+            ``hidden_states`` alone: the layers return it alone, or keep their own residual and return
+            the full stream first (0.33.0 ``exaone4.py``). Decided from the release's code by
+            :func:`patchkit.stream.residual_stream`, never assumed from the loop's form.
     """
 
     kind = "capture"
@@ -219,9 +223,11 @@ class CaptureAuxHiddenStates(Codemod):
     def _forward_body(self, forward: cst.FunctionDef) -> list[cst.BaseStatement]:
         body = list(forward.body.body)
         loop, form = _read_loop(forward)
-        if form.returns_residual != self.residual:
-            raise Refusal("the residual stream is " + ("hidden_states + residual" if form.returns_residual else
-                                                       "hidden_states alone") + ", not what this patch was planned for")
+        if self.residual and not form.returns_residual:
+            # the plan (patchkit.stream.residual_stream, which reads the layer's code too) chose
+            # hidden_states + residual, but this loop has no residual stream outside the layer
+            raise Refusal("the decoder-layer loop keeps no residual outside the layer, so the stream is hidden_states "
+                          "alone, not what this patch was planned for")
         if form.captures:
             raise Refusal(f"{forward.name.value} already captures aux hidden states")
         at_call = form.call_at
@@ -250,7 +256,7 @@ class CaptureAuxHiddenStates(Codemod):
             "(residual stream entering each requested global layer id)."))
         before: list[cst.BaseStatement] = []
         if self.form == "inline":
-            if not form.residual_before:  # the first layer takes hidden_states alone: its stream has no residual
+            if self.residual and not form.residual_before:  # the first layer takes hidden_states alone
                 before.append(cst.parse_statement("residual = None\n"))
             before.append(cst.parse_statement(f"{STATES} = []\n"))
         else:
