@@ -352,3 +352,21 @@ def test_a_guard_that_cannot_be_written_says_the_patches_were_applied(release, c
     code, data = cli.json("status", "--site-packages", str(site))
     assert [e["state"] for e in data["entries"]] == ["patched"] and data["guard"] is None
     assert not list(site.glob("patchkit_guard-*"))
+
+
+@pytest.mark.release
+def test_a_guard_written_by_another_patchkit_version_is_replaced_whole(release, cli, monkeypatch):
+    import patchkit.guard
+
+    site = release("0.33.0")
+    with monkeypatch.context() as m:
+        m.setattr(patchkit.guard, "__version__", "0.0.9")
+        assert cli("apply", "--site-packages", str(site), "--arch", OLMOE, "--guard").exit_code == 0
+    assert (site / "patchkit_guard-0.0.9.dist-info" / "entry_points.txt").is_file()
+    code, data = cli.json("guard", "install", "--site-packages", str(site))
+    assert code == 0 and data["action"] == "refreshed"
+    assert not (site / "patchkit_guard-0.0.9.dist-info").exists()
+    found = json.loads(run_python(Path(sys.executable), ENTRY_POINTS, site).stdout)
+    assert found["version"] == "0.1.0" and set(found["files"]) == GUARD_FILES
+    assert cli("revert", "--site-packages", str(site)).exit_code == 0
+    assert tree(site) == tree(pristine_site_packages("0.33.0"))
