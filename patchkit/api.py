@@ -182,8 +182,11 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
     for arch in archs:
         if config is not None and config.model_type and arch in config.architectures:
             types.append(config.model_type)
-        else:
-            types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
+        else:  # the family entry, else the serving environment's transformers / vLLM's config registry
+            from patchkit.arch_patches import architecture_model_types
+
+            resolution = registry.resolve(arch)
+            types.extend(architecture_model_types(tree, resolution.cls if resolution else None, arch, families)[0])
     patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
     if shipped:
         types.extend(TEXT_MODEL_TYPES)
