@@ -7,13 +7,14 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import contract as contract_mod
 from patchkit import interrupt
-from patchkit.errors import Interrupted, PatchkitError, RefusedError, UsageError
+from patchkit.errors import Interrupted, PatchkitError, RefusedError, StateError, UsageError
 from patchkit.install import Install, has_record, record_sha256
 from patchkit.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
@@ -181,8 +182,11 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
     for arch in archs:
         if config is not None and config.model_type and arch in config.architectures:
             types.append(config.model_type)
-        else:
-            types.extend(next((f.model_types for f in families if arch in f.architectures), ()))
+        else:  # the family entry, else the serving environment's transformers / vLLM's config registry
+            from patchkit.arch_patches import architecture_model_types
+
+            resolution = registry.resolve(arch)
+            types.extend(architecture_model_types(tree, resolution.cls if resolution else None, arch, families)[0])
     patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
     if shipped:
         types.extend(TEXT_MODEL_TYPES)
@@ -201,7 +205,8 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
           target: str = "vllm", force: bool = False, request: Request = Request(),
-          on_wait: Callable[[Path, float], None] | None = None) -> ApplyReport:
+          on_wait: Callable[[Path, float], None] | None = None, guard: bool = False,
+          command_options: Sequence[str] | None = None) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -219,6 +224,10 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             own native classes use (:mod:`patchkit.arch_patches`), instead of the default set.
         on_wait: called once, with the site-packages folder and the timeout in seconds, when
             another patchkit run holds the install's lock and this one starts waiting.
+        guard: also install patchkit's guard (:mod:`patchkit.guard`), journaled, in the same lock;
+            an installed guard is refreshed by every apply either way (``report.guard``).
+        command_options: the environment options given (``["--python", PATH]``), for the
+            ``patchkit apply`` command the guard's line names.
 
     An unfinished earlier apply or revert (a killed run) is rolled back first, under the lock;
     a dry run plans from the bytes that rollback will leave (``report.recovered`` names the
@@ -254,9 +263,14 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     if dry_run:
         # Plan exactly what the real run will: from the files as its rollback will leave them.
         overrides, rolled = journal.rolled_back_view()
-        return _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
-                      force=force, request=request, overrides=overrides, recovered=rolled,
-                      unfinished=journal.unfinished())
+        report = _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
+                        force=force, request=request, overrides=overrides, recovered=rolled,
+                        unfinished=journal.unfinished())
+        if guard and not report.refused:
+            from patchkit import guard as guard_mod
+
+            report = replace(report, guard=guard_mod.would_install(install, report, journal))
+        return report
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
@@ -265,6 +279,19 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         recovered = journal.recover()
         report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
                         request=request, recovered=recovered, unfinished=unfinished)
+        if not report.refused:
+            from patchkit import guard as guard_mod
+
+            try:
+                found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
+                                       model=str(request.model) if request.model is not None else None, target=target)
+            except StateError as exc:  # the vLLM files are written (committed) already: say so
+                where = "".join(" " + shlex.quote(o) for o in command_options or ())
+                message = exc.message.removesuffix("; nothing was written").removesuffix("; every file was put back")
+                raise StateError(f"the patches were applied, but patchkit's guard was not written ({message})",
+                                 f"{exc.hint}; then run 'patchkit guard install{where}'") from exc
+            if found is not None:
+                report = replace(report, guard=found)
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return report
@@ -483,6 +510,10 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
         checks.insert(1, Check("patchkit journal", None, detail))
+    from patchkit import guard as guard_mod
+
+    if guard_mod.installed(install):
+        checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
         from patchkit.runtime import probe_spec, run_probe
@@ -601,6 +632,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
+    from patchkit import guard as guard_mod
+
     if request:
         from patchkit.registry import Registry
 
@@ -609,6 +642,10 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         if request:
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
                              f"{', '.join(request.architectures) or request.model}", "'patchkit status' shows it")
+        if guard_mod.installed(install):  # a guard left watching nothing: it goes with the rest
+            with interrupt.deferred(), journal.lock(on_wait=on_wait):
+                removed = guard_mod.remove(install, locked=True)
+            return RevertReport(info, [], refused=False, guard=removed)
         return RevertReport(info, [], refused=False)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
@@ -664,9 +701,12 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
         elif restore or forget:
             journal.restore(restore, forget=forget)
+        # the guard goes with a full revert; after a partial one it watches what stays patched
+        guarded = (guard_mod.sync(install, journal, target=target) if narrow is not None and journal.entries
+                   else guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
-    return RevertReport(info, files, refused=False)
+    return RevertReport(info, files, refused=False, guard=guarded)
 
 
 def status(install: Install, *, target: str = "vllm", request: Request = Request()) -> StatusReport:
@@ -707,8 +747,12 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
                     journal.entries[path].applied_at)
         for path in paths
     ]
+    from patchkit import guard as guard_mod
+
+    guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
-                        unfinished=unfinished, record_missing=not has_record(install), architectures=architectures)
+                        unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
+                        guard=guarded)
 
 
 @dataclass

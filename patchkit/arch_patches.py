@@ -373,7 +373,7 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         out.append(cap)
         requires.append(cap.id)
     if allow_list is not None:
-        out_allow = _allow_list_patches(arch, families, model, allow_list)
+        out_allow = _allow_list_patches(arch, families, model, allow_list, tree, shape.cls)
         out.extend(out_allow)
         requires.extend(p.id for p in out_allow)
     attr = WRAPPER_ATTR if shape.shape is Shape.WRAPPER_ONLY else BACKBONE_ATTR
@@ -451,12 +451,42 @@ def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
 
 
 def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelConfig | None,
-                        entries: list[str]) -> list[Patch]:
+                        entries: list[str], tree: SourceTree, cls: ClassRef | None) -> list[Patch]:
+    """The allow-list entries ``arch``'s checkpoints need: their model type from ``--model``'s
+    config.json, else the family entry, else the serving environment's transformers and vLLM's
+    config registry (:func:`patchkit.model_types.lookup`, read statically).
+
+    Raises:
+        _Refuse: none of them names a model type, or the two sources disagree (``--model`` decides).
+    """
     if model is not None and model.model_type and arch in model.architectures:
         types: tuple[str, ...] = (model.model_type,)
     else:
-        types = next((f.model_types for f in families if arch in f.architectures), ())
-    if not types:
-        raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, which "
-                      "patchkit does not know for this architecture; pass --model DIR (its config.json says it)")
+        types, why = architecture_model_types(tree, cls, arch, families)
+        if not types:
+            raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, and "
+                          f"the serving environment does not settle it ({why}); pass --model DIR "
+                          "(its config.json says it)")
     return [allow_list_patch(t, arch) for t in types if not admits(entries, t)]
+
+
+def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
+                             families: tuple[Family, ...]) -> tuple[tuple[str, ...], str]:
+    """The ``hf_text_config.model_type`` values of ``arch``'s checkpoints without a ``--model``.
+
+    The shipped family entry first (``patches/eagle3_families.py``), else what the serving
+    environment's transformers and vLLM's config registry say (:func:`patchkit.model_types.lookup`).
+
+    Returns:
+        ``(types, why)``: ``why`` says what was consulted when ``types`` is empty.
+    Raises:
+        SourceError: a vLLM file on the way does not parse.
+    """
+    types = next((f.model_types for f in families if arch in f.architectures), ())
+    if types:
+        return types, f"the {arch} family entry"
+    from patchkit import model_types
+    from patchkit.proposer_paths import is_multimodal
+
+    answer = model_types.lookup(tree, cls, arch, cls is not None and is_multimodal(tree, cls))
+    return answer.types, answer.reason()

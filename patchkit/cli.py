@@ -307,6 +307,8 @@ def apply(
     model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
     ray: Optional[str] = RayOpt,
+    guard: bool = typer.Option(False, "--guard", help="Also install patchkit's guard: a vLLM plugin that checks, in "
+                               "every vLLM process, that the patched files still hold patchkit's bytes."),
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
@@ -322,13 +324,14 @@ def apply(
 
             return cluster_view.apply(ray, target=target, site_packages=site_packages, python=python,
                                       dry_run=dry_run, patch=patch, force=force, arch=arch, model=model,
-                                      as_json=as_json)
+                                      as_json=as_json, **({"guard": True} if guard else {}))
         install = _install(target, site_packages, python)
         with _working("planning and checking the patches...", as_json):
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
             report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force,
-                               request=_request(arch, model), on_wait=_waiting(as_json))
+                               request=_request(arch, model), on_wait=_waiting(as_json), guard=guard,
+                               command_options=_options(site_packages, python))
         if as_json:
             _emit_json(report.to_dict())
             return _apply_code(report, dry_run, as_json)
@@ -359,6 +362,8 @@ def apply(
             out.raw(report.diff)
         if report.verify is not None and not report.verify.ok:
             _print_checks(out, report.verify.checks)
+        if report.guard is not None:
+            _guard_line(out, report.guard, _where(site_packages, python))
         if report.refused:
             out.line(("refused:", "red"), " nothing was written")
         elif report.written:
@@ -370,6 +375,38 @@ def apply(
         return _apply_code(report, dry_run, as_json)
 
     _run(as_json, body, site_packages, python)
+
+
+def _options(site_packages: Optional[Path], python: Optional[Path]) -> list[str]:
+    """The environment options as given, as a list (for the commands patchkit's guard names)."""
+    import os
+
+    def spelled(path: Path) -> str:  # absolute: the guard's line is read in another folder
+        return os.path.abspath(path) if os.sep in str(path) or path.exists() else str(path)
+
+    return (["--python", spelled(python)] if python is not None else
+            ["--site-packages", spelled(site_packages)] if site_packages is not None else [])
+
+
+def _guard_line(out: Writer, guard, where: str) -> None:
+    """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.results.GuardReport`)."""
+    from patchkit.results import GuardAction
+
+    style = "red" if guard.problems else "green" if guard.installed else "yellow"
+    if guard.action is GuardAction.NOTHING_TO_GUARD:
+        detail = "patchkit has patched no file of this install, so there is nothing to watch; not installed"
+    elif guard.action is GuardAction.REMOVED:
+        detail = f"its {len(guard.files)} file(s) deleted"
+    elif guard.action is GuardAction.NOT_INSTALLED:
+        detail = "no guard in this install"
+    else:
+        archs = ", ".join(guard.architectures)
+        detail = (f"checks {len(guard.watched)} patched file(s) in every vLLM process"
+                  + (f"; stops {archs} served with EAGLE-3 when one lacks patchkit's bytes" if archs else ""))
+    label = "installed" if guard.action is GuardAction.SHOWN else guard.action.value
+    out.line(("guard:", style), f" {label}  ", (detail, "dim"))
+    for problem in guard.problems:
+        out.line(("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  ")
 
 
 def _apply_code(report, dry_run: bool, as_json: bool) -> int:
@@ -516,6 +553,8 @@ def revert(
         for f in report.files:
             mark = MARKS[True if f.restored else (False if f.action == "blocking" else None)]
             out.line(mark, " ", f.path, "  ", (f.reason, "dim"))
+        if report.guard is not None:
+            _guard_line(out, report.guard, _where(site_packages, python))
         if report.refused:
             out.line(("refused:", "red"), " nothing was reverted")
             out.line(("hint:", "dim"), f" 'patchkit revert --target {target}{_where(site_packages, python)} --force' "
@@ -566,6 +605,8 @@ def status(
                       "apply writes nothing for it ('patchkit scan' says why)" if a.state == "nothing to patch" else
                       f"needs {', '.join(a.missing)}")
             out.line((a.state, style), " ", a.architecture, "  ", (detail, "dim"))
+        if report.guard is not None:
+            _guard_line(out, report.guard, where)
         if not report.entries and not report.pending:
             out.line("no patchkit changes in this install" if not report.architectures else
                      "no patchkit changes for these architectures")
@@ -808,6 +849,60 @@ def explain_cmd(
         return int(ExitCode.OK)
 
     _run(as_json, body)
+
+
+guard_app = typer.Typer(name="guard", no_args_is_help=True, help="Install or remove patchkit's guard (a vLLM plugin that "
+                        "checks, in every vLLM process, that the patched files still hold patchkit's bytes).")
+app.add_typer(guard_app, name="guard")
+
+
+def _guard_command(action: str, target: str, site_packages: Optional[Path], python: Optional[Path],
+                   as_json: bool) -> None:
+    """``guard install`` / ``guard remove``: a call into :mod:`patchkit.guard`, one line, an exit code.
+
+    Exit codes: 0 done; 3 ``install`` when patchkit has patched nothing here (nothing to watch;
+    nothing written); 4 as for every command (no install, files that cannot be written).
+    """
+
+    def body() -> int:
+        from patchkit import guard as guard_mod
+        from patchkit.results import GuardAction
+
+        install = _install(target, site_packages, python)
+        if action == "install":
+            report = guard_mod.install_guard(install, command_options=_options(site_packages, python), target=target,
+                                             on_wait=_waiting(as_json))
+        else:
+            report = guard_mod.remove_guard(install, target=target, on_wait=_waiting(as_json))
+        code = int(ExitCode.REFUSED) if report.action is GuardAction.NOTHING_TO_GUARD else int(ExitCode.OK)
+        if as_json:
+            _emit_json({"command": f"guard {action}", **report.to_dict(), "exit_code": code})
+            return code
+        out = _out()
+        out.line(f"vLLM {install.version} at {install.site_packages}")
+        _guard_line(out, report, _where(site_packages, python))
+        if report.action is GuardAction.NOTHING_TO_GUARD:
+            out.line(("hint:", "dim"), f" run 'patchkit apply --target {target}{_where(site_packages, python)} --guard' "
+                     "(with the --arch/--model you patch)")
+        elif report.action is GuardAction.NOT_INSTALLED:
+            out.line("the guard is not installed here: nothing to remove")
+        return code
+
+    _run(as_json, body)
+
+
+@guard_app.command("install")
+def guard_install(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
+                  python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
+    """Install (or refresh) the guard for the files patchkit has patched in this install (journaled)."""
+    _guard_command("install", target, site_packages, python, as_json)
+
+
+@guard_app.command("remove")
+def guard_remove(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
+                 python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
+    """Delete the guard's files; the vLLM patches stay ('patchkit revert' removes both)."""
+    _guard_command("remove", target, site_packages, python, as_json)
 
 
 def main() -> None:

@@ -251,8 +251,12 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         node["vllm_version"] = str(install.version)
         request = api.Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
         if command in ("plan", "apply"):
+            where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
+                                                                          ("--site-packages", "site_packages"))]
             report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
-                               target=target, force=bool(options.get("force")), request=request)
+                               target=target, force=bool(options.get("force")), request=request,
+                               guard=bool(options.get("guard")),
+                               command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
         elif command == "verify":
             report = api.verify(install, request=request)
             node["status"] = api.status(install, target=target).to_dict()
@@ -525,7 +529,7 @@ def _failure_reason(rows: list[NodeResult]) -> str:
 def apply(address: str | None, *, site_packages: Path | str | None = None, python: Path | str | None = None,
           dry_run: bool = False, patch_ids: list[str] | None = None, target: str = "vllm",
           force: bool = False, architectures: list[str] | tuple[str, ...] | None = None,
-          model: Path | str | None = None) -> ClusterReport:
+          model: Path | str | None = None, guard: bool = False) -> ClusterReport:
     """Apply the patches on every alive node of the cluster, all nodes or none.
 
     1. Plan (``apply --dry-run``) on every node at once. Nothing is written anywhere when a node
@@ -541,13 +545,15 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
         architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.api.Request`), on
             every node; the folder is read there, expanded like ``site_packages``.
+        guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard`; it
+            names the node's own expanded ``--python``/``--site-packages`` in its line).
     Returns:
         A :class:`ClusterReport`.
     Raises:
         ClusterError: Ray is missing or the cluster cannot be reached.
     """
     opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids,
-                    architectures=architectures, model=model)
+                    architectures=architectures, model=model, guard=guard)
     with connect(address, with_libcst=True) as session:
         start = session.alive()
         plans = session.run(start, "plan", opts)

@@ -46,7 +46,7 @@ def _check(target: str, site_packages: Optional[Path], python: Optional[Path],
 
 def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
           patch: Optional[list[str]], force: bool, arch: Optional[list[str]] = None, model: Optional[Path] = None,
-          as_json: bool) -> int:
+          as_json: bool, guard: bool = False) -> int:
     """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code.
 
     The CLI has checked the ``--patch`` ids already; ``arch``/``model`` are ``--arch``/``--model``,
@@ -55,7 +55,7 @@ def apply(address: str, *, target: str, site_packages: Optional[Path], python: O
     _check(target, site_packages, python, model)
     report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
                            dry_run=dry_run, patch_ids=patch, target=target, force=force,
-                           architectures=arch, model=model)
+                           architectures=arch, model=model, guard=guard)
     return _show(report, as_json)
 
 

@@ -8,8 +8,10 @@ them against the installed vLLM's files, read statically:
    model);
 2. the text model type (``text_config.model_type`` when the config nests one) against the
    speculative config's EAGLE-3 start-up allow-list;
-3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.verify`),
-   and if not, the ``patchkit apply`` that fixes it;
+3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.verify`;
+   "patched by patchkit" with the journaled patches of this architecture, before "natively"), and if
+   not, the command that fixes this target on this release: ``patchkit apply --target vllm --model
+   DIR`` with the environment options given (0.10.2 - 0.33.0; planned by a dry run of that command);
 4. for a multimodal target, the EAGLE proposer's image-token mapping, and whether the proposer can
    load a draft through the target's ``get_language_model()`` (:mod:`patchkit.loadpath`);
 5. the draft (:mod:`patchkit.drafts`): the class vLLM builds for it, whether this release loads
@@ -46,7 +48,6 @@ from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, ad
 from patchkit.drafts import DraftContext, DraftFacts, draft_checks, final_layer_capture, read_release
 from patchkit.errors import ConfigError, UsageError
 from patchkit.install import Install
-from patchkit.journal import Journal
 from patchkit.registry import Registry
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.source import ClassRef, SourceTree
@@ -69,7 +70,8 @@ class DoctorReport:
         draft: facts about the draft, or None when no draft was given.
         checks: the checklist, one :class:`Check` tree per item.
         actions: what to do next, one line each (empty when ready).
-        apply_command: the exact ``patchkit apply`` command that fixes the vLLM side, or None.
+        apply_command: the exact ``patchkit apply --target vllm --model DIR ...`` command that fixes
+            the vLLM side for this target, or None.
         apply_patches: the patches that command would write.
         warnings: what may be wrong without failing the verdict, one line each.
     """
@@ -158,9 +160,11 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     facts = _target_facts(target_cfg, tree, registry)
     actions: list[str] = []
 
+    model_dir = target_cfg.path.parent
+    patched = _patched_ids(install, distribution, facts, model_dir, contract)
     target_check = _target_check(facts, install, distribution, actions)
     allow_check = _allow_list_check(facts, tree, contract)
-    effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, distribution, actions)
+    effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, actions, patched)
     proposer_check = _proposer_check(facts, tree, target_cfg.data)
     checks = [target_check, allow_check, effect_check, proposer_check]
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
@@ -184,9 +188,32 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
 
     report = DoctorReport(info, facts, draft_facts, checks, actions, warnings=warnings)
     vllm_side = [allow_check, effect_check, proposer_check]
-    if facts.cls is not None and contract.patchable and load_check is None and any(c.failures() for c in vllm_side):
-        _suggest_apply(report, install, distribution, command_options)
+    if (facts.cls is not None and contract.protocol is not None and load_check is None
+            and any(c.failures() for c in vllm_side)):
+        _suggest_apply(report, install, distribution, command_options, model_dir)
     return report
+
+
+def _patched_ids(install: Install, distribution: str, facts: TargetFacts, model_dir: Path,
+                 contract: Contract) -> tuple[str, ...]:
+    """The journaled patch ids this target's architecture needs (empty: patchkit changed nothing for it).
+
+    The ids are derived as ``apply --model DIR`` derives them, on the files as they were before
+    patchkit (:func:`patchkit.arch_scope.scope`), and intersected with what the journal holds; so a
+    class whose support comes from patchkit is never called native, and another architecture's
+    patches are not credited to this one.
+    """
+    from patchkit import arch_scope
+
+    journal = api.journal_for(install, distribution)
+    if not journal.entries or facts.architecture is None or contract.protocol is None:
+        return ()
+    try:
+        found = arch_scope.scope(install, journal, api.Request(model=model_dir))
+    except (UsageError, ConfigError):  # a config file not named config.json: the architecture alone
+        found = arch_scope.scope(install, journal, api.Request((facts.architecture,)))
+    need = found.ids.get(facts.architecture, found.all_ids)
+    return tuple(sorted(need & arch_scope.journaled_ids(journal)))
 
 
 def _target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -> TargetFacts:
@@ -294,7 +321,7 @@ def _in_scope(tree: SourceTree, registry: Registry, cls: ClassRef) -> bool:
 
 
 def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, contract: Contract,
-                     install: Install, distribution: str, actions: list[str]) -> tuple[Check, Check | None]:
+                     install: Install, actions: list[str], patched: tuple[str, ...]) -> tuple[Check, Check | None]:
     cls = facts.cls
     label = "EAGLE-3 in effect" + (f" for {cls.name}" if cls else "")
     if cls is None or facts.resolution is None or facts.resolution.transformers_backend:
@@ -302,7 +329,9 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     if contract.protocol is None:
         actions.append("upgrade vLLM: EAGLE-3 needs vLLM >= 0.10.2 (DeepSeek/Kimi-K2.5 natively from 0.18.0)")
         return Check(label, False, f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era})"), None
-    in_scope = _in_scope(tree, registry, cls)
+    # the whole chain (capture included) is checked for the classes patchkit's patches serve: the
+    # default set's, and any architecture patchkit patched here (apply --arch / --model)
+    in_scope = bool(patched) or _in_scope(tree, registry, cls)
     chain = verify_mod.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.shapes.classify)
         from patchkit.shapes import classify
@@ -310,11 +339,10 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
         verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
     if chain.ok:
-        applied = sorted({p for e in Journal(install.site_packages, distribution).entries.values() for p in e.patches})
-        if contract.native:
+        if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support
+            node.detail = f"patched by patchkit ({', '.join(patched)})"
+        elif contract.native:
             node.detail = f"natively (EAGLE-3 contract {contract.era}, vLLM >= 0.18.0)"
-        elif applied:
-            node.detail = f"patched by patchkit ({', '.join(applied)})"
         else:
             node.detail = f"this release supports it (contract {contract.era})"
     else:
@@ -382,8 +410,15 @@ def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, 
 
 
 def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
-                   command_options: Sequence[str] | None) -> None:
-    """Dry-run ``patchkit apply`` (all patches, as the command would) and phrase the next step.
+                   command_options: Sequence[str] | None, model_dir: Path) -> None:
+    """Dry-run ``patchkit apply --model DIR`` for this target and phrase the next step.
+
+    The command suggested is the one that fixes THIS target on THIS release: ``apply --model DIR``
+    plans the patches of the checkpoint's own architectures and model type (the shipped
+    DeepSeek/Kimi set for those, :func:`patchkit.api.arch_selection`), on every release with the
+    EAGLE-3 contract (0.10.2 - 0.33.0); a plain ``apply`` writes only the shipped set. The command
+    repeats ``command_options`` (the environment options given), so run as printed it patches the
+    install doctor checked.
 
     The dry run is planned in a child ``python -m patchkit`` process: planning needs libcst, and
     doctor, a read-only command, never imports it itself.
@@ -392,27 +427,38 @@ def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
     import subprocess
     import sys
 
+    folder = str(Path(model_dir).resolve())
+    options = list(command_options) if command_options else ["--site-packages", str(install.site_packages)]
+    command = shlex.join(["patchkit", "apply", "--target", distribution, "--model", folder, *options])
+    if not (Path(model_dir) / "config.json").is_file():  # --model takes the folder of a config.json
+        report.actions.insert(0, f"'patchkit apply --model' reads DIR/config.json: copy {report.target.config} to "
+                                 f"DIR/config.json, then run: " + shlex.join(["patchkit", "apply", "--target", distribution,
+                                                                               "--model", "DIR", *options]))
+        return
+    dry = shlex.join(["patchkit", "apply", "--dry-run", "--target", distribution, "--model", folder, *options])
     proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--dry-run", "--json", "--target", distribution,
-                           "--site-packages", str(install.site_packages)],
+                           "--model", folder, "--site-packages", str(install.site_packages)],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     try:
         planned = json.loads(proc.stdout)["patches"]
     except (ValueError, KeyError, TypeError):
-        report.actions.insert(0, "'patchkit apply --dry-run' could not plan on this install; run it to see why")
+        report.actions.insert(0, f"'{dry}' could not plan on this install; run it to see why")
         return
     refused = [p for p in planned if p["outcome"] == Outcome.REFUSED.value]
     would = [p["id"] for p in planned if p["outcome"] == Outcome.APPLIED.value]
     if refused:
-        report.actions.insert(0, f"'patchkit apply' would refuse on this install ({refused[0]['id']}: {refused[0]['reason']}); "
-                                 "see 'patchkit apply --dry-run'")
+        report.actions.insert(0, f"'{command}' would refuse on this install ({refused[0]['id']}: {refused[0]['reason']}); "
+                                 f"'{dry}' shows why")
         return
     if not would:
-        report.actions.insert(0, "'patchkit apply' has nothing to write for the failing items: they are outside patchkit's patches")
+        done = [p["id"] for p in planned if p["outcome"] == Outcome.ALREADY_APPLIED.value]
+        why = (f"its patches for this target are applied already ({', '.join(done)}), and the items above still fail"
+               if done else "it plans no patch for the failing items above")
+        report.actions.insert(0, f"'{command}' writes nothing here: {why}; patchkit cannot fix them on vLLM {install.version}")
         return
-    options = list(command_options) if command_options else ["--site-packages", str(install.site_packages)]
-    report.apply_command = shlex.join(["patchkit", "apply", "--target", distribution, *options])
+    report.apply_command = command
     report.apply_patches = would
-    report.actions.insert(0, f"run: {report.apply_command}  (writes {', '.join(would)}; "
+    report.actions.insert(0, f"run: {command}  (writes {', '.join(would)}; "
                              "'--dry-run' shows the diff), then run doctor again")
 
 

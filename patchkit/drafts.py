@@ -1,7 +1,8 @@
 """Reading an EAGLE-3 draft's ``config.json`` as a given vLLM release will read it.
 
 :func:`draft_checks` is the draft half of ``patchkit doctor``: the draft class vLLM builds, whether
-this release can load the draft's ``model_type`` at all, the vocabulary, the aux layer ids vLLM will
+this release can load the draft's ``model_type`` at all, the vocabulary (judged from the sizes, the
+draft's ``d2t``/``t2d`` and the tokenizers: :mod:`patchkit.vocabulary`), the aux layer ids vLLM will
 capture (with the id convention of the field they come from), the order the states reach the draft
 in, which ids reach the draft under pipeline parallelism, and the draft's input width.
 
@@ -43,11 +44,12 @@ from packaging.version import Version
 from patchkit import composition
 from patchkit import verify as verify_mod
 from patchkit.checkpoint import CheckpointConfig, TargetFacts, as_int, as_int_list
-from patchkit.contract import INTERFACES_MODULE
+from patchkit.contract import INTERFACES_MODULE, is_stub
 from patchkit.install import Install
 from patchkit.registry import Registry
 from patchkit.results import Check
 from patchkit.source import ClassRef, SourceTree
+from patchkit.vocabulary import DRAFT_TO_TARGET
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
 """Draft config field with explicit aux layer ids (top level, or inside ``eagle_config``)."""
@@ -119,9 +121,6 @@ FC_COUNT_FIELD = "num_aux_hidden_states"
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 """EAGLE-3 draft classes for DeepSeek-architecture (MLA) drafts; first registered in vLLM 0.18.0
 (``model_executor/models/registry.py``; absent from 0.17.1)."""
-DRAFT_TO_TARGET = "d2t"
-"""Weight name of the draft-to-target vocabulary map (``llama_eagle3.py`` ``load_weights`` renames it
-``draft_id_to_target_id``; without it the map stays zeros: draft id ``i`` is target id ``i``)."""
 
 
 def vllm_default_ids(n: int) -> list[int]:
@@ -132,6 +131,120 @@ def vllm_default_ids(n: int) -> list[int]:
     patchkit's DeepSeek patch.
     """
     return [2, n // 2, n - 3]
+
+
+@dataclass(frozen=True)
+class DefaultIds:
+    """The aux ids vLLM captures for a target when the draft records none, read from the release.
+
+    Attributes:
+        ids: the ids, in vLLM's convention.
+        getter: ``Class.method`` of the getter the runner calls on the target (None: not found).
+        getter_location: ``file:line`` of that method (None: not found).
+        runner_location: ``file:line`` where the runner calls it (None: not found).
+        derived: True when ``ids`` were computed from the getter's own ``return`` (its tuple of
+            integer expressions over ``len(...layers)``, with ``n`` = the target's layer count);
+            False when the getter is not of that form (a delegation) and ``ids`` are
+            :func:`vllm_default_ids` (the form every native getter of 0.10.2 - 0.33.0 has).
+    """
+
+    ids: list[int]
+    getter: str | None
+    getter_location: str | None
+    runner_location: str | None
+    derived: bool
+
+
+def default_ids(tree: SourceTree, cls: ClassRef | None, n: int) -> DefaultIds:
+    """The ids this release's runner captures for target class ``cls`` of ``n`` layers without draft ids.
+
+    Facts, read from the release: the runner calls ``<getter>()`` on the target when the draft
+    config gives no ids (``v1/worker/gpu_model_runner.py``, 0.10.2 - 0.33.0, and the V2 runner of
+    0.33.0; :func:`patchkit.proposer_paths.derive`, ``aux`` sources of kind ``"target"``); the getter
+    is ``get_eagle3_aux_hidden_state_layers`` on the A1 releases (0.10.2 - 0.17.1), defined on each
+    model class (``llama.py``: ``num_layers = len(self.model.layers); return (2, num_layers // 2,
+    num_layers - 3)``), and ``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0, defined once
+    on ``SupportsEagle3`` in ``model_executor/models/interfaces.py`` with the same return. The
+    getter is looked up in ``cls``'s MRO, else on the Protocol (a class not yet patched).
+
+    Args:
+        tree: the install's sources.
+        cls: the target's resolved class (None: not a native model).
+        n: the target's ``num_hidden_layers`` (>= 1).
+    Returns:
+        A :class:`DefaultIds`.
+    Raises:
+        SourceError: a file read does not parse.
+    """
+    from patchkit import contract as contract_mod
+    from patchkit.proposer_paths import derive
+
+    contract = contract_mod.detect(tree)
+    name = contract.getter
+    runner = next((a.location for a in derive(tree).aux if a.kind == "target" and a.name == name), None)
+    found = first = None
+    for holder in (cls, contract.protocol):
+        if holder is None or name is None:
+            continue
+        member = tree.find_member(holder, name)
+        # the Protocol's stub (an A1 class not patched yet has only that) returns nothing: not a getter
+        if (member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+                and not is_stub(member[1])):
+            first = first or member
+            if _eval_ids(member[1], n) is not None:
+                found = member
+                break
+    found = found or first  # the class's own getter, when neither evaluates (a delegation)
+    if found is None:
+        return DefaultIds(vllm_default_ids(n), None, None, runner, False)
+    owner, fn = found
+    ids = _eval_ids(fn, n)
+    return DefaultIds(ids if ids is not None else vllm_default_ids(n), f"{owner.name}.{name}",
+                      f"{owner.relpath}:{fn.lineno}", runner, ids is not None)
+
+
+def _eval_ids(fn: ast.FunctionDef | ast.AsyncFunctionDef, n: int) -> list[int] | None:
+    """The ids ``fn`` returns for ``n`` layers: its top-level ``X = len(...)`` bind ``n``, then its
+    first top-level ``return`` of a tuple/list of integer expressions; None for any other form."""
+    env: dict[str, int] = {}
+    for stmt in fn.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            value = stmt.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "len":
+                env[stmt.targets[0].id] = n
+            else:
+                known = _eval_int(value, env)
+                if known is not None:
+                    env[stmt.targets[0].id] = known
+        elif isinstance(stmt, ast.Return):
+            if not isinstance(stmt.value, (ast.Tuple, ast.List)):
+                return None
+            values = [_eval_int(e, env) for e in stmt.value.elts]
+            return [v for v in values if v is not None] if all(v is not None for v in values) else None
+    return None
+
+
+def _eval_int(node: ast.expr, env: dict[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _eval_int(node.operand, env)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp):
+        a, b = _eval_int(node.left, env), _eval_int(node.right, env)
+        if a is None or b is None:
+            return None
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if isinstance(node.op, ast.FloorDiv) and b != 0:
+            return a // b
+    return None
 
 
 # -- what a release reads ----------------------------------------------------------------------
@@ -577,6 +690,98 @@ def _weight_names(folder: Path) -> set[str] | None:
         return None
 
 
+PADDING_ROWS = 1024
+"""Largest gap between the draft's and the target's ``vocab_size`` that, with nothing else to go on,
+is left undecided (a padded embedding or added tokens) instead of failing as another tokenizer."""
+
+
+def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Path, target_dir: Path,
+                      ctx: DraftContext) -> None:
+    """Which tokenizer the draft was trained for, from the sizes, ``d2t``/``t2d`` and the tokenizers.
+
+    Evidence (:mod:`patchkit.vocabulary`): the two folders' tokenizers (same vocabulary digest or
+    special tokens, or not); the draft's ``t2d`` length (the target vocabulary it was trained against)
+    and the highest target id its ``d2t`` proposes. Decision: any evidence of another tokenizer
+    fails; an embedding smaller than the ids the target's tokenizer produces fails (those ids have no
+    row); a larger one with evidence of the same tokenizer is padding: a note, not a failure (vLLM's
+    draft embeds target ids, which never reach the extra rows); sizes that differ with no evidence
+    either way are left undecided within :data:`PADDING_ROWS`, and fail beyond it.
+
+    Fact (vLLM 0.10.2 - 0.33.0 ``model_executor/models/llama_eagle3.py``): the draft embeds target
+    token ids with ``vocab_size`` rows; its head's ids go through ``d2t`` into a vector of
+    ``vocab_size`` logits.
+    """
+    from patchkit.vocabulary import read_maps, read_tokenizer
+
+    same: list[str] = []
+    other: list[str] = []
+    draft_tok, target_tok = read_tokenizer(draft_dir), read_tokenizer(target_dir)
+    if draft_tok is not None and target_tok is not None:
+        if draft_tok.digest is not None and target_tok.digest is not None:
+            if draft_tok.digest == target_tok.digest:
+                same.append(f"the draft's and the target's tokenizer.json hold the same vocabulary ({target_tok.size} ids)")
+            else:
+                other.append(f"the draft's tokenizer.json ({draft_tok.size} ids) is not the target's ({target_tok.size} ids)")
+        elif draft_tok.specials and draft_tok.specials == target_tok.specials:
+            same.append(f"the same {len(target_tok.specials)} special tokens with the same ids in both tokenizers")
+        elif draft_tok.specials and target_tok.specials:
+            differ = sorted(set(draft_tok.specials.items()) ^ set(target_tok.specials.items()))[:3]
+            other.append("the tokenizers' special tokens differ (" + ", ".join(f"{t!r}: {i}" for t, i in differ) + ")")
+    produced = target_tok.size if target_tok is not None and target_tok.size is not None else target_vocab
+    maps = read_maps(draft_dir)
+    beyond = None
+    if maps is not None and maps.t2d_size is not None:
+        # SpecForge sizes t2d from the draft's own vocab_size: that length says nothing either way
+        if maps.t2d_size in (target_vocab, produced):
+            same.append(f"the draft's t2d has {maps.t2d_size} entries: it was trained against a vocabulary of the target's size")
+        elif maps.t2d_size != vocab:
+            other.append(f"the draft's t2d has {maps.t2d_size} entries: it was trained against a {maps.t2d_size}-id "
+                         f"vocabulary, the target has {target_vocab}")
+    if maps is not None and maps.highest_target_id is not None:
+        if maps.highest_target_id < target_vocab:
+            same.append(f"its d2t maps every draft id to a target id below {target_vocab} (the highest is {maps.highest_target_id})")
+        else:
+            beyond = maps.highest_target_id
+    if other:
+        node.ok = False
+        node.detail = (f"the draft (vocab_size {vocab}) was trained for another tokenizer than the target's (vocab_size "
+                       f"{target_vocab}): " + "; ".join(other) + ": it would predict another tokenizer's ids (acceptance near zero)")
+        ctx.actions.append("use a draft trained for this target's tokenizer: " + "; ".join(other))
+    elif beyond is not None:
+        node.ok = False
+        node.detail = (f"the draft's d2t maps a draft id to target id {beyond}, beyond the target's vocab_size {target_vocab}: "
+                       "the draft proposes a token the target cannot score")
+        ctx.actions.append(f"use a draft whose d2t maps into this target's {target_vocab} ids")
+    elif vocab == target_vocab:
+        node.detail = f"vocab_size {vocab}, the same as the target's" + (f" ({'; '.join(same)})" if same else "")
+    elif vocab < produced:
+        node.ok = False
+        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids up to "
+                       f"{produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained for "
+                       "another tokenizer?)")
+        ctx.actions.append(f"use a draft whose vocabulary covers this target's ({produced} ids); this one has {vocab} rows")
+    elif same:
+        node.ok = True
+        node.detail = f"vocab_size {vocab}, the target's {target_vocab}: the same tokenizer (" + "; ".join(same) + ")"
+        node.children.append(Check(f"padded embedding (+{vocab - target_vocab} rows)", None,
+                                   f"the draft's embedding has {vocab - target_vocab} more rows than the target's vocabulary "
+                                   "(len(tokenizer) counts added tokens, or the export padded it); target ids never reach them"))
+    elif vocab - target_vocab <= PADDING_ROWS:
+        node.ok = None
+        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): likely a padded "
+                       "embedding or added tokens, but nothing in the folders says which tokenizer the draft was trained "
+                       "for (no tokenizer files in both, no d2t/t2d in its weights): not decided")
+        ctx.warnings.append(f"the draft's vocab_size {vocab} is the target's {target_vocab} + {vocab - target_vocab}: put the draft's "
+                            f"tokenizer.json next to its config.json (and the target's next to its own), or its weights with "
+                            f"d2t/t2d, and run doctor again to tell a padded embedding from another tokenizer")
+    else:
+        node.ok = False
+        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, more than "
+                       f"padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same tokenizer: "
+                       "likely trained for another tokenizer (acceptance near zero)")
+        ctx.actions.append(f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}")
+
+
 def _vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any], ctx: DraftContext) -> Check:
     """The draft's vocabulary against the target's, and its draft-vocabulary map.
 
@@ -597,13 +802,8 @@ def _vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any]
         node.ok, node.detail = None, "the draft's config.json gives no vocab_size: not checked"
     elif target_vocab is None:
         node.ok, node.detail = None, f"draft vocab_size {vocab}; the target's text config gives no vocab_size: not compared"
-    elif vocab != target_vocab:
-        node.ok = False
-        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the draft was trained for another "
-                       "tokenizer and would predict its ids (acceptance near zero)")
-        ctx.actions.append(f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}")
     else:
-        node.detail = f"vocab_size {vocab}, the same as the target's"
+        _judge_vocabulary(node, vocab, target_vocab, cfg.path.parent, Path(ctx.target.config).parent, ctx)
     if draft_vocab is not None and vocab is not None and draft_vocab != vocab:
         if draft_vocab > vocab:
             node.children.append(Check(f"draft_vocab_size {draft_vocab}", False,
@@ -690,7 +890,8 @@ class _Pick(NamedTuple):
 def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check:
     n = ctx.target.num_hidden_layers
     reading = ctx.reading
-    default = vllm_default_ids(n) if n is not None else None
+    fallback = default_ids(ctx.tree, ctx.target.cls, n) if n is not None else None
+    default = fallback.ids if fallback is not None else None
     for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
         if value is not None and as_int_list(value) is None:
             ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
@@ -778,6 +979,9 @@ def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[s
                                f"{_ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} (0.14.1 and later) "
                                f"and add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json")
 
+    if facts.declared_aux_layer_ids is None and source == "default" and fallback is not None:
+        _unrecorded_ids(node, fallback, n, ctx)
+
     # ids that look like vLLM's default minus one, given in vLLM's convention
     if n is not None and source == "draft config" and default is not None and sorted(ids) == [k - 1 for k in default]:
         shifted = [k + 1 for k in sorted(ids)]
@@ -793,6 +997,42 @@ def _aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[s
     _pipeline(node, facts, ids, n, ctx)
     node.ok = not any(c.failures() for c in node.children)
     return node
+
+
+def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext) -> None:
+    """A draft that records no aux ids: a warning naming the ids vLLM falls back to, and how to set them.
+
+    vLLM then captures the target's default layers without a word; a draft trained on other layers
+    loads, runs and is accepted almost never (vllm#50170: nvidia's Llama-3.3-70B EAGLE-3 head, 1.21%
+    acceptance instead of 58.9%). Where the ids are read is taken from the release
+    (:attr:`ReleaseReading.readers` that read the top-level :data:`IDS_FIELD`).
+    """
+    version = ctx.install.version
+    ids = _ids_text(fallback.ids)
+    if fallback.getter is not None:
+        origin = (f"{fallback.getter}() ({fallback.getter_location})" +
+                  (f" for n = {n} layers" if fallback.derived else
+                   f", a delegation patchkit does not follow: (2, n // 2, n - 3) with n = {n} assumed"))
+    else:
+        origin = f"the target's default (2, n // 2, n - 3) with n = {n}"
+    called = f", which the runner calls at {fallback.runner_location}" if fallback.runner_location else ""
+    readers = [r for r in ctx.reading.readers if r.top_level]
+    if readers:
+        where = "; ".join(f"{r.runner}: {r.location}" for r in readers)
+        how = (f"if it was trained on other layers, set \"{IDS_FIELD}\": [...] at the top level of the draft's "
+               f"config.json, in vLLM's convention (id k = the stream entering layer k; SpecForge / SGLang / "
+               f"ModelOpt ids + 1); vLLM {version} reads it there ({where})")
+    else:
+        how = (f"vLLM {version}'s runner reads no ids from a draft, so only a draft trained on {ids} fits here; "
+               f"a vLLM whose runner reads the top-level \"{IDS_FIELD}\" lets the draft's "
+               "config.json set them")
+    ctx.warnings.append(f"the draft's config.json records no aux layer ids ({IDS_FIELD}, top level or in "
+                        f"{EAGLE_CONFIG}): vLLM {version} will capture {ids}, from {origin}{called}; a draft trained "
+                        f"on other layers runs without an error and its drafts are almost never accepted "
+                        f"(vllm#50170); {how}")
+    node.children.append(Check("the draft records its aux layer ids", None,
+                               f"no: vLLM {version} falls back to {ids} ({origin}); {how}",
+                               fallback.getter_location))
 
 
 def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> None:
@@ -937,6 +1177,6 @@ def final_layer_capture(chain: Check | None) -> bool | None:
 
 
 __all__ = [
-    "DraftContext", "DraftFacts", "IdReader", "ReleaseReading", "draft_checks", "draft_kind",
-    "eagle3_draft_architecture", "final_layer_capture", "last_stage_start", "read_release", "vllm_default_ids",
+    "DefaultIds", "DraftContext", "DraftFacts", "IdReader", "ReleaseReading", "draft_checks", "draft_kind",
+    "default_ids", "eagle3_draft_architecture", "final_layer_capture", "last_stage_start", "read_release", "vllm_default_ids",
 ]

@@ -64,7 +64,8 @@ class Entry:
 
     Attributes:
         path: relative to site-packages, POSIX form.
-        sha256_before: digest of the original bytes (kept in ``originals/``).
+        sha256_before: digest of the original bytes (kept in ``originals/``); None for a file
+            patchkit created (the guard's, :mod:`patchkit.guard`): its revert deletes it.
         sha256_after: digest of the bytes patchkit last wrote.
         patches: ids of the patches in the file.
         vllm_version: the release the file belonged to when patched.
@@ -72,7 +73,7 @@ class Entry:
     """
 
     path: str
-    sha256_before: str
+    sha256_before: str | None
     sha256_after: str
     patches: list[str]
     vllm_version: str
@@ -81,10 +82,10 @@ class Entry:
 
 @dataclass
 class PlannedWrite:
-    """A file a run is about to change: its current (original) and new bytes."""
+    """A file a run is about to change: its current (original) and new bytes (``before`` None: it is created)."""
 
     path: str
-    before: bytes
+    before: bytes | None
     after: bytes
     patches: list[str]
 
@@ -263,7 +264,8 @@ class Journal:
                 if not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
                     raise ValueError(f"path {path!r} is not inside site-packages")
             for e in entries.values():
-                if not all(isinstance(getattr(e, k), str) for k in ("sha256_before", "sha256_after", "vllm_version")):
+                if not (all(isinstance(getattr(e, k), str) for k in ("sha256_after", "vllm_version"))
+                        and isinstance(e.sha256_before, (str, type(None)))):
                     raise ValueError(f"the entry of {e.path} has a digest or version that is not a string")
             return _State(entries=entries, pending=pending, operation=operation)
         except StateError:
@@ -274,12 +276,14 @@ class Journal:
                 "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
             ) from exc
 
-    def original(self, entry: Entry) -> bytes:
-        """The original bytes of a journaled file.
+    def original(self, entry: Entry) -> bytes | None:
+        """The original bytes of a journaled file; None for a file patchkit created (revert deletes it).
 
         Raises:
             StateError: the stored copy is missing or does not match its recorded digest.
         """
+        if entry.sha256_before is None:
+            return None
         return self._stored(entry.sha256_before, f"the original {entry.path}")
 
     def _current(self, relpath: str) -> str | None:
@@ -451,14 +455,36 @@ class Journal:
             self.remove_if_empty()
 
     def _write_file(self, relpath: str, data: bytes | None) -> None:
-        """Write (or, for None, delete) a vLLM file and drop its bytecode."""
+        """Write (or, for None, delete) a file and drop its bytecode.
+
+        A file created in a folder that does not exist yet gets its folders (the guard's
+        distribution); deleting a file removes the folders it leaves empty (its ``__pycache__``
+        included), up to site-packages.
+        """
         path = self.site_packages / relpath
         if data is None:
             path.unlink(missing_ok=True)
         else:
-            write_atomic(path, data)
+            if not path.parent.is_dir():
+                created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+                path.parent.mkdir(parents=True)
+                owner = self.owner
+                if os.geteuid() == 0 and owner != (0, 0):
+                    for d in created:
+                        os.chown(d, *owner)  # as the state folder: the folders belong to site-packages' owner
+            write_atomic(path, data, owner=None if path.exists() else self.owner)
         for pyc in bytecode_of(path, self.pycache_prefix, tuple(s / Path(relpath).parent for s in self.spellings)):
             pyc.unlink(missing_ok=True)
+        if data is None:
+            folder = path.parent
+            with contextlib.suppress(OSError):
+                (folder / "__pycache__").rmdir()
+            while folder != self.site_packages and self.site_packages in folder.parents:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break  # not empty: other files live there
+                folder = folder.parent
 
     def _store(self, data: bytes) -> str:
         digest = sha256(data)
@@ -630,11 +656,12 @@ class Journal:
         def finish() -> None:
             for w in writes:
                 entry = self._state.entries.get(w.path)
-                if entry is not None and sha256(w.before) != entry.sha256_after:
+                before = sha256(w.before) if w.before is not None else None
+                if entry is not None and before != entry.sha256_after:
                     entry = None  # reinstalled or upgraded since: these bytes are the new original
                 self._state.entries[w.path] = Entry(
                     path=w.path,
-                    sha256_before=entry.sha256_before if entry else sha256(w.before),
+                    sha256_before=entry.sha256_before if entry else before,
                     sha256_after=sha256(w.after),
                     patches=sorted(set(entry.patches if entry else []) | set(w.patches)),
                     vllm_version=vllm_version,
@@ -733,7 +760,7 @@ class Journal:
                 return  # not empty: something else lives there
 
     def _referenced(self) -> set[str]:
-        keep = {e.sha256_before for e in self._state.entries.values()}
+        keep = {e.sha256_before for e in self._state.entries.values() if e.sha256_before}
         keep |= {p["sha256_before"] for p in self._state.pending if p["sha256_before"]}
         return keep
 

@@ -149,7 +149,9 @@ def test_unpatched_0_17_1_names_the_apply_to_run_and_writes_nothing(release, cli
     code, report = doctor(cli, sp, model, draft)
     assert code == 1 and report["ready"] is False and report["verdict"] == "not ready"
     assert snapshot(sp) == before  # doctor (and its apply dry run) wrote nothing
-    expected = shlex.join(["patchkit", "apply", "--target", "vllm", "--site-packages", str(sp)])
+    # apply --model: the command that fixes this target (a plain apply writes only the shipped set)
+    expected = shlex.join(["patchkit", "apply", "--target", "vllm", "--model", str(model.resolve()),
+                           "--site-packages", str(sp)])
     assert report["apply_command"] == expected
     assert report["apply_patches"] == ALL_PATCHES
     assert report["actions"][0].startswith(f"run: {expected}")
@@ -183,7 +185,8 @@ def test_apply_suggestion_uses_the_python_option_given(release, cli, tmp_path):
     sp = release("0.16.0")
     model = checkpoint(tmp_path, "ds", DEEPSEEK_V3)
     report = run_doctor(from_site_packages(sp), model, command_options=["--python", "/opt/serve/bin/python"])
-    assert report.apply_command == "patchkit apply --target vllm --python /opt/serve/bin/python"
+    assert report.apply_command == shlex.join(["patchkit", "apply", "--target", "vllm", "--model", str(model.resolve()),
+                                               "--python", "/opt/serve/bin/python"])
     assert report.to_dict()["apply_command"] == report.apply_command
 
 

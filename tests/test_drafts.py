@@ -95,11 +95,18 @@ def eagle_repo() -> dict[str, Any]:
             "vocab_size": 128256, "draft_vocab_size": 32000, "torch_dtype": "float16"}
 
 
-def write_safetensors(folder: Path, names: list[str]) -> None:
-    """A small, valid safetensors file holding one 2-element int64 tensor per name."""
-    header = {n: {"dtype": "I64", "shape": [2], "data_offsets": [16 * i, 16 * (i + 1)]} for i, n in enumerate(names)}
+def write_safetensors(folder: Path, names: list[str], sizes: dict[str, int] | None = None) -> None:
+    """A small, valid safetensors file holding one int64 tensor of zeros per name (2 elements, or
+    ``sizes[name]``: a ``d2t`` of zeros maps draft id i to target id i; a ``t2d`` is as long as the
+    target vocabulary the draft was trained against)."""
+    sizes = sizes or {}
+    header, offset = {}, 0
+    for n in names:
+        size = 8 * sizes.get(n, 2)
+        header[n] = {"dtype": "I64", "shape": [size // 8], "data_offsets": [offset, offset + size]}
+        offset += size
     raw = json.dumps(header).encode()
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 16 * len(names))
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
 
 
 def ready_release(release, cli, version: str) -> Path:
@@ -247,13 +254,14 @@ def test_draft_vocabulary_needs_its_d2t_map(release, cli, tmp_path, kind):
     assert code == 0, report["missing"]
     assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is None
 
-    write_safetensors(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "t2d"])
+    maps = {"t2d": 129280, "d2t": 32000}  # t2d: one entry per target id; d2t: one per draft id
+    write_safetensors(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "t2d"], maps)
     code, report = doctor(cli, sp, model, draft)
     assert code == 1
     row = child(check(report, "draft vocabulary"), "draft_vocab_size 32000")
     assert row["ok"] is False and "no d2t map" in row["detail"]
 
-    write_safetensors(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "t2d", "d2t"])
+    write_safetensors(draft, ["midlayer.self_attn.q_proj.weight", "fc.weight", "t2d", "d2t"], maps)
     code, report = doctor(cli, sp, model, draft)
     assert code == 0, report["missing"]
     assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is True

