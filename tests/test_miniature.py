@@ -1,0 +1,84 @@
+"""The miniature rehearse builds (patchkit/miniature.py): what it keeps, maps and refuses (no engine)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from engine_models import GEMMA3_1B, GEMMA3_SPECULATORS_DRAFT, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, vllm_draft
+from patchkit.errors import RefusedError
+from patchkit.miniature import shrink, trained_ids
+
+
+def test_ids_in_each_convention_are_mapped_onto_the_miniature_in_the_same_convention():
+    mini = shrink(GLM45_AIR, GLM45_SPECFORGE_ONLY)
+    n, m = mini.layers
+    assert n == 46 and m < 12
+    assert mini.id_field == "eagle_config" and mini.user_ids == (2, 23, 43)  # [1, 22, 42] + 1
+    assert mini.draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [k - 1 for k in mini.ids]
+    assert mini.ids == tuple(min(m - 1, max(1, round(k * m / n))) for k in (2, 23, 43))
+    assert all(0 < k < m for k in mini.ids)
+    top = shrink(GLM45_AIR, vllm_draft(GLM45_AIR, [2, 23, 43]))
+    assert top.id_field == "top level" and top.draft_config["eagle_aux_hidden_state_layer_ids"] == list(top.ids)
+
+
+def test_a_draft_without_ids_gets_the_miniatures_default_layers():
+    mini = shrink(LLAMA, vllm_draft(LLAMA, None))
+    m = mini.layers[1]
+    assert mini.id_field == "none" and mini.ids == (2, m // 2, m - 3) and len(set(mini.ids)) == 3
+
+
+def test_code_path_fields_are_kept_and_per_layer_lists_resampled():
+    mini = shrink(GLM45_AIR, GLM45_SPECFORGE_ONLY)
+    t = mini.target_config
+    assert t["first_k_dense_replace"] == 1 and t["n_shared_experts"] == 1 and t["partial_rotary_factor"] == 0.5
+    assert t["n_routed_experts"] == 4 and t["num_experts_per_tok"] == 2 and t["attention_bias"] is True
+    gemma = shrink(GEMMA3_1B, GEMMA3_SPECULATORS_DRAFT).target_config
+    assert len(gemma["layer_types"]) == gemma["num_hidden_layers"]
+    assert set(gemma["layer_types"]) == {"sliding_attention", "full_attention"}
+
+
+def test_vocabulary_rules_are_kept():
+    same = shrink(LLAMA, vllm_draft(LLAMA, None))
+    assert same.same_vocabulary and same.draft_config["vocab_size"] == same.target_config["vocab_size"]
+    assert same.draft_config["draft_vocab_size"] < same.draft_config["vocab_size"]  # 32000 < 128256 kept smaller
+    other = shrink(LLAMA, vllm_draft({**LLAMA, "vocab_size": 32000}, None, draft_vocab=None))
+    assert not other.same_vocabulary and other.draft_config["vocab_size"] != other.target_config["vocab_size"]
+    assert other.vocabularies == (128256, 32000)
+
+
+def test_the_users_configs_are_not_changed():
+    target, draft = copy.deepcopy(GEMMA3_1B), copy.deepcopy(GEMMA3_SPECULATORS_DRAFT)
+    shrink(target, draft)
+    assert target == GEMMA3_1B and draft == GEMMA3_SPECULATORS_DRAFT
+
+
+def test_a_field_that_cannot_be_shrunk_is_refused_by_name():
+    quantized = {**LLAMA, "quantization_config": {"quant_method": "fp8"}}
+    with pytest.raises(RefusedError) as err:
+        shrink(quantized, vllm_draft(LLAMA, None))
+    assert "quantization_config" in err.value.message
+
+
+def test_ids_outside_the_target_are_refused():
+    with pytest.raises(RefusedError) as err:
+        shrink(LLAMA, vllm_draft(LLAMA, [2, 16, 40]))
+    assert "outside the target's 0..32 layers" in err.value.message
+
+
+def test_trained_ids_follow_the_draft_conventions():
+    assert trained_ids({"eagle_aux_hidden_state_layer_ids": [1, 2]}, 10) == ((1, 2), "top level")
+    assert trained_ids({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}, 10) == ((2, 3), "eagle_config")
+    assert trained_ids({}, 32) == ((2, 16, 29), "none")
+
+
+def test_rehearse_needs_python_and_a_known_device(cli, tmp_path):
+    from engine_models import write_checkpoint
+
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft))
+    assert result.exit_code == 2 and "needs --python" in result.stderr and "--python" in result.stderr
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--device", "tpu", "--python", "python3")
+    assert result.exit_code == 2 and "--device tpu" in result.stderr
