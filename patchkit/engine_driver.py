@@ -59,8 +59,10 @@ def vllm_location(exc: BaseException) -> str | None:
 
 
 def failure(name: str, exc: BaseException, **extra) -> dict:
-    message = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {message[0] if message else ''}"
+    # a multi-line message (pydantic's ValidationError: a count, then the field and the reason) is kept
+    # on one line, its first three lines joined, so the reason is not cut off after the count
+    message = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {' | '.join(message[:3])}"
     return {"name": name, "ok": False, "detail": text[:600], "where": vllm_location(exc), **extra}
 
 

@@ -82,3 +82,17 @@ def test_rehearse_needs_python_and_a_known_device(cli, tmp_path):
     assert result.exit_code == 2 and "needs --python" in result.stderr and "--python" in result.stderr
     result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--device", "tpu", "--python", "python3")
     assert result.exit_code == 2 and "--device tpu" in result.stderr
+
+
+def test_a_multi_line_engine_error_keeps_its_reason():
+    """pydantic's ValidationError (vLLM's ModelConfig, 0.32.0 ``vllm/engine/arg_utils.py``) puts only a
+    count on its first line; the reason ('... failed to be inspected') is on the next. The driver's
+    check detail keeps the first three lines, joined, so a rehearsal names the cause."""
+    from patchkit.engine_driver import failure
+
+    exc = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures "
+                     "['Gemma3ForConditionalGeneration'] failed to be inspected.\n    For further information")
+    check = failure("engine started with EAGLE-3", exc)
+    assert check["ok"] is False
+    assert check["detail"] == ("ValueError: 1 validation error for ModelConfig | Value error, Model architectures "
+                               "['Gemma3ForConditionalGeneration'] failed to be inspected. | For further information")
