@@ -6,6 +6,10 @@ architecture, from the JSON lines the real-engine tier (tests/test_engine.py) wr
 Each release's files come from the test cache (``tests/vllm_release.py`` fetches them). With
 ``--round-trip`` every patchable architecture is applied alone to a scratch copy, verified
 statically and reverted (byte-identical), and counted as "enabled and verified" only then.
+With ``--proven FILE`` (the JSON lines ``tests/test_engine.py`` appends, one per rehearsal) a column
+counts the architectures patchkit patched whose whole cycle passed in a real engine of that
+release (vLLM refused it unpatched, every rehearsal check passed patched, refused again after
+``revert``; native controls are not counted), naming the distribution.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from vllm_release import pristine_site_packages  # noqa: E402
 
-RELEASES = ["0.10.2", "0.14.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.28.0", "0.33.0"]
+RELEASES = ["0.10.2", "0.14.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.28.0", "0.32.0", "0.33.0"]
 
 
 def patchkit(*args: str) -> tuple[int, dict]:
@@ -69,13 +73,33 @@ def row(version: str, round_trip: bool) -> list[str]:
         return [version, scanned["install"]["era"], str(native), str(broken), str(len(patchable)), verified, str(refused)]
 
 
-def engine_table(path: Path) -> list[str]:
-    """Markdown rows from the tier's results: the last run of each case and step wins."""
+def _last_results(path: Path) -> dict[tuple[str, str], dict]:
+    """The tier's results by (case, step): the last run of each wins."""
     last: dict[tuple[str, str], dict] = {}
     for line in path.read_text().splitlines():
         if line.strip():
             entry = json.loads(line)
             last[(entry["case"], entry["step"])] = entry
+    return last
+
+
+def proven_in_engine(path: Path) -> dict[str, tuple[str, int]]:
+    """Per vLLM version: (distribution, how many patched architectures passed every rehearsal check)."""
+    last = _last_results(path)
+    out: dict[str, tuple[str, set[str]]] = {}
+    for (case, step), entry in last.items():
+        unpatched, reverted = last.get((case, "unpatched")), last.get((case, "reverted"))
+        # the whole cycle: vLLM refused it unpatched, every check passed patched, refused again after revert
+        if (step == "patched" and entry["ok"] and unpatched is not None and not unpatched["ok"]
+                and reverted is not None and not reverted["ok"]):
+            dist, _, version = entry["vllm"].rpartition(" ")
+            out.setdefault(version, (dist, set()))[1].add(entry["architecture"])
+    return {v: (d, len(archs)) for v, (d, archs) in out.items()}
+
+
+def engine_table(path: Path) -> list[str]:
+    """Markdown rows from the tier's results: the last run of each case and step wins."""
+    last = _last_results(path)
     cases = list(dict.fromkeys(case for case, _ in last))
     out = ["| architecture (case) | vLLM | unpatched | patched: rehearse | aux distance (same ids / shifted by one) "
            "| accepted / draft tokens | rehearse time | after revert |", "|---|---|---|---|---|---|---|---|"]
@@ -113,11 +137,18 @@ def main(argv: list[str]) -> int:
         print("\n".join(engine_table(Path(argv[argv.index("--engine-results") + 1]))))
         return 0
     round_trip = "--round-trip" in argv
-    versions = [a for a in argv if not a.startswith("--")] or RELEASES
-    print("| vLLM | era | native | declared but broken | patchable | enabled and verified | not patchable |")
-    print("|---|---|---|---|---|---|---|")
+    proven = proven_in_engine(Path(argv[argv.index("--proven") + 1])) if "--proven" in argv else None
+    skip = {argv.index("--proven") + 1} if "--proven" in argv else set()
+    versions = [a for i, a in enumerate(argv) if not a.startswith("--") and i not in skip] or RELEASES
+    head = "| vLLM | era | native | declared but broken | patchable | enabled and verified | not patchable |"
+    print(head + (" proven in a real engine |" if proven is not None else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if proven is not None else ""))
     for v in versions:
-        print("| " + " | ".join(row(v, round_trip)) + " |", flush=True)
+        cells = row(v, round_trip)
+        if proven is not None:
+            dist, count = proven.get(v, ("", 0))
+            cells.append(f"{count} ({dist} {v})" if count else "-")
+        print("| " + " | ".join(cells) + " |", flush=True)
     return 0
 
 
