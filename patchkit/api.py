@@ -545,9 +545,14 @@ def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
     The interface patch of class ``C`` is journaled as ``eagle3:C:interface``
     (:func:`patchkit.arch_patches.interface_id`); every registry row naming ``C`` counts.
     """
+    return architectures_of([pid for e in journal.entries.values() for pid in e.patches], registry)
+
+
+def architectures_of(patch_ids: Sequence[str], registry: Registry) -> list[str]:
+    """Registry architectures whose class one of ``patch_ids`` is the interface patch of (sorted)."""
     from patchkit.arch_patches import parse_id
 
-    parsed = [parse_id(pid) for e in journal.entries.values() for pid in e.patches]
+    parsed = [parse_id(pid) for pid in patch_ids]
     classes = {p[1] for p in parsed if p is not None and p[0] == "interface"}
     return sorted(a for a, e in registry.entries.items() if e.class_name in classes)
 
@@ -750,9 +755,33 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     from patchkit import guard as guard_mod
 
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
+    replaced = [journal.entries[e.path] for e in entries if e.state in ("reinstalled", "upgraded")]
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded)
+                        guard=guarded, reapply=_reapply(replaced, journal, tree) if replaced else ())
+
+
+def _reapply(replaced: list[Entry], journal: Journal, tree: SourceTree) -> tuple[tuple[str, ...], ...]:
+    """The ``--arch`` lists of the ``apply`` runs that patch the ``replaced`` journal entries again.
+
+    The journal knows which patches each file held: a shipped patch id belongs to the default set
+    (``()``: a plain ``apply``); an ``--arch`` run's patch (``eagle3:...``, :func:`patchkit.arch_patches.parse_id`)
+    means an ``--arch`` run: every architecture the journal says such a run patched
+    (:func:`journaled_architectures`) is repeated as ``--arch`` (a replaced file may hold only a
+    backbone's patch, and ``apply`` says "already applied" for the others). A ``--model`` run is
+    journaled by its architectures, not its folder.
+    """
+    from patchkit.arch_patches import parse_id
+    from patchkit.registry import Registry
+
+    ids = [pid for e in replaced for pid in e.patches]
+    runs: list[tuple[str, ...]] = []
+    if any(parse_id(pid) is None for pid in ids):
+        runs.append(())
+    chosen = journaled_architectures(journal, Registry(tree)) if any(parse_id(pid) for pid in ids) else []
+    if chosen:
+        runs.append(tuple(chosen))
+    return tuple(runs)
 
 
 @dataclass

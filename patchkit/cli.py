@@ -101,36 +101,57 @@ def _root(
     """Patch an installed vLLM so EAGLE-3 works for DeepSeek-V2/V3 and Kimi-K2.5; verify; revert exactly."""
 
 
-_given = {"where": ""}
-"""The environment options of the running command (``_run`` sets them), for :func:`with_options`."""
+_given: dict[str, Any] = {"where": "", "scope": "", "guard": False}
+"""The options of the running command (``_run`` sets them), for :func:`with_options`: ``where`` the
+environment options, ``scope`` its ``--model``/``--arch`` (:func:`_scope`), ``guard`` its ``--guard``."""
 
 _SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor)((?: [^']*)?)'")
 """A command a line suggests; not one it reports ("an earlier 'patchkit apply' stopped": its options are unknown)."""
 _ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
+_SCOPED = ("apply", "verify", "revert", "status")
+"""The commands that act on the architectures chosen: a suggested one repeats the run's ``--model``/``--arch``."""
+_SCOPE_OPTIONS = ("--arch", "--model")
 
 
 def with_options(text: str, where: str | None = None) -> str:
-    """``text`` with the environment options given (``where``) added to each ``'patchkit CMD ...'`` it suggests.
+    """``text`` with the options of the run added to each ``'patchkit CMD ...'`` it suggests.
 
-    The one place that makes every hint and suggestion act on the install the command was
-    pointed at: a ``'patchkit apply'`` run as written would otherwise patch patchkit's own
-    environment. A command already naming ``--python``/``--site-packages``/``--ray`` is left as is.
+    The one place that makes every hint and suggestion act on what the command was pointed at:
+    the environment options given (``where``) go to every suggested command (a ``'patchkit apply'``
+    run as written would otherwise patch patchkit's own environment); the run's scope
+    (``--model`` as an absolute path, each ``--arch``) goes to a suggested ``apply``, ``verify``,
+    ``revert`` or ``status`` (without it, ``apply`` would patch the default DeepSeek/Kimi set and
+    ``revert`` revert everything); the run's ``--guard`` goes to a suggested ``apply``. A command
+    already naming an option of a kind (``--python``/``--site-packages``/``--ray``;
+    ``--arch``/``--model``; ``--guard``) keeps its own.
 
     Args:
         text: a message, hint or line of output.
         where: the options as :func:`_where` spells them (``" --python /opt/venv/bin/python"``);
-            None: those of the running command.
+            None: those of the running command (and then its scope and ``--guard`` too).
     """
+    scope, guard = ("", False) if where is not None else (_given["scope"], _given["guard"])
     where = _given["where"] if where is None else where
-    if not where or "'patchkit " not in text:
+    if not (where or scope or guard) or "'patchkit " not in text:
         return text
 
     def add(m: re.Match) -> str:
-        if any(opt in m.group(2) for opt in _ENVIRONMENT_OPTIONS):
-            return m.group(0)
-        return f"'patchkit {m.group(1)}{where}{m.group(2)}'"
+        command, rest = m.group(1), m.group(2)
+        words = rest.split()
+        env = "" if any(opt in words for opt in _ENVIRONMENT_OPTIONS) else where
+        chosen = scope if command in _SCOPED and not any(opt in words for opt in _SCOPE_OPTIONS) else ""
+        guarded = " --guard" if guard and command == "apply" and "--guard" not in words else ""
+        return f"'patchkit {command}{env}{rest}{chosen}{guarded}'"
 
     return _SUGGESTED.sub(add, text)
+
+
+def _scope(arch: Optional[list[str]], model: Optional[Path]) -> str:
+    """The ``--model``/``--arch`` part of a suggested command: the folder absolute (a hint may be run elsewhere)."""
+    import os
+
+    return ((f" --model {shlex.quote(os.path.abspath(model))}" if model is not None else "")
+            + "".join(f" --arch {shlex.quote(a)}" for a in arch or ()))
 
 
 def _out() -> Writer:
@@ -224,17 +245,22 @@ def _output_closed(as_json: bool) -> int:
 
 
 def _run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] = None,
-         python: Optional[Path] = None) -> None:
+         python: Optional[Path] = None, *, arch: Optional[list[str]] = None, model: Optional[Path] = None,
+         guard: bool = False) -> None:
     """Run a command body; map patchkit errors to their one-line message, hint and exit code.
 
     Every environment variable patchkit reads is validated first (:mod:`patchkit.settings`).
     SIGINT/SIGTERM while ``apply``/``revert`` write are handled by the API (the run puts back what
     it wrote and raises :class:`~patchkit.errors.Interrupted`); anywhere else nothing has been
     written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM).
+
+    ``site_packages``/``python`` (the environment), ``arch``/``model`` (the scope) and ``guard``
+    are the command's options as given: :func:`with_options` repeats them in every command a
+    message of this run suggests.
     """
     from patchkit import interrupt
 
-    _given["where"] = _where(site_packages, python)
+    _given.update(where=_where(site_packages, python), scope=_scope(arch, model), guard=guard)
     interrupt.reset()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -374,7 +400,7 @@ def apply(
             out.line("nothing to write")
         return _apply_code(report, dry_run, as_json)
 
-    _run(as_json, body, site_packages, python)
+    _run(as_json, body, site_packages, python, arch=arch, model=model, guard=guard)
 
 
 def _options(site_packages: Optional[Path], python: Optional[Path]) -> list[str]:
@@ -507,7 +533,7 @@ def verify(
             out.line(("EAGLE-3 is not in effect:", "red"))
             for line in _missing_lines(report.checks):
                 out.line(line, indent="  ")
-            chosen = "".join(f" --arch {a}" for a in arch or ()) + (f" --model {model}" if model else "")
+            chosen = _scope(arch, model)
             elsewhere = api.import_problem(install)
             out.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
                      _verify_hint(report.install, target, _where(site_packages, python), chosen))
@@ -515,7 +541,7 @@ def verify(
             _error(PatchkitError(failed.message, failed.hint), False)
         return code
 
-    _run(as_json, body, site_packages, python)
+    _run(as_json, body, site_packages, python, arch=arch, model=model)
 
 
 @app.command(cls=_RayCommand)
@@ -562,7 +588,7 @@ def revert(
                      f"(pip install --force-reinstall --no-deps {report.install.distribution}=={report.install.version})")
         return int(ExitCode.REFUSED) if report.refused else int(ExitCode.OK)
 
-    _run(as_json, body, site_packages, python)
+    _run(as_json, body, site_packages, python, arch=arch, model=model)
 
 
 @app.command(cls=_RayCommand)
@@ -616,11 +642,15 @@ def status(
                         ", ".join(e.patches)] for e in report.entries])
             for state in sorted({e.state for e in report.entries} - {"patched"}):
                 out.line((f"{state}:", "yellow"), f" {api.FILE_STATES[state]}")
-            if {e.state for e in report.entries} & {"reinstalled", "upgraded"}:
-                out.line(("hint:", "dim"), f" run 'patchkit apply --target {target}{where}' again for this release")
+            if report.reapply:
+                runs = " and ".join(f"'patchkit apply --target {target}{where}"
+                                    + "".join(f" --arch {shlex.quote(a)}" for a in archs) + "'" for archs in report.reapply)
+                out.line(("hint:", "dim"), f" run {runs} again for this release"
+                         + (" (the --arch names: the architectures patchkit's journal says an --arch/--model run patched)"
+                            if any(report.reapply) else ""))
         return int(ExitCode.OK)
 
-    _run(as_json, body, site_packages, python)
+    _run(as_json, body, site_packages, python, arch=arch, model=model)
 
 
 @app.command()

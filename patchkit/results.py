@@ -399,6 +399,10 @@ class StatusReport:
     entries are then only the files holding their patches); empty otherwise."""
     guard: "GuardReport | None" = None
     """patchkit's guard in this install (:class:`GuardReport`), or None when it is not installed."""
+    reapply: tuple = ()
+    """When a reinstall or an upgrade replaced journaled files: the ``--arch`` option lists that patch
+    them again (``()`` for the default set, ``("Glm4MoeForCausalLM",)`` for what an ``--arch``/``--model``
+    run patched, from the journal's patch ids); empty when no file was replaced."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
