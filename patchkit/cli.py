@@ -53,7 +53,33 @@ RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
                       help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
 
 
-class _RayCommand(TyperCommand):
+_PATH_OPTIONS = ("--site-packages", "--python", "--model", "--draft")
+"""The options naming a folder or file: an empty value is a usage error (:class:`_Command`)."""
+
+
+class _Command(TyperCommand):
+    """Every patchkit command: an empty path option (``--site-packages ""``) is a usage error.
+
+    Click turns ``""`` into ``Path("")``, which is ``Path(".")``: an unset ``"$SP"`` would act on
+    whatever is in the current folder. The raw arguments are checked before Click parses them;
+    the error is one line and a hint (one JSON object with ``--json``), exit 2.
+    """
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            name, eq, value = arg.partition("=")
+            empty = (eq and not value) if eq else (arg in _PATH_OPTIONS and i + 1 < len(args) and args[i + 1] == "")
+            if name in _PATH_OPTIONS and empty:
+                _error(UsageError(f"{name} was given an empty path",
+                                  f"give {name} a folder or file (an unset shell variable expands to \"\"; "
+                                  "'.' names the current folder)"), "--json" in args)
+                raise typer.Exit(int(ExitCode.USAGE))
+        return super().parse_args(ctx, args)
+
+
+class _RayCommand(_Command):
     """A command whose ``--ray`` may come without a value: then it means ``auto`` (what ``ray.init`` finds).
 
     Typer has no option with an optional value, so a bare ``--ray`` (last, or before another
@@ -653,7 +679,7 @@ def status(
     _run(as_json, body, site_packages, python, arch=arch, model=model)
 
 
-@app.command()
+@app.command(cls=_Command)
 def resolve(
     architecture: str = typer.Argument(..., help="Architecture name from a checkpoint's config.json."),
     target: str = TargetOpt,
@@ -706,7 +732,7 @@ def resolve(
     _run(as_json, body, site_packages, python)
 
 
-@app.command("scan")
+@app.command("scan", cls=_Command)
 def scan_cmd(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
@@ -732,7 +758,7 @@ def scan_cmd(
     _run(as_json, body, site_packages, python)
 
 
-@app.command("list")
+@app.command("list", cls=_Command)
 def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
     """List the patch definitions, their vLLM ranges and targets."""
 
@@ -752,7 +778,7 @@ def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
     _run(as_json, body)
 
 
-@app.command("doctor")
+@app.command("doctor", cls=_Command)
 def doctor_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
     draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
@@ -799,7 +825,7 @@ def doctor_cmd(
     _run(as_json, body, site_packages, python)
 
 
-@app.command("rehearse")
+@app.command("rehearse", cls=_Command)
 def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
     draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
@@ -846,7 +872,7 @@ def rehearse_cmd(
     _run(as_json, body)
 
 
-@app.command("explain")
+@app.command("explain", cls=_Command)
 def explain_cmd(
     patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it."),
     target: str = TargetOpt,
@@ -921,14 +947,14 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
     _run(as_json, body)
 
 
-@guard_app.command("install")
+@guard_app.command("install", cls=_Command)
 def guard_install(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
                   python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
     """Install (or refresh) the guard for the files patchkit has patched in this install (journaled)."""
     _guard_command("install", target, site_packages, python, as_json)
 
 
-@guard_app.command("remove")
+@guard_app.command("remove", cls=_Command)
 def guard_remove(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
                  python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
     """Delete the guard's files; the vLLM patches stay ('patchkit revert' removes both)."""
