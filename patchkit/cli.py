@@ -4,7 +4,8 @@ Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found 
 effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
 install, bad ``--python``, files that cannot be read or written (checked before the first write),
 a missing target file, a checkpoint's config.json that cannot be read; 130 / 143 interrupted by
-SIGINT / SIGTERM (what was written was put back); 141 standard output closed early (``| head``).
+SIGINT / SIGTERM (what was written was put back); 141 standard output closed early (``| head``),
+closed (``>&-``) or full: the report could not be written.
 
 Start-up matters (issue 11): this module imports only Typer, the standard library and the small
 :mod:`patchkit.errors` / :mod:`patchkit.render`; each command imports what it needs when it runs,
@@ -246,26 +247,75 @@ def _on_signal(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _output_closed(as_json: bool) -> int:
-    """Standard output was closed early (``patchkit verify | head``): Python's recipe, then one line on stderr.
+class _OutputFailed(Exception):
+    """Standard output could not be written: ``cause`` is the OSError, or None when there is no stdout (``>&-``)."""
 
-    The recipe (the ``signal`` module's "Note on SIGPIPE"): point stdout at ``os.devnull`` so the
-    flush at exit does not fail a second time. The exit code is 141 (128 + SIGPIPE, what a shell
-    reports for a program a closed pipe stopped), never 1: for ``verify`` 1 means "not in effect".
+    def __init__(self, cause: OSError | None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class _Stdout:
+    """``sys.stdout`` while a command runs: a failed write or flush (or no stdout at all) raises :class:`_OutputFailed`.
+
+    So that ``_run`` tells a failure to write the report (a pipe closed early, ``> /dev/full``,
+    ``>&-``) from the command's own errors, whatever ``OSError`` it is.
     """
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _do(self, name: str, *args):
+        if self._stream is None:
+            raise _OutputFailed(None)
+        try:
+            return getattr(self._stream, name)(*args)
+        except OSError as exc:
+            raise _OutputFailed(exc) from None
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        self._do("flush")
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> int:
+    """Standard output could not take the report: Python's recipe, then one line on stderr; exit 141.
+
+    ``cause``: the OSError of the failed write (``EPIPE``: ``patchkit verify | head``; ``ENOSPC``:
+    ``> /dev/full``), None when the process has no standard output (``>&-``). ``stream``: the real
+    standard output. The recipe (the ``signal`` module's "Note on SIGPIPE"): point stdout at
+    ``os.devnull`` so the flush at exit does not fail a second time. The exit code is 141
+    (128 + SIGPIPE, what a shell reports for a program a closed pipe stopped) for all of them,
+    never 1: for ``verify`` 1 means "not in effect".
+    """
+    import errno
     import os
 
+    stream = sys.stdout if stream is None else stream
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # not a real file (an in-process test runner)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (an in-process test runner), or none
         pass
     code = int(ExitCode.OUTPUT_CLOSED)
+    if cause is None:
+        what = "standard output is closed (>&-), so the report could not be written"
+    elif cause.errno == errno.EPIPE:
+        what = "standard output was closed before the report was complete (a pipe into head?)"
+    else:
+        what = f"standard output could not be written ({cause.strerror or cause}), so the report is incomplete"
     try:
-        _err().line(("error:", "red"), " standard output was closed before the report was complete "
-                    f"(a pipe into head?); exit {code}. The command itself ran to its end: "
+        _err().line(("error:", "red"), f" {what}; exit {code}. The command itself ran to its end: "
                     "'patchkit status' shows the install")
-    except OSError:
+    except (OSError, AttributeError):
         pass
     return code
 
@@ -278,12 +328,27 @@ def _run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] =
     Every environment variable patchkit reads is validated first (:mod:`patchkit.settings`).
     SIGINT/SIGTERM while ``apply``/``revert`` write are handled by the API (the run puts back what
     it wrote and raises :class:`~patchkit.errors.Interrupted`); anywhere else nothing has been
-    written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM).
+    written, and the command says so and exits 130 (SIGINT) or 143 (SIGTERM). A report that
+    cannot be written to standard output (closed, a pipe closed early, a full disk) exits 141
+    with one line on stderr (:func:`_output_closed`).
 
     ``site_packages``/``python`` (the environment), ``arch``/``model`` (the scope) and ``guard``
     are the command's options as given: :func:`with_options` repeats them in every command a
     message of this run suggests.
     """
+    stdout = sys.stdout
+    sys.stdout = _Stdout(stdout)
+    try:
+        _run_body(as_json, body, site_packages, python, arch=arch, model=model, guard=guard)
+    except _OutputFailed as exc:
+        raise typer.Exit(_output_closed(as_json, exc.cause, stdout))
+    finally:
+        sys.stdout = stdout
+
+
+def _run_body(as_json: bool, body: Callable[[], int], site_packages: Optional[Path], python: Optional[Path], *,
+              arch: Optional[list[str]], model: Optional[Path], guard: bool) -> None:
+    """:func:`_run` with standard output already guarded (see there)."""
     from patchkit import interrupt
 
     _given.update(where=_where(site_packages, python), scope=_scope(arch, model), guard=guard)
@@ -300,8 +365,8 @@ def _run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] =
             code = 128 + late
             _err().line(("interrupted:", "red"), f" by {interrupt.name(late)} after the run had finished; "
                         "the output above says what is on disk")
-    except BrokenPipeError:
-        raise typer.Exit(_output_closed(as_json))
+    except BrokenPipeError as exc:
+        raise _OutputFailed(exc) from None
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
         code = int(ExitCode.TERMINATED if isinstance(exc, _Terminated) else ExitCode.INTERRUPTED)

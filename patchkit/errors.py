@@ -29,7 +29,7 @@ class ExitCode(IntEnum):
     TERMINATED = 143
     """SIGTERM stopped ``apply``/``revert``: what it had written was put back (128 + 15)."""
     OUTPUT_CLOSED = 141
-    """Standard output was closed before the report was complete (``| head``): 128 + SIGPIPE."""
+    """Standard output could not take the report (closed early by ``| head``, closed ``>&-``, full): 128 + SIGPIPE."""
 
 
 class PatchkitError(Exception):
