@@ -1,5 +1,5 @@
-"""``python -m patchkit``: the same as the ``patchkit`` command."""
+"""``python -m patchkit``: the same as the ``patchkit`` command (:mod:`patchkit.entry`)."""
 
-from patchkit.cli import main
+from patchkit.entry import main
 
 main()

@@ -25,7 +25,7 @@ def report():
     sys.stderr.write('PATCHKIT-MODULES ' + json.dumps(roots) + '\\n')
 atexit.register(report)
 sys.argv = ['patchkit', *sys.argv[1:]]
-from patchkit.cli import main
+from patchkit.entry import main  # the script's entry point (pyproject.toml)
 main()
 """
 
@@ -111,7 +111,7 @@ def report():  # runs after the command, just before the interpreter's own shutd
     sys.stderr.write(f'PATCHKIT-GC {gc.get_freeze_count()} {left}\\n')
 atexit.register(report)
 sys.argv = ['patchkit', *sys.argv[1:]]
-from patchkit.cli import main
+from patchkit.entry import main  # the script's entry point (pyproject.toml)
 main()
 """
 

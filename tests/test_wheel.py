@@ -40,7 +40,7 @@ def test_wheel_is_named_vllm_patchkit(wheel):
     assert headers["Version"] == patchkit.__version__
     entry_points = next(zipfile.ZipFile(wheel).open(n) for n in zipfile.ZipFile(wheel).namelist()
                         if n.endswith(".dist-info/entry_points.txt")).read().decode()
-    assert "patchkit = patchkit.cli:main" in entry_points
+    assert "patchkit = patchkit.entry:main" in entry_points
 
 
 @pytest.mark.release  # pipx and uv fetch patchkit's dependencies from the package index

@@ -1,0 +1,61 @@
+"""The ``patchkit`` script and ``python -m patchkit``: signal handlers first, then the CLI.
+
+Importing :mod:`patchkit.cli` (Typer, Click) is most of a read-only command's start-up, and the
+command's own handlers (:func:`patchkit.cli._run`) are installed only once the command line is
+parsed. Before that, Python's defaults would print a ``KeyboardInterrupt`` traceback for Ctrl-C
+and let SIGTERM kill the process silently (exit 143). This module imports only the standard
+library's ``signal`` and ``sys``, installs a handler for both signals, and then imports and runs
+the CLI: an interrupt until the command starts says ``interrupted by SIGINT while starting up;
+nothing was written`` on stderr (one JSON object on stdout with ``--json``) and exits 130 (SIGINT)
+or 143 (SIGTERM), the codes of an interrupted command (README, Exit codes).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+class _Starting(BaseException):
+    """A signal before the command started (not an Exception: Click and Typer let it through)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum, _frame) -> None:
+    raise _Starting(signum)
+
+
+def main() -> None:
+    """Install the start-up handlers, then run :func:`patchkit.cli.main`; exits with the command's code.
+
+    Raises:
+        SystemExit: always (the command's exit code; 130/143 for an interrupt while starting up).
+    """
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _on_signal)
+    try:
+        from patchkit.cli import main as cli_main
+
+        cli_main()
+    except _Starting as exc:
+        for s in (signal.SIGINT, signal.SIGTERM):  # a second signal now changes nothing
+            signal.signal(s, signal.SIG_IGN)
+        code = 128 + exc.signum
+        message = f"interrupted by {signal.Signals(exc.signum).name} while starting up; nothing was written"
+        try:
+            if "--json" in sys.argv[1:]:
+                import json
+
+                print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
+            else:
+                print(message, file=sys.stderr)
+        except (OSError, AttributeError, ValueError):
+            pass
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
