@@ -486,6 +486,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
 
     archs, types = default_architectures(), TEXT_MODEL_TYPES
+    patched: list[str] = []
     if request and contract.protocol is not None:
         _, _, archs, types = arch_selection(tree, registry, contract, request)
     else:
@@ -522,7 +523,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
-    return VerifyReport(_info(install, contract), checks, runtime_error)
+    return VerifyReport(_info(install, contract), checks, runtime_error, journaled=tuple(patched))
 
 
 def scan(install: Install):

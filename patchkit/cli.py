@@ -555,15 +555,22 @@ def _missing_lines(checks: list[Check]) -> list[str]:
     return lines
 
 
-def _verify_hint(info: InstallInfo, target: str, where: str, chosen: str = "") -> str:
+def _verify_hint(info: InstallInfo, target: str, where: str, chosen: str = "", journaled: tuple = ()) -> str:
     """What to do when EAGLE-3 is not in effect, for this release's EAGLE-3 contract.
 
     ``chosen``: the ``--arch``/``--model`` options verify was given (``" --arch X"``), empty for the
     default set. Architectures chosen that way are planned by ``apply`` on every era that has the
     SupportsEagle3 Protocol, so the hint is that command (it writes them, or says why it refuses).
+    ``journaled``: without ``chosen``, the architectures the journal says an ``--arch``/``--model``
+    run patched (verify checked them too; only ``apply --arch`` patches them again).
     """
     if chosen and (info.patchable or info.native):
         return f"run 'patchkit apply --target {target}{where}{chosen}' (it says what it writes, or why it refuses)"
+    again = "".join(f" --arch {shlex.quote(a)}" for a in journaled)
+    if again and (info.patchable or info.native):
+        return ((f"run 'patchkit apply --target {target}{where}' for the default set and " if info.patchable else "run ")
+                + f"'patchkit apply --target {target}{where}{again}' for the architectures patchkit's journal says "
+                "an --arch/--model run patched")
     if info.patchable:
         return f"run 'patchkit apply --target {target}{where}'"
     if info.native:
@@ -627,7 +634,7 @@ def verify(
             chosen = _scope(arch, model)
             elsewhere = api.import_problem(install)
             out.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
-                     _verify_hint(report.install, target, _where(site_packages, python), chosen))
+                     _verify_hint(report.install, target, _where(site_packages, python), chosen, report.journaled))
         if failed:
             _error(PatchkitError(failed.message, failed.hint), False)
         return code

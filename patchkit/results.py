@@ -237,6 +237,9 @@ class VerifyReport:
     checks: list[Check]
     runtime_error: Problem | None = None
     """Why ``--runtime`` could not run (the static checks above it still stand), or None."""
+    journaled: tuple = ()
+    """Without ``--arch``/``--model``: the architectures the journal says an ``--arch``/``--model`` run
+    patched (checked with the default set; ``apply`` patches them again only with ``--arch``)."""
 
     @property
     def ok(self) -> bool:

@@ -67,7 +67,7 @@ def test_hints_repeat_model_arch_and_guard(release, cli, monkeypatch):
     assert _suggested(stopped.stderr, "revert") == [["revert", *env, "--arch", "Glm4MoeForCausalLM"]], stopped.stderr
 
 
-def test_status_after_a_reinstall_names_the_architectures_the_journal_knows(release, cli):
+def test_status_and_verify_after_a_reinstall_name_the_architectures_the_journal_knows(release, cli):
     sp = release("0.17.1")
     env = ["--site-packages", str(sp)]
     assert cli("apply", *env, "--model", str(CHECKPOINTS / "glm-4.6")).exit_code == 0
@@ -76,5 +76,11 @@ def test_status_after_a_reinstall_names_the_architectures_the_journal_knows(rele
     assert "reinstalled" in status.stdout
     suggested = _suggested(status.stdout, "apply")
     assert suggested == [["apply", "--target", "vllm", *env, "--arch", "Glm4MoeForCausalLM"]], status.stdout
+    verify = cli("verify", *env)  # the default set and the journaled GLM: the hint names both runs
+    assert verify.exit_code == 1
+    runs = _suggested(verify.stdout, "apply")
+    assert runs == [["apply", "--target", "vllm", *env], suggested[0]], verify.stdout
     assert cli(*suggested[0]).exit_code == 0
     assert cli("verify", *env, "--arch", "Glm4MoeForCausalLM").exit_code == 0
+    assert cli(*runs[0]).exit_code == 0
+    assert cli("verify", *env).exit_code == 0  # both runs done: everything verify checks is in effect
