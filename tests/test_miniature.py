@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,37 @@ def test_fields_that_cannot_be_made_consistent_are_refused_by_name():
     with pytest.raises(RefusedError) as err:
         shrink(bad_types, GEMMA3_SPECULATORS_DRAFT)
     assert "layer_types" in err.value.message and "2 entries for 26 layers" in err.value.message
+
+
+@pytest.mark.release
+def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_is_built(release, tmp_path, monkeypatch):
+    """A typo in ``architectures`` ran the whole rehearsal (48 s) and ended 'rehearsal failed'; it is
+    the --arch path's usage error (exit 2, closest names), before the device probe or the engine."""
+    import dataclasses
+    import sys
+
+    from engine_models import write_checkpoint
+    from patchkit import rehearsal
+    from patchkit.errors import UsageError
+    from patchkit.install import from_site_packages
+
+    install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
+
+    def started(*_a, **_k):
+        raise AssertionError("the rehearsal went on past the registry check")
+
+    monkeypatch.setattr(rehearsal, "_probe_device", started)
+    monkeypatch.setattr(rehearsal.subprocess, "Popen", started)
+    monkeypatch.setattr(rehearsal, "shrink", started)
+    typo = {**GLM45_AIR, "architectures": ["Glm4MoeForCausalLn"]}
+    model = write_checkpoint(tmp_path / "model", typo)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_ONLY)
+    with pytest.raises(UsageError) as err:
+        rehearsal.rehearse(install, model, draft)
+    assert err.value.exit_code == 2
+    assert err.value.message == "--model's config.json architecture 'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry"
+    assert "did you mean Glm4MoeForCausalLM?" in err.value.hint and f"--python {sys.executable}" in err.value.hint
+    with pytest.raises(UsageError) as err:
+        rehearsal.rehearse(install, write_checkpoint(tmp_path / "none", {**GLM45_AIR, "architectures": []}), draft)
+    assert "lists no architectures" in err.value.message
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
