@@ -104,7 +104,7 @@ def _root(
 _given = {"where": ""}
 """The environment options of the running command (``_run`` sets them), for :func:`with_options`."""
 
-_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor)((?: [^']*)?)'")
+_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor|guard install|guard remove)((?: [^']*)?)'")
 """A command a line suggests; not one it reports ("an earlier 'patchkit apply' stopped": its options are unknown)."""
 _ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
 
