@@ -5,7 +5,7 @@ or ``python benchmarks/coverage.py --engine-results FILE``: the "proven in a rea
 architecture, from the JSON lines the real-engine tier (tests/test_engine.py) writes.
 Each release's files come from the test cache (``tests/vllm_release.py`` fetches them). With
 ``--round-trip`` every patchable architecture is applied alone to a scratch copy, verified
-statically and reverted (byte-identical), and counted as "enabled and verified" only then.
+statically and reverted (byte-identical), and counted as "enabled and consistency-checked" only then.
 With ``--proven FILE`` (the JSON lines ``tests/test_engine.py`` appends, one per rehearsal) a column
 counts the architectures patchkit patched whose whole cycle passed in a real engine of that
 release (vLLM refused it unpatched, every rehearsal check passed patched, refused again after
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
     proven = proven_in_engine(Path(argv[argv.index("--proven") + 1])) if "--proven" in argv else None
     skip = {argv.index("--proven") + 1} if "--proven" in argv else set()
     versions = [a for i, a in enumerate(argv) if not a.startswith("--") and i not in skip] or RELEASES
-    head = "| vLLM | era | native | declared but broken | patchable | enabled and verified | not patchable |"
+    head = "| vLLM | era | native | declared but broken | patchable | enabled and consistency-checked | not patchable |"
     print(head + (" proven in a real engine |" if proven is not None else ""))
     print("|---|---|---|---|---|---|---|" + ("---|" if proven is not None else ""))
     for v in versions:
