@@ -745,11 +745,23 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files = [*files[:len(rolled)], *sorted(files[len(rolled):], key=lambda f: f.path)]
         if refused:
             return RevertReport(info, files, refused=True)
-        if narrow is not None:
-            keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
-            journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
-        elif restore or forget:
-            journal.restore(restore, forget=forget)
+        try:
+            if narrow is not None:
+                keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
+                journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
+            elif restore or forget:
+                journal.restore(restore, forget=forget)
+        except Interrupted as exc:
+            if not request or "every file is as it was before this run" not in exc.message:
+                raise
+            # the journal's hint says 'patchkit revert' again, which would revert every patch: repeat --arch/--model
+            parts = ["patchkit", "revert", *(["--target", target] if target != "vllm" else [])]
+            for arch in request.architectures:
+                parts += ["--arch", arch]
+            if request.model is not None:
+                parts += ["--model", os.path.abspath(request.model)]
+            again = " ".join(shlex.quote(p) for p in [*parts, *(["--force"] if force else [])])
+            raise Interrupted(exc.signum, exc.message, f"run '{again}' again to revert those patches") from None
         # the guard goes with a full revert; after a partial one it watches what stays patched
         refresh = narrow is not None and bool(journal.entries)
         try:

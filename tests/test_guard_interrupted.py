@@ -182,3 +182,25 @@ def test_the_guards_apply_command_names_every_path_absolute(release, tmp_path):
                            text=True, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["written"] is False  # already applied: nothing to write
+
+
+def test_sigint_at_every_write_step_of_revert_arch_says_the_guard_was_not_refreshed(release, tmp_path):
+    """A partial revert keeps the guard and rewrites its manifest: interrupted there, the hint refreshes it."""
+    sp = release("0.33.0")
+    spa = ["--site-packages", str(sp)]
+    done = cli("apply", *spa, "--arch", OLMOE, "--guard", "--json")
+    assert done.returncode == 0, done.stderr
+    files = [f["path"] for f in json.loads(done.stdout)["files"]]
+    done = cli("apply", *spa, "--arch", "Gemma3ForCausalLM", "--json")
+    assert done.returncode == 0, done.stderr
+    files += [f["path"] for f in json.loads(done.stdout)["files"] if f["path"] not in files]
+    before_raw = snapshot(sp, files, mask=False)
+    args = ["revert", *spa, "--arch", "Gemma3ForCausalLM"]
+    assert cli(*args).returncode == 0
+    after = snapshot(sp, files)
+    assert "vllm/model_executor/models/gemma3.py" not in json.loads(after["patchkit_guard/manifest.json"])["files"]
+    put_back(sp, files, before_raw)
+
+    steps, followed = interrupt_every_step(sp, tmp_path, args, files, before_raw, after)
+    assert steps >= 5
+    assert "guard install --site-packages" in followed
