@@ -926,10 +926,28 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
             raise UsageError("--arch '' is not an architecture name",
                              "give a class name from the checkpoint's config.json \"architectures\", "
                              "e.g. DeepseekV3ForCausalLM")
-        close = suggestions(registry, name)
-        hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
-            "'patchkit scan' lists the architectures this vLLM registers"
-        raise UsageError(f"--arch {name!r} is not in vLLM {version}'s model registry", hint)
+        raise not_registered(registry, name, version, "--arch")
+
+
+def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "") -> UsageError:
+    """The error for an architecture name this release's registry does not hold (exit 2).
+
+    One message for every command: ``--arch`` names (:func:`check_requested`) and the
+    ``architectures`` of ``rehearse --model``'s ``config.json``.
+
+    Args:
+        registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
+        name: the architecture name as given.
+        version: the vLLM release, for the message.
+        given: where the name came from (``--arch``, ``--model's config.json architectures``).
+        env: the environment options the user gave (`` --python PY``), repeated in the hint.
+    Returns:
+        A :class:`UsageError` naming ``name``, with the closest registered names (:func:`suggestions`).
+    """
+    close = suggestions(registry, name)
+    hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
+        f"'patchkit scan{env}' lists the architectures this vLLM registers"
+    return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry", hint)
 
 
 def resolve(install: Install, architecture: str) -> ResolveReport:

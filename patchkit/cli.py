@@ -780,8 +780,9 @@ def rehearse_cmd(
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 3 when the model cannot be shrunk safely or
-    the device is missing; the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in
+    this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing; the
+    user's checkpoints are only read.
     """
 
     def body() -> int:

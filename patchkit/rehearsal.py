@@ -22,7 +22,7 @@ from typing import Callable
 
 from patchkit import drafts
 from patchkit.checkpoint import read_config
-from patchkit.errors import Interrupted, RefusedError
+from patchkit.errors import Interrupted, RefusedError, UsageError
 from patchkit.install import Install
 from patchkit.miniature import Miniature, shrink
 from patchkit.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
@@ -115,6 +115,31 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
     return checks
 
 
+def _registered_architecture(install: Install, target_cfg: dict) -> str:
+    """The first of the target's ``architectures`` this vLLM registers (vLLM uses the first it
+    resolves), read statically from the install's ``vllm/model_executor/models/registry.py``; checked
+    before anything is built, so a typo is refused at once, as ``--arch`` and ``doctor`` refuse it.
+
+    Raises:
+        UsageError: ``architectures`` is missing or empty, or names nothing the registry holds
+            (the message of :func:`patchkit.api.not_registered`, with the closest registered names).
+    """
+    from patchkit.api import not_registered
+    from patchkit.registry import Registry
+    from patchkit.source import SourceTree
+
+    env = f" --python {install.python}"
+    names = target_cfg.get("architectures")
+    if not isinstance(names, list) or not names or not all(isinstance(a, str) for a in names):
+        raise UsageError("--model's config.json lists no architectures (\"architectures\": [\"...\"])",
+                         f"give the checkpoint's config.json as published (it names its class), --python {install.python}")
+    registry = Registry(SourceTree(install.site_packages))
+    found = next((a for a in names if registry.resolve(a) is not None), None)
+    if found is None:
+        raise not_registered(registry, names[0], str(install.version), "--model's config.json architecture", env)
+    return found
+
+
 def _from_step(step: dict) -> RehearsalCheck:
     names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
              "engine without speculation": CheckName.PLAIN,
@@ -140,6 +165,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
     Raises:
         ConfigError: a ``config.json`` cannot be read.
+        UsageError: the target's ``architectures`` names nothing in this vLLM's registry (exit 2,
+            before anything is built or run).
         RefusedError: a field cannot be shrunk safely (named), or the device is not there.
         Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
     """
@@ -150,8 +177,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                            "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
+    arch = _registered_architecture(install, target_cfg)
     mini = shrink(target_cfg, draft_cfg)
-    arch = (target_cfg.get("architectures") or ["?"])[0]
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
     _probe_device(python, device)

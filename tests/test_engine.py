@@ -207,3 +207,16 @@ def test_a_quantized_checkpoint_is_refused_naming_the_field(engine_python, cli, 
     draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
     result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(engine_python))
     assert result.exit_code == 3 and "quantization_config" in result.stderr, result.stderr
+
+
+def test_an_architecture_typo_is_refused_at_once_as_arch_refuses_it(engine_python, cli, tmp_path):
+    """``Glm4MoeForCausalLn`` ran the whole miniature (48 s) to 'verdict: rehearsal failed'; now
+    the same usage error as ``--arch`` (exit 2, with the registered name it resembles)."""
+    model = write_checkpoint(tmp_path / "model", {**GLM45_AIR, "architectures": ["Glm4MoeForCausalLn"]})
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_ONLY)
+    result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(engine_python))
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry" in result.stderr
+    assert "did you mean Glm4MoeForCausalLM?" in result.stderr and "verdict" not in result.stdout
+    arch = cli("verify", "--arch", "Glm4MoeForCausalLn", "--python", str(engine_python))
+    assert arch.exit_code == 2 and "'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry" in arch.stderr

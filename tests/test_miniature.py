@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,93 @@ def test_a_multi_line_engine_error_keeps_its_reason():
     assert check["ok"] is False
     assert check["detail"] == ("ValueError: 1 validation error for ModelConfig | Value error, Model architectures "
                                "['Gemma3ForConditionalGeneration'] failed to be inspected. | For further information")
+
+
+def _without(cfg: dict, *keys: str) -> dict:
+    return {k: v for k, v in cfg.items() if k not in keys}
+
+
+def test_head_fields_absent_from_the_users_config_are_set_consistently():
+    """Glm4MoeConfig's class default num_key_value_heads is 8 (transformers): left out of the
+    miniature, 2 query heads met 8 kv heads ("size of tensor a (2) must match ... (8)")."""
+    mini = shrink(_without(GLM45_AIR, "num_key_value_heads", "head_dim"), GLM45_SPECFORGE_ONLY)
+    t = mini.target_config
+    assert t["num_attention_heads"] == 2 and t["num_key_value_heads"] == 2 and t["head_dim"] == 32
+    assert t["hidden_size"] // t["num_attention_heads"] == t["head_dim"]
+    assert "num_key_value_heads: (absent) -> 2" in mini.changed
+    gqa = shrink(GLM45_AIR, GLM45_SPECFORGE_ONLY).target_config  # 8 of 96: still grouped (1 of 2)
+    assert gqa["num_key_value_heads"] == 1
+
+
+def test_moe_fields_absent_from_the_users_config_fit_the_miniatures_experts_and_layers():
+    """DeepseekV3Config defaults num_experts_per_tok 8, n_group 8, topk_group 4, first_k_dense_replace
+    3: four experts and a few layers hold none of them, so the miniature sets them explicitly."""
+    user = _without(GLM45_AIR, "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
+                    "moe_intermediate_size")
+    t = shrink(user, GLM45_SPECFORGE_ONLY).target_config
+    assert t["n_routed_experts"] == 4 and t["num_experts_per_tok"] == 2
+    assert t["n_group"] == 1 and t["topk_group"] == 1 and t["first_k_dense_replace"] == 1
+    assert t["moe_intermediate_size"] == 64 and t["first_k_dense_replace"] < t["num_hidden_layers"]
+
+
+def test_layer_and_mla_fields_follow_the_miniatures_layers_and_heads():
+    qwen_moe = {**_without(GLM45_AIR, "n_routed_experts", "first_k_dense_replace", "n_group", "topk_group"),
+                "num_experts": 60, "mlp_only_layers": [0, 45], "max_window_layers": 23}
+    t = shrink(qwen_moe, vllm_draft(qwen_moe, None)).target_config
+    m = t["num_hidden_layers"]
+    assert all(0 <= k < m for k in t["mlp_only_layers"]) and len(t["mlp_only_layers"]) == 2
+    assert 0 < t["max_window_layers"] < m
+    mla = {**GLM45_AIR, "kv_lora_rank": 512, "qk_rope_head_dim": 64}  # qk_nope / v_head_dim left to defaults
+    t = shrink(mla, vllm_draft(mla, None)).target_config
+    assert (t["kv_lora_rank"], t["qk_rope_head_dim"], t["qk_nope_head_dim"], t["v_head_dim"]) == (32, 32, 32, 32)
+    assert "q_lora_rank" not in t  # None / absent selects the no-q-LoRA path: kept
+
+
+def test_mrope_section_is_rescaled_onto_the_miniatures_head_size():
+    vl = {**LLAMA, "head_dim": 128, "rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}
+    t = shrink(vl, vllm_draft(LLAMA, None)).target_config
+    assert sum(t["rope_scaling"]["mrope_section"]) == t["head_dim"] // 2 and len(t["rope_scaling"]["mrope_section"]) == 3
+
+
+def test_fields_that_cannot_be_made_consistent_are_refused_by_name():
+    with pytest.raises(RefusedError) as err:
+        shrink(_without(LLAMA, "num_attention_heads"), vllm_draft(LLAMA, None))
+    assert "num_attention_heads" in err.value.message and err.value.exit_code == 3
+    bad_types = {**GEMMA3_1B, "layer_types": ["sliding_attention", "full_attention"]}
+    with pytest.raises(RefusedError) as err:
+        shrink(bad_types, GEMMA3_SPECULATORS_DRAFT)
+    assert "layer_types" in err.value.message and "2 entries for 26 layers" in err.value.message
+
+
+@pytest.mark.release
+def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_is_built(release, tmp_path, monkeypatch):
+    """A typo in ``architectures`` ran the whole rehearsal (48 s) and ended 'rehearsal failed'; it is
+    the --arch path's usage error (exit 2, closest names), before the device probe or the engine."""
+    import dataclasses
+    import sys
+
+    from engine_models import write_checkpoint
+    from patchkit import rehearsal
+    from patchkit.errors import UsageError
+    from patchkit.install import from_site_packages
+
+    install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
+
+    def started(*_a, **_k):
+        raise AssertionError("the rehearsal went on past the registry check")
+
+    monkeypatch.setattr(rehearsal, "_probe_device", started)
+    monkeypatch.setattr(rehearsal.subprocess, "Popen", started)
+    monkeypatch.setattr(rehearsal, "shrink", started)
+    typo = {**GLM45_AIR, "architectures": ["Glm4MoeForCausalLn"]}
+    model = write_checkpoint(tmp_path / "model", typo)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_ONLY)
+    with pytest.raises(UsageError) as err:
+        rehearsal.rehearse(install, model, draft)
+    assert err.value.exit_code == 2
+    assert err.value.message == "--model's config.json architecture 'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry"
+    assert "did you mean Glm4MoeForCausalLM?" in err.value.hint and f"--python {sys.executable}" in err.value.hint
+    with pytest.raises(UsageError) as err:
+        rehearsal.rehearse(install, write_checkpoint(tmp_path / "none", {**GLM45_AIR, "architectures": []}), draft)
+    assert "lists no architectures" in err.value.message
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]
