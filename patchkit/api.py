@@ -7,6 +7,7 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,6 +66,38 @@ def _late_signal(what: str) -> None:
     if signum is not None:
         raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}",
                           "'patchkit status' shows the install as it is")
+
+
+def _apply_again(command_options: Sequence[str] | None, patch_ids: list[str] | None, request: Request,
+                 force: bool, guard: bool, target: str) -> str:
+    """The ``patchkit apply`` command that repeats a run: its environment, ``--patch``, ``--arch``,
+    ``--model`` (absolute), ``--force`` and ``--guard`` options."""
+    parts = ["patchkit", "apply", *(["--target", target] if target != "vllm" else []), *(command_options or ())]
+    for pid in patch_ids or ():
+        parts += ["--patch", pid]
+    for arch in request.architectures:
+        parts += ["--arch", arch]
+    if request.model is not None:
+        parts += ["--model", os.path.abspath(request.model)]
+    parts += [*(["--force"] if force else []), *(["--guard"] if guard else [])]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _guard_interrupted(exc: Interrupted, done: str, step: str, hint: str) -> Interrupted:
+    """The :class:`Interrupted` of a signal that stopped the guard's step after the vLLM files were committed.
+
+    The journal's own message (about the guard's files only) would say "every file is as it was
+    before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
+    ``step`` is what the guard was not (``installed``/``refreshed``/``removed``), ``hint`` the
+    command that finishes the job.
+    """
+    put_back = "every file is as it was before this run" in exc.message
+    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
+              "removed": ": it is still installed"}[step]
+    what = (f"patchkit's guard was not {step} (its files were put back{stands})" if put_back else
+            f"patchkit's guard was not {step} ({exc.message.split(': ', 1)[-1]})")
+    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's guard step: "
+                                   f"{done}; {what}", hint)
 
 
 def unfinished_check(journal: Journal) -> Check | None:
@@ -277,16 +310,32 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         journal = journal_for(install, target)
         unfinished = journal.unfinished()
         recovered = journal.recover()
-        report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
-                        request=request, recovered=recovered, unfinished=unfinished)
+        try:
+            report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
+                            request=request, recovered=recovered, unfinished=unfinished)
+        except Interrupted as exc:
+            if "every file is as it was before this run" not in exc.message:
+                raise
+            # the journal's hint says 'patchkit apply' again: repeat this run's options, --guard included
+            again = _apply_again(command_options, patch_ids, request, force, guard, target)
+            raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
         if not report.refused:
             from patchkit import guard as guard_mod
 
+            where = "".join(" " + shlex.quote(o) for o in command_options or ())
+            had_guard = guard_mod.installed(install)
             try:
+                # absolute: the guard's line is read from the server's working folder, not this one
                 found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
-                                       model=str(request.model) if request.model is not None else None, target=target)
+                                       model=os.path.abspath(request.model) if request.model is not None else None,
+                                       target=target)
+            except Interrupted as exc:  # the vLLM files are written (committed) already: say so
+                done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
+                        if report.written else "the patches were applied already (nothing to write)")
+                raise _guard_interrupted(exc, done, "refreshed" if had_guard else "installed",
+                                         f"run 'patchkit guard install{where}' to "
+                                         + ("refresh it" if had_guard else "install it")) from None
             except StateError as exc:  # the vLLM files are written (committed) already: say so
-                where = "".join(" " + shlex.quote(o) for o in command_options or ())
                 message = exc.message.removesuffix("; nothing was written").removesuffix("; every file was put back")
                 raise StateError(f"the patches were applied, but patchkit's guard was not written ({message})",
                                  f"{exc.hint}; then run 'patchkit guard install{where}'") from exc
@@ -702,14 +751,33 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files = [*files[:len(rolled)], *sorted(files[len(rolled):], key=lambda f: f.path)]
         if refused:
             return RevertReport(info, files, refused=True)
-        if narrow is not None:
-            keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
-            journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
-        elif restore or forget:
-            journal.restore(restore, forget=forget)
+        try:
+            if narrow is not None:
+                keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
+                journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
+            elif restore or forget:
+                journal.restore(restore, forget=forget)
+        except Interrupted as exc:
+            if not request or "every file is as it was before this run" not in exc.message:
+                raise
+            # the journal's hint says 'patchkit revert' again, which would revert every patch: repeat --arch/--model
+            parts = ["patchkit", "revert", *(["--target", target] if target != "vllm" else [])]
+            for arch in request.architectures:
+                parts += ["--arch", arch]
+            if request.model is not None:
+                parts += ["--model", os.path.abspath(request.model)]
+            again = " ".join(shlex.quote(p) for p in [*parts, *(["--force"] if force else [])])
+            raise Interrupted(exc.signum, exc.message, f"run '{again}' again to revert those patches") from None
         # the guard goes with a full revert; after a partial one it watches what stays patched
-        guarded = (guard_mod.sync(install, journal, target=target) if narrow is not None and journal.entries
-                   else guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None)
+        refresh = narrow is not None and bool(journal.entries)
+        try:
+            guarded = (guard_mod.sync(install, journal, target=target) if refresh
+                       else guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None)
+        except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
+            done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
+            raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
+                                     "run 'patchkit guard install' to refresh it" if refresh else
+                                     "run 'patchkit guard remove' to remove it (or 'patchkit revert' again)") from None
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False, guard=guarded)

@@ -132,7 +132,7 @@ _given: dict[str, Any] = {"where": "", "scope": "", "guard": False}
 """The options of the running command (``_run`` sets them), for :func:`with_options`: ``where`` the
 environment options, ``scope`` its ``--model``/``--arch`` (:func:`_scope`), ``guard`` its ``--guard``."""
 
-_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor)((?: [^']*)?)'")
+_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor|guard install|guard remove)((?: [^']*)?)'")
 """A command a line suggests; not one it reports ("an earlier 'patchkit apply' stopped": its options are unknown)."""
 _ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
 _SCOPED = ("apply", "verify", "revert", "status")
