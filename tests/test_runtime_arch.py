@@ -42,21 +42,19 @@ def runtime(cli, python: Path, archs: list[str]) -> tuple[int, list[dict]]:
 
 def apply_each(cli, python: Path, archs: list[str], tmp: Path) -> set[str]:
     """On an A1 release every architecture also needs its checkpoint's model type on the start-up
-    allow-list: one with a family entry is applied with ``--arch`` (the entry gives its types), any
-    other with ``--model`` (a config.json of our own naming the architecture and a model type of
-    our own); the runs add up. Returns the ids written."""
-    from patchkit.spec import load_families
-
-    families = {a for f in load_families() for a in f.architectures}
+    allow-list: ``--arch`` alone when patchkit knows the model type (a family entry, or the
+    environment's transformers and vLLM's config registry, read statically), otherwise ``--model``
+    (a config.json of our own naming the architecture and a model type of our own); the runs add up.
+    ``verify --arch`` later checks the model types ``--arch`` knows, so an architecture whose real
+    model type patchkit finds must be applied with it, not with a made-up one. Returns the ids written."""
     written: set[str] = set()
     for arch in archs:
-        chosen = ["--arch", arch]
-        if arch not in families:
+        code, applied = cli.json("apply", "--python", str(python), "--arch", arch)
+        if code != 0:  # refused: patchkit does not know this architecture's model type without a checkpoint
             folder = tmp / arch
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": f"pk_{arch.lower()}"}))
-            chosen = ["--model", str(folder)]
-        code, applied = cli.json("apply", "--python", str(python), *chosen)
+            code, applied = cli.json("apply", "--python", str(python), "--model", str(folder))
         assert code == 0, (arch, [p for p in applied["patches"] if p["outcome"] not in ("applied", "already applied")])
         written |= {p["id"] for p in applied["patches"] if p["outcome"] == "applied"}
     return written
