@@ -3,8 +3,8 @@
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
-from patchkit.spec import ModuleTarget, Patch
+from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
+from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(
     id="eagle3-allowlist",

@@ -3,7 +3,7 @@
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.spec import ClassTarget, Patch
+from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(
     id="eagle3-deepseek-backbone",

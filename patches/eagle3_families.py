@@ -7,7 +7,7 @@ The model types are those of the families' published ``config.json`` files (``te
 multimodal checkpoints).
 """
 
-from patchkit.spec import Family
+from patchkit.plan.spec import Family
 
 FAMILIES = (
     Family("glm4-moe", ("Glm4MoeForCausalLM",), ("glm4_moe",)),

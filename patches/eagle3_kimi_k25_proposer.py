@@ -3,7 +3,7 @@
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
-from patchkit.spec import ModuleTarget, Patch
+from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(
     id="eagle3-kimi-k25-proposer",

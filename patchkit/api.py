@@ -1,6 +1,6 @@
-"""patchkit's API: each function takes an :class:`~patchkit.install.Install` and returns a result.
+"""patchkit's API: each function takes an :class:`~patchkit.vllm.install.Install` and returns a result.
 
-The CLI (:mod:`patchkit.cli`) is a thin layer over these functions; other tools can call them
+The CLI (:mod:`patchkit.ui.cli`) is a thin layer over these functions; other tools can call them
 directly. Nothing here prints. Expected outcomes (refused, not applicable, not in effect) are in
 the returned results; exceptions (:mod:`patchkit.errors`) are for commands that cannot run.
 """
@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from patchkit import contract as contract_mod
+from patchkit.vllm import contract as contract_mod
 from patchkit import interrupt
 from patchkit.errors import Interrupted, PatchkitError, RefusedError, StateError, UsageError
-from patchkit.install import Install, has_record, record_sha256
-from patchkit.journal import Entry, Journal, PlannedWrite, sha256
+from patchkit.vllm.install import Install, has_record, record_sha256
+from patchkit.store.journal import Entry, Journal, PlannedWrite, sha256
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -32,20 +32,20 @@ from patchkit.results import (
     StatusReport,
     VerifyReport,
 )
-from patchkit.source import ClassRef, SourceTree
+from patchkit.vllm.source import ClassRef, SourceTree
 
 if TYPE_CHECKING:
-    from patchkit.registry import Registry, Resolution
+    from patchkit.vllm.registry import Registry, Resolution
 
-# The registry, the chain check and the patch set (and :mod:`patchkit.missing`, which reads
+# The registry, the chain check and the patch set (and :mod:`patchkit.plan.missing`, which reads
 # them) are imported by the functions that use them, so 'status' and 'revert' start without them.
 
 
 def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
                architectures: tuple[str, ...] | None = None,
                model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
-    """The chain check, :func:`patchkit.verify.verify` (imported on first use)."""
-    from patchkit.verify import verify as chain_check
+    """The chain check, :func:`patchkit.checks.verify.verify` (imported on first use)."""
+    from patchkit.checks.verify import verify as chain_check
 
     return chain_check(tree, registry, contract, architectures, model_types, requested)
 
@@ -113,11 +113,11 @@ def unfinished_check(journal: Journal) -> Check | None:
 
 
 def import_problem(install: Install) -> RefusedError | None:
-    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.install.imports_elsewhere`), or None.
+    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.vllm.install.imports_elsewhere`), or None.
 
     ``apply`` raises it (exit 3, nothing written); ``verify`` shows it as a failing check (exit 1).
     """
-    from patchkit.install import imports_elsewhere
+    from patchkit.vllm.install import imports_elsewhere
 
     other = imports_elsewhere(install)
     if other is None:
@@ -186,9 +186,9 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
         ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
         SourceError: a file on the way does not parse.
     """
-    from patchkit.arch_patches import read_model_config, select_architectures
-    from patchkit.spec import load_families, load_patches, select
-    from patchkit.verify import TEXT_MODEL_TYPES, read_allow_list
+    from patchkit.plan.arch_patches import read_model_config, select_architectures
+    from patchkit.plan.spec import load_families, load_patches, select
+    from patchkit.checks.verify import TEXT_MODEL_TYPES, read_allow_list
 
     config = read_model_config(request.model) if request.model is not None else None
     archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
@@ -198,7 +198,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
     # by name, or by class on the releases those patches are for (a subclass of a class a shipped
     # interface patch targets, holding the same backbone: 0.16.0 deepseek_v2.py DeepseekForCausalLM,
     # mistral_large_3.py MistralLarge3ForCausalLM; a generic capture of that backbone would collide)
-    from patchkit.arch_patches import shipped_for
+    from patchkit.plan.arch_patches import shipped_for
 
     served = {a: found for a in archs for found in [shipped_for(tree, registry, contract, a)] if found}
     shipped = list({p.id: p for found in served.values() for p in found}.values())
@@ -216,7 +216,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
         if config is not None and config.model_type and arch in config.architectures:
             types.append(config.model_type)
         else:  # the family entry, else the serving environment's transformers / vLLM's config registry
-            from patchkit.arch_patches import architecture_model_types
+            from patchkit.plan.arch_patches import architecture_model_types
 
             resolution = registry.resolve(arch)
             types.extend(architecture_model_types(tree, resolution.cls if resolution else None, arch, families)[0])
@@ -225,8 +225,8 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
         types.extend(TEXT_MODEL_TYPES)
         # a checkpoint of a default-set architecture whose model type neither the release's list nor the
         # shipped entries admit (a fine-tune with its own model_type) gets its own allow-list entry
-        from patchkit.arch_patches import allow_list_patch
-        from patchkit.contract import admits
+        from patchkit.plan.arch_patches import allow_list_patch
+        from patchkit.vllm.contract import admits
 
         shipped_entries = [e for p in patches if p.codemod.kind == "allowlist" for e in p.codemod.opts.get("entries", ())]
         if (allow is not None and config is not None and config.model_type
@@ -254,10 +254,10 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         force: patch files whose bytes differ from the distribution's RECORD (someone else
             changed them) instead of refusing.
         request: ``--arch`` / ``--model``: patch these architectures, in the shape this release's
-            own native classes use (:mod:`patchkit.arch_patches`), instead of the default set.
+            own native classes use (:mod:`patchkit.plan.arch_patches`), instead of the default set.
         on_wait: called once, with the site-packages folder and the timeout in seconds, when
             another patchkit run holds the install's lock and this one starts waiting.
-        guard: also install patchkit's guard (:mod:`patchkit.guard`), journaled, in the same lock;
+        guard: also install patchkit's guard (:mod:`patchkit.guard.guard`), journaled, in the same lock;
             an installed guard is refreshed by every apply either way (``report.guard``).
         command_options: the environment options given (``["--python", PATH]``), for the
             ``patchkit apply`` command the guard's line names.
@@ -283,7 +283,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
-    from patchkit.spec import load_patches, select
+    from patchkit.plan.spec import load_patches, select
 
     everything = load_patches(target)
     _unknown_patch_ids(patch_ids, [p.id for p in everything])
@@ -300,7 +300,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                         force=force, request=request, overrides=overrides, recovered=rolled,
                         unfinished=journal.unfinished())
         if guard and not report.refused:
-            from patchkit import guard as guard_mod
+            from patchkit.guard.guard import guard as guard_mod
 
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
         return report
@@ -320,7 +320,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             again = _apply_again(command_options, patch_ids, request, force, guard, target)
             raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
         if not report.refused:
-            from patchkit import guard as guard_mod
+            from patchkit.guard.guard import guard as guard_mod
 
             where = "".join(" " + shlex.quote(o) for o in command_options or ())
             had_guard = guard_mod.installed(install)
@@ -352,7 +352,7 @@ def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
     The CLI calls this before it looks for the install, so a typo is reported as one.
     """
     if ids:
-        from patchkit.spec import load_patches
+        from patchkit.plan.spec import load_patches
 
         _unknown_patch_ids(ids, [p.id for p in load_patches(target)])
 
@@ -373,13 +373,13 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
            force: bool, request: Request, overrides: dict[str, bytes] | None = None,
            recovered: list[str] = (), unfinished=None) -> ApplyReport:
     """Plan, run the gates (requested patches, symlinks, RECORD drift and absence, the chain on the
-    planned bytes), decide every outcome once (:func:`patchkit.outcomes.decide`), then write unless dry.
+    planned bytes), decide every outcome once (:func:`patchkit.plan.outcomes.decide`), then write unless dry.
 
     ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
     """
-    from patchkit import missing, outcomes
-    from patchkit.engine import plan as make_plan  # libcst: imported only by commands that rewrite
-    from patchkit.registry import Registry
+    from patchkit.plan import missing, outcomes
+    from patchkit.plan.engine import plan as make_plan  # libcst: imported only by commands that rewrite
+    from patchkit.vllm.registry import Registry
 
     overrides = dict(overrides or {})
     tree = SourceTree(install.site_packages, overrides=overrides)
@@ -392,7 +392,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     if request and contract.protocol is not None:
         # shapes are read from the files as they were before patchkit: an architecture patched
         # already gets the same patches planned again (and they are "already applied")
-        from patchkit.arch_scope import pristine_tree
+        from patchkit.plan.arch_scope import pristine_tree
 
         pristine = pristine_tree(install, journal, overrides) if journal.entries else tree
         patches, decided, archs, types = arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
@@ -425,11 +425,11 @@ def _gates(install: Install, journal: Journal, planned, results, info: InstallIn
     """The gates after planning, in order; the first that vetoes ends them.
 
     Returns:
-        ``(vetoes, verify_report)``: the :class:`patchkit.outcomes.Veto` values, and the chain
+        ``(vetoes, verify_report)``: the :class:`patchkit.plan.outcomes.Veto` values, and the chain
         check of the planned bytes when the gates got that far (else None).
     """
-    from patchkit import outcomes
-    from patchkit.registry import Registry
+    from patchkit.plan import outcomes
+    from patchkit.vllm.registry import Registry
 
     if any(r.outcome is Outcome.REFUSED for r in results):
         return (), None
@@ -513,7 +513,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     Args:
         install: the vLLM install.
-        runtime_python: when given, also run :mod:`patchkit.runtime_probe` with this interpreter
+        runtime_python: when given, also run :mod:`patchkit.checks.runtime_probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
         request: ``--arch`` / ``--model``: check these architectures. Without it: the default
             set's architectures plus every architecture the journal shows patchkit patched.
@@ -525,14 +525,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
-    from patchkit.registry import Registry
+    from patchkit.vllm.registry import Registry
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
-    from patchkit.verify import TEXT_MODEL_TYPES, default_architectures
+    from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
 
     archs, types = default_architectures(), TEXT_MODEL_TYPES
     patched: list[str] = []
@@ -560,13 +560,13 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
         checks.insert(1, Check("patchkit journal", None, detail))
-    from patchkit import guard as guard_mod
+    from patchkit.guard.guard import guard as guard_mod
 
     if guard_mod.installed(install):
         checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
-        from patchkit.runtime import probe_spec, run_probe
+        from patchkit.checks.runtime import probe_spec, run_probe
 
         try:
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
@@ -579,12 +579,12 @@ def scan(install: Install):
     """Every text-generation and multimodal architecture of ``install`` with its EAGLE-3 state.
 
     Returns:
-        A :class:`patchkit.scan.ScanReport` (frozen): per architecture its state (native, declared
+        A :class:`patchkit.checks.scan.ScanReport` (frozen): per architecture its state (native, declared
         but broken, patchable, patched by patchkit, not patchable), shape and one-line reason.
     Raises:
         SourceError: the registry or ``interfaces.py`` is missing or does not parse.
     """
-    from patchkit.scan import scan as classify_all
+    from patchkit.checks.scan import scan as classify_all
 
     return classify_all(install)
 
@@ -593,14 +593,14 @@ def journaled_architectures(journal: Journal, registry: Registry) -> list[str]:
     """Registry architectures whose class an ``--arch`` run patched, from the journal's patch ids.
 
     The interface patch of class ``C`` is journaled as ``eagle3:C:interface``
-    (:func:`patchkit.arch_patches.interface_id`); every registry row naming ``C`` counts.
+    (:func:`patchkit.plan.arch_patches.interface_id`); every registry row naming ``C`` counts.
     """
     return architectures_of([pid for e in journal.entries.values() for pid in e.patches], registry)
 
 
 def architectures_of(patch_ids: Sequence[str], registry: Registry) -> list[str]:
     """Registry architectures whose class one of ``patch_ids`` is the interface patch of (sorted)."""
-    from patchkit.arch_patches import parse_id
+    from patchkit.plan.arch_patches import parse_id
 
     parsed = [parse_id(pid) for pid in patch_ids]
     classes = {p[1] for p in parsed if p is not None and p[0] == "interface"}
@@ -668,7 +668,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
     With ``request`` (``--arch``/``--model``) only the patches those architectures need and no
-    other patched architecture needs are taken out (:mod:`patchkit.arch_scope`): a file that holds
+    other patched architecture needs are taken out (:mod:`patchkit.plan.arch_scope`): a file that holds
     only such patches gets its original bytes back; a file that also holds patches that stay (the
     allow-list, a shared backbone) is rewritten to exactly the bytes ``apply`` of what stays gives
     the original. Files of other architectures are not touched.
@@ -687,10 +687,10 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    from patchkit import guard as guard_mod
+    from patchkit.guard.guard import guard as guard_mod
 
     if request:
-        from patchkit.registry import Registry
+        from patchkit.vllm.registry import Registry
 
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
@@ -710,7 +710,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", [], "rolled back") for p in rolled]
         narrow = rewrite = None
         if request:
-            from patchkit import arch_scope
+            from patchkit.plan import arch_scope
 
             narrow = arch_scope.narrowing(install, journal, request)
             rewrite = arch_scope.rewritten(install, journal, narrow)
@@ -791,7 +791,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
 
     With ``request`` (``--arch``/``--model``): only the files holding a patch those architectures
     need, and per architecture whether all, some or none of its patches are journaled
-    (:func:`patchkit.arch_scope.states`). No libcst is imported either way.
+    (:func:`patchkit.plan.arch_scope.states`). No libcst is imported either way.
 
     Raises:
         ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
@@ -804,8 +804,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     architectures = ()
     paths = sorted(journal.entries)
     if request:
-        from patchkit import arch_scope
-        from patchkit.registry import Registry
+        from patchkit.plan import arch_scope
+        from patchkit.vllm.registry import Registry
 
         check_requested(Registry(tree), request, str(install.version))
 
@@ -821,7 +821,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
                     journal.entries[path].applied_at)
         for path in paths
     ]
-    from patchkit import guard as guard_mod
+    from patchkit.guard.guard import guard as guard_mod
 
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
     replaced = [journal.entries[e.path] for e in entries if e.state in ("reinstalled", "upgraded")]
@@ -834,14 +834,14 @@ def _reapply(replaced: list[Entry], journal: Journal, tree: SourceTree) -> tuple
     """The ``--arch`` lists of the ``apply`` runs that patch the ``replaced`` journal entries again.
 
     The journal knows which patches each file held: a shipped patch id belongs to the default set
-    (``()``: a plain ``apply``); an ``--arch`` run's patch (``eagle3:...``, :func:`patchkit.arch_patches.parse_id`)
+    (``()``: a plain ``apply``); an ``--arch`` run's patch (``eagle3:...``, :func:`patchkit.plan.arch_patches.parse_id`)
     means an ``--arch`` run: every architecture the journal says such a run patched
     (:func:`journaled_architectures`) is repeated as ``--arch`` (a replaced file may hold only a
     backbone's patch, and ``apply`` says "already applied" for the others). A ``--model`` run is
     journaled by its architectures, not its folder.
     """
-    from patchkit.arch_patches import parse_id
-    from patchkit.registry import Registry
+    from patchkit.plan.arch_patches import parse_id
+    from patchkit.vllm.registry import Registry
 
     ids = [pid for e in replaced for pid in e.patches]
     runs: list[tuple[str, ...]] = []
@@ -871,7 +871,7 @@ class ResolveReport:
     suggestions: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
     branches: list[dict] = field(default_factory=list)
-    """Every platform branch (:func:`patchkit.platforms.branches`): ``class``, ``location``, ``first``,
+    """Every platform branch (:func:`patchkit.checks.platforms.branches`): ``class``, ``location``, ``first``,
     ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
 
     @property
@@ -946,7 +946,7 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
         ConfigError: ``--model``'s ``config.json`` is missing or unreadable (exit 4).
     """
     if request.model is not None:  # read first: a bad config.json is the same error on every command
-        from patchkit.arch_patches import read_model_config
+        from patchkit.plan.arch_patches import read_model_config
 
         read_model_config(request.model)
     for name in request.architectures:
@@ -990,7 +990,7 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
         UsageError: ``architecture`` is empty or holds spaces (:func:`check_architecture`).
         SourceError: the registry or the model file does not parse.
     """
-    from patchkit.registry import Registry
+    from patchkit.vllm.registry import Registry
 
     check_architecture(architecture)
     tree = SourceTree(install.site_packages)
@@ -1004,7 +1004,7 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     # a case slip or a one-letter typo, not every vaguely similar name
     close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
-    from patchkit import platforms
+    from patchkit.checks import platforms
 
     branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
                  "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}

@@ -1,7 +1,7 @@
 """The ``patchkit`` script and ``python -m patchkit``: signal handlers first, then the CLI.
 
-Importing :mod:`patchkit.cli` (Typer, Click) is most of a read-only command's start-up, and the
-command's own handlers (:func:`patchkit.cli._run`) are installed only once the command line is
+Importing :mod:`patchkit.ui.cli` (Typer, Click) is most of a read-only command's start-up, and the
+command's own handlers (:func:`patchkit.ui.cli._run`) are installed only once the command line is
 parsed. Before that, Python's defaults would print a ``KeyboardInterrupt`` traceback for Ctrl-C
 and let SIGTERM kill the process silently (exit 143). This module imports only the standard
 library's ``signal`` and ``sys``, installs a handler for both signals, and then imports and runs
@@ -29,7 +29,7 @@ def _on_signal(signum, _frame) -> None:
 
 
 def main() -> None:
-    """Install the start-up handlers, then run :func:`patchkit.cli.main`; exits with the command's code.
+    """Install the start-up handlers, then run :func:`patchkit.ui.cli.main`; exits with the command's code.
 
     Raises:
         SystemExit: always (the command's exit code; 130/143 for an interrupt while starting up).
@@ -37,7 +37,7 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
     try:
-        from patchkit.cli import main as cli_main
+        from patchkit.ui.cli import main as cli_main
 
         cli_main()
     except _Starting as exc:

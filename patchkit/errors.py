@@ -3,7 +3,7 @@
 Expected outcomes of a patch (applied, refused, not applicable, ...) are *results*, not
 errors: see :mod:`patchkit.results`. The exceptions here are for situations where a command
 cannot run at all (no vLLM found, a bad ``--python``, a state directory that cannot be written).
-The CLI maps each to its exit code in one place (:func:`patchkit.cli.main`).
+The CLI maps each to its exit code in one place (:func:`patchkit.ui.cli.main`).
 """
 
 from __future__ import annotations

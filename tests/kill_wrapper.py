@@ -97,7 +97,7 @@ def main() -> None:
     os.replace, os.unlink, os.rmdir, os.mkdir = wrap(real_replace), wrap(real_unlink), wrap(real_rmdir), wrap(real_mkdir)
     fcntl.flock = flock
 
-    from patchkit.cli import app
+    from patchkit.ui.cli import app
 
     sys.argv = ["patchkit", *args]
     try:

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from patchkit import api
-from patchkit.install import from_site_packages
-from patchkit.journal import Journal
+from patchkit.vllm.install import from_site_packages
+from patchkit.store.journal import Journal
 
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import journal as journal_mod
-from patchkit.journal import Journal
+from patchkit.store import journal as journal_mod
+from patchkit.store.journal import Journal
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot
 

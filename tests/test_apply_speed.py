@@ -14,7 +14,7 @@ from libcst import matchers as m
 
 from patchkit import api
 from patchkit.codemods import tree
-from patchkit.install import from_site_packages
+from patchkit.vllm.install import from_site_packages
 from patchkit.results import Outcome
 
 FILES = ["vllm/v1/spec_decode/eagle.py", "vllm/config/speculative.py",
@@ -76,7 +76,7 @@ def test_apply_does_not_import_libcst_matchers(release):
     probe = ("import atexit, sys\n"
              "atexit.register(lambda: sys.stderr.write('MATCHERS ' + str('libcst.matchers' in sys.modules) + "
              "' LIBCST ' + str('libcst' in sys.modules) + '\\n'))\n"
-             "sys.argv = ['patchkit', *sys.argv[1:]]\nfrom patchkit.cli import main\nmain()\n")
+             "sys.argv = ['patchkit', *sys.argv[1:]]\nfrom patchkit.ui.cli import main\nmain()\n")
     proc = subprocess.run([sys.executable, "-c", probe, "apply", "--site-packages", str(sp)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

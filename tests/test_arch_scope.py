@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import api, outcomes
-from patchkit.install import from_site_packages
+from patchkit import api
+from patchkit.plan import outcomes
+from patchkit.vllm.install import from_site_packages
 from patchkit.results import Outcome, PatchResult
 
 GLM, OLMOE, KIMI = "Glm4MoeForCausalLM", "OlmoeForCausalLM", "KimiK25ForConditionalGeneration"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.install import from_site_packages
-from patchkit.scan import scan
+from patchkit.vllm.install import from_site_packages
+from patchkit.checks.scan import scan
 
 pytestmark = pytest.mark.release
 
@@ -57,7 +57,7 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
 
 LOAD_PATH_BROKEN = {
     # vLLM's own EAGLE proposer raises AttributeError loading any draft for these: get_language_model()
-    # returns a bare backbone with no .model (patchkit.proposer_paths); scan calls them not patchable
+    # returns a bare backbone with no .model (patchkit.vllm.proposer_paths); scan calls them not patchable
     "0.33.0": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM", "DiffusionGemmaForBlockDiffusion"},
     "0.17.1": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
 }
@@ -267,9 +267,9 @@ def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release
 def test_backbone_is_followed_through_the_init_chain(release, version, arch, backbone):
     """held_class follows super().__init__(...) with the keyword arguments it passes: these classes
     were called 'no decoder backbone in self.model' before."""
-    from patchkit.composition import held_class
-    from patchkit.registry import Registry
-    from patchkit.source import SourceTree
+    from patchkit.vllm.composition import held_class
+    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.source import SourceTree
 
     sp = release(version)
     tree = SourceTree(sp)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.install import from_site_packages
+from patchkit.vllm.install import from_site_packages
 
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from patchkit.spec import load_patches
+from patchkit.plan.spec import load_patches
 
 
 def test_list_text_and_json(cli):

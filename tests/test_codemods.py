@@ -12,7 +12,7 @@ from patchkit.codemods.base import Holder, Presence, Refusal, Site
 from patchkit.codemods.capture import CaptureAuxHiddenStates
 from patchkit.codemods.interface import AddEagle3Interface
 from patchkit.codemods.proposer import AddModelNameBranch
-from patchkit.source import ClassRef
+from patchkit.vllm.source import ClassRef
 
 MODELS = "vllm.model_executor.models"
 

@@ -13,8 +13,8 @@ import textwrap
 import pytest
 from vllm_release import pristine_site_packages
 
-from patchkit import proposer_paths
-from patchkit.source import SourceTree
+from patchkit.vllm import proposer_paths
+from patchkit.vllm.source import SourceTree
 
 RELEASES = ["0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.33.0"]
 SETTER = proposer_paths.SETTER

@@ -27,8 +27,8 @@ def effect_check(report: dict) -> dict:
 
 def registry_row(sp: Path, architecture: str):
     """How the release's own registry resolves ``architecture`` (read statically)."""
-    from patchkit.registry import Registry
-    from patchkit.source import SourceTree
+    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.source import SourceTree
 
     return Registry(SourceTree(sp)).resolve(architecture)
 
@@ -70,8 +70,8 @@ def test_following_doctors_advice_makes_the_target_ready(release, cli, name, ver
 
 
 def test_advice_repeats_the_python_option_given(release, tmp_path):
-    from patchkit.doctor import doctor as run_doctor
-    from patchkit.install import from_site_packages
+    from patchkit.checks.doctor import doctor as run_doctor
+    from patchkit.vllm.install import from_site_packages
 
     sp = release("0.20.2")
     model = CHECKPOINTS / "glm-4.6"

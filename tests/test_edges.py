@@ -216,7 +216,7 @@ def test_every_hint_repeats_the_environment_options(release, cli, tmp_path, monk
     """Ctrl-C during apply, and the other hints naming a command: each names the --site-packages/--python given."""
     import signal
 
-    from patchkit import journal as journal_mod
+    from patchkit.store import journal as journal_mod
 
     sp = release("0.17.1")
     before = snapshot(sp)

@@ -39,7 +39,7 @@ def engine_python():
 
 
 def vllm_digests(python: Path) -> dict[str, str]:
-    from patchkit.install import from_python
+    from patchkit.vllm.install import from_python
 
     site = from_python(python).site_packages
     return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.spec import load_patches
+from patchkit.plan.spec import load_patches
 
 PATCHES = load_patches("vllm")
 

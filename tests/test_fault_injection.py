@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-TMP_SUFFIX = ".patchkit-tmp"  # patchkit.journal.TMP_SUFFIX, spelled out so the test runs against any version
+TMP_SUFFIX = ".patchkit-tmp"  # patchkit.store.journal.TMP_SUFFIX, spelled out so the test runs against any version
 
 pytestmark = pytest.mark.release
 WRAPPER = Path(__file__).with_name("kill_wrapper.py")

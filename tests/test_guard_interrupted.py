@@ -1,6 +1,6 @@
 """SIGINT at every write step of a real ``apply --guard`` and of the ``revert`` that removes the guard.
 
-The guard (:mod:`patchkit.guard`) has its own journal, committed after the vLLM files' one: a
+The guard (:mod:`patchkit.guard.guard`) has its own journal, committed after the vLLM files' one: a
 signal during the guard's step finds the vLLM files committed already. Whatever the step, the
 run's message must be true of the install as it stands: "every file is as it was before this
 run" only when it is, and otherwise the command its hint names finishes the job, leaving exactly

@@ -30,7 +30,7 @@ def _suggested(text: str, command: str) -> list[str]:
 
 
 def _ctrl_c_at_first_write(monkeypatch):
-    from patchkit import journal as journal_mod
+    from patchkit.store import journal as journal_mod
 
     real = journal_mod.write_atomic
 

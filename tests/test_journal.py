@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import api, journal as journal_mod
+from patchkit import api
+from patchkit.store import journal as journal_mod
 from patchkit.errors import StateError
-from patchkit.install import from_site_packages
-from patchkit.journal import Journal
+from patchkit.vllm.install import from_site_packages
+from patchkit.store.journal import Journal
 
 from test_releases import snapshot
 

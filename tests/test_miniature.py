@@ -1,4 +1,4 @@
-"""The miniature rehearse builds (patchkit/miniature.py): what it keeps, maps and refuses (no engine)."""
+"""The miniature rehearse builds (patchkit/rehearse/miniature.py): what it keeps, maps and refuses (no engine)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from engine_models import GEMMA3_1B, GEMMA3_SPECULATORS_DRAFT, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, vllm_draft
 from patchkit.errors import RefusedError
-from patchkit.miniature import shrink, trained_ids
+from patchkit.rehearse.miniature import shrink, trained_ids
 
 
 def test_ids_in_each_convention_are_mapped_onto_the_miniature_in_the_same_convention():
@@ -89,7 +89,7 @@ def test_a_multi_line_engine_error_keeps_its_reason():
     """pydantic's ValidationError (vLLM's ModelConfig, 0.32.0 ``vllm/engine/arg_utils.py``) puts only a
     count on its first line; the reason ('... failed to be inspected') is on the next. The driver's
     check detail keeps the first three lines, joined, so a rehearsal names the cause."""
-    from patchkit.engine_driver import failure
+    from patchkit.rehearse.engine_driver import failure
 
     exc = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures "
                      "['Gemma3ForConditionalGeneration'] failed to be inspected.\n    For further information")
@@ -163,9 +163,9 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
     import sys
 
     from engine_models import write_checkpoint
-    from patchkit import rehearsal
+    from patchkit.rehearse import rehearsal
     from patchkit.errors import UsageError
-    from patchkit.install import from_site_packages
+    from patchkit.vllm.install import from_site_packages
 
     install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
 

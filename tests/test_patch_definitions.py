@@ -7,7 +7,7 @@ import importlib
 import pytest
 from packaging.version import Version
 
-from patchkit.spec import ClassTarget, ModuleTarget, load_patches
+from patchkit.plan.spec import ClassTarget, ModuleTarget, load_patches
 
 PATCHES = load_patches("vllm")
 

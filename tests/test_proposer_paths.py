@@ -1,14 +1,14 @@
-"""Static verify follows the release's own runner and proposer (patchkit.proposer_paths), and every
-platform branch of a registry name (patchkit.platforms). Real release trees only."""
+"""Static verify follows the release's own runner and proposer (patchkit.vllm.proposer_paths), and every
+platform branch of a registry name (patchkit.checks.platforms). Real release trees only."""
 
 from __future__ import annotations
 
 import pytest
 from packaging.version import Version
 
-from patchkit import proposer_paths
-from patchkit.registry import Registry
-from patchkit.source import SourceTree
+from patchkit.vllm import proposer_paths
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
 
 pytestmark = pytest.mark.release
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import SourceError
-from patchkit.registry import Registry
-from patchkit.source import SourceTree
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
 
 
 def write(root: Path, files: dict[str, str]) -> SourceTree:

@@ -97,7 +97,7 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert "SupportsEagle3 in its bases" in missing
     assert "allow-list" in missing
     assert "set_aux_hidden_state_layers(): not defined anywhere in its MRO" in missing
-    # the proposer's image-token read, derived from the release (patchkit.proposer_paths)
+    # the proposer's image-token read, derived from the release (patchkit.vllm.proposer_paths)
     assert "proposer reads target config.image_token_index: no branch for KimiK25ForConditionalGeneration" in missing
 
 
@@ -232,7 +232,7 @@ ALL_RELEASES = ["0.9.2", "0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18
 def test_every_release_round_trips(release, version):
     """For every release in the test set: apply twice equals apply once; revert restores every byte."""
     from patchkit import api
-    from patchkit.install import from_site_packages
+    from patchkit.vllm.install import from_site_packages
 
     sp = release(version)
     before = snapshot(sp)

@@ -1,4 +1,4 @@
-"""patchkit.render on its own: breaks only at spaces, the same layout with and without colour."""
+"""patchkit.ui.render on its own: breaks only at spaces, the same layout with and without colour."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from patchkit.render import Node, Writer
+from patchkit.ui.render import Node, Writer
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 ROWS = [["eagle3-deepseek-backbone", ("applied", "green"), "vllm/model_executor/models/deepseek_v2.py:1034 DeepseekV2Model"],

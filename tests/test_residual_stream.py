@@ -4,7 +4,7 @@ patchkit used to write ``hidden_states + residual`` wherever the loop reads
 ``hidden_states, residual = layer(...)``. Some layers keep their own residual: they overwrite the one
 they are given, add it back inside and return the full stream as ``hidden_states`` (0.33.0 and
 0.15.1 ``exaone4.py``). There ``hidden_states + residual`` is no stream at all. Each kind of defect
-found on real releases has a test here that failed before :mod:`patchkit.stream` (checked by
+found on real releases has a test here that failed before :mod:`patchkit.vllm.stream` (checked by
 stashing the fix):
 
 - kind 1, the layer keeps its own residual (Exaone4, PhiMoE, HyperCLOVAX, MiniMax-Text-01):
@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit import contract as contract_mod
-from patchkit.install import from_site_packages
-from patchkit.registry import Registry
-from patchkit.source import SourceTree
-from patchkit.stream import Entry, Exit, Tail, entry_of, exit_of, passes_through, tail_of
+from patchkit.vllm import contract as contract_mod
+from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
+from patchkit.vllm.stream import Entry, Exit, Tail, entry_of, exit_of, passes_through, tail_of
 
 LOCATED = re.compile(r"vllm/\S+\.py:\d+")
 
@@ -233,10 +233,10 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     tree, shared across architectures, so the whole release takes seconds.
     """
     from patchkit.api import Request
-    from patchkit.checkpoint import CheckpointConfig
-    from patchkit.doctor import _in_effect_check, _target_facts
+    from patchkit.vllm.checkpoint import CheckpointConfig
+    from patchkit.checks.doctor import _in_effect_check, _target_facts
     from patchkit.results import Outcome
-    from patchkit.verify import verify
+    from patchkit.checks.verify import verify
 
     install = from_site_packages(sp)
     report = api.scan(install)

@@ -18,8 +18,8 @@ import pytest
 from filelock import FileLock
 
 from patchkit import api
-from patchkit.install import from_python, record_sha256
-from patchkit.journal import sha256
+from patchkit.vllm.install import from_python, record_sha256
+from patchkit.store.journal import sha256
 
 from vllm_release import CACHE_ROOT
 

@@ -12,11 +12,11 @@ import sys
 import pytest
 from vllm_release import pristine_site_packages
 
-from patchkit import proposer_paths
-from patchkit.registry import Registry, TRANSFORMERS_BACKEND_MODULES
-from patchkit.scan import scan
-from patchkit.install import from_site_packages
-from patchkit.source import SourceTree
+from patchkit.vllm import proposer_paths
+from patchkit.vllm.registry import Registry, TRANSFORMERS_BACKEND_MODULES
+from patchkit.checks.scan import scan
+from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.source import SourceTree
 
 pytestmark = pytest.mark.release
 
@@ -31,7 +31,7 @@ def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch)
 
     def spy(node):  # walks of the marker method by proposer_paths (other modules may walk it for their own reasons)
         if (isinstance(node, ast.FunctionDef) and node.name == "_mark_language_model"
-                and sys._getframe(1).f_globals.get("__name__") == "patchkit.proposer_paths"):
+                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.proposer_paths"):
             walked.append(node.name)
         return real(node)
 

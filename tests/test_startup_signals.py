@@ -2,7 +2,7 @@
 
 The signal is sent by the process itself when it starts importing ``typer`` (an import hook), so
 the test is exact, not timed. It runs the script's entry point as pyproject.toml declares it.
-Failed before the fix (entry point ``patchkit.cli:main``, whose module imports Typer before any
+Failed before the fix (entry point ``patchkit.ui.cli:main``, whose module imports Typer before any
 handler): SIGINT gave a ``KeyboardInterrupt`` traceback, SIGTERM killed the process silently.
 """
 

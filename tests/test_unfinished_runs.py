@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import api, journal as journal_mod
+from patchkit import api
+from patchkit.store import journal as journal_mod
 from patchkit.errors import Interrupted, StateError
-from patchkit.install import from_site_packages
+from patchkit.vllm.install import from_site_packages
 
 from test_journal import fail_third_vllm_write
 from test_releases import snapshot
@@ -120,7 +121,7 @@ def _run_with_signal_at_write(sp: Path, signum: int, command: str, tmp_path: Pat
         f"        if n[0] == 3: os.kill(os.getpid(), {int(signum)})\n"
         "    return real(a, b)\n"
         "os.replace = replace\n"
-        "from patchkit.cli import main\n"
+        "from patchkit.ui.cli import main\n"
         f"sys.argv = ['patchkit', {command!r}, '--site-packages', {str(sp)!r}]\n"
         "main()\n"
     )
@@ -160,13 +161,13 @@ def test_ctrl_c_while_planning_writes_nothing_and_says_so(release, tmp_path, dry
         # Ctrl-C at a terminal: Python's own handler. A test runner started in the background by a
         # shell without job control inherits SIGINT ignored, and Python then keeps ignoring it.
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "import patchkit.engine as engine\n"
+        "import patchkit.plan.engine as engine\n"
         "real = engine.plan\n"
         "def plan(*a, **k):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
         "    return real(*a, **k)\n"
         "engine.plan = plan\n"
-        "from patchkit.cli import main\n"
+        "from patchkit.ui.cli import main\n"
         f"sys.argv = ['patchkit', 'apply', '--site-packages', {str(sp)!r}] + {['--dry-run'] if dry else []!r}\n"
         "main()\n"
     )

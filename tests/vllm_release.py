@@ -154,8 +154,8 @@ def runtime_venv(version: str, dist: str = "vllm"):
     """
     _require_network_marker(f"a real {dist}=={version} venv")
     from patchkit import api
-    from patchkit.install import from_python, record_sha256
-    from patchkit.journal import sha256
+    from patchkit.vllm.install import from_python, record_sha256
+    from patchkit.store.journal import sha256
 
     venv = CACHE_ROOT / f"venv-{dist}-{version}"
     python = venv / "bin" / "python"
@@ -200,7 +200,7 @@ def transformers_files(version: str) -> Path:
 
     Downloaded once with ``pip download --no-deps transformers==version``; kept are
     ``transformers/models/auto/*.py``, every ``transformers/models/*/configuration_*.py`` and the
-    ``transformers-<version>.dist-info/`` folder (what :mod:`patchkit.model_types` reads), then the
+    ``transformers-<version>.dist-info/`` folder (what :mod:`patchkit.vllm.model_types` reads), then the
     wheel is deleted. Copy its contents next to a release's ``vllm/`` to make a serving environment.
 
     Raises:

@@ -13,7 +13,7 @@ import libcst as cst
 
 from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
-from patchkit.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
+from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
 
 __all__ = ["ALLOW_LIST_MODULES", "ALLOW_LIST_NAMES", "ExtendAllowList", "admits", "find_allow_lists", "list_entries"]
 

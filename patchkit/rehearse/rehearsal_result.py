@@ -1,0 +1,88 @@
+"""What ``patchkit rehearse`` found: immutable results (:func:`patchkit.rehearse.rehearsal.rehearse` returns them)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class CheckName(str, Enum):
+    """The checks of a rehearsal, in the order they are reported."""
+
+    VOCABULARY = "draft and target share a vocabulary"
+    IDS = "the release captures the layers the draft was trained on"
+    STARTED = "engine started with EAGLE-3"
+    DRAFT_LOADED = "draft loaded, target embedding shared"
+    PLAIN = "engine without speculation"
+    GREEDY = "greedy output with speculation equals without"
+    AUX = "aux states equal transformers' hidden states at the draft's ids"
+    COUNTERS = "spec-decode counters: draft tokens accepted"
+    BUILD = "miniature checkpoints built"
+    GENERATION = "speculative generation"
+
+
+@dataclass(frozen=True)
+class RehearsalCheck:
+    """One check.
+
+    Attributes:
+        name: which check.
+        ok: True passed, False failed, None not run (an earlier step failed).
+        detail: one line of text (figures, vLLM's error).
+        where: ``vllm/...py:line`` where vLLM raised, or the release's file that decides, or None.
+        figures: numbers behind the verdict (distances, counters, tokens), JSON-ready.
+    """
+
+    name: CheckName
+    ok: bool | None
+    detail: str
+    where: str | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RehearsalReport:
+    """A rehearsal of the user's target and draft on a miniature, in their own vLLM.
+
+    Attributes:
+        vllm: ``distribution version`` of the install rehearsed on.
+        python: the interpreter the engine ran in.
+        device: ``cpu`` or ``cuda``.
+        architecture: the target's architecture.
+        layers: (the user's target layers, the miniature's).
+        user_ids: the draft's trained ids in vLLM's convention; ``ids``: mapped onto the miniature.
+        id_field: where the draft keeps its ids (``top level``, ``eagle_config``, ``none``).
+        checks: every check, in order.
+        seconds: wall time of the rehearsal (engine runs included).
+        changed_fields: the config fields the miniature changed (``field: old -> new``).
+    """
+
+    vllm: str
+    python: str
+    device: str
+    architecture: str
+    layers: tuple[int, int]
+    user_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    id_field: str
+    checks: tuple[RehearsalCheck, ...]
+    seconds: float
+    changed_fields: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Every check ran and passed."""
+        return bool(self.checks) and all(c.ok is True for c in self.checks)
+
+    def check(self, name: CheckName) -> RehearsalCheck | None:
+        """The check called ``name``, or None when it was not part of this rehearsal."""
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict (``ok`` included; check names as text)."""
+        data = asdict(self)
+        data["ok"] = self.ok
+        for c in data["checks"]:
+            c["name"] = c["name"].value
+        return data

@@ -1,0 +1,628 @@
+"""Run ``apply``, ``verify``, ``status`` and ``revert`` on every node of a Ray cluster.
+
+vLLM serves a model across several nodes through Ray, and each node has its own site-packages:
+each must carry the same patched bytes. This module connects to the cluster the user already has
+(``ray.init``), runs one task pinned to each alive node (``NodeAffinitySchedulingStrategy``,
+hard), and gathers the per-node results (plain dicts: each report's ``to_dict()``) into one
+immutable :class:`ClusterReport`.
+
+- patchkit itself (with its patch definitions) and, for ``apply``, libcst are shipped to the nodes
+  as the job's runtime environment (``runtime_env={"working_dir": ...}``, which Ray uploads and
+  puts first on each worker's import path), so they need not be installed there. ``working_dir``
+  rather than ``py_modules``: with ``py_modules`` Ray still puts the driver's current folder ahead
+  of the shipped copy, so a checkout there would shadow it. libcst has a compiled part: the nodes
+  must share the driver's platform and Python version, which Ray requires of a cluster anyway. Its
+  one dependency, PyYAML, comes with Ray.
+- On each node, ``--site-packages``/``--python`` are read there: ``~`` and ``$VARS`` are expanded
+  with that node's own environment (the same literal path on every node, as on real clusters).
+- ``apply`` is atomic across the cluster: it plans (a dry run) on every node first; a node that
+  would refuse, fails, runs another vLLM release, dies or joins stops the run before anything is
+  written anywhere. If a node fails while writing, the nodes already written are reverted, and
+  every node's final state is reported. ``revert`` reads every node's status first and reverts
+  nowhere when a node would refuse.
+
+Ray is an optional dependency (the ``ray`` extra), imported only by the functions here that need
+it. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Iterator
+
+from patchkit.errors import ClusterError, ExitCode, PatchkitError
+from patchkit.results import Outcome
+
+RAY_INSTALL = "pip install 'vllm-patchkit[ray]'"
+"""The install command the error names when Ray is missing."""
+
+NODE_TIMEOUT_S = float(os.environ.get("PATCHKIT_RAY_TIMEOUT", "600"))
+"""How long the driver waits for one node's task (seconds; env ``PATCHKIT_RAY_TIMEOUT``)."""
+
+
+class NodeState(str, Enum):
+    """A node's final state after a cluster command."""
+
+    PATCHED = "patched"
+    """``apply`` wrote its patches on this node."""
+    ALREADY = "already patched"
+    """``apply`` had nothing to write here: every patch was applied already (or is upstream)."""
+    PLANNED = "planned"
+    """``apply --dry-run``: the node was planned; nothing was written."""
+    UNCHANGED = "unchanged"
+    """Nothing was written on this node: the run was refused or stopped before writing."""
+    ROLLED_BACK = "rolled back"
+    """``apply`` wrote here, then reverted it because another node failed while writing."""
+    ROLLBACK_FAILED = "rollback failed"
+    """``apply`` wrote here and the revert after another node's failure did not succeed."""
+    FAILED = "failed"
+    """patchkit stopped on this node with an error (the message says why)."""
+    DIED = "died"
+    """The node left the cluster (or did not answer) during the run; its state is unknown."""
+    JOINED = "joined"
+    """The node joined the cluster during the run; it was not planned or changed."""
+    DONE = "done"
+    """``verify``/``status`` ran on this node (its result says what it found)."""
+    REVERTED = "reverted"
+    """``revert`` ran on this node: every file patchkit changed holds its original bytes again."""
+    REFUSED = "refused"
+    """``revert`` refused on this node (a file edited by hand); nothing was reverted there."""
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node's part of a cluster command.
+
+    Attributes:
+        node_id: Ray's node id (hex).
+        host: the node's host name, as Ray reports it.
+        address: the node's IP address, as Ray reports it.
+        state: the node's final state.
+        vllm_version: the release found on the node, or None when none was found.
+        patches: patch id -> outcome on this node (``apply``: the run's outcome; ``verify`` and
+            ``status``: the state of the files holding the patch; ``revert``: restored or not).
+        digest: SHA-256 (hex, first 16 digits) over the path and current bytes of every file
+            patchkit changed on the node; None when patchkit changed no file there.
+        result: the node's report, ``to_dict()`` of its :mod:`patchkit.results` value.
+        plan: ``apply`` only: the node's dry-run report (the plan phase).
+        rollback: ``apply`` only: the node's revert report, when it was rolled back.
+        error: ``{"message", "hint", "exit_code"}`` when patchkit stopped on the node, or the node
+            died or did not answer.
+        patchkit_path: where the node imported patchkit from (the shipped copy).
+    """
+
+    node_id: str
+    host: str
+    address: str
+    state: NodeState
+    vllm_version: str | None = None
+    patches: dict[str, str] = field(default_factory=dict)
+    digest: str | None = None
+    result: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    rollback: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    patchkit_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "node_id": self.node_id, "host": self.host, "address": self.address, "state": self.state.value,
+            "vllm_version": self.vllm_version, "patches": dict(self.patches), "hash": self.digest,
+            "error": self.error, "result": self.result, "plan": self.plan, "rollback": self.rollback,
+            "patchkit_path": self.patchkit_path,
+        }
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """Result of a command run across a Ray cluster.
+
+    Attributes:
+        command: ``apply``, ``verify``, ``status`` or ``revert``.
+        address: the cluster address given (``auto``: what ``ray.init`` finds).
+        nodes: one row per node seen during the run (alive at the start, or joined since).
+        refused: nothing was written because a node would refuse or the nodes differ
+            (``reason`` says which); no node's state is changed.
+        failed: a node failed, died or joined (its row says which).
+        dry_run: ``apply --dry-run``.
+        reason: one line saying why the run was refused or stopped, or "".
+    """
+
+    command: str
+    address: str
+    nodes: tuple[NodeResult, ...]
+    refused: bool = False
+    failed: bool = False
+    dry_run: bool = False
+    reason: str = ""
+
+    @property
+    def in_effect(self) -> bool:
+        """``verify``: every node reported EAGLE-3 in effect."""
+        return bool(self.nodes) and all(n.result is not None and n.result.get("ok") for n in self.nodes)
+
+    @property
+    def same_bytes(self) -> bool:
+        """Every node answered with the same release and the same hash of its patched files."""
+        return len({(n.vllm_version, n.digest) for n in self.nodes}) == 1 and all(n.result for n in self.nodes)
+
+    @property
+    def ok(self) -> bool:
+        """``verify``: in effect and alike on every node; other commands: nothing failed or was refused."""
+        if self.command == "verify":
+            return not self.failed and self.in_effect and self.same_bytes
+        return not (self.failed or self.refused)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """4 when a node failed, died or joined; 3 when refused; ``verify``: 1 when not ok; else 0."""
+        if self.failed:
+            return ExitCode.ENVIRONMENT
+        if self.refused:
+            return ExitCode.REFUSED
+        if self.command == "verify" and not self.ok:
+            return ExitCode.NOT_IN_EFFECT
+        return ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (schema in the README)."""
+        return {
+            "command": self.command, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
+            "refused": self.refused, "failed": self.failed, "reason": self.reason,
+            "in_effect": self.in_effect, "same_bytes": self.same_bytes,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+
+# ---------------------------------------------------------------- on each node
+
+
+def _expand(path: str | None) -> Path | None:
+    """A path as the node reads it: ``~`` and ``$VARS`` expanded with the node's environment."""
+    return None if path is None else Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def patched_digest(site_packages: Path, target: str = "vllm") -> str | None:
+    """Hash of the files patchkit changed in one install, as they are on disk now.
+
+    Args:
+        site_packages: the install's folder.
+        target: the distribution.
+    Returns:
+        The first 16 hex digits of SHA-256 over ``"<path> <sha256 of its bytes>\\n"`` for every
+        journaled file in path order (``missing`` for a file that is gone); None when the
+        journal lists no file.
+    Raises:
+        StateError: the journal cannot be read.
+    """
+    from patchkit.store.journal import Journal, sha256
+
+    entries = sorted(Journal(site_packages, target).entries)
+    if not entries:
+        return None
+    lines = []
+    for rel in entries:
+        path = site_packages / rel
+        lines.append(f"{rel} {sha256(path.read_bytes()) if path.is_file() else 'missing'}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
+def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The task each node runs: one patchkit API call on the node's own install.
+
+    Args:
+        command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
+        options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
+            ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
+            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of every
+            command but ``plan`` with ``patch_ids``.
+    Returns:
+        A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
+        report's ``to_dict()``), ``status`` (``verify`` only: the status report's ``to_dict()``),
+        ``digest`` (:func:`patched_digest` after the command), and ``error`` (message, hint and
+        exit code of a :class:`~patchkit.errors.PatchkitError`, else None).
+    """
+    import patchkit
+    from patchkit import api
+    from patchkit.vllm.install import locate
+
+    node: dict[str, Any] = {"host": socket.gethostname(), "patchkit_path": str(Path(patchkit.__file__).parent),
+                            "vllm_version": None, "result": None, "status": None, "digest": None, "error": None}
+    try:
+        import ray
+
+        node["node_id"] = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside a Ray worker (a direct call) there is no node id
+        node["node_id"] = None
+    target = options.get("target", "vllm")
+    try:
+        install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
+        node["vllm_version"] = str(install.version)
+        request = api.Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
+        if command in ("plan", "apply"):
+            where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
+                                                                          ("--site-packages", "site_packages"))]
+            report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
+                               target=target, force=bool(options.get("force")), request=request,
+                               guard=bool(options.get("guard")),
+                               command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
+        elif command == "verify":
+            report = api.verify(install, request=request)
+            node["status"] = api.status(install, target=target).to_dict()
+        elif command == "status":
+            report = api.status(install, target=target, request=request)
+        elif command == "revert":
+            report = api.revert(install, target=target, force=bool(options.get("force")), request=request)
+        else:
+            raise ValueError(f"unknown cluster command {command!r}")
+        node["result"] = report.to_dict()
+        node["digest"] = patched_digest(install.site_packages, target)
+    except PatchkitError as exc:
+        node["error"] = {"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
+    return node
+
+
+# ---------------------------------------------------------------- on the driver
+
+
+@dataclass(frozen=True)
+class _Node:
+    node_id: str
+    host: str
+    address: str
+
+
+def _import_ray():
+    try:
+        import ray  # noqa: F401
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401
+    except ImportError:
+        raise ClusterError("--ray needs Ray, which is not installed", f"install it: {RAY_INSTALL}") from None
+    return ray
+
+
+def _ship(staging: Path, with_libcst: bool) -> None:
+    """Copy patchkit (with its patch definitions) and, for apply, libcst into ``staging``, the job's working_dir.
+
+    The patch definitions are the package ``patchkit.patches``; in an editable install they live
+    outside ``patchkit/`` (``pyproject.toml`` maps ``patches/``), so the copy is assembled from
+    where Python imports each package from.
+    """
+    import patchkit
+    import patchkit.patches
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tests")
+    dest = staging / "patchkit"
+    shutil.copytree(Path(patchkit.__file__).parent, dest, ignore=ignore, dirs_exist_ok=True)
+    shutil.copytree(Path(patchkit.patches.__file__).parent, dest / "patches", ignore=ignore, dirs_exist_ok=True)
+    if with_libcst:
+        import libcst
+
+        shutil.copytree(Path(libcst.__file__).parent, staging / "libcst", ignore=ignore)
+
+
+class _Session:
+    """A connection to the cluster, with the remote task ready to pin to a node."""
+
+    def __init__(self, ray: Any, address: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray = ray
+        self.address = address
+        self._strategy = NodeAffinitySchedulingStrategy
+        self._task = ray.remote(run_on_node)
+
+    def alive(self) -> dict[str, _Node]:
+        """The alive nodes, by id."""
+        return {
+            n["NodeID"]: _Node(n["NodeID"], n.get("NodeManagerHostname", ""), n.get("NodeManagerAddress", ""))
+            for n in self.ray.nodes() if n.get("Alive")
+        }
+
+    def run(self, nodes: dict[str, _Node], command: str, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Run ``command`` on each node at once, one task pinned to each; a node that does not answer
+        gets ``{"lost": True, "error": ...}``."""
+        refs = {
+            node_id: self._task.options(
+                scheduling_strategy=self._strategy(node_id, soft=False), num_cpus=0, max_retries=0,
+            ).remote(command, options)
+            for node_id in nodes
+        }
+        out: dict[str, dict[str, Any]] = {}
+        for node_id, ref in refs.items():
+            try:
+                out[node_id] = self.ray.get(ref, timeout=NODE_TIMEOUT_S)
+            except self.ray.exceptions.GetTimeoutError:
+                self.ray.cancel(ref, force=True)
+                out[node_id] = _lost(f"no answer within {NODE_TIMEOUT_S:.0f} s")
+            except self.ray.exceptions.RayError as exc:
+                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+                first = first.split(". ")[0].rstrip(".")[:200]  # Ray's first sentence
+                out[node_id] = _lost(f"the node's task did not finish: {type(exc).__name__}"
+                                     + (f" ({first})" if first else ""))
+        return out
+
+
+def _lost(message: str) -> dict[str, Any]:
+    return {"lost": True, "vllm_version": None, "result": None, "digest": None,
+            "error": {"message": message, "hint": "check the node ('ray status'; Ray's logs on the node: "
+                                                "/tmp/ray/session_latest/logs), then run the command again",
+                      "exit_code": int(ExitCode.ENVIRONMENT)}}
+
+
+@contextmanager
+def connect(address: str | None, *, with_libcst: bool = False) -> Iterator[_Session]:
+    """Connect to the Ray cluster at ``address`` (None: what ``ray.init`` finds), shipping patchkit.
+
+    While connected, whatever is printed on ``sys.stdout`` is dropped: Ray's driver prints the
+    cluster's error messages on stdout from a thread of its own (for a node that died: the last
+    lines of its raylet's log, dozens of lines), and stdout carries only patchkit's table or JSON.
+    The report names the node instead; Ray keeps its logs on each node
+    (``/tmp/ray/session_latest/logs``).
+
+    Raises:
+        ClusterError: Ray is not installed, or no cluster answers at the address.
+    """
+    ray = _import_ray()
+    given = address or "auto"
+    with redirect_stdout(io.StringIO()):
+        with tempfile.TemporaryDirectory(prefix="patchkit-ship-") as staging:
+            _ship(Path(staging), with_libcst)
+            try:
+                ray.init(address=given, runtime_env={"working_dir": staging}, logging_level=logging.ERROR,
+                         log_to_driver=False, configure_logging=False, include_dashboard=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ClusterError(f"cannot connect to the Ray cluster at {given}: {first}",
+                                   "start the cluster (ray start --head), or give its address: --ray HOST:6379") from None
+        try:
+            yield _Session(ray, given)
+        finally:
+            ray.shutdown()
+
+
+def _options(site_packages: Path | str | None, python: Path | str | None, *,
+             architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None,
+             **rest: Any) -> dict[str, Any]:
+    return {"site_packages": None if site_packages is None else str(site_packages),
+            "python": None if python is None else str(python),
+            "architectures": list(architectures or ()), "model": None if model is None else str(model), **rest}
+
+
+def _patch_outcomes(command: str, result: dict[str, Any] | None, status: dict[str, Any] | None) -> dict[str, str]:
+    """Patch id -> outcome on one node, from the node's report (and, for verify, its status)."""
+    if result is None:
+        return {}
+    if command == "apply":
+        return {p["id"]: p["outcome"] for p in result.get("patches", [])}
+    if command == "revert":
+        out: dict[str, str] = {}
+        for f in result.get("files", []):
+            for pid in f["patches"]:
+                out[pid] = "restored" if f["restored"] else ("refused" if result.get("refused") else "nothing to revert")
+        return out
+    entries = (status if command == "verify" else result) or {}
+    states: dict[str, set[str]] = {}
+    for e in entries.get("entries", []):
+        for pid in e["patches"]:
+            states.setdefault(pid, set()).add(e["state"])
+    return {pid: ", ".join(sorted(s)) for pid, s in sorted(states.items())}
+
+
+def _row(node: _Node, answer: dict[str, Any] | None, command: str, state: NodeState, **extra: Any) -> NodeResult:
+    answer = answer or {}
+    return NodeResult(
+        node_id=node.node_id, host=node.host, address=node.address, state=state,
+        vllm_version=answer.get("vllm_version"),
+        patches=_patch_outcomes(command, answer.get("result"), answer.get("status")),
+        digest=answer.get("digest"), result=answer.get("result"), error=answer.get("error"),
+        patchkit_path=answer.get("patchkit_path"), **extra,
+    )
+
+
+def _membership(before: dict[str, _Node], after: dict[str, _Node], answers: dict[str, dict[str, Any]]) -> tuple[set[str], set[str]]:
+    """Nodes that died (gone from the alive set, or lost their task) and nodes that joined."""
+    died = {nid for nid in before if nid not in after or answers.get(nid, {}).get("lost")}
+    joined = set(after) - set(before)
+    return died, joined
+
+
+def _joined_rows(nodes: dict[str, _Node], joined: set[str]) -> list[NodeResult]:
+    return [NodeResult(nodes[nid].node_id, nodes[nid].host, nodes[nid].address, NodeState.JOINED,
+                       error={"message": "joined the cluster during the run; not planned or changed",
+                              "hint": "run the command again to include it", "exit_code": int(ExitCode.ENVIRONMENT)})
+            for nid in sorted(joined)]
+
+
+def run(command: str, address: str | None, *, site_packages: Path | str | None = None,
+        python: Path | str | None = None, target: str = "vllm", force: bool = False,
+        architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None) -> ClusterReport:
+    """Run ``verify``, ``status`` or ``revert`` on every alive node of the cluster.
+
+    ``revert`` first reads every node's status: when a node would refuse (a file edited by hand
+    since patchkit wrote it, without ``force``), fails, dies or joins, nothing is reverted on any
+    node. A node that fails while reverting is reported; the others stay reverted.
+
+    Args:
+        command: ``verify``, ``status`` or ``revert``.
+        address: the cluster's address, or None for what ``ray.init`` finds.
+        site_packages / python: the install on each node (expanded there; at most one given).
+        target: the distribution.
+        force: ``revert --force`` on every node.
+        architectures / model: ``--arch`` / ``--model`` on every node (the folder is read there,
+            expanded like ``site_packages``).
+    Returns:
+        A :class:`ClusterReport`; ``verify`` is ok only when every node is in effect and all nodes
+        have the same release and the same hash of their patched files.
+    Raises:
+        ClusterError: Ray is missing or the cluster cannot be reached.
+    """
+    if command not in ("verify", "status", "revert"):
+        raise ValueError(f"run() takes verify, status or revert, not {command!r}")
+    opts = _options(site_packages, python, target=target, force=force, architectures=architectures, model=model)
+    with connect(address) as session:
+        start = session.alive()
+        if command == "revert":
+            plans = session.run(start, "status", opts)
+            planned = session.alive()
+            refused = _refused_revert(start, planned, plans, force, session.address)
+            if refused is not None:
+                return refused
+            start = planned
+        answers = session.run(start, command, opts)
+        after = session.alive()
+    died, joined = _membership(start, after, answers)
+    rows = []
+    for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
+        a = answers[nid]
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if a.get("error") else
+                 NodeState.REFUSED if command == "revert" and a["result"].get("refused") else
+                 NodeState.REVERTED if command == "revert" else NodeState.DONE)
+        rows.append(_row(node, a, command, state))
+    rows += _joined_rows(after, joined)
+    failed = any(r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED) for r in rows)
+    refused_here = any(r.state is NodeState.REFUSED for r in rows)
+    reason = _failure_reason(rows) if failed else ("a node refused to revert" if refused_here else "")
+    return ClusterReport(command, session.address, tuple(rows), refused=refused_here, failed=failed, reason=reason)
+
+
+def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, dict[str, Any]],
+                    force: bool, address: str) -> ClusterReport | None:
+    """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
+    from patchkit.api import revert_action
+
+    died, joined = _membership(start, planned, plans)
+    refusing = {nid for nid, a in plans.items() if a.get("result") and any(
+        revert_action(e["state"], force) == "refuse" for e in a["result"]["entries"])}
+    errors = {nid for nid, a in plans.items() if a.get("error") and nid not in died}
+    if not (died or joined or errors or refusing):
+        return None
+    rows = []
+    for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
+                 NodeState.REFUSED if nid in refusing else NodeState.UNCHANGED)
+        rows.append(_row(node, plans[nid], "status", state))
+    rows += _joined_rows(planned, joined)
+    failed = bool(died or joined or errors)
+    reason = (_failure_reason(rows) + "; nothing was reverted on any node" if failed else
+              f"node(s) {', '.join(sorted(n[:8] for n in refusing))} hold files edited by hand since patchkit "
+              "wrote them (their 'patches' column says which); nothing was reverted on any node")
+    return ClusterReport("revert", address, tuple(rows), refused=not failed, failed=failed, reason=reason)
+
+
+def _failure_reason(rows: list[NodeResult]) -> str:
+    bad = [r for r in rows if r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED)]
+    return "; ".join(f"node {r.node_id[:8]} {r.state.value}" + (f": {r.error['message']}" if r.error else "") for r in bad)
+
+
+def apply(address: str | None, *, site_packages: Path | str | None = None, python: Path | str | None = None,
+          dry_run: bool = False, patch_ids: list[str] | None = None, target: str = "vllm",
+          force: bool = False, architectures: list[str] | tuple[str, ...] | None = None,
+          model: Path | str | None = None, guard: bool = False) -> ClusterReport:
+    """Apply the patches on every alive node of the cluster, all nodes or none.
+
+    1. Plan (``apply --dry-run``) on every node at once. Nothing is written anywhere when a node
+       would refuse, fails, runs another vLLM release than the others, or died or joined since
+       the start (or with ``dry_run``).
+    2. Apply on every node at once. If a node fails, dies or refuses while writing, every node
+       this run wrote to is reverted (``revert``), and the report gives each node's final state.
+    3. A node that joined while writing is reported (not patched); the run counts as failed.
+
+    Args:
+        address: the cluster's address, or None for what ``ray.init`` finds.
+        site_packages / python: the install on each node (expanded there; at most one given).
+        dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
+        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.api.Request`), on
+            every node; the folder is read there, expanded like ``site_packages``.
+        guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard.guard`; it
+            names the node's own expanded ``--python``/``--site-packages`` in its line).
+    Returns:
+        A :class:`ClusterReport`.
+    Raises:
+        ClusterError: Ray is missing or the cluster cannot be reached.
+    """
+    opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids,
+                    architectures=architectures, model=model, guard=guard)
+    with connect(address, with_libcst=True) as session:
+        start = session.alive()
+        plans = session.run(start, "plan", opts)
+        planned = session.alive()
+        died, joined = _membership(start, planned, plans)
+        order = sorted(start, key=lambda nid: (start[nid].address, nid))
+        versions = sorted({a["vllm_version"] for a in plans.values() if a.get("vllm_version")})
+        errors = [nid for nid in order if plans[nid].get("error") and nid not in died]
+        refusing = [nid for nid in order if plans[nid].get("result") and plans[nid]["result"]["refused"]]
+        reason = ""
+        if died or joined or errors:
+            reason = "a node failed, died or joined while planning; nothing was written on any node"
+        elif refusing:
+            reason = (f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node")
+        elif len(versions) > 1:
+            reason = (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
+                      "must run the same release: nothing was written on any node")
+        if reason or dry_run:
+            rows = []
+            for nid in order:
+                state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
+                         NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
+                answer = plans[nid]
+                if reason and answer.get("result"):
+                    answer = {**answer, "result": _not_written(answer["result"])}
+                rows.append(_row(start[nid], answer, "apply", state, plan=plans[nid].get("result")))
+            rows += _joined_rows(planned, joined)
+            failed = bool(died or joined or errors)
+            return ClusterReport("apply", session.address, tuple(rows), refused=bool(reason) and not failed,
+                                 failed=failed, dry_run=dry_run, reason=reason)
+
+        writes = session.run(planned, "apply", opts)
+        after = session.alive()
+        died, joined = _membership(planned, after, writes)
+        wrote = [nid for nid in order if (writes[nid].get("result") or {}).get("written")]
+        broken = [nid for nid in order if nid in died or writes[nid].get("error")
+                  or (writes[nid].get("result") or {}).get("refused")]
+        rollbacks = session.run({nid: planned[nid] for nid in wrote}, "revert", opts) if broken and wrote else {}
+
+    rows = []
+    for nid in order:
+        answer, extra = writes[nid], {"plan": plans[nid].get("result")}
+        if nid in died:
+            state = NodeState.DIED
+        elif writes[nid].get("error"):
+            state = NodeState.FAILED
+        elif nid in rollbacks:
+            back = rollbacks[nid]
+            extra["rollback"] = back.get("result")
+            ok = back.get("result") is not None and not back["result"]["refused"] and not back.get("error")
+            state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
+            answer = {**answer, "digest": back.get("digest") if ok else answer.get("digest")}
+        elif broken:
+            state = NodeState.UNCHANGED
+        else:
+            state = NodeState.PATCHED if nid in wrote else NodeState.ALREADY
+        rows.append(_row(planned[nid], answer, "apply", state, **extra))
+    rows += _joined_rows(after, joined)
+    reason = ""
+    if broken:
+        reason = ("node(s) " + ", ".join(n[:8] for n in broken) + " failed while writing; "
+                  + ("the nodes written were reverted" if wrote else "no node had been written"))
+    elif joined:
+        reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
+    return ClusterReport("apply", session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
+
+
+def _not_written(result: dict[str, Any]) -> dict[str, Any]:
+    """A node's plan as the cluster run left it: its ready patches were not written."""
+    patches = [{**p, "outcome": Outcome.NOT_WRITTEN.value} if p["outcome"] == Outcome.APPLIED.value else p
+               for p in result["patches"]]
+    return {**result, "patches": patches}

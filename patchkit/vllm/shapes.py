@@ -1,0 +1,538 @@
+"""What an architecture's classes look like, as far as EAGLE-3 is concerned, read without importing vLLM.
+
+For one registry architecture this module answers: does the class already support EAGLE-3
+(native), does it declare support that cannot work (declared but broken), can patchkit give it
+support and in which *shape*, or not (and why). ``scan``, ``apply --arch`` and ``verify`` share it.
+
+Shapes (each read from the release's own files, vLLM 0.10.2 - 0.33.0):
+
+- ``standard-loop``: the backbone's ``forward`` has exactly one loop over ``self.layers`` (from
+  ``start_layer`` to ``end_layer``) whose body calls the layer once as
+  ``hidden_states, residual = layer(...)`` (``llama.py``, ``glm4_moe.py``, ...).
+- ``hidden-states-only``: the same loop, but ``hidden_states`` alone is the residual stream
+  entering each layer: the layer returns ``hidden_states`` alone (``granite.py``-like), or it
+  ignores the residual it is given, adds it back inside and returns the full stream first
+  (0.33.0 ``exaone4.py``); the capture takes ``hidden_states``.
+
+Which tensor is the stream is decided from the layer's and the backbone's own code by
+:func:`patchkit.vllm.stream.residual_stream`; a backbone whose code does not say, or whose signals
+disagree, is not patchable (the reason names ``file:line``).
+- ``interface-only``: the backbone already captures (inline ``aux_hidden_state_layers`` or the
+  mixin's ``_maybe_add_hidden_state``), only the class's interface is missing.
+- ``wrapper-only``: a multimodal wrapper holding a language model built through the registry
+  (``init_vllm_registered_model(..., architectures=[...])``) in ``self.language_model``; only
+  the wrapper's interface is missing (the language model is native, or patched in the same run).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from enum import Enum
+
+from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop, kind_of
+from patchkit.vllm.contract import ATTR, MAYBE_ADD, Contract
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import ClassRef, SourceTree, nodes
+from patchkit.vllm.stream import StreamRefusal, StreamVerdict
+
+
+class Shape(Enum):
+    """How patchkit gives an architecture EAGLE-3 support (see the module docstring)."""
+
+    STANDARD = "standard-loop"
+    HIDDEN_ONLY = "hidden-states-only"
+    INTERFACE_ONLY = "interface-only"
+    WRAPPER_ONLY = "wrapper-only"
+
+
+class State(Enum):
+    """An architecture's EAGLE-3 state in one release."""
+
+    NATIVE = "native"
+    BROKEN = "declared but broken"
+    PATCHABLE = "patchable"
+    PATCHED = "patched by patchkit"
+    NOT_PATCHABLE = "not patchable"
+
+
+BACKBONE_ATTR = "model"
+"""Where a causal LM holds its decoder backbone. Fact: vLLM's proposer reads
+``target_language_model.model`` (``v1/spec_decode/eagle.py``, 0.10.2 - 0.33.0) and the A2/A3
+default interface methods assert ``parent.model`` (``interfaces.py``, 0.18.0 on)."""
+WRAPPER_ATTR = "language_model"
+"""Where a multimodal wrapper holds its language model (``get_language_model()`` returns it)."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The decoder-layer loop of a backbone ``forward``.
+
+    Attributes:
+        returns_residual: the layer call is ``hidden_states, residual = layer(...)``.
+        captures: the loop (or forward) already captures aux hidden states.
+        lineno: line of the ``for`` statement (1-based, in the parsed source).
+        layer: the name the layer is bound to.
+        index: Python expression of the global id of the layer being run, or None when the loop
+            has no index and patchkit enumerates it from ``self.start_layer`` itself.
+        call_at: position of the layer call among the loop body's statements.
+        residual_before: ``residual`` is bound before the loop (else the first layer's input is
+            ``hidden_states`` alone and the capture before the loop must not read ``residual``).
+        tuple_target: the layer call assigns ``hidden_states, residual`` (also when the layer
+            keeps the residual inside and ``hidden_states`` alone is the stream, 0.33.0 ``stablelm.py``).
+    """
+
+    returns_residual: bool
+    captures: bool
+    lineno: int
+    layer: str = "layer"
+    index: str | None = None
+    call_at: int = 0
+    residual_before: bool = True
+    tuple_target: bool = True
+
+
+@dataclass(frozen=True)
+class ArchShape:
+    """One architecture's EAGLE-3 state and, when patchable, how.
+
+    Attributes:
+        architecture: the registry name.
+        group: the registry dict that lists it (``_TEXT_GENERATION_MODELS``, ...), or None.
+        state: see :class:`State` (``PATCHED`` is decided by the caller, from the journal).
+        shape: the patch shape (patchable and repairable broken states), else None.
+        reason: one line for users: what is there, what is missing, or what breaks.
+        cls: the registry class, or None when it cannot be found.
+        backbone: the decoder backbone class the capture lives in, when found.
+        inner: for a wrapper, the architecture its language model is built as.
+        location: ``file:line`` of the evidence for ``reason``.
+        stream: for a capture patchkit writes (standard-loop, hidden-states-only), which tensor is the
+            residual stream and why (:func:`patchkit.vllm.stream.residual_stream`), else None.
+    """
+
+    architecture: str
+    group: str | None
+    state: State
+    shape: Shape | None
+    reason: str
+    cls: ClassRef | None = None
+    backbone: ClassRef | None = None
+    inner: str | None = None
+    location: str | None = None
+    stream: StreamVerdict | None = None
+
+
+@functools.lru_cache(maxsize=1024)
+def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
+    """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
+
+    Loop forms read (vLLM 0.10.2 - 0.33.0 model files):
+
+    - ``for layer in <self.layers from self.start_layer>``: no index (patchkit enumerates);
+    - ``for i, layer in enumerate(..., start=self.start_layer)``: index ``i``;
+    - ``for i, layer in enumerate(<self.layers from self.start_layer>)``: index ``self.start_layer + i``;
+    - ``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]``: index ``i``.
+
+    Returns:
+        A :class:`Loop`, or a one-line reason (several loops, no layer call, another call shape).
+        Remembered per ``forward`` node (scan, the codemods and verify read the same loops).
+    """
+    loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
+    if len(loops) != 1:
+        nested = [n for n in ast.walk(forward) if isinstance(n, ast.For) and is_layer_loop(n)]
+        if len(loops) == 0 and nested:
+            return "its decoder-layer loop is nested inside another statement"
+        return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
+    loop = loops[0]
+    captures = _mentions_self(forward, ATTR) or any(
+        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in nodes(forward))
+    form = _loop_form(loop)
+    if isinstance(form, str):
+        if captures:
+            return Loop(True, True, loop.lineno)
+        return form
+    layer_var, index = form
+    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
+    if len(calls) == 1 and calls[0] in loop.body:
+        call_at = loop.body.index(calls[0])
+    else:
+        branch = layer_call_branch(loop.body, calls)
+        if branch is None:
+            return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
+        call_at = loop.body.index(branch)
+    targets = calls[0].targets
+    if len(targets) != 1:
+        return "the layer call assigns to several targets"
+    target = targets[0]
+    names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) else None
+    if names == ["hidden_states", "residual"]:
+        call = calls[0].value
+        if not any(isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]):
+            # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
+            return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
+        before = forward.body[: forward.body.index(loop)]
+        bound = any(isinstance(t, ast.Name) and t.id == "residual" for stmt in before for n in ast.walk(stmt)
+                    if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
+    if isinstance(target, ast.Name) and target.id == "hidden_states":
+        if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):
+            return "the layer returns hidden_states alone but forward keeps a residual of its own"
+        return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, False)
+    return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
+
+
+def layer_call_branch(body: list[ast.stmt], calls: list[ast.Assign]) -> ast.If | None:
+    """The ``if``/``else`` of ``body`` whose two arms each run the layer once, the same way, or None.
+
+    Fact (vLLM 0.17.1 and 0.33.0 ``nemotron_nas.py``, ``DeciModel.forward``): ``if not
+    layer._is_no_op_attention: hidden_states, residual = layer(...); ... else: hidden_states,
+    residual = layer(...)``. Exactly one arm runs, so the layer runs once per iteration and a
+    capture before or after that statement sees the stream entering and leaving the layer.
+    """
+    if len(calls) != 2:
+        return None
+    for stmt in body:
+        if (isinstance(stmt, ast.If) and stmt.orelse and calls[0] in stmt.body and calls[1] in stmt.orelse
+                and ast.dump(calls[0].targets[0]) == ast.dump(calls[1].targets[0])
+                and ast.dump(calls[0].value) == ast.dump(calls[1].value)):
+            return stmt
+    return None
+
+
+def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
+    """``(layer name, index expression or None)`` of a decoder-layer loop, or why it is not one patchkit reads."""
+    it = loop.iter
+    if isinstance(loop.target, ast.Name):
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+            index = loop.target.id
+            for stmt in loop.body:
+                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                        and isinstance(stmt.value, ast.Subscript) and _mentions_self(stmt.value.value, "layers")
+                        and isinstance(stmt.value.slice, ast.Name) and stmt.value.slice.id == index):
+                    return stmt.targets[0].id, index
+            return "its range loop does not bind 'layer = self.layers[i]'"
+        if not _mentions_self(it, "start_layer"):
+            return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+        return loop.target.id, None
+    if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in loop.target.elts)
+            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"):
+        index, layer = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
+        if index == "_":
+            return "its decoder-layer loop discards its enumerate index"
+        start = [kw.value for kw in it.keywords if kw.arg == "start"] + list(it.args[1:2])
+        if start:
+            if _mentions_self(start[0], "start_layer"):
+                return layer, index
+            return f"its enumerate starts at {ast.unparse(start[0])}, not self.start_layer"
+        if it.args and _mentions_self(it.args[0], "start_layer"):
+            return layer, f"self.start_layer + {index}"
+        return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
+    return "its decoder-layer loop does not bind the layer to a plain name"
+
+
+def final_return_count(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """How many top-level ``return hidden_states`` statements ``forward`` has (the capture needs one)."""
+    return sum(1 for s in forward.body if isinstance(s, ast.Return) and isinstance(s.value, ast.Name)
+               and s.value.id == "hidden_states")
+
+
+def classify(tree: SourceTree, registry: Registry, contract: Contract, architecture: str,
+             text_architecture: str | None = None, _depth: int = 0) -> ArchShape:
+    """Classify ``architecture`` of this release (see :class:`State` and :class:`Shape`).
+
+    Args:
+        tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
+        architecture: a registry name.
+        text_architecture: for a wrapper that builds its language model from the checkpoint's
+            ``text_config`` at run time, that config's architecture (from ``--model DIR``).
+    Returns:
+        An :class:`ArchShape`; never ``State.PATCHED`` (the journal decides that).
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    group = registry.group_of(architecture)
+    resolution = registry.resolve(architecture)
+    if resolution is None:
+        return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
+                         "not in this release's model registry (vLLM would load it through its Transformers backend)")
+    if resolution.transformers_backend or resolution.cls is None:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
+                         f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
+                         "which is not a native model file patchkit can find")
+    cls = resolution.cls
+    if contract.protocol is None:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
+                         "this release has no SupportsEagle3 Protocol (EAGLE-3 needs vLLM >= 0.10.2)", cls)
+    declared = any(contract.protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)] for c in tree.mro(cls))
+    if declared:
+        return _declared(tree, registry, contract, architecture, group, cls)
+    shape = _lacking(tree, registry, contract, architecture, group, cls, text_architecture, _depth)
+    if shape.state in (State.PATCHABLE, State.NOT_PATCHABLE):
+        # vLLM's own draft loading must be able to go through what get_language_model() returns
+        # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help, whatever
+        # else the backbone lacks, so this reason comes first
+        from patchkit.vllm.loadpath import bare_language_model
+
+        fault = bare_language_model(tree, registry, cls)
+        if fault is not None:
+            return ArchShape(architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls,
+                             location=fault.proposer_at)
+    return shape
+
+
+def _declared(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
+              cls: ClassRef) -> ArchShape:
+    """A class with ``SupportsEagle3`` in its MRO: native, unless a link is positively broken.
+
+    Broken links: the A1 Protocol's stub methods not overridden (they return None), or a backbone
+    whose ``forward`` captures nothing. A link patchkit cannot follow statically is not called broken.
+    """
+    from patchkit.vllm.contract import SETTER, is_stub
+
+    def broken(reason: str, where: str | None, repair: _Repair | None = None) -> ArchShape:
+        return ArchShape(architecture, group, State.BROKEN, repair.shape if repair else None,
+                         f"declares SupportsEagle3 but {reason}", cls, repair.backbone if repair else None,
+                         location=where, stream=repair.stream if repair else None)
+
+    if contract.getter:
+        for name in (SETTER, contract.getter):
+            found = tree.find_member(cls, name)
+            if found is None:
+                return broken(f"{name}() is not defined", cls.location)
+            owner, stmt = found
+            if owner == contract.protocol and contract.patchable and isinstance(stmt, ast.FunctionDef) and is_stub(stmt):
+                return broken(f"{name}() is only the Protocol's stub, which returns None", f"{owner.relpath}:{stmt.lineno}")
+    holder = cls
+    built = registry_built(tree, cls, WRAPPER_ATTR)
+    if built is not None and built[1] is not None:
+        inner = registry.resolve(built[1])
+        holder = inner.cls if inner is not None and inner.cls is not None else None
+    try:
+        backbone = held_class(tree, registry, holder, BACKBONE_ATTR).cls if holder is not None else None
+    except CompositionError:
+        backbone = None
+    if backbone is not None and kind_of(tree, backbone) == "backbone":
+        found = tree.find_member(backbone, "forward")
+        if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            loop = decoder_loop(found[1])
+            if isinstance(loop, Loop) and not loop.captures:
+                return broken(f"its backbone {backbone.name}.forward captures no aux hidden states",
+                              f"{found[0].relpath}:{found[1].lineno}", _repairable(tree, registry, contract, holder))
+    # every other link, as verify checks it (one reader: scan, apply, verify and doctor share this verdict);
+    # 0.33.0 cohere_compass.py: CohereCompassTextModel is no EagleModelMixin, vLLM's default setter asserts it
+    from patchkit.checks.verify import architecture_chain
+
+    resolution = registry.resolve(architecture)
+    if resolution is not None and resolution.cls == cls:
+        chain = architecture_chain(tree, registry, contract, resolution)
+        failed = _first_failure(chain)
+        if failed is not None:
+            link, leaf = failed
+            where = f"{link.label}: " if link is not leaf else ""
+            detail = f" ({leaf.detail})" if leaf.detail else ""
+            return broken(f"fails {where}'{leaf.label}'{detail}", leaf.location or cls.location)
+    return ArchShape(architecture, group, State.NATIVE, None, "supports EAGLE-3 in this release", cls,
+                     backbone, location=cls.location)
+
+
+def _first_failure(check):
+    """``(link, failure)``: the first failure of a :class:`patchkit.results.Check` tree that shows a broken
+    link (not one patchkit could not follow, :data:`patchkit.checks.verify.NOT_FOLLOWED`) and the top-level child
+    it is under (a held class, the load path, a platform branch), or None."""
+    from patchkit.checks.verify import NOT_FOLLOWED
+
+    for link in check.children:
+        found = next((f for f in link.failures() if f.kind != NOT_FOLLOWED), None)
+        if found is not None:
+            return link, found
+    return None
+
+
+def _builds_another_class(new: ast.stmt) -> bool:
+    """``__new__`` returns a call other than ``...__new__(...)``: it builds the instance as another class
+    (0.16.0 ``grok1.py`` and ``minicpmv.py``: ``return instance_cls(vllm_config=..., prefix=...)``),
+    unlike ``SupportsQuant.__new__`` (``instance = super().__new__(cls); ...; return instance``)."""
+    return any(isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
+               and not (isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__")
+               for r in ast.walk(new))
+
+
+def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
+             cls: ClassRef, text_architecture: str | None, depth: int) -> ArchShape:
+    """Classify a class without ``SupportsEagle3``: which shape would give it support, or why none."""
+    def no(reason: str, where: str | None = None) -> ArchShape:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, reason, cls, location=where or cls.location)
+
+    factory = tree.find_member(cls, "__new__")
+    if factory is not None and _builds_another_class(factory[1]):
+        # 0.16.0 grok1.py: GrokForCausalLM.__new__ returns a Grok1ForCausalLM or Grok2ForCausalLM, which do
+        # not derive from it: the model vLLM's runner asks supports_eagle3 about is not of this class
+        return no(f"{factory[0].name}.__new__ builds the model as another class (a factory), so the class vLLM's "
+                  f"runner checks is not {cls.name}", f"{factory[0].relpath}:{factory[1].lineno}")
+    # A multimodal wrapper: its language model is built through the registry.
+    built = registry_built(tree, cls, WRAPPER_ATTR)
+    try:
+        held = held_class(tree, registry, cls, WRAPPER_ATTR)
+    except CompositionError as exc:
+        held = None
+        if built is not None and built[1] is None:  # architecture chosen from text_config at run time
+            if text_architecture is None:
+                return no(f"builds self.{WRAPPER_ATTR} from the checkpoint's text_config at run time; pass --model DIR "
+                          "so patchkit knows which language model it is", f"{cls.relpath}:{built[0]}")
+            resolution = registry.resolve(text_architecture)
+            if resolution is None or resolution.cls is None:
+                return no(f"its text_config names {text_architecture}, which is not a native model of this release")
+            from patchkit.vllm.composition import HeldClass
+
+            held = HeldClass(resolution.cls, "registry", built[0], text_architecture)
+        elif built is not None:
+            return no(f"self.{WRAPPER_ATTR}: {exc}", f"{cls.relpath}:{built[0]}")
+    if held is not None:
+        if held.via != "registry" or held.architecture is None:
+            return no(f"self.{WRAPPER_ATTR} holds {held.cls.name} built directly, not a causal LM built through the "
+                      "registry: vLLM's proposer reads get_language_model().model, which a bare backbone lacks")
+        if depth > 2:
+            return no("wrappers nested too deeply")
+        inner = classify(tree, registry, contract, held.architecture, None, depth + 1)
+        if inner.state is State.NATIVE or (inner.state is State.PATCHABLE and inner.shape is not Shape.WRAPPER_ONLY):
+            how = "native" if inner.state is State.NATIVE else f"patchable ({inner.shape.value})"
+            return ArchShape(architecture, group, State.PATCHABLE, Shape.WRAPPER_ONLY,
+                             f"self.{WRAPPER_ATTR} is {held.architecture} ({how}); the wrapper lacks SupportsEagle3",
+                             cls, inner.backbone, held.architecture, f"{cls.relpath}:{held.lineno}")
+        return no(f"its language model {held.architecture} is {inner.state.value}: {inner.reason}")
+    try:
+        backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
+    except CompositionError as exc:
+        from patchkit.vllm.proposer_paths import language_model_attr
+
+        getter = language_model_attr(tree, cls)
+        if getter is not None and getter[0] not in (WRAPPER_ATTR, BACKBONE_ATTR):
+            # 0.33.0 ovis.py: self.llm = init_vllm_registered_model(...) under _mark_language_model
+            return no(f"its language model is self.{getter[0]} (what get_language_model() returns), which patchkit "
+                      f"does not follow: it reads a wrapper's self.{WRAPPER_ATTR}", getter[1])
+        return no(f"no decoder backbone in self.{BACKBONE_ATTR} ({exc}); vLLM's proposer reads .{BACKBONE_ATTR}")
+    if kind_of(tree, backbone.cls) != "backbone":
+        return no(f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "
+                  "(no forward looping over self.layers)", backbone.cls.location)
+    read = _backbone_shape(tree, registry, contract, backbone.cls)
+    if isinstance(read, str):
+        return no(f"{backbone.cls.name}: {read}", backbone.cls.location)
+    shape, stream = read
+    reason = {
+        Shape.STANDARD: "standard decoder loop; lacks SupportsEagle3 and the capture",
+        Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
+        Shape.INTERFACE_ONLY: f"{backbone.cls.name} already captures; only SupportsEagle3 is missing",
+    }[shape]
+    owner = forward_owner(tree, backbone.cls)
+    if owner != backbone.cls and shape is not Shape.INTERFACE_ONLY:
+        reason += f" (forward inherited from {owner.name}, patched there)"
+    if shape is Shape.HIDDEN_ONLY and stream is not None and _loop_returns_residual(tree, owner):
+        # the surprising case: a residual is passed around, but it is not part of the stream (0.33.0 exaone4.py)
+        reason += f" (the layer keeps its own residual: {stream.location})"
+    return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls,
+                     owner if shape is not Shape.INTERFACE_ONLY else backbone.cls, location=backbone.cls.location,
+                     stream=stream)
+
+
+@dataclass(frozen=True)
+class _Repair:
+    shape: Shape
+    backbone: ClassRef
+    stream: StreamVerdict | None = None
+
+
+def _repairable(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef) -> _Repair | None:
+    """For a declared-but-broken class: a backbone whose missing capture patchkit could write."""
+    try:
+        backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
+    except CompositionError:
+        return None
+    read = _backbone_shape(tree, registry, contract, backbone.cls)
+    if not isinstance(read, str) and read[0] in (Shape.STANDARD, Shape.HIDDEN_ONLY):
+        return _Repair(read[0], forward_owner(tree, backbone.cls), read[1])
+    return None
+
+
+def _loop_returns_residual(tree: SourceTree, owner: ClassRef) -> bool:
+    found = tree.find_member(owner, "forward")
+    loop = decoder_loop(found[1]) if found is not None else None  # type: ignore[arg-type]
+    return isinstance(loop, Loop) and loop.returns_residual
+
+
+def forward_owner(tree: SourceTree, backbone: ClassRef) -> ClassRef:
+    """The class of ``backbone``'s MRO that defines its ``forward`` (where a capture is written)."""
+    found = tree.find_member(backbone, "forward")
+    return found[0] if found is not None else backbone
+
+
+def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
+                    backbone: ClassRef) -> tuple[Shape, StreamVerdict | None] | str:
+    """The shape of a backbone's ``forward`` and, for a capture patchkit writes, the stream it captures.
+
+    Returns:
+        ``(shape, stream)`` (``stream`` None for ``INTERFACE_ONLY``), or a one-line reason it has none.
+    """
+    found = tree.find_member(backbone, "forward")
+    if found is None:
+        return "no forward in its MRO"
+    owner, forward = found
+    if not isinstance(forward, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "forward is not a method"
+    loop = decoder_loop(forward)
+    if isinstance(loop, str):
+        return loop
+    if loop.captures:
+        return Shape.INTERFACE_ONLY, None
+    if final_return_count(forward) != 1:
+        return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
+    # an inherited forward is patched where it is defined (0.33.0 longcat_flash_ngram.py: FlashModel.forward)
+    init = tree.method(owner, "__init__")
+    if init is None:
+        return "no __init__ of its own"
+    from patchkit.vllm.stream import Stream, residual_stream
+
+    stream = residual_stream(tree, registry, owner, backbone, forward)
+    if isinstance(stream, StreamRefusal):
+        return stream.reason
+    return (Shape.STANDARD if stream.stream is Stream.SUM else Shape.HIDDEN_ONLY), stream
+
+
+def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str | None] | None:
+    """Whether ``cls.__init__`` builds ``self.<attr>`` through vLLM's registry.
+
+    Fact (vLLM 0.10.2 - 0.33.0, multimodal model files): wrappers assign
+    ``self.language_model = init_vllm_registered_model(..., architectures=[NAME])``, or leave
+    ``architectures`` out so vLLM picks the checkpoint's ``text_config.architectures``.
+
+    Returns:
+        ``(line, architecture or None)`` for the first such assignment, or None when there is none.
+    """
+    from patchkit.vllm.composition import REGISTRY_BUILDER
+
+    found = tree.find_member(cls, "__init__")
+    if found is None:
+        return None
+    from patchkit.vllm.composition import self_assignments
+
+    for node in self_assignments(found[1]).get(attr, ()):
+        if isinstance(node.value, ast.Call):
+            func = node.value.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name != REGISTRY_BUILDER:
+                continue
+            archs = [kw.value for kw in node.value.keywords if kw.arg == "architectures"]
+            if archs and isinstance(archs[0], (ast.List, ast.Tuple)) and len(archs[0].elts) == 1 \
+                    and isinstance(archs[0].elts[0], ast.Constant):
+                return node.lineno, str(archs[0].elts[0].value)
+            return node.lineno, None
+    return None
+
+
+def _mentions_self(node: ast.AST, attr: str) -> bool:
+    from patchkit.vllm.composition import self_mentions
+
+    return attr in self_mentions(node)
