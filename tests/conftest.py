@@ -3,7 +3,7 @@
 Markers: a test marked ``runtime``, ``engine`` or ``cluster`` needs the network (venvs built from the
 package index, releases fetched), so it is marked ``release`` too (:func:`pytest_collection_modifyitems`)
 and ``pytest -m "not release"`` is the whole offline suite. A test without any of these markers runs
-with the network shut (:func:`_network_markers`): a fetch through ``vllm_release`` raises, pip and uv
+with the network shut (:func:`pytest_runtest_protocol`): a fetch through ``vllm_release`` raises, pip and uv
 in its subprocesses see ``PIP_NO_INDEX`` / ``UV_OFFLINE``, and an in-process connection to anything
 but this machine raises.
 """
