@@ -13,13 +13,17 @@ import os
 import subprocess
 from pathlib import Path
 
+from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures, read_allow_list
+from patchkit.errors import InterpreterError
+from patchkit.results import Check
+from patchkit.vllm import loadpath
+from patchkit.vllm.chain.capture import expected_stream
 from patchkit.vllm.composition import chain
 from patchkit.vllm.contract import Contract
-from patchkit.errors import InterpreterError
+from patchkit.vllm.loops import decoder_loop
 from patchkit.vllm.registry import Registry
-from patchkit.results import Check
 from patchkit.vllm.source import SourceTree
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
+from patchkit.vllm.stream import Stream, StreamVerdict
 
 PROBE = Path(__file__).with_name("runtime_probe.py")
 STAND_IN = "consistency check on stand-ins"
@@ -44,15 +48,9 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
     Returns:
         ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.runtime_probe`).
     """
-    from patchkit.vllm.shapes import decoder_loop
-    from patchkit.vllm.stream import Stream, StreamVerdict
-    from patchkit.checks.verify import expected_stream, read_allow_list
-
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
     backbones: dict[str, dict] = {}
-    from patchkit.vllm import loadpath
-
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:
