@@ -513,7 +513,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     Args:
         install: the vLLM install.
-        runtime_python: when given, also run :mod:`patchkit.checks.runtime_probe` with this interpreter
+        runtime_python: when given, also run :mod:`patchkit.checks.probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
         request: ``--arch`` / ``--model``: check these architectures. Without it: the default
             set's architectures plus every architecture the journal shows patchkit patched.

@@ -1,4 +1,4 @@
-"""``verify --runtime``: run :mod:`patchkit.checks.runtime_probe` in a fresh subprocess of the target interpreter.
+"""``verify --runtime``: run :mod:`patchkit.checks.probe` in a fresh subprocess of the target interpreter.
 
 patchkit's own process never imports vLLM or torch. This module works out statically what the
 probe should look at (the registry's classes, what each holds down to the backbone), runs the
@@ -25,9 +25,12 @@ from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
 from patchkit.vllm.stream import Stream, StreamVerdict
 
-PROBE = Path(__file__).with_name("runtime_probe.py")
+PROBE = Path(__file__).with_name("probe")
+"""The runtime probe: a folder Python runs as a script (``<python> PROBE <JSON>`` runs its ``__main__.py`` with
+the folder first on ``sys.path``; see :mod:`patchkit.checks.probe`). It imports only the standard library,
+vLLM and torch, never patchkit."""
 STAND_IN = "consistency check on stand-ins"
-"""The label suffix :mod:`patchkit.checks.runtime_probe` gives a check that runs installed code on stand-ins."""
+"""The label suffix :mod:`patchkit.checks.probe` gives a check that runs installed code on stand-ins."""
 STAND_IN_KIND = "stand-in-consistency"
 """``Check.kind`` (and JSON ``kind``) of such a check: a consistency check, never independent proof."""
 SENTINEL = "PATCHKIT-PROBE-RESULT"
@@ -46,7 +49,7 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: model types the start-up allow-list must admit (checked only where the
             release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.runtime_probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.probe`).
     """
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
