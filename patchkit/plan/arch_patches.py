@@ -25,7 +25,7 @@ from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
-from patchkit.errors import ConfigError, UsageError
+from patchkit.errors import ConfigError
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.source import ClassRef, SourceTree

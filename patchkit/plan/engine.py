@@ -30,7 +30,8 @@ from patchkit.vllm.composition import CompositionError, Holder, held_class, hold
 from patchkit.vllm.contract import A1_RELEASES, Contract
 from patchkit.vllm.install import Install
 from patchkit.errors import SourceError
-from patchkit.store.journal import Journal, sha256
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal
 from patchkit.vllm.registry import Registry
 from patchkit.results import Outcome, PatchResult
 from patchkit.vllm import source as source_mod
