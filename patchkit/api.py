@@ -12,22 +12,16 @@ import os
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import interrupt
-from patchkit.checks import platforms
-from patchkit.checks.runtime import probe_spec, run_probe
-from patchkit.checks.scan import ScanReport
-from patchkit.checks.scan import scan as classify_all
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
-from patchkit.checks.verify import verify as chain_check
 from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
 from patchkit.guard import guard as guard_mod
-from patchkit.plan import arch_scope, missing, outcomes
+from patchkit.plan import missing, outcomes
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
-from patchkit.plan.revert_plan import plan_revert
 from patchkit.plan.gates import gates
-from patchkit.plan.selection import Request, arch_selection, check_architecture, check_requested, journaled_architectures, reapply_runs, suggestions
+from patchkit.plan.request import Request, check_architecture, check_requested, suggestions
+from patchkit.plan.revert_plan import plan_revert
 from patchkit.plan.spec import load_patches, select
 from patchkit.results import (
     ApplyReport,
@@ -52,14 +46,23 @@ from patchkit.vllm.install import Install, has_record, record_sha256
 from patchkit.vllm.registry import Registry, Resolution
 from patchkit.vllm.source import ClassRef, SourceTree
 
-# The engine (libcst) is imported by the one function that plans rewrites, so the read-only commands
-# ('status', 'verify', 'list') start without libcst (tests/test_startup.py).
+if TYPE_CHECKING:
+    from patchkit.checks.scan import ScanReport
+
+# Start-up: the engine (libcst) is imported by the one function that plans rewrites, so the read-only
+# commands ('status', 'verify', 'list') start without libcst (tests/test_startup.py). The planning
+# chain (plan.selection, plan.arch_scope: arch_patches, vllm.shapes, proposer_paths, stream,
+# model_types) and the checks (chain check, scan, runtime probe, platform branches) are imported by the
+# functions that use them, so 'status' and 'revert' start without them (about 50 ms of imports, half
+# of what 'import patchkit.api' costs, measured with -X importtime).
 
 
 def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
                architectures: tuple[str, ...] | None = None,
                model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
     """The chain check, :func:`patchkit.checks.verify.verify` (``apply``'s last gate runs it through this name)."""
+    from patchkit.checks.verify import verify as chain_check  # lazy: start-up, 'status' and 'revert' load no chain check
+
     return chain_check(tree, registry, contract, architectures, model_types, requested)
 
 
@@ -240,7 +243,9 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
 
     ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
     """
+    from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
     from patchkit.plan.engine import plan as make_plan  # lazy: libcst, imported only by commands that rewrite
+    from patchkit.plan.selection import arch_selection  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
     overrides = dict(overrides or {})
     tree = SourceTree(install.site_packages, overrides=overrides)
@@ -297,6 +302,9 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
+    from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures  # lazy: start-up, 'status' and 'revert' load no chain check
+    from patchkit.plan.selection import arch_selection, journaled_architectures  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
@@ -325,6 +333,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
+        from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs the probe
+
         try:
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
@@ -341,6 +351,8 @@ def scan(install: Install) -> ScanReport:
     Raises:
         SourceError: the registry or ``interfaces.py`` is missing or does not parse.
     """
+    from patchkit.checks.scan import scan as classify_all  # lazy: start-up, only 'scan' classifies every architecture
+
     return classify_all(install)
 
 
@@ -392,6 +404,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", [], "rolled back") for p in rolled]
         narrow = rewrite = None
         if request:
+            from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+
             narrow = arch_scope.narrowing(install, journal, request)
             rewrite = arch_scope.rewritten(install, journal, narrow)
         done = plan_revert(install, journal, force, narrow, rewrite)
@@ -447,8 +461,9 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     architectures = ()
     paths = sorted(journal.entries)
     if request:
-        check_requested(Registry(tree), request, str(install.version))
+        from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
+        check_requested(Registry(tree), request, str(install.version))
         found = arch_scope.scope(install, journal, request)
         architectures = arch_scope.states(found, journal)
         paths = [p for p in paths if set(journal.entries[p].patches) & found.all_ids]
@@ -463,9 +478,14 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     ]
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
     replaced = [journal.entries[e.path] for e in entries if e.state in REPLACED]
+    reapply: tuple[tuple[str, ...], ...] = ()
+    if replaced:
+        from patchkit.plan.selection import reapply_runs  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+
+        reapply = reapply_runs(replaced, journal, Registry(tree))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, reapply=reapply_runs(replaced, journal, Registry(tree)) if replaced else ())
+                        guard=guarded, reapply=reapply)
 
 
 @dataclass
@@ -540,6 +560,8 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     # a case slip or a one-letter typo, not every vaguely similar name
     close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
+    from patchkit.checks import platforms  # lazy: start-up, only 'resolve' lists platform branches
+
     branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
                  "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}
                 for b in platforms.branches(tree, resolution)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.plan.selection import Request
+from patchkit.plan.request import Request
 from patchkit.plan import outcomes
 from patchkit.vllm.install import from_site_packages
 from patchkit.results import Outcome, PatchResult

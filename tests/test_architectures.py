@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.plan.selection import Request
+from patchkit.plan.request import Request
 from patchkit.vllm.install import from_site_packages
 from patchkit.checks.scan import scan
 

@@ -52,7 +52,7 @@ from patchkit.vllm.install import Install
 from patchkit.vllm.registry import Registry
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.plan.selection import Request
+from patchkit.plan.request import Request
 from patchkit.plan.spec import ClassTarget, check_target, load_patches
 from patchkit.store.journal import journal_for, unfinished_check
 

@@ -16,7 +16,8 @@ from enum import Enum
 
 from patchkit.errors import UsageError
 from patchkit.plan.arch_patches import allow_list_patch, parse_id
-from patchkit.plan.selection import Request, arch_selection, journaled_architectures
+from patchkit.plan.request import Request
+from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
 from patchkit.store.journal import Journal
 from patchkit.vllm import contract as contract_mod
@@ -100,7 +101,7 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
 
     Raises:
         ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4, from
-            :func:`patchkit.plan.arch_patches.read_model_config`).
+            :func:`patchkit.plan.request.read_model_config`).
         SourceError: a file on the way does not parse.
     """
     tree = tree or pristine_tree(install, journal)

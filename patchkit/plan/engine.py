@@ -33,6 +33,7 @@ from patchkit.errors import SourceError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
 from patchkit.vllm.registry import Registry
+from patchkit.vllm.shapes import registry_built
 from patchkit.results import Outcome, PatchResult
 from patchkit.vllm import source as source_mod
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -306,8 +307,6 @@ def _holder(tree: SourceTree, registry: Registry, cls: ClassRef, attr: str) -> H
     """What ``cls`` holds in ``attr``; a language model the registry picks from ``text_config`` at run
     time counts as a causal LM (vLLM 0.10.2 - 0.33.0 multimodal wrappers,
     ``init_vllm_registered_model`` without ``architectures``)."""
-    from patchkit.vllm.shapes import registry_built
-
     try:
         return holder(tree, registry, cls, attr)
     except CompositionError:

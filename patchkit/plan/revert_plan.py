@@ -8,12 +8,15 @@ deleted by hand, without ``--force``) makes the whole revert refuse.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from patchkit.plan.arch_scope import Narrowing
 from patchkit.plan.file_states import FILE_STATES, FileState, RevertAction, file_state, revert_action
 from patchkit.results import RevertedFile
 from patchkit.store.records import JournalRecords
 from patchkit.vllm.install import Install, record_sha256
+
+if TYPE_CHECKING:
+    from patchkit.plan.arch_scope import Narrowing  # the planning chain, which a plain 'revert' never loads
 
 
 @dataclass(frozen=True)

@@ -99,8 +99,8 @@ class _RayCommand(_Command):
 
 
 def _request(arch: Optional[list[str]], model: Optional[Path]):
-    """The :class:`~patchkit.plan.selection.Request` for ``--arch`` / ``--model``."""
-    from patchkit.plan.selection import Request
+    """The :class:`~patchkit.plan.request.Request` for ``--arch`` / ``--model``."""
+    from patchkit.plan.request import Request
 
     return Request(tuple(arch or ()), model)
 
@@ -765,7 +765,7 @@ def resolve(
 
     def body() -> int:
         from patchkit import api
-        from patchkit.plan.selection import check_architecture
+        from patchkit.plan.request import check_architecture
 
         check_architecture(architecture)
         install = _install(target, site_packages, python)

@@ -226,7 +226,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
             ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
-            folder, expanded on the node, or None): the :class:`~patchkit.plan.selection.Request` of every
+            folder, expanded on the node, or None): the :class:`~patchkit.plan.request.Request` of every
             command but ``plan`` with ``patch_ids``.
     Returns:
         A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
@@ -236,7 +236,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """
     import patchkit
     from patchkit import api
-    from patchkit.plan.selection import Request
+    from patchkit.plan.request import Request
     from patchkit.vllm.install import locate
 
     node: dict[str, Any] = {"host": socket.gethostname(), "patchkit_path": str(Path(patchkit.__file__).parent),
@@ -545,7 +545,7 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         address: the cluster's address, or None for what ``ray.init`` finds.
         site_packages / python: the install on each node (expanded there; at most one given).
         dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
-        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.plan.selection.Request`), on
+        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.plan.request.Request`), on
             every node; the folder is read there, expanded like ``site_packages``.
         guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard.guard`; it
             names the node's own expanded ``--python``/``--site-packages`` in its line).
