@@ -7,7 +7,6 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-import difflib
 import os
 import shlex
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,7 @@ from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_c
 from patchkit.plan.gates import gates
 from patchkit.plan.request import Request, check_architecture, check_requested, suggestions
 from patchkit.plan.revert_plan import plan_revert
-from patchkit.plan.spec import load_patches, select
+from patchkit.plan.spec import load_patches, select, unknown_patch_ids
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -159,7 +158,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             (or the message names what is left and how to finish).
     """
     everything = load_patches(target)
-    _unknown_patch_ids(patch_ids, [p.id for p in everything])
+    unknown_patch_ids(patch_ids, [p.id for p in everything])
     elsewhere = import_problem(install) or cache_problem(install)
     if elsewhere is not None:
         raise elsewhere
@@ -214,25 +213,6 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return report
-
-
-def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
-    """Raise :class:`UsageError` for an unknown ``--patch`` id (the hint suggests the closest ids).
-
-    The CLI calls this before it looks for the install, so a typo is reported as one.
-    """
-    if ids:
-        _unknown_patch_ids(ids, [p.id for p in load_patches(target)])
-
-
-def _unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
-    """Raise :class:`UsageError` for an unknown ``--patch``, suggesting the closest known ids."""
-    unknown = [i for i in ids or () if i not in known]
-    if not unknown:
-        return
-    close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
-    hint = f"did you mean {' or '.join(close)}? " if close else ""
-    raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")
 
 
 def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
@@ -302,24 +282,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
-    from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures  # lazy: start-up, 'status' and 'revert' load no chain check
-    from patchkit.plan.selection import arch_selection, journaled_architectures  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+    from patchkit.plan.selection import verify_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
-    archs, types = default_architectures(), TEXT_MODEL_TYPES
-    patched: list[str] = []
-    if request and contract.protocol is not None:
-        _, _, archs, types = arch_selection(tree, registry, contract, request)
-    else:
-        patched = journaled_architectures(journal, registry)
-        if patched:
-            _, _, extra, extra_types = arch_selection(tree, registry, contract, Request(tuple(patched)))
-            archs = tuple(dict.fromkeys([*archs, *extra]))
-            types = tuple(dict.fromkeys([*types, *extra_types]))
+    archs, types, patched = verify_scope(tree, registry, contract, request, journal)
     checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())
     pending = unfinished_check(journal)
     if pending is not None:
@@ -339,7 +309,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
-    return VerifyReport(_info(install, contract), checks, runtime_error, journaled=tuple(patched))
+    return VerifyReport(_info(install, contract), checks, runtime_error, journaled=patched)
 
 
 def scan(install: Install) -> ScanReport:

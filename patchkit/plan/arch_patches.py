@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from enum import Enum
 
 from packaging.specifiers import SpecifierSet
 
@@ -84,18 +85,32 @@ def head_alias_id(cls: str) -> str:
     return f"eagle3:{cls}:head-alias"
 
 
-def parse_id(patch_id: str) -> tuple[str, str] | None:
-    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)``,
-    ``("head-alias", cls)`` or ``("allowlist", model_type)`` for an id made by :func:`capture_id`,
+class PatchKind(str, Enum):
+    """What a per-architecture patch changes; the value is its part of the patch id (:func:`parse_id`)."""
+
+    CAPTURE = "capture"
+    INTERFACE = "interface"
+    EMBEDDING_ALIAS = "embedding-alias"
+    HEAD_ALIAS = "head-alias"
+    ALLOWLIST = "allowlist"
+
+    __str__ = str.__str__  # printed as its value
+    __format__ = str.__format__
+
+
+def parse_id(patch_id: str) -> tuple[PatchKind, str] | None:
+    """``(PatchKind.CAPTURE, backbone)``, ``(PatchKind.INTERFACE, cls)``, ``(PatchKind.EMBEDDING_ALIAS, backbone)``,
+    ``(PatchKind.HEAD_ALIAS, cls)`` or ``(PatchKind.ALLOWLIST, model_type)`` for an id made by :func:`capture_id`,
     :func:`interface_id`, :func:`alias_id`, :func:`head_alias_id` or :func:`allowlist_id`; None for
     any other id."""
     parts = patch_id.split(":", 2)
     if len(parts) != 3 or parts[0] != "eagle3":
         return None
-    if parts[1] == "allowlist":
-        return "allowlist", parts[2]
-    if parts[2] in ("capture", "interface", "embedding-alias", "head-alias"):
-        return parts[2], parts[1]
+    if parts[1] == PatchKind.ALLOWLIST.value:
+        return PatchKind.ALLOWLIST, parts[2]
+    if parts[2] in (PatchKind.CAPTURE.value, PatchKind.INTERFACE.value, PatchKind.EMBEDDING_ALIAS.value,
+                    PatchKind.HEAD_ALIAS.value):
+        return PatchKind(parts[2]), parts[1]
     return None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from patchkit.errors import UsageError
-from patchkit.plan.arch_patches import allow_list_patch, parse_id
+from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
 from patchkit.plan.request import Request
 from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
@@ -235,7 +235,7 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
     known = {p.id for p in candidates}
     for pid in sorted(narrow.keep - known):
         parsed = parse_id(pid)
-        if parsed is not None and parsed[0] == "allowlist":  # a checkpoint's own model type (--model)
+        if parsed is not None and parsed[0] is PatchKind.ALLOWLIST:  # a checkpoint's own model type (--model)
             candidates.append(allow_list_patch(parsed[1]))
     chosen, seen = [], set()
     for p in candidates:

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from typing import Sequence
 
-# upward (plan -> checks): the allow-list reader and the default set's model types are vLLM facts
+# upward (plan -> checks): the allow-list reader and the default set's architectures and model types are facts
 # that belong in vllm/ (issue 19's "facts" step moves them); checks.verify imports nothing of plan/ at
 # module level, so this is no cycle.
-from patchkit.checks.verify import TEXT_MODEL_TYPES, read_allow_list
-from patchkit.plan.arch_patches import allow_list_patch, architecture_model_types, parse_id, select_architectures, shipped_for
+from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures, read_allow_list
+from patchkit.plan.arch_patches import (
+    PatchKind,
+    allow_list_patch,
+    architecture_model_types,
+    parse_id,
+    select_architectures,
+    shipped_for,
+)
 from patchkit.plan.request import Request, read_model_config
 from patchkit.plan.spec import load_families, load_patches, select
 from patchkit.results import Outcome, PatchResult
@@ -75,6 +82,33 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
     return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
 
 
+def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, request: Request,
+                 journal: JournalRecords) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """What ``verify`` checks: ``(architectures, model_types, journaled)``.
+
+    With ``request`` (on a release with the ``SupportsEagle3`` Protocol): its architectures and model
+    types (:func:`arch_selection`), ``journaled`` empty. Otherwise the default set's architectures and
+    model types (:func:`patchkit.checks.verify.default_architectures`, ``TEXT_MODEL_TYPES``) plus every
+    architecture the journal shows an ``--arch`` run patched (:func:`journaled_architectures`), which
+    ``journaled`` names.
+
+    Raises:
+        ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
+        SourceError: a file on the way does not parse.
+    """
+    archs, types = default_architectures(), TEXT_MODEL_TYPES
+    patched: list[str] = []
+    if request and contract.protocol is not None:
+        _, _, archs, types = arch_selection(tree, registry, contract, request)
+    else:
+        patched = journaled_architectures(journal, registry)
+        if patched:
+            _, _, extra, extra_types = arch_selection(tree, registry, contract, Request(tuple(patched)))
+            archs = tuple(dict.fromkeys([*archs, *extra]))
+            types = tuple(dict.fromkeys([*types, *extra_types]))
+    return archs, types, tuple(patched)
+
+
 def journaled_architectures(journal: JournalRecords, registry: Registry) -> list[str]:
     """Registry architectures whose class an ``--arch`` run patched, from the journal's patch ids.
 
@@ -87,7 +121,7 @@ def journaled_architectures(journal: JournalRecords, registry: Registry) -> list
 def architectures_of(patch_ids: Sequence[str], registry: Registry) -> list[str]:
     """Registry architectures whose class one of ``patch_ids`` is the interface patch of (sorted)."""
     parsed = [parse_id(pid) for pid in patch_ids]
-    classes = {p[1] for p in parsed if p is not None and p[0] == "interface"}
+    classes = {p[1] for p in parsed if p is not None and p[0] is PatchKind.INTERFACE}
     return sorted(a for a, e in registry.entries.items() if e.class_name in classes)
 
 
@@ -111,4 +145,4 @@ def reapply_runs(replaced: Sequence[Entry], journal: JournalRecords, registry: R
     return tuple(runs)
 
 
-__all__ = ["arch_selection", "architectures_of", "journaled_architectures", "reapply_runs"]
+__all__ = ["arch_selection", "architectures_of", "journaled_architectures", "reapply_runs", "verify_scope"]

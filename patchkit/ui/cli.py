@@ -431,9 +431,10 @@ def apply(
 
     def body() -> int:
         from patchkit import api
+        from patchkit.plan.spec import check_patch_ids
         from patchkit.results import Outcome
 
-        api.check_patch_ids(patch, target)
+        check_patch_ids(patch, target)
         if ray is not None:
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
