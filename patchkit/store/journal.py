@@ -36,15 +36,9 @@ class _Stop(Exception):
 
 
 class Journal(JournalRecords):
-    """The journal of one distribution in one site-packages directory.
-
-    Args:
-        site_packages: the install's site-packages folder.
-        distribution: ``"vllm"``.
-        pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (bytecode to drop), or None.
-        spellings: other spellings of site-packages the interpreter may use (symbolic links).
-    Raises:
-        StateError: ``journal.json`` exists but cannot be read, or has another format.
+    """The journal of one distribution in one site-packages directory: its records
+    (:class:`~patchkit.store.records.JournalRecords`, same arguments and errors) and the transaction
+    that writes them.
     """
 
     # -- writing ----------------------------------------------------------------------
@@ -66,22 +60,8 @@ class Journal(JournalRecords):
 
     @contextlib.contextmanager
     def lock(self, on_wait: Callable[[Path, float], None] | None = None) -> Iterator[None]:
-        """Hold this install's lock while planning and writing; wait at most :data:`patchkit.store.lock.LOCK_TIMEOUT_S` s.
-
-        The lock is an exclusive ``flock`` on the site-packages folder itself: every patchkit run
-        on this install contends for it whatever its ``TMPDIR``, user or path spelling, and it
-        leaves no file behind.
-
-        Args:
-            on_wait: called once with the site-packages folder and the timeout (seconds) when
-                another run holds the lock and this one starts to wait.
-
-        Raises:
-            StateError: another patchkit run held the lock for longer than the timeout, or the
-                folder cannot be opened.
-            UsageError: ``PATCHKIT_LOCK_TIMEOUT`` is not a number of seconds.
-            Interrupted: SIGINT/SIGTERM while waiting (nothing was written).
-        """
+        """Hold this install's lock while planning and writing (:func:`patchkit.store.lock.hold`: the
+        exclusive ``flock`` on site-packages; ``on_wait`` and the errors are documented there)."""
         with lock_mod.hold(self.site_packages, on_wait):
             yield
 

@@ -62,7 +62,6 @@ class PlannedWrite:
     patches: list[str]
 
 
-
 @dataclass
 class JournalState:
     """What ``journal.json`` holds, in memory: the entries, the pending record and its operation."""
