@@ -29,7 +29,8 @@ from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_pa
 from patchkit.vllm import model_types
 from patchkit.vllm.composition import CompositionError, held_class, self_assignments
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
-from patchkit.vllm.proposer_paths import assigned_at, derive, is_multimodal
+from patchkit.vllm.class_attrs import assigned_at, is_multimodal
+from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.source import ClassRef, SourceTree

@@ -26,14 +26,13 @@ from packaging.version import Version
 
 from patchkit.vllm import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
-from patchkit.vllm.composition import CompositionError, Holder, held_class, holder
+from patchkit.vllm.composition import CompositionError, Holder, held_class, holder, registry_built
 from patchkit.vllm.contract import A1_RELEASES, Contract
 from patchkit.vllm.install import Install
 from patchkit.errors import SourceError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
 from patchkit.vllm.registry import Registry
-from patchkit.vllm.shapes import registry_built
 from patchkit.results import Outcome, PatchResult
 from patchkit.vllm import source as source_mod
 from patchkit.vllm.source import ClassRef, SourceTree
