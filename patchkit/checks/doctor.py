@@ -54,7 +54,7 @@ from patchkit.vllm.registry import Registry
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.plan.request import Request
-from patchkit.plan.spec import ClassTarget, check_target, load_patches
+from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
 from patchkit.store.journal import journal_for, unfinished_check
 
 MULTIMODAL_PROTOCOL = "SupportsMultiModal"
@@ -317,7 +317,7 @@ def _allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) 
 def _in_scope(tree: SourceTree, registry: Registry, cls: ClassRef) -> bool:
     """True when ``cls`` is, or derives from, a class whose EAGLE-3 chain patchkit's verify knows."""
     roots = set()
-    for arch in verify_mod.default_architectures():
+    for arch in default_architectures():
         r = registry.resolve(arch)
         if r is not None and r.cls is not None:
             roots.add(r.cls)

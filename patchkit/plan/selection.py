@@ -14,7 +14,8 @@ from typing import Sequence
 # upward (plan -> checks): the allow-list reader and the default set's architectures and model types are facts
 # that belong in vllm/ (issue 19's "facts" step moves them); checks.verify imports nothing of plan/ at
 # module level, so this is no cycle.
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures, read_allow_list
+from patchkit.checks.verify import read_allow_list
+from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.plan.arch_patches import (
     PatchKind,
     allow_list_patch,
@@ -88,7 +89,7 @@ def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, reque
 
     With ``request`` (on a release with the ``SupportsEagle3`` Protocol): its architectures and model
     types (:func:`arch_selection`), ``journaled`` empty. Otherwise the default set's architectures and
-    model types (:func:`patchkit.checks.verify.default_architectures`, ``TEXT_MODEL_TYPES``) plus every
+    model types (:func:`patchkit.plan.spec.default_architectures`, ``TEXT_MODEL_TYPES``) plus every
     architecture the journal shows an ``--arch`` run patched (:func:`journaled_architectures`), which
     ``journaled`` names.
 

@@ -151,6 +151,18 @@ def load_patches(distribution: str = "vllm") -> list[Patch]:
     return _order(found)
 
 
+def default_architectures() -> tuple[str, ...]:
+    """The architectures the shipped default patch set serves (derived from ``patches/``), in order."""
+    out: list[str] = []
+    for patch in load_patches():
+        out.extend(a for a in patch.architectures if a not in out)
+    return tuple(out)
+
+
+TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
+"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
+
+
 def order(patches: dict[str, Patch]) -> list[Patch]:
     """Patches with every requirement before what requires it (``graphlib``; stable otherwise).
 
