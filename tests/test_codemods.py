@@ -195,11 +195,9 @@ def test_reverts_to_the_same_bytes(case: Case, tmp_path: Path):
     assert Journal(tmp_path).entries == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found while writing the cases (not fixed here: patchkit/vllm/shapes.py is not this branch's file): "
-    "decoder_loop's residual_before looks only at Name targets, so 'hidden_states, residual = ...' before the "
-    "loop counts as unbound and the capture inserts 'residual = None', overwriting a residual a non-first "
-    "pipeline stage received"))
+# Found while writing the cases: decoder_loop read only plain-name targets, so a residual bound by
+# tuple unpacking before the loop counted as unbound and the capture inserted "residual = None" over
+# the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/loops.py).
 def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
     src = CASES.joinpath("capture_indexed.before.py").read_text().replace(
         "        hidden_states = self.embed(input_ids)\n        residual = None\n",
