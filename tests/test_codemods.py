@@ -458,3 +458,13 @@ def test_crlf_and_untouched_bytes_survive():
     src = 'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama"]\r\n'
     out = ALLOW.transform(cst.parse_module(src), Site("c.py", "c")).bytes
     assert out == b'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama", "deepseek_v3", "kimi_k2"]\r\n'
+
+
+@pytest.mark.parametrize("kind, options", [("embedding-alias", _EMBED),
+                                           ("head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"})])
+def test_alias_without_a_target_class_is_a_refusal(kind, options):
+    # _class was a staticmethod that named self: a site without a class raised NameError, not a Refusal
+    codemod = CodemodRef.of(kind, **options).load()
+    module = cst.parse_module("class Backbone:\n    pass\n")
+    with pytest.raises(Refusal, match="without a target class"):
+        codemod.check(module, Site("m.py", f"{MODELS}.m"))
