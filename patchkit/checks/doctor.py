@@ -58,13 +58,10 @@ from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
 from patchkit.vllm.drafts import read_release
 from patchkit.vllm.install import Install
-from patchkit.vllm.proposer_paths import derive
+from patchkit.vllm.proposer_paths import MULTIMODAL_PROTOCOL, derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree
-
-MULTIMODAL_PROTOCOL = "SupportsMultiModal"
-"""Interface class in ``model_executor/models/interfaces.py`` that multimodal models derive from."""
 
 
 # -- results ---------------------------------------------------------------------------------

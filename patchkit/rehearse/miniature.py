@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 from patchkit.errors import RefusedError
 from patchkit.vllm.checkpoint import text_config
-from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD, vllm_default_ids
+from patchkit.vllm.aux_defaults import vllm_default_ids
+from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD
 
 HIDDEN = 64
 HEAD_DIM = 32

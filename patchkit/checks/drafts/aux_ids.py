@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 from patchkit.checks.drafts.context import DraftContext, DraftFacts, ids_text
 from patchkit.results import Check
 from patchkit.vllm.checkpoint import as_int_list
-from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD, DefaultIds, backbone_transport, default_ids, last_stage_start
+from patchkit.vllm.aux_defaults import DefaultIds, default_ids
+from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD, backbone_transport, last_stage_start
 
 
 class _Pick(NamedTuple):
