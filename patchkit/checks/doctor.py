@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from patchkit import api
-from patchkit.checks import platforms
 from patchkit.checks import verify as verify_mod
 from patchkit.checks.drafts.checklist import draft_checks, final_layer_capture
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
@@ -54,6 +53,8 @@ from patchkit.plan.spec import ClassTarget, check_target, load_patches
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm import loadpath
+from patchkit.vllm import platforms
+from patchkit.vllm.chain import kinds, links
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
 from patchkit.vllm.drafts import read_release
@@ -337,7 +338,7 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     # the whole chain (capture included) is checked for the classes patchkit's patches serve: the
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
-    chain = verify_mod.model_check(tree, registry, contract, cls, follow_setter=in_scope)
+    chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
         verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
@@ -350,9 +351,9 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
             node.detail = f"this release supports it (contract {contract.era})"
     else:
         node.detail = "missing: " + "; ".join(c.label for c in chain.failures())
-    branches = platforms.branch_checks(tree, registry, contract, facts.resolution, in_scope)
+    branches = links.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
-        node.children = [Check(f"{platforms.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
+        node.children = [Check(f"{kinds.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
                                children=chain.children), *branches]
         # branch_checks gives one check per branch after the first, in the order of branches()
         others = platforms.branches(tree, facts.resolution)[1:]

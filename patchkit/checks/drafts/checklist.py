@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from patchkit.checks import verify as verify_mod
 from patchkit.checks.drafts.aux_ids import aux_ids_check
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.checks.drafts.identity import architecture_check, model_type_check
 from patchkit.checks.drafts.vocab import vocab_check
 from patchkit.checks.drafts.width import width_check
 from patchkit.results import Check
+from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoint import CheckpointConfig
 from patchkit.vllm.drafts import EAGLE_CONFIG, draft_kind
 
@@ -52,7 +52,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     found: list[Check] = []
 
     def walk(c: Check) -> None:
-        if c.kind in (verify_mod.FINAL_LAYER_CAPTURED, verify_mod.FINAL_LAYER_MISSED):
+        if c.kind in (kinds.FINAL_LAYER_CAPTURED, kinds.FINAL_LAYER_MISSED):
             found.append(c)
         for child in c.children:
             walk(child)
@@ -60,7 +60,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     walk(chain)
     if not found:
         return None
-    return all(c.kind == verify_mod.FINAL_LAYER_CAPTURED for c in found)
+    return all(c.kind == kinds.FINAL_LAYER_CAPTURED for c in found)
 
 
 
