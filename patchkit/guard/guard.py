@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from patchkit import __version__
-from patchkit.store.journal import Journal, PlannedWrite, sha256
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal
+from patchkit.store.records import PlannedWrite
 from patchkit.results import GuardAction, GuardReport
 
 if TYPE_CHECKING:
@@ -116,10 +118,10 @@ def patched_architectures(install: Install, journal: Journal) -> tuple[tuple[str
 
     ``served``: the architectures of the shipped patches journaled (their ``architectures``, from
     ``patches/``) and every registry architecture whose class got an interface patch
-    (:func:`patchkit.api.journaled_architectures`); ``chosen``: the latter alone (they need
+    (:func:`patchkit.plan.selection.journaled_architectures`); ``chosen``: the latter alone (they need
     ``--arch`` to be patched again).
     """
-    from patchkit.api import journaled_architectures
+    from patchkit.plan.selection import journaled_architectures
     from patchkit.vllm.registry import Registry
     from patchkit.vllm.source import SourceTree
     from patchkit.plan.spec import load_patches
@@ -343,7 +345,7 @@ def install_guard(install: Install, *, command_options: Sequence[str] | None = N
             cannot be written (nothing is left changed).
     """
     from patchkit import interrupt
-    from patchkit.api import journal_for
+    from patchkit.store.journal import journal_for
     from patchkit.errors import StateError
 
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
@@ -359,7 +361,7 @@ def install_guard(install: Install, *, command_options: Sequence[str] | None = N
 def remove_guard(install: Install, *, target: str = "vllm", on_wait=None) -> GuardReport:
     """``patchkit guard remove``: delete the guard's files (the vLLM patches stay), under the lock."""
     from patchkit import interrupt
-    from patchkit.api import journal_for
+    from patchkit.store.journal import journal_for
 
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         return remove(install, locked=True)

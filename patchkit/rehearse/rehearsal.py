@@ -122,9 +122,9 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
 
     Raises:
         UsageError: ``architectures`` is missing or empty, or names nothing the registry holds
-            (the message of :func:`patchkit.api.not_registered`, with the closest registered names).
+            (the message of :func:`patchkit.plan.request.not_registered`, with the closest registered names).
     """
-    from patchkit.api import not_registered
+    from patchkit.plan.request import not_registered
     from patchkit.vllm.registry import Registry
     from patchkit.vllm.source import SourceTree
 
