@@ -418,7 +418,7 @@ def test_eagle_repo_draft_vocabulary_map_in_a_torch_bin(release, cli, tmp_path):
 def test_transformers_range_decides_model_types_outside_vllms_registry(spec, kimi_k25, kimi_k2):
     from packaging.specifiers import SpecifierSet
 
-    from patchkit.checks.drafts import _transformers_has
+    from patchkit.vllm.drafts import transformers_has as _transformers_has
 
     assert _transformers_has(SpecifierSet(spec), "kimi_k25") is kimi_k25
     assert _transformers_has(SpecifierSet(spec), "kimi_k2") is kimi_k2
@@ -432,7 +432,7 @@ def test_final_layer_capture_is_read_from_the_check_kind_not_its_location(releas
     the location)."""
     from patchkit.vllm import contract as contract_mod
     from patchkit.checks import verify as verify_mod
-    from patchkit.checks.drafts import final_layer_capture
+    from patchkit.checks.drafts.checklist import final_layer_capture
     from patchkit.vllm.registry import Registry
     from patchkit.vllm.source import SourceTree
 

@@ -22,7 +22,8 @@ them against the installed vLLM's files, read statically:
 It returns a :class:`DoctorReport` (checks as :class:`~patchkit.results.Check` trees, a verdict,
 next actions and warnings) and never prints.
 
-Decisions (see the docstrings below and in :mod:`patchkit.checks.drafts` for the vLLM facts behind each):
+Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.drafts` for the
+vLLM facts behind each):
 
 - An id is in range when ``0 <= id <= n`` (``n`` = the target's ``num_hidden_layers``): id ``k``
   is the residual stream entering layer ``k``, id ``n`` the last layer's output.
@@ -36,29 +37,33 @@ from __future__ import annotations
 
 import json as _json
 import shlex
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from patchkit.checks import verify as verify_mod
+from patchkit.checks.drafts.checklist import draft_checks, final_layer_capture
+from patchkit.checks.drafts.context import DraftContext, DraftFacts
+from patchkit.errors import ConfigError, UsageError
+from patchkit.plan import arch_scope
+from patchkit.plan.request import Request
+from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
+from patchkit.results import Check, InstallInfo, Outcome
+from patchkit.store.journal import journal_for, unfinished_check
+from patchkit.vllm import contract as contract_mod
 from patchkit.vllm import loadpath
 from patchkit.vllm import platforms
 from patchkit.vllm.chain import kinds, links
-from patchkit.vllm import contract as contract_mod
-from patchkit.checks import verify as verify_mod
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
-from patchkit.checks.drafts import DraftContext, DraftFacts, draft_checks, final_layer_capture, read_release
-from patchkit.errors import ConfigError, UsageError
+from patchkit.vllm.drafts import read_release
 from patchkit.vllm.install import Install
+from patchkit.vllm.proposer_paths import MULTIMODAL_PROTOCOL, derive
 from patchkit.vllm.registry import Registry
-from patchkit.results import Check, InstallInfo, Outcome
+from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.plan.request import Request
-from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
-from patchkit.store.journal import journal_for, unfinished_check
-
-MULTIMODAL_PROTOCOL = "SupportsMultiModal"
-"""Interface class in ``model_executor/models/interfaces.py`` that multimodal models derive from."""
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -207,8 +212,6 @@ def _patched_ids(install: Install, distribution: str, facts: TargetFacts, model_
     class whose support comes from patchkit is never called native, and another architecture's
     patches are not credited to this one.
     """
-    from patchkit.plan import arch_scope
-
     journal = journal_for(install, distribution)
     if not journal.entries or facts.architecture is None or contract.protocol is None:
         return ()
@@ -338,8 +341,6 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
     chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
-        from patchkit.vllm.shapes import classify
-
         verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
     if chain.ok:
@@ -377,8 +378,6 @@ def _proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) 
         return Check(label, None, "not checked: the target is not a native vLLM model")
     if not facts.multimodal:
         return Check(label, None, f"{cls.name} is text-only (no {MULTIMODAL_PROTOCOL}): nothing to map")
-    from patchkit.vllm.proposer_paths import derive
-
     image_token = derive(tree, with_aux=False).image_token
     branch = next((b for b in image_token if cls.name in b.classes), None)
     if branch is not None:
@@ -427,10 +426,6 @@ def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
     The dry run is planned in a child ``python -m patchkit`` process: planning needs libcst, and
     doctor, a read-only command, never imports it itself.
     """
-    import json
-    import subprocess
-    import sys
-
     folder = str(Path(model_dir).resolve())
     options = list(command_options) if command_options else ["--site-packages", str(install.site_packages)]
     command = shlex.join(["patchkit", "apply", "--target", distribution, "--model", folder, *options])
@@ -444,7 +439,7 @@ def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
                            "--model", folder, "--site-packages", str(install.site_packages)],
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     try:
-        planned = json.loads(proc.stdout)["patches"]
+        planned = _json.loads(proc.stdout)["patches"]
     except (ValueError, KeyError, TypeError):
         report.actions.insert(0, f"'{dry}' could not plan on this install; run it to see why")
         return

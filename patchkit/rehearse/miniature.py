@@ -20,8 +20,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from patchkit.checks.drafts import EAGLE_CONFIG, IDS_FIELD, vllm_default_ids
 from patchkit.errors import RefusedError
+from patchkit.vllm.checkpoint import text_config
+from patchkit.vllm.aux_defaults import vllm_default_ids
+from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD
 
 HIDDEN = 64
 HEAD_DIM = 32
@@ -81,16 +83,10 @@ class Miniature:
     vocabularies: tuple[Any, Any] = (None, None)
 
 
-def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The language model's config: ``text_config`` of a multimodal wrapper, else the config itself."""
-    inner = cfg.get("text_config")
-    return inner if isinstance(inner, dict) else cfg
-
-
 def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
     """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
 
-    The conventions are :mod:`patchkit.checks.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
+    The conventions are :mod:`patchkit.vllm.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
     is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
     ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
     """
@@ -286,11 +282,11 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
             :data:`MAX_LAYERS` layers.
     """
     for key, why in _REFUSED_FIELDS.items():
-        for where, cfg in (("the target's", target), ("the target's text_config", text_config(target)), ("the draft's", draft)):
+        for where, cfg in (("the target's", target), ("the target's text_config", text_config(target)[0]), ("the draft's", draft)):
             if key in cfg:
                 raise RefusedError(f"{where} config.json has {key}: {why}",
                                    f"rehearse the unquantized checkpoint of the same architecture (remove {key} from a copy of config.json)")
-    text = text_config(target)
+    text = text_config(target)[0]
     n = text.get("num_hidden_layers")
     if not isinstance(n, int) or n < 1:
         raise RefusedError("the target's config.json has no num_hidden_layers (an integer)",
@@ -316,7 +312,7 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
         m, ids = n, user_ids  # a small target already: kept as it is
     changed: list[str] = []
     mini = copy.deepcopy(target)
-    inner = text_config(mini)
+    inner = text_config(mini)[0]
     _shrink_text(inner, m, changed, "text_config." if inner is not mini else "")
     if inner is not mini:
         vision = mini.get("vision_config")
@@ -347,4 +343,4 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
                      (user_vocab, draft_layer.get("vocab_size")))
 
 
-__all__ = ["Miniature", "shrink", "text_config", "trained_ids"]
+__all__ = ["Miniature", "shrink", "trained_ids"]

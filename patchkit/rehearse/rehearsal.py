@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from patchkit.checks import drafts
+from patchkit.vllm import drafts
 from patchkit.vllm.checkpoint import read_config
 from patchkit.errors import Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install

@@ -42,7 +42,10 @@ CONFIG_MAPPING = "CONFIG_MAPPING_NAMES"
 MODULE_NAMES = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
 TEXT_CONFIG = "text_config"
 VLLM_CONFIG_MODULE = "vllm.transformers_utils.config"
+"""Module holding vLLM's own ``_CONFIG_REGISTRY`` (model type -> config class)."""
 VLLM_CONFIG_REGISTRY = "_CONFIG_REGISTRY"
+"""vLLM's config registry: a ``LazyConfigDict(model_type="ConfigClass", ...)`` in 0.10.2 - 0.33.0
+(a dict of classes in 0.9.2). ``kimi_k2`` enters it in 0.18.0 (``DeepseekV3Config``)."""
 VLLM_CONFIGS_PACKAGE = "vllm.transformers_utils.configs"
 
 
@@ -145,9 +148,38 @@ def _parse(file: Path) -> ast.Module | None:
         return None
 
 
-def _mappings(module: ast.Module | None, names: tuple[str, ...]) -> dict[str, list[tuple[str, str | tuple[str, ...]]]]:
-    """The literal ``NAME = OrderedDict([(key, value), ...])`` / ``{key: value}`` assignments of ``names``."""
-    out: dict[str, list[tuple[str, str | tuple[str, ...]]]] = {}
+Value = str | tuple[str, ...] | None
+"""A mapping literal's value: a string, a tuple of strings, or None for any other expression."""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One module-level mapping literal (``NAME = {...}`` and the like), as read by :func:`literal_mappings`.
+
+    Attributes:
+        lineno: line of the assignment.
+        entries: ``(key, value)`` in source order; keys are strings, values are :data:`Value`.
+    """
+
+    lineno: int
+    entries: tuple[tuple[str, Value], ...]
+
+
+def literal_mappings(module: ast.Module | None, names: tuple[str, ...]) -> dict[str, Mapping]:
+    """The first module-level assignment of each of ``names`` whose value is a mapping literal.
+
+    One reader for the tables of both sources, which share a shape:
+
+    - ``{key: value, ...}`` (transformers' 4.x/5.x tables; vLLM 0.9.2's ``_CONFIG_REGISTRY``);
+    - a call whose arguments carry the pairs: a list or tuple of ``(key, value)`` tuples
+      (transformers' ``OrderedDict([...])``), a dict, or keywords (vLLM 0.10.2 - 0.33.0's
+      ``_CONFIG_REGISTRY = LazyConfigDict(model_type="ConfigClass", ...)``).
+
+    Keys that are not string literals are skipped; a value that is neither a string nor a list or
+    tuple of strings is kept as None (the key is still a key). An assignment of another form is
+    passed over (a later one may still count).
+    """
+    out: dict[str, Mapping] = {}
     if module is None:
         return out
     for node in module.body:
@@ -157,31 +189,66 @@ def _mappings(module: ast.Module | None, names: tuple[str, ...]) -> dict[str, li
         name = next((t.id for t in targets if isinstance(t, ast.Name) and t.id in names), None)
         if name is None or name in out:
             continue
-        pairs = _pairs(node.value)
-        if pairs is not None:
-            out[name] = pairs
+        entries = _entries(node.value)
+        if entries is not None:
+            out[name] = Mapping(node.lineno, entries)
     return out
 
 
-def _pairs(value: ast.expr) -> list[tuple[str, str | tuple[str, ...]]] | None:
-    if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], (ast.List, ast.Tuple)):
-        items = []
-        for elt in value.args[0].elts:
-            if isinstance(elt, ast.Tuple) and len(elt.elts) == 2:
-                items.append((elt.elts[0], elt.elts[1]))
-    elif isinstance(value, ast.Dict):
+def _entries(value: ast.expr) -> tuple[tuple[str, Value], ...] | None:
+    """The ``(key, value)`` pairs of a mapping literal, or None when ``value`` is not one."""
+    items: list[tuple[ast.expr, ast.expr]] = []
+    if isinstance(value, ast.Dict):
         items = [(k, v) for k, v in zip(value.keys, value.values) if k is not None]
+    elif isinstance(value, ast.Call):
+        literal = False
+        for arg in value.args:
+            if isinstance(arg, ast.Dict):
+                literal = True
+                items += [(k, v) for k, v in zip(arg.keys, arg.values) if k is not None]
+            elif isinstance(arg, (ast.List, ast.Tuple)):
+                literal = True
+                items += [(e.elts[0], e.elts[1]) for e in arg.elts if isinstance(e, ast.Tuple) and len(e.elts) == 2]
+        keywords = [(ast.Constant(k.arg), k.value) for k in value.keywords if k.arg]
+        if not literal and not value.keywords:
+            return None
+        items += keywords
     else:
         return None
-    out: list[tuple[str, str | tuple[str, ...]]] = []
-    for k, v in items:
-        if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-            continue
-        if isinstance(v, ast.Constant) and isinstance(v.value, str):
-            out.append((k.value, v.value))
-        elif isinstance(v, (ast.Tuple, ast.List)):
-            out.append((k.value, tuple(e.value for e in v.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))))
-    return out
+    return tuple((k.value, _value(v)) for k, v in items if isinstance(k, ast.Constant) and isinstance(k.value, str))
+
+
+def _value(node: ast.expr) -> Value:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return None
+
+
+def _mappings(module: ast.Module | None, names: tuple[str, ...]) -> dict[str, list[tuple[str, str | tuple[str, ...]]]]:
+    """transformers' tables among ``names``: their entries with a string or string-tuple value."""
+    return {name: [(k, v) for k, v in found.entries if v is not None]
+            for name, found in literal_mappings(module, names).items()}
+
+
+def config_registry(tree: SourceTree) -> tuple[tuple[tuple[str, Value], ...], str | None]:
+    """vLLM's own config registry (:data:`VLLM_CONFIG_REGISTRY`): its entries and ``file:line``.
+
+    Returns:
+        ``(entries, location)``: ``(model type, config class name or None)`` in source order (a
+        class given as a name, as 0.9.2 writes it, is None), and ``file:line`` of the assignment;
+        ``((), None)`` when the release has no such module or assignment.
+    Raises:
+        SourceError: the module does not parse.
+    """
+    relpath = tree.relpath_of_module(VLLM_CONFIG_MODULE)
+    if relpath is None:
+        return (), None
+    found = literal_mappings(tree.module_tree(VLLM_CONFIG_MODULE), (VLLM_CONFIG_REGISTRY,)).get(VLLM_CONFIG_REGISTRY)
+    if found is None:
+        return (), None
+    return found.entries, f"{relpath}:{found.lineno}"
 
 
 def _transformers_types(root_text: str, stamp: tuple[int, int], architecture: str) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -255,24 +322,8 @@ def _vllm_types(tree: SourceTree, cls: ClassRef, transformers_types: dict[str, s
     ``transformers`` gives that class's model type in ``transformers_types`` (config class -> type).
     Without ``transformers_types`` (no transformers next to vLLM), a class that names anything
     imported from transformers gets no answer: the part transformers would give is unknown."""
-    registry = tree.module_tree(VLLM_CONFIG_MODULE)
-    entries: list[tuple[str, str]] = []
-    where = None
-    for node in registry.body:
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
-            continue
-        targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
-        if not any(isinstance(t, ast.Name) and t.id == VLLM_CONFIG_REGISTRY for t in targets):
-            continue
-        where = f"{tree.relpath_of_module(VLLM_CONFIG_MODULE)}:{node.lineno}"
-        value = node.value
-        if isinstance(value, ast.Call):
-            entries = [(k.arg, k.value.value) for k in value.keywords
-                       if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)]
-        elif isinstance(value, ast.Dict):
-            entries = [(k.value, v.value) for k, v in zip(value.keys, value.values)
-                       if isinstance(k, ast.Constant) and isinstance(v, ast.Constant) and isinstance(v.value, str)]
-        break
+    registry, where = config_registry(tree)
+    entries = [(t, c) for t, c in registry if isinstance(c, str)]
     named: set[str] = set()
     from_transformers: set[str] = set()
     for klass in tree.mro(cls):
@@ -291,4 +342,5 @@ def _vllm_types(tree: SourceTree, cls: ClassRef, transformers_types: dict[str, s
     return tuple(dict.fromkeys(found)), where
 
 
-__all__ = ["Answer", "Source", "lookup"]
+__all__ = ["Answer", "Mapping", "Source", "VLLM_CONFIG_MODULE", "VLLM_CONFIG_REGISTRY", "config_registry",
+           "literal_mappings", "lookup"]

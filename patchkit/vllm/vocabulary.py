@@ -12,8 +12,8 @@ target's 262144), or pad it to a multiple. This module gathers the evidence the 
   draft was trained against: its length is that vocabulary's size) and ``d2t`` (per draft id, the
   offset to its target id: the largest ``i + d2t[i]`` is the highest target id the draft proposes).
 
-Only JSON headers and the small ``d2t``/``t2d`` tensors are read (8-byte little-endian header
-length, a JSON header, then raw little-endian data); no tensor library is imported.
+Only JSON headers (:mod:`patchkit.vllm.weights`) and the small ``d2t``/``t2d`` tensors (raw
+little-endian data after the header) are read; no tensor library is imported.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from patchkit.vllm.weights import read_header, safetensors_files
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -112,27 +114,24 @@ class VocabMaps:
 
 
 def read_maps(folder: Path) -> VocabMaps | None:
-    """``d2t``/``t2d`` of the ``*.safetensors`` files in ``folder``; None: no such file holds either."""
-    for file in sorted(folder.glob("*.safetensors")):
+    """``d2t``/``t2d`` of the ``*.safetensors`` files in ``folder``; None: no such file holds either.
+
+    A file whose header cannot be read (:func:`patchkit.vllm.weights.read_header`) is passed over.
+    """
+    for file in safetensors_files(folder):
         try:
             with file.open("rb") as fh:
-                head = fh.read(8)
-                if len(head) != 8:
+                header = read_header(fh)
+                if header is None:
                     continue
-                (size,) = struct.unpack("<Q", head)
-                if size > 100_000_000:
-                    continue
-                header = json.loads(fh.read(size).decode("utf-8"))
-                if not isinstance(header, dict):
-                    continue
-                t2d, d2t = _entry(header, TARGET_TO_DRAFT), _entry(header, DRAFT_TO_TARGET)
+                t2d, d2t = _entry(header.entries, TARGET_TO_DRAFT), _entry(header.entries, DRAFT_TO_TARGET)
                 if t2d is None and d2t is None:
                     continue
                 highest = None
                 if d2t is not None and d2t["dtype"] in _INT_FORMATS and len(d2t["shape"]) == 1:
                     start, end = d2t["data_offsets"]
                     if 0 <= end - start <= MAX_MAP_BYTES:
-                        fh.seek(8 + size + start)
+                        fh.seek(header.data_start + start)
                         raw = fh.read(end - start)
                         fmt = _INT_FORMATS[d2t["dtype"]]
                         count = len(raw) // struct.calcsize(fmt)
@@ -146,9 +145,9 @@ def read_maps(folder: Path) -> VocabMaps | None:
     return None
 
 
-def _entry(header: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for key, value in header.items():
-        if key != "__metadata__" and key.split(".")[-1] == name and isinstance(value, dict):
+def _entry(entries: dict[str, Any], name: str) -> dict[str, Any] | None:
+    for key, value in entries.items():
+        if key.split(".")[-1] == name and isinstance(value, dict):
             return value
     return None
 

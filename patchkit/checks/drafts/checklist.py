@@ -1,0 +1,67 @@
+"""The draft's checklist (:func:`draft_checks`), and what verify's chain check says about id n."""
+
+from __future__ import annotations
+
+from patchkit.checks.drafts.aux_ids import aux_ids_check
+from patchkit.checks.drafts.context import DraftContext, DraftFacts
+from patchkit.checks.drafts.identity import architecture_check, model_type_check
+from patchkit.checks.drafts.vocab import vocab_check
+from patchkit.checks.drafts.width import width_check
+from patchkit.results import Check
+from patchkit.vllm.chain import kinds
+from patchkit.vllm.checkpoint import CheckpointConfig
+from patchkit.vllm.drafts import EAGLE_CONFIG, draft_kind
+
+
+def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, list[Check]]:
+    """The draft's checklist as this release will read it.
+
+    Args:
+        cfg: the draft's ``config.json``.
+        ctx: the target, the install and what this release reads (see :class:`DraftContext`).
+    Returns:
+        ``(facts, checks)``: one :class:`Check` tree per item; failures make doctor's verdict "not ready".
+    Raises:
+        SourceError: a vLLM file on the way does not parse.
+    """
+    data = cfg.data
+    kind = draft_kind(data)
+    layer = data.get("transformer_layer_config") if kind == "speculators" else data
+    layer = layer if isinstance(layer, dict) else data
+    archs = data.get("architectures")
+    architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    facts = DraftFacts(str(cfg.path), architectures, kind=kind)
+    checks: list[Check] = [architecture_check(facts, data, ctx), model_type_check(facts, data, ctx),
+                           vocab_check(facts, cfg, layer, ctx)]
+
+    eagle_config = data.get(EAGLE_CONFIG) if isinstance(data.get(EAGLE_CONFIG), dict) else {}
+    if eagle_config.get("use_aux_hidden_state") is False:
+        checks.append(Check("aux layer ids", None,
+                            "the draft does not use aux hidden states (eagle_config.use_aux_hidden_state is false)"))
+        return facts, checks
+    checks.append(aux_ids_check(facts, data, eagle_config, ctx))
+    checks.append(width_check(facts, data, layer, eagle_config, ctx))
+    return facts, checks
+
+
+
+def final_layer_capture(chain: Check | None) -> bool | None:
+    """Whether the target's backbone captures id n, from verify's chain check (None: not known)."""
+    if chain is None or not chain.ok:
+        return None
+    found: list[Check] = []
+
+    def walk(c: Check) -> None:
+        if c.kind in (kinds.FINAL_LAYER_CAPTURED, kinds.FINAL_LAYER_MISSED):
+            found.append(c)
+        for child in c.children:
+            walk(child)
+
+    walk(chain)
+    if not found:
+        return None
+    return all(c.kind == kinds.FINAL_LAYER_CAPTURED for c in found)
+
+
+
+__all__ = ["draft_checks", "final_layer_capture"]

@@ -1,0 +1,112 @@
+"""The draft's architecture (the draft class vLLM builds) and its model type (can this release load its config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patchkit.checks.drafts.context import DraftContext, DraftFacts
+from patchkit.results import Check
+from patchkit.vllm.drafts import (
+    MLA_DRAFT_ARCHITECTURES, SPECULATORS_MODEL_TYPE, SPECULATORS_TYPE, TRANSFORMERS_CHECKED, TRANSFORMERS_MODEL_TYPES,
+    eagle3_draft_architecture, transformers_has,
+)
+
+
+def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
+    """The draft class vLLM builds for the draft's ``architectures`` (with method ``eagle3``).
+
+    Args:
+        facts: the draft's facts (``vllm_architectures`` and ``draft_class`` are set here).
+        data: the draft's ``config.json``.
+        ctx: the registry and install; a failure appends an action.
+    Returns:
+        One :class:`Check` tree, a child per listed architecture (ok when one of them is registered).
+    """
+    if facts.kind == "speculators":
+        return Check("draft architecture", None,
+                     f"speculators format (speculators_model_type {data.get(SPECULATORS_TYPE)!r}): vLLM's "
+                     "converter picks the draft class")
+    if not facts.architectures:
+        ctx.actions.append("the draft's config.json must list its architecture (\"architectures\": [...])")
+        return Check("draft architecture", False, "the draft's config.json lists no architectures", facts.config)
+    node = Check("draft architecture " + ", ".join(facts.architectures), False, "")
+    registered = []
+    for arch in facts.architectures:
+        name = eagle3_draft_architecture(arch)
+        facts.vllm_architectures.append(name)
+        entry = ctx.registry.entry(name)
+        if entry is not None:
+            registered.append(name)
+            node.children.append(Check(f"{arch} -> {name}", True, f"registered: {entry.module}.{entry.class_name}",
+                                       f"{ctx.registry.relpath}:{entry.lineno}"))
+        else:
+            detail = f"vLLM {ctx.install.version} does not register {name}: it cannot build this draft"
+            if name in MLA_DRAFT_ARCHITECTURES:
+                detail += " (MLA EAGLE-3 drafts are registered from vLLM 0.18.0)"
+            node.children.append(Check(f"{arch} -> {name}", False, detail, ctx.registry.relpath))
+    node.ok = bool(registered)
+    if registered:
+        entry = ctx.registry.entry(registered[0])
+        if entry is not None:
+            facts.draft_class = f"{entry.module}.{entry.class_name}"
+        node.detail = f"vLLM builds {registered[0]}"
+        for child in node.children:  # one registered name is enough: vLLM uses the first it can build
+            if child.ok is False:
+                child.ok = None
+    else:
+        node.detail = "no EAGLE-3 draft class for it in this release"
+        mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
+        ctx.actions.append("use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
+                           + (", or vLLM >= 0.18.0, which registers MLA (DeepSeek-architecture) drafts" if mla else ""))
+    return node
+
+
+
+def model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
+    """Can this release load the draft's config at all (vLLM's config registry, else transformers)?
+
+    Fact (vLLM 0.10.2 - 0.33.0 ``transformers_utils/config.py`` ``HFConfigParser.parse``): a model
+    type in ``_CONFIG_REGISTRY`` loads with vLLM's own class; any other goes to transformers'
+    ``AutoConfig``, which raises for a type it does not know unless the config's ``auto_map`` points
+    at remote code and ``--trust-remote-code`` is given.
+    """
+    reading = ctx.reading
+    mt = data.get("model_type")
+    if mt is None and data.get("speculators_config") is not None:
+        mt = SPECULATORS_MODEL_TYPE
+    if not isinstance(mt, str):
+        ctx.actions.append("the draft's config.json needs a model_type (a Llama-architecture EAGLE-3 draft: \"llama\")")
+        return Check("draft model type", False, "the draft's config.json has no model_type: vLLM cannot load it", facts.config)
+    facts.model_type = mt
+    label = f"draft model type {mt}"
+    if mt in reading.config_types:
+        return Check(label, True, f"in vLLM {ctx.install.version}'s own config registry", reading.config_registry)
+    spec_text = f"transformers{reading.transformers}" if reading.transformers is not None else "any transformers"
+    if mt not in TRANSFORMERS_MODEL_TYPES:
+        return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; whether {spec_text} knows it "
+                                  "is not checked", reading.config_registry)
+    known = transformers_has(reading.transformers, mt)
+    absent_below, has = TRANSFORMERS_MODEL_TYPES[mt]
+    if known:
+        return Check(label, True, f"known to transformers (>= {has}); this release requires {spec_text}")
+    if known is None:
+        return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; transformers lacks it before {absent_below} "
+                                  f"and has it from {has}: whether {spec_text} has it is not known",
+                     reading.config_registry)
+    why = (f"not in vLLM {ctx.install.version}'s config registry, and no transformers release up to "
+           f"{TRANSFORMERS_CHECKED} registers it" if has is None else
+           f"not in vLLM {ctx.install.version}'s config registry, and no transformers release this release allows "
+           f"({spec_text}) registers it (none before {absent_below}; {has} does)")
+    if isinstance(data.get("auto_map"), dict):
+        ctx.warnings.append(f"the draft's model_type {mt!r} loads only through its auto_map remote code: serve with "
+                            "--trust-remote-code")
+        return Check(label, None, f"{why}; the config's auto_map names remote code (needs --trust-remote-code)",
+                     reading.config_registry)
+    ctx.actions.append(f"vLLM {ctx.install.version} cannot load a draft config of model_type {mt!r}: set the draft's "
+                       "model_type to one it loads (EAGLE-3 drafts with a Llama layer use \"llama\"), or use a vLLM "
+                       "whose config registry has it")
+    return Check(label, False, f"{why}: vLLM fails to load the draft config", reading.config_registry)
+
+
+
+__all__ = ["architecture_check", "model_type_check"]
