@@ -188,11 +188,11 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: contract_mod.
     """
     from patchkit.plan.arch_patches import read_model_config, select_architectures
     from patchkit.plan.spec import load_families, load_patches, select
-    from patchkit.checks.verify import TEXT_MODEL_TYPES, read_allow_list
+    from patchkit.checks.verify import TEXT_MODEL_TYPES
 
     config = read_model_config(request.model) if request.model is not None else None
     archs = list(dict.fromkeys([*request.architectures, *(config.architectures if config else ())]))
-    allow = read_allow_list(tree)
+    allow = contract_mod.read_allow_list(tree)
     families = load_families()
     # Architectures the shipped patch set serves get exactly those patches (their proposer branch included):
     # by name, or by class on the releases those patches are for (a subclass of a class a shipped
@@ -399,8 +399,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
                                                          contract, request)
     elif request:
         patches = []
-        decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
-                               f"(contract {contract.era}); EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"),)
+        decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
     order = {p.id: i for i, p in enumerate(patches)}
     patches, gone, missing_files = missing.split(list(patches), tree, registry)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)

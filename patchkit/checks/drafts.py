@@ -44,7 +44,7 @@ from packaging.version import Version
 from patchkit.vllm import composition
 from patchkit.checks import verify as verify_mod
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, as_int_list
-from patchkit.vllm.contract import INTERFACES_MODULE, is_stub
+from patchkit.vllm.contract import INTERFACES_MODULE, PP_FLAG, is_stub
 from patchkit.vllm.install import Install
 from patchkit.vllm.registry import Registry
 from patchkit.results import Check
@@ -81,10 +81,6 @@ CONFIG_REGISTRY = "_CONFIG_REGISTRY"
 SPECULATORS_MODEL_TYPE = "speculators"
 """The model type vLLM gives a config with ``speculators_config`` and no ``model_type``
 (``transformers_utils/config.py``, 0.10.2 - 0.33.0)."""
-PP_TRANSPORT_FLAG = "supports_aux_hidden_states_over_pp"
-"""Class attribute of ``EagleModelMixin`` (``model_executor/models/interfaces.py``, 0.33.0; absent
-before): a backbone that sets it True carries aux states between pipeline stages. vLLM 0.33.0's V2
-runner refuses EAGLE-3 with pipeline parallelism for a backbone without it."""
 TRANSFORMERS_CHECKED = "5.24.0"
 """The newest transformers release the table below was checked against."""
 TRANSFORMERS_MODEL_TYPES: dict[str, tuple[str | None, str | None]] = {
@@ -279,7 +275,7 @@ class ReleaseReading:
         config_types: model types in vLLM's own config registry.
         config_registry: ``file:line`` of that registry (None: not found).
         transformers: the transformers requirement of the release's METADATA (``Requires-Dist``), or None.
-        pp_transport_flag: ``interfaces.py`` defines :data:`PP_TRANSPORT_FLAG`.
+        pp_transport_flag: ``interfaces.py`` defines :data:`patchkit.vllm.contract.PP_FLAG`.
     """
 
     readers: tuple[IdReader, ...]
@@ -322,7 +318,7 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
         isinstance(c, ast.Constant) and c.value == IDS_FIELD for c in ast.walk(tree.module_tree(SPECULATORS_ALGOS_MODULE)))
     types, where = _config_registry(tree)
     flag = tree.relpath_of_module(INTERFACES_MODULE) is not None and any(
-        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_TRANSPORT_FLAG)
+        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_FLAG)
         for n in ast.walk(tree.module_tree(INTERFACES_MODULE)))
     return ReleaseReading(tuple(readers), speculators_ids, types, where, _transformers_requirement(install), flag)
 
@@ -852,7 +848,7 @@ def last_stage_start(n: int, pp: int) -> int:
 def _backbone_transport(ctx: DraftContext) -> tuple[bool, str]:
     """Whether the target's backbone carries aux states between pipeline stages, and what was found."""
     if not ctx.reading.pp_transport_flag:
-        return False, f"this release has no pipeline-parallel transport of aux states ({PP_TRANSPORT_FLAG} is not in interfaces.py)"
+        return False, f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)"
     cls = ctx.target.cls
     if cls is None:
         return False, "the target is not a native model"
@@ -871,10 +867,10 @@ def _backbone_transport(ctx: DraftContext) -> tuple[bool, str]:
             backbone = found[0]
     for klass in ctx.tree.mro(backbone):
         for stmt in ctx.tree.class_node(klass).body:
-            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_TRANSPORT_FLAG)
+            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_FLAG)
                     and isinstance(stmt.value, ast.Constant)):
-                return bool(stmt.value.value), f"{klass.name}.{PP_TRANSPORT_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
-    return False, f"{backbone.name} does not set {PP_TRANSPORT_FLAG}"
+                return bool(stmt.value.value), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
+    return False, f"{backbone.name} does not set {PP_FLAG}"
 
 
 class _Pick(NamedTuple):

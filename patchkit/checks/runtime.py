@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from patchkit.vllm.composition import chain
-from patchkit.vllm.contract import Contract
+from patchkit.vllm.contract import PP_FLAG, Contract, read_allow_list
 from patchkit.errors import InterpreterError
 from patchkit.vllm.registry import Registry
 from patchkit.results import Check
@@ -42,11 +42,11 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: model types the start-up allow-list must admit (checked only where the
             release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.runtime_probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types", "pp_flag"}`` (see :mod:`patchkit.checks.runtime_probe`).
     """
     from patchkit.vllm.shapes import decoder_loop
     from patchkit.vllm.stream import Stream, StreamVerdict
-    from patchkit.checks.verify import expected_stream, read_allow_list
+    from patchkit.checks.verify import expected_stream
 
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
@@ -76,7 +76,7 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
     return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
-            "model_types": types}
+            "model_types": types, "pp_flag": PP_FLAG}
 
 
 def run_probe(python: Path, spec: dict) -> Check:

@@ -10,7 +10,8 @@ Input: one JSON argument::
      "chains": {"KimiK25ForConditionalGeneration": [["language_model", "mod:Class"], ["model", "mod:Class"]], ...},
      "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": true}, ...},
      "getter": "get_eagle3_aux_hidden_state_layers",
-     "model_types": ["deepseek_v3", "kimi_k2"]}
+     "model_types": ["deepseek_v3", "kimi_k2"],
+     "pp_flag": "supports_aux_hidden_states_over_pp"}
 
 ``getter`` is the release's aux-layer getter (A1: ``get_eagle3_aux_hidden_state_layers``; 0.18.0
 on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the stream entering a
@@ -315,7 +316,7 @@ class _Flag:
         raise TypeError("the stand-in layer has no such method")
 
 
-def check_forward(backbone_name, results, residual_layers=True, pair=True):
+def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_flag=None):
     """Run the installed ``forward`` of ``backbone_name`` on stand-in layers and check what it captures.
 
     The stand-in layers record what they receive, so the reference (the residual stream entering
@@ -431,7 +432,7 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
 
     # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
     # the first stage (the previous stage sends it); everything else captures it locally.
-    transport = bool(getattr(cls, "supports_aux_hidden_states_over_pp", False))
+    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.contract.PP_FLAG
     problems, staged = [], []
     try:
         import inspect
@@ -751,7 +752,7 @@ def main() -> None:
     for name, facts in spec.get("backbones", {}).items():
         steps.append((f"{name} forward run",
                       lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True),
-                                                                   facts.get("pair", True))))
+                                                                   facts.get("pair", True), spec.get("pp_flag"))))
     steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
     steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results)))
     for name, step in steps:

@@ -33,7 +33,7 @@ import weakref
 from dataclasses import dataclass
 
 from patchkit.vllm import composition
-from patchkit.vllm.contract import SETTER, is_stub
+from patchkit.vllm.contract import SETTER, is_multimodal, is_stub
 from patchkit.vllm.registry import Registry
 from patchkit.results import Check
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -45,7 +45,6 @@ LOADER = "load_model"
 """The proposer method that loads the draft and shares the target's modules with it."""
 GETTER = "get_language_model"
 """``SupportsMultiModal`` method the proposer calls on a multimodal target."""
-MULTIMODAL_PROTOCOL = "SupportsMultiModal"
 IMAGE_TOKEN_FIELD = "image_token_index"
 """The draft config field the proposer sets from the target's config."""
 CONFIGS_PACKAGE = "vllm.transformers_utils.configs"
@@ -621,11 +620,6 @@ def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, s
     return None
 
 
-def is_multimodal(tree: SourceTree, cls: ClassRef) -> bool:
-    """True when ``SupportsMultiModal`` (vLLM ``model_executor/models/interfaces.py``) is in the MRO of ``cls``."""
-    return any(c.name == MULTIMODAL_PROTOCOL for c in tree.mro(cls))
-
-
 def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, label_root: str) -> list[Check]:
     """One node per link of ``read.path`` starting at ``root``."""
     out: list[Check] = []
@@ -775,5 +769,5 @@ def _lazy_export(tree: SourceTree, package: str, name: str) -> ClassRef | None:
     return None
 
 
-__all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive", "is_multimodal", "language_model_attr",
+__all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive", "language_model_attr",
            "assigned_at", "link_check"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop, kind_of
-from patchkit.vllm.contract import ATTR, MAYBE_ADD, Contract
+from patchkit.vllm.contract import ATTR, MAYBE_ADD, Contract, no_protocol
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree, nodes
 from patchkit.vllm.stream import StreamRefusal, StreamVerdict
@@ -265,8 +265,7 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
                          "which is not a native model file patchkit can find")
     cls = resolution.cls
     if contract.protocol is None:
-        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
-                         "this release has no SupportsEagle3 Protocol (EAGLE-3 needs vLLM >= 0.10.2)", cls)
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, no_protocol(), cls)
     declared = any(contract.protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)] for c in tree.mro(cls))
     if declared:
         return _declared(tree, registry, contract, architecture, group, cls)
