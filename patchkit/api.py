@@ -300,7 +300,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                         force=force, request=request, overrides=overrides, recovered=rolled,
                         unfinished=journal.unfinished())
         if guard and not report.refused:
-            from patchkit.guard.guard import guard as guard_mod
+            from patchkit.guard import guard as guard_mod
 
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
         return report
@@ -320,7 +320,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             again = _apply_again(command_options, patch_ids, request, force, guard, target)
             raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
         if not report.refused:
-            from patchkit.guard.guard import guard as guard_mod
+            from patchkit.guard import guard as guard_mod
 
             where = "".join(" " + shlex.quote(o) for o in command_options or ())
             had_guard = guard_mod.installed(install)
@@ -559,7 +559,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
                   "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
         checks.insert(1, Check("patchkit journal", None, detail))
-    from patchkit.guard.guard import guard as guard_mod
+    from patchkit.guard import guard as guard_mod
 
     if guard_mod.installed(install):
         checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
@@ -686,7 +686,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
     info = _info(install, contract_mod.detect(tree))
-    from patchkit.guard.guard import guard as guard_mod
+    from patchkit.guard import guard as guard_mod
 
     if request:
         from patchkit.vllm.registry import Registry
@@ -820,7 +820,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
                     journal.entries[path].applied_at)
         for path in paths
     ]
-    from patchkit.guard.guard import guard as guard_mod
+    from patchkit.guard import guard as guard_mod
 
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
     replaced = [journal.entries[e.path] for e in entries if e.state in ("reinstalled", "upgraded")]

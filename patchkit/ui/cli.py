@@ -994,7 +994,7 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
     """
 
     def body() -> int:
-        from patchkit.guard.guard import guard as guard_mod
+        from patchkit.guard import guard as guard_mod
         from patchkit.results import GuardAction
 
         install = _install(target, site_packages, python)
