@@ -299,7 +299,7 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
         families: the shipped :class:`Family` entries (model types for the allow-list).
         model: the checkpoint's config when ``--model`` was given.
         allow_list: the release's start-up allow-list entries, or None when it has none
-            (:func:`patchkit.checks.verify.read_allow_list`).
+            (:func:`patchkit.vllm.contract.read_allow_list`).
     Returns:
         A :class:`Selection`: patches in dependency order, one decision per architecture.
     Raises:
