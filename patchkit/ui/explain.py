@@ -320,9 +320,8 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
                          "architecture ('patchkit scan' lists them)")
     shape = found[0]
     target = shape.backbone if kind.on_backbone else shape.cls
-    assert target is not None
-    report = ArchExplainReport(patch_id, kind, kind.apply_id(target.name), str(install.version), contract.era,
-                               tuple(s.architecture for s in found), shape, None, None)
+    report = ArchExplainReport(patch_id, kind, kind.apply_id(target.name) if target else patch_id, str(install.version),
+                               contract.era, tuple(s.architecture for s in found), shape, None, None)
     report.decisions.append(Decision(
         "shape", f"{shape.shape.value if shape.shape else '-'} ({shape.state.value}): {shape.reason}",
         "patchkit/vllm/shapes.py classify", shape.location))
@@ -332,6 +331,9 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
             "patchkit/vllm/composition.py held_class"))
     report.decisions.append(Decision("era", f"{contract.era}: {contract.description}", "patchkit/vllm/contract.py detect",
                                      contract.protocol.location if contract.protocol else None))
+    if target is None:  # no class of that kind to write into (not native, no backbone found)
+        report.note = f"{shape.architecture}: {shape.state.value}: {shape.reason}"
+        return report
     shipped = arch_patches.shipped_for(tree, registry, contract, shape.architecture)
     if shipped:
         same = next((p for p in shipped if p.codemod.kind == kind.codemod_kind), shipped[0])
