@@ -173,7 +173,7 @@ def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: s
     """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
     __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
     from patchkit.vllm.composition import self_assignments
-    from patchkit.vllm.proposer_paths import assigned_at
+    from patchkit.vllm.class_attrs import assigned_at
 
     if not names or any(assigned_at(tree, cls, name) is not None for name in names):
         return _NAMED
