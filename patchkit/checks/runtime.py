@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
+from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.errors import InterpreterError
 from patchkit.results import Check
 from patchkit.vllm import loadpath

@@ -99,10 +99,10 @@ class _RayCommand(_Command):
 
 
 def _request(arch: Optional[list[str]], model: Optional[Path]):
-    """The API's :class:`~patchkit.api.Request` for ``--arch`` / ``--model``."""
-    from patchkit import api
+    """The :class:`~patchkit.plan.request.Request` for ``--arch`` / ``--model``."""
+    from patchkit.plan.request import Request
 
-    return api.Request(tuple(arch or ()), model)
+    return Request(tuple(arch or ()), model)
 
 _OUTCOME_STYLE = {
     "applied": "green",
@@ -431,9 +431,10 @@ def apply(
 
     def body() -> int:
         from patchkit import api
+        from patchkit.plan.spec import check_patch_ids
         from patchkit.results import Outcome
 
-        api.check_patch_ids(patch, target)
+        check_patch_ids(patch, target)
         if ray is not None:
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
@@ -598,6 +599,7 @@ def verify(
 
     def body() -> int:
         from patchkit import api
+        from patchkit.store.preflight import import_problem
 
         if ray is not None:
             if runtime:
@@ -632,7 +634,7 @@ def verify(
             for line in _missing_lines(report.checks):
                 out.line(line, indent="  ")
             chosen = _scope(arch, model)
-            elsewhere = api.import_problem(install)
+            elsewhere = import_problem(install)
             out.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
                      _verify_hint(report.install, target, _where(site_packages, python), chosen, report.journaled))
         if failed:
@@ -703,6 +705,7 @@ def status(
 
     def body() -> int:
         from patchkit import api
+        from patchkit.plan.file_states import FILE_STATES
 
         if ray is not None:
             from patchkit.ui import cluster_view
@@ -739,7 +742,7 @@ def status(
                       [[e.path, (e.state, None if e.state == "patched" else "yellow"), e.vllm_version, e.applied_at,
                         ", ".join(e.patches)] for e in report.entries])
             for state in sorted({e.state for e in report.entries} - {"patched"}):
-                out.line((f"{state}:", "yellow"), f" {api.FILE_STATES[state]}")
+                out.line((f"{state}:", "yellow"), f" {FILE_STATES[state]}")
             if report.reapply:
                 runs = " and ".join(f"'patchkit apply --target {target}{where}"
                                     + "".join(f" --arch {shlex.quote(a)}" for a in archs) + "'" for archs in report.reapply)
@@ -763,8 +766,9 @@ def resolve(
 
     def body() -> int:
         from patchkit import api
+        from patchkit.plan.request import check_architecture
 
-        api.check_architecture(architecture)
+        check_architecture(architecture)
         install = _install(target, site_packages, python)
         report = api.resolve(install, architecture)
         r = report.resolution

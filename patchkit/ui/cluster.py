@@ -206,7 +206,8 @@ def patched_digest(site_packages: Path, target: str = "vllm") -> str | None:
     Raises:
         StateError: the journal cannot be read.
     """
-    from patchkit.store.journal import Journal, sha256
+    from patchkit.store.files import sha256
+    from patchkit.store.journal import Journal
 
     entries = sorted(Journal(site_packages, target).entries)
     if not entries:
@@ -225,7 +226,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
             ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
-            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of every
+            folder, expanded on the node, or None): the :class:`~patchkit.plan.request.Request` of every
             command but ``plan`` with ``patch_ids``.
     Returns:
         A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
@@ -235,6 +236,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """
     import patchkit
     from patchkit import api
+    from patchkit.plan.request import Request
     from patchkit.vllm.install import locate
 
     node: dict[str, Any] = {"host": socket.gethostname(), "patchkit_path": str(Path(patchkit.__file__).parent),
@@ -249,7 +251,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     try:
         install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
         node["vllm_version"] = str(install.version)
-        request = api.Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
+        request = Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
         if command in ("plan", "apply"):
             where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
                                                                           ("--site-packages", "site_packages"))]
@@ -500,7 +502,7 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
 def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, dict[str, Any]],
                     force: bool, address: str) -> ClusterReport | None:
     """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
-    from patchkit.api import revert_action
+    from patchkit.plan.file_states import revert_action
 
     died, joined = _membership(start, planned, plans)
     refusing = {nid for nid, a in plans.items() if a.get("result") and any(
@@ -543,7 +545,7 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         address: the cluster's address, or None for what ``ray.init`` finds.
         site_packages / python: the install on each node (expanded there; at most one given).
         dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
-        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.api.Request`), on
+        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.plan.request.Request`), on
             every node; the folder is read there, expanded like ``site_packages``.
         guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard.guard`; it
             names the node's own expanded ``--python``/``--site-packages`` in its line).
