@@ -195,11 +195,9 @@ def test_reverts_to_the_same_bytes(case: Case, tmp_path: Path):
     assert Journal(tmp_path).entries == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "found while writing the cases (not fixed here: patchkit/vllm/shapes.py is not this branch's file): "
-    "decoder_loop's residual_before looks only at Name targets, so 'hidden_states, residual = ...' before the "
-    "loop counts as unbound and the capture inserts 'residual = None', overwriting a residual a non-first "
-    "pipeline stage received"))
+# Found while writing the cases: decoder_loop read only plain-name targets, so a residual bound by
+# tuple unpacking before the loop counted as unbound and the capture inserted "residual = None" over
+# the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/loops.py).
 def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
     src = CASES.joinpath("capture_indexed.before.py").read_text().replace(
         "        hidden_states = self.embed(input_ids)\n        residual = None\n",
@@ -460,3 +458,13 @@ def test_crlf_and_untouched_bytes_survive():
     src = 'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama"]\r\n'
     out = ALLOW.transform(cst.parse_module(src), Site("c.py", "c")).bytes
     assert out == b'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama", "deepseek_v3", "kimi_k2"]\r\n'
+
+
+@pytest.mark.parametrize("kind, options", [("embedding-alias", _EMBED),
+                                           ("head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"})])
+def test_alias_without_a_target_class_is_a_refusal(kind, options):
+    # _class was a staticmethod that named self: a site without a class raised NameError, not a Refusal
+    codemod = CodemodRef.of(kind, **options).load()
+    module = cst.parse_module("class Backbone:\n    pass\n")
+    with pytest.raises(Refusal, match="without a target class"):
+        codemod.check(module, Site("m.py", f"{MODELS}.m"))
