@@ -1,9 +1,7 @@
 """DeepSeek and Kimi model types on the speculative config's EAGLE-3 allow-list."""
 
-from packaging.specifiers import SpecifierSet
-
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
+from patchkit.vllm.contract import A1_RELEASES, ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
 from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(
@@ -15,7 +13,7 @@ PATCH = Patch(
         "text configs report deepseek_v3 and Kimi-K2 reports kimi_k2."
     ),
     reference="vllm-project/vllm #31254 (Kimi-K2 blocked by the allow-list); entries native from v0.18.0",
-    vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    vllm=A1_RELEASES,
     upstream_from="0.18.0",
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"),
     target=ModuleTarget(modules=ALLOW_LIST_MODULES),

@@ -1,8 +1,7 @@
 """EAGLE-3 aux hidden state capture in the DeepSeek-V2/V3 backbone (``DeepseekV2Model``)."""
 
-from packaging.specifiers import SpecifierSet
-
 from patchkit.codemods import CodemodRef
+from patchkit.vllm.contract import A1_RELEASES
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -15,7 +14,7 @@ PATCH = Patch(
         "output for id n, and returns (hidden_states, aux_hidden_states) only when ids were requested."
     ),
     reference="vllm-project/vllm, native from v0.18.0 (model_executor/models/deepseek_v2.py); final-layer capture: #46788",
-    vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    vllm=A1_RELEASES,
     upstream_from="0.18.0",
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
     target=ClassTarget(architecture="DeepseekV2ForCausalLM", held=("model",)),

@@ -1,8 +1,7 @@
 """``SupportsEagle3`` and its two methods on ``DeepseekV2ForCausalLM`` (V3 and aliases inherit it)."""
 
-from packaging.specifiers import SpecifierSet
-
 from patchkit.codemods import CodemodRef
+from patchkit.vllm.contract import A1_RELEASES
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -16,7 +15,7 @@ PATCH = Patch(
         "DeepseekV3ForCausalLM, DeepseekForCausalLM and the registry's aliases inherit the change."
     ),
     reference="vllm-project/vllm, native from v0.18.0; the Protocol: #22642",
-    vllm=SpecifierSet(">=0.10.2,<0.18.0", prereleases=True),
+    vllm=A1_RELEASES,
     upstream_from="0.18.0",
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
     target=ClassTarget(architecture="DeepseekV2ForCausalLM", forwards_to="model"),

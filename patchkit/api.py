@@ -243,8 +243,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
                                                          contract, request)
     elif request:
         patches = []
-        decided = (PatchResult("eagle3", Outcome.REFUSED, f"vLLM {install.version} has no SupportsEagle3 Protocol "
-                               f"(contract {contract.era}); EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"),)
+        decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
     order = {p.id: i for i, p in enumerate(patches)}
     patches, gone, missing_files = missing.split(list(patches), tree, registry)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)

@@ -57,10 +57,10 @@ from patchkit.vllm import loadpath
 from patchkit.vllm import platforms
 from patchkit.vllm.chain import kinds, links
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
-from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
+from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, Contract, NoAllowList, admits, is_multimodal, read_allow_list
 from patchkit.vllm.drafts import read_release
 from patchkit.vllm.install import Install
-from patchkit.vllm.proposer_paths import MULTIMODAL_PROTOCOL, derive
+from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -253,8 +253,7 @@ def _target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -
             facts.architecture, facts.resolution = arch, resolution
     cls = facts.cls  # None for a Transformers-backend row
     if cls is not None:
-        protocol = tree.find_class(contract_mod.INTERFACES_MODULE, MULTIMODAL_PROTOCOL)
-        facts.multimodal = None if protocol is None else protocol in tree.mro(cls)
+        facts.multimodal = is_multimodal(tree, cls)
     return facts
 
 
@@ -302,13 +301,10 @@ def _allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) 
         return Check("text model type", False, f"config.json has no {where}: vLLM's EAGLE-3 start-up check needs it")
     label = f"EAGLE-3 start-up check admits text model type {mt}"
     source = f"from {where}" + (f" (top-level model_type {facts.model_type})" if facts.text_config and facts.model_type else "")
-    found = verify_mod.read_allow_list(tree)
+    found = read_allow_list(tree)
     if found is None:
-        if contract.native:
-            return Check(label, None, f"{source}; this release has no model-type allow-list")
-        if contract.era == "A0":
-            return Check(label, None, f"{source}; no EAGLE-3 allow-list in this release (no EAGLE-3 contract)")
-        return Check(label, False, f"{source}; no {' or '.join(ALLOW_LIST_NAMES)} list found in {', '.join(ALLOW_LIST_MODULES)}")
+        absent = NoAllowList.of(contract)
+        return Check(label, absent.ok, f"{source}; {absent.value}")
     entry = next((e for e in found.entries if admits([e], mt)), None)
     if entry is not None:
         return Check(label, True, f"{source}; {found.name} entry {entry!r} is a substring of {mt!r}", found.location)
@@ -335,7 +331,7 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
         return Check(label, None, "not checked: the target is not a native vLLM model"), None
     if contract.protocol is None:
         actions.append("upgrade vLLM: EAGLE-3 needs vLLM >= 0.10.2 (DeepSeek/Kimi-K2.5 natively from 0.18.0)")
-        return Check(label, False, f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era})"), None
+        return Check(label, False, contract_mod.no_protocol(install.version)), None
     # the whole chain (capture included) is checked for the classes patchkit's patches serve: the
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
     in_scope = bool(patched) or _in_scope(tree, registry, cls)

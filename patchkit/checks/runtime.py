@@ -13,14 +13,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from patchkit.checks.verify import read_allow_list
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.errors import InterpreterError
 from patchkit.results import Check
 from patchkit.vllm import loadpath
 from patchkit.vllm.chain.capture import expected_stream
 from patchkit.vllm.composition import chain
-from patchkit.vllm.contract import Contract
+from patchkit.vllm.contract import PP_FLAG, Contract, read_allow_list
 from patchkit.vllm.loops import decoder_loop
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
@@ -50,7 +49,7 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: model types the start-up allow-list must admit (checked only where the
             release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types", "pp_flag"}`` (see :mod:`patchkit.checks.probe`).
     """
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
@@ -78,7 +77,7 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
     return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
-            "model_types": types}
+            "model_types": types, "pp_flag": PP_FLAG}
 
 
 def run_probe(python: Path, spec: dict) -> Check:

@@ -10,7 +10,6 @@ start-up allow-list. Each node carries ``file:line`` evidence.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
@@ -18,7 +17,7 @@ from patchkit.vllm import loadpath, proposer_paths
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.chain.load_path import link_check
-from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contract, admits
+from patchkit.vllm.contract import Contract, Era, NoAllowList, admits, read_allow_list
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import ArchShape, State, classify
 from patchkit.vllm.source import SourceTree
@@ -46,7 +45,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     checks = [
         Check(
             "EAGLE-3 contract",
-            contract.era != "A0",
+            contract.era is not Era.A0,
             f"{contract.era}: {contract.description}",
             contract.protocol.location if contract.protocol else None,
         )
@@ -113,40 +112,6 @@ def _not_followed_unchecked(node: Check) -> bool:
 
 
 
-@dataclass(frozen=True)
-class AllowList:
-    """The speculative config's EAGLE-3 model-type allow-list, read statically.
-
-    Attributes:
-        name: the variable (``eagle3_target_supported`` or ``aux_hidden_states_supported``).
-        entries: its string entries; vLLM admits a model type when an entry is a substring of it.
-        location: ``file:line`` of the assignment.
-    """
-
-    name: str
-    entries: list[str]
-    location: str
-
-
-def read_allow_list(tree: SourceTree) -> AllowList | None:
-    """The first allow-list assignment found in :data:`ALLOW_LIST_MODULES`, or None when there is none.
-
-    Fact: see :mod:`patchkit.codemods.allowlist` (vLLM 0.10.2 - 0.18.0; later releases have no list).
-    Raises:
-        SourceError: a module holding it does not parse.
-    """
-    for module in ALLOW_LIST_MODULES:
-        relpath = tree.relpath_of_module(module)
-        if relpath is None:
-            continue
-        for node in ast.walk(tree.module_tree(module)):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id in ALLOW_LIST_NAMES and isinstance(node.value, ast.List)):
-                entries = [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-                return AllowList(node.targets[0].id, entries, f"{relpath}:{node.lineno}")
-    return None
-
-
 def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ...]) -> Check:
     found = read_allow_list(tree)
     if found is not None:
@@ -159,8 +124,7 @@ def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ..
             f"{found.name} lacks an entry for {', '.join(refused)}" if refused else f"{found.name} = {found.entries}",
             found.location,
         )
-    if contract.native:
-        return Check("speculative-config allow-list", None, "no model-type allow-list in this release")
-    return Check("speculative-config allow-list", False, f"no {' or '.join(ALLOW_LIST_NAMES)} list found in {', '.join(ALLOW_LIST_MODULES)}")
+    absent = NoAllowList.of(contract)
+    return Check("speculative-config allow-list", absent.ok, absent.value)
 
 

@@ -1,9 +1,11 @@
 """Add model types to the EAGLE-3 start-up allow-list of the speculative config.
 
-Fact (vLLM 0.10.2 - 0.17.1): ``SpeculativeConfig`` refuses an EAGLE-3 target unless one entry
-of a list literal is a substring of ``target_model_config.hf_text_config.model_type``. The list
-is assigned to ``eagle3_target_supported`` (``config/__init__.py`` on 0.10.x,
-``config/speculative.py`` on 0.11 - 0.16) or ``aux_hidden_states_supported`` (0.17.x).
+Fact (:mod:`patchkit.vllm.contract`, the one home of the allow-list's names, modules, releases and
+the rule that finds it): ``SpeculativeConfig`` refuses an EAGLE-3 target unless one entry of a list
+literal is a substring of ``target_model_config.hf_text_config.model_type``
+(:data:`~patchkit.vllm.contract.ALLOW_LIST_RELEASES`). This module applies the same rule,
+:func:`~patchkit.vllm.contract.allow_list_entries`, to libcst nodes, so the codemod and the static
+reader (:func:`~patchkit.vllm.contract.read_allow_list`) agree on what the list is.
 DeepSeek-V3 text configs report ``deepseek_v3``, Kimi-K2 reports ``kimi_k2``.
 """
 
@@ -13,20 +15,31 @@ import libcst as cst
 
 from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
-from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, admits
+from patchkit.vllm.contract import ALLOW_LIST_NAMES, allow_list_entries
 
-__all__ = ["ALLOW_LIST_MODULES", "ALLOW_LIST_NAMES", "ExtendAllowList", "admits", "find_allow_lists", "list_entries"]
+__all__ = ["ExtendAllowList", "find_allow_lists", "list_entries"]
+
+
+def _element_value(element: cst.BaseElement) -> str | None:
+    """The string a list element holds when it is a plain string literal, else None."""
+    if isinstance(element, cst.Element) and isinstance(element.value, cst.SimpleString):
+        value = element.value.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def _is_allow_list(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
-    return (isinstance(node, cst.Assign) and len(node.targets) == 1
-            and isinstance(node.targets[0].target, cst.Name) and node.targets[0].target.value in names
-            and isinstance(node.value, cst.List)
-            and all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in node.value.elements))
+    """:func:`patchkit.vllm.contract.allow_list_entries` on a libcst statement, narrowed to ``names``."""
+    if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
+            and isinstance(node.value, cst.List)):
+        return False
+    name = node.targets[0].target.value
+    return allow_list_entries(name, [_element_value(e) for e in node.value.elements], names) is not None
 
 
-def find_allow_lists(module: cst.Module, names: tuple[str, ...]) -> list[cst.Assign]:
-    """Every ``NAME = ["...", ...]`` assignment to one of ``names`` anywhere in ``module``, in source order."""
+def find_allow_lists(module: cst.Module, names: tuple[str, ...] = ALLOW_LIST_NAMES) -> list[cst.Assign]:
+    """Every allow-list assignment to one of ``names`` anywhere in ``module``, in source order
+    (the rule: :func:`patchkit.vllm.contract.allow_list_entries`)."""
     return tree.find(tree.statements(module), lambda n: _is_allow_list(n, names))  # type: ignore[return-value]
 
 

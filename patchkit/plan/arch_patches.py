@@ -21,15 +21,14 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from packaging.specifiers import SpecifierSet
-
 from patchkit.codemods import CodemodRef
 from patchkit.plan.request import ModelConfig
 from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_patches, order
 from patchkit.vllm import model_types
 from patchkit.vllm.composition import CompositionError, held_class, self_assignments
-from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
-from patchkit.vllm.class_attrs import assigned_at, is_multimodal
+from patchkit.vllm.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
+                                    GETTER_A2, Contract, admits, is_multimodal)
+from patchkit.vllm.class_attrs import assigned_at
 from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
@@ -266,7 +265,7 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
         families: the shipped :class:`Family` entries (model types for the allow-list).
         model: the checkpoint's config when ``--model`` was given.
         allow_list: the release's start-up allow-list entries, or None when it has none
-            (:func:`patchkit.checks.verify.read_allow_list`).
+            (:func:`patchkit.vllm.contract.read_allow_list`).
     Returns:
         A :class:`Selection`: patches in dependency order, one decision per architecture.
     Raises:
@@ -398,7 +397,7 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
 def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
 
-    Fact: ``SpeculativeConfig`` (``config/speculative.py``, vLLM 0.10.2 - 0.20.x) refuses an EAGLE-3
+    Fact: ``SpeculativeConfig`` (``config/speculative.py``, :data:`~patchkit.vllm.contract.ALLOW_LIST_RELEASES`) refuses an EAGLE-3
     target whose ``hf_text_config.model_type`` contains none of the list's entries.
     """
     return Patch(
@@ -406,8 +405,8 @@ def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
         summary=f"the EAGLE-3 start-up allow-list admits {model_type}",
         why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
              "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
-        reference="vLLM config/speculative.py (0.10.2 - 0.20.x)",
-        vllm=SpecifierSet(">=0.10.2", prereleases=True),
+        reference=f"vLLM config/speculative.py ({ALLOW_LIST_RELEASES})",
+        vllm=EAGLE3_RELEASES,
         target=ModuleTarget(modules=ALLOW_LIST_MODULES),
         codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(model_type,)),
         architectures=(arch,) if arch else (),
@@ -449,5 +448,5 @@ def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
     types = next((f.model_types for f in families if arch in f.architectures), ())
     if types:
         return types, f"the {arch} family entry"
-    answer = model_types.lookup(tree, cls, arch, cls is not None and is_multimodal(tree, cls))
+    answer = model_types.lookup(tree, cls, arch, cls is not None and bool(is_multimodal(tree, cls)))
     return answer.types, answer.reason()

@@ -27,7 +27,7 @@ from packaging.version import Version
 from patchkit.vllm import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.vllm.composition import CompositionError, Holder, held_class, holder, registry_built
-from patchkit.vllm.contract import A1_RELEASES, Contract
+from patchkit.vllm.contract import A1_RELEASES, Contract, Era, no_protocol
 from patchkit.vllm.install import Install
 from patchkit.errors import SourceError
 from patchkit.store.files import sha256
@@ -173,11 +173,8 @@ def _replan(result: Plan, outcome_of: dict[str, PatchResult], planned: PatchResu
 def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
             journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
             written: set[str], result: Plan) -> PatchResult:
-    if contract.era == "A0":
-        raise _Refused(
-            f"vLLM {install.version} has no SupportsEagle3 Protocol (contract {contract.era}); "
-            "EAGLE-3 needs vLLM >= 0.10.2: upgrade vLLM"
-        )
+    if contract.era is Era.A0:
+        raise _Refused(no_protocol(install.version))
     mismatch = contract.patchable != (install.version in A1_RELEASES)
     if mismatch and not install.version.is_prerelease:
         raise _Refused(

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-# upward (plan -> checks): the allow-list reader and the default set's architectures and model types are facts
-# that belong in vllm/ (issue 19's "facts" step moves them); checks.verify imports nothing of plan/ at
-# module level, so this is no cycle.
-from patchkit.checks.verify import read_allow_list
+from patchkit.vllm.contract import read_allow_list
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.plan.arch_patches import (
     PatchKind,

@@ -951,34 +951,27 @@ def rehearse_cmd(
 
 @app.command("explain", cls=_Command)
 def explain_cmd(
-    patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it."),
+    patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it, or an "
+                                   "'eagle3:...' id as 'apply --arch' prints it (read on the given release)."),
     target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """What one patch changes and why, where it lands, its vLLM range and the upstream reference."""
 
     def body() -> int:
-        from patchkit.ui import explain as explain_mod
+        from patchkit.ui import explain as explain_mod  # lazy: explain's planner imports libcst for eagle3: ids
 
-        report = explain_mod.explain(patch_id, target)
+        install = _install(target, site_packages, python) if explain_mod.needs_install(patch_id, target) else None
+        report = explain_mod.explain(patch_id, target, install)
         if as_json:
             _emit_json(report.to_dict())
             return int(ExitCode.OK)
-        p = report.patch
-        name, description, doc = report.codemod
+        head, _, rest = report.heading.partition(": ")
         out = _out()
-        out.line((p.id, "bold"), f": {p.summary}")
-        rows = [
-            ("vLLM", str(p.vllm)),
-            ("target", report.target),
-            ("codemod", f"{name}: {description}" + (f" ({doc})" if doc else "")),
-            ("expects", p.codemod.expects),
-            ("requires", ", ".join(p.requires) or "-"),
-            ("needed by", ", ".join(report.required_by) or "-"),
-            ("why", p.why),
-            ("reference", p.reference),
-        ]
-        out.table(["", ""], [[(k, "dim"), v] for k, v in rows], show_header=False)
+        out.line((head, "bold"), f": {rest}")
+        out.table(["", ""], [[(k, "dim"), v] for k, v in report.rows()], show_header=False)
         return int(ExitCode.OK)
 
     _run(as_json, body)

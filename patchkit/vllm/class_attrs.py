@@ -12,7 +12,7 @@ import ast
 import weakref
 
 from patchkit.vllm import composition
-from patchkit.vllm.proposer_paths import CONFIGS_PACKAGE, GETTER, MULTIMODAL_PROTOCOL, const_str
+from patchkit.vllm.proposer_paths import CONFIGS_PACKAGE, GETTER, const_str
 from patchkit.vllm.source import ClassRef, SourceTree
 
 
@@ -111,9 +111,6 @@ def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, s
     return None
 
 
-def is_multimodal(tree: SourceTree, cls: ClassRef) -> bool:
-    """True when ``SupportsMultiModal`` (vLLM ``model_executor/models/interfaces.py``) is in the MRO of ``cls``."""
-    return any(c.name == MULTIMODAL_PROTOCOL for c in tree.mro(cls))
 
 
 def config_class(tree: SourceTree, cls: ClassRef) -> ClassRef | None:

@@ -37,7 +37,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.vllm import composition
-from patchkit.vllm.contract import INTERFACES_MODULE
+from patchkit.vllm.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.install import Install
 from patchkit.vllm.model_types import config_registry
 from patchkit.vllm.registry import Registry
@@ -68,10 +68,6 @@ SPECULATORS_ALGOS_MODULE = "vllm.transformers_utils.configs.speculators.algos"
 SPECULATORS_MODEL_TYPE = "speculators"
 """The model type vLLM gives a config with ``speculators_config`` and no ``model_type``
 (``transformers_utils/config.py``, 0.10.2 - 0.33.0)."""
-PP_TRANSPORT_FLAG = "supports_aux_hidden_states_over_pp"
-"""Class attribute of ``EagleModelMixin`` (``model_executor/models/interfaces.py``, 0.33.0; absent
-before): a backbone that sets it True carries aux states between pipeline stages. vLLM 0.33.0's V2
-runner refuses EAGLE-3 with pipeline parallelism for a backbone without it."""
 TRANSFORMERS_CHECKED = "5.24.0"
 """The newest transformers release the table below was checked against."""
 TRANSFORMERS_MODEL_TYPES: dict[str, tuple[str | None, str | None]] = {
@@ -142,7 +138,7 @@ class ReleaseReading:
         config_types: model types in vLLM's own config registry.
         config_registry: ``file:line`` of that registry (None: not found).
         transformers: the transformers requirement of the release's METADATA (``Requires-Dist``), or None.
-        pp_transport_flag: ``interfaces.py`` defines :data:`PP_TRANSPORT_FLAG`.
+        pp_transport_flag: ``interfaces.py`` defines :data:`patchkit.vllm.contract.PP_FLAG`.
     """
 
     readers: tuple[IdReader, ...]
@@ -186,7 +182,7 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
     entries, where = config_registry(tree)
     types = frozenset(model_type for model_type, _ in entries)
     flag = tree.relpath_of_module(INTERFACES_MODULE) is not None and any(
-        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_TRANSPORT_FLAG)
+        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_FLAG)
         for n in ast.walk(tree.module_tree(INTERFACES_MODULE)))
     return ReleaseReading(tuple(readers), speculators_ids, types, where, _transformers_requirement(install), flag)
 
@@ -337,15 +333,15 @@ def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | Non
         tree: the install's sources.
         registry: its model registry.
         cls: the target's resolved class (None: not a native model).
-        reading: this release's :class:`ReleaseReading` (whether :data:`PP_TRANSPORT_FLAG` exists).
+        reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.contract.PP_FLAG` exists).
     Returns:
-        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets :data:`PP_TRANSPORT_FLAG`
+        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets :data:`patchkit.vllm.contract.PP_FLAG`
         to (False when unset or absent from the release); ``why`` says what was found, with ``file:line``.
     Raises:
         SourceError: a file read does not parse.
     """
     if not reading.pp_transport_flag:
-        return False, f"this release has no pipeline-parallel transport of aux states ({PP_TRANSPORT_FLAG} is not in interfaces.py)"
+        return False, f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)"
     if cls is None:
         return False, "the target is not a native model"
     backbone: ClassRef = cls
@@ -363,14 +359,14 @@ def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | Non
             backbone = found[0]
     for klass in tree.mro(backbone):
         for stmt in tree.class_node(klass).body:
-            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_TRANSPORT_FLAG)
+            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_FLAG)
                     and isinstance(stmt.value, ast.Constant)):
-                return bool(stmt.value.value), f"{klass.name}.{PP_TRANSPORT_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
-    return False, f"{backbone.name} does not set {PP_TRANSPORT_FLAG}"
+                return bool(stmt.value.value), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
+    return False, f"{backbone.name} does not set {PP_FLAG}"
 
 
 __all__ = [
-    "EAGLE_CONFIG", "FC_COUNT_FIELD", "FC_STATES", "IDS_FIELD", "MLA_DRAFT_ARCHITECTURES", "PP_TRANSPORT_FLAG",
+    "EAGLE_CONFIG", "FC_COUNT_FIELD", "FC_STATES", "IDS_FIELD", "MLA_DRAFT_ARCHITECTURES",
     "SPECULATORS_MODEL_TYPE", "SPECULATORS_TYPE", "TRANSFORMERS_CHECKED", "TRANSFORMERS_MODEL_TYPES",
     "IdReader", "ReleaseReading", "backbone_transport", "draft_kind",
     "eagle3_draft_architecture", "last_stage_start", "read_release", "reads_aux_count", "transformers_allows",

@@ -17,9 +17,11 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -171,8 +173,6 @@ def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] 
     if not dists:
         orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
         if orphans:
-            import shlex  # only for this message
-
             raise InstallNotFound(
                 f"no vLLM distribution found in {where}, but patchkit's journal {orphans[0]} is still there: "
                 "vLLM was uninstalled after patchkit changed it, so the journal describes files that are gone",
@@ -403,8 +403,6 @@ def from_current_environment() -> Install:
     Raises:
         InstallNotFound: there is none (for instance patchkit was installed with pipx).
     """
-    import importlib.util
-
     dists = _distributions(sys.path)
     folders = [Path(p) for p in sys.path if p and Path(p).is_dir()]
     found = _from_distributions(dists, "patchkit's own environment", folders, _own_pycache_prefix())

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patchkit.vllm import class_attrs, composition, proposer_paths
+from patchkit.vllm.contract import is_multimodal
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
@@ -90,7 +91,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     Raises:
         SourceError: a file on the way does not parse.
     """
-    if not class_attrs.is_multimodal(tree, cls):
+    if not is_multimodal(tree, cls):
         return None
     found = class_attrs.language_model_attr(tree, cls)
     if found is None:

@@ -34,7 +34,7 @@ from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.class_attrs import language_model_attr
 from patchkit.vllm.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
-from patchkit.vllm.contract import SETTER, Contract, is_stub
+from patchkit.vllm.contract import SETTER, Contract, is_stub, no_protocol
 from patchkit.vllm.loadpath import bare_language_model
 from patchkit.vllm.loops import Loop, decoder_loop, final_return_count
 from patchkit.vllm.registry import Registry
@@ -125,8 +125,7 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
                          "which is not a native model file patchkit can find")
     cls = resolution.cls
     if contract.protocol is None:
-        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
-                         "this release has no SupportsEagle3 Protocol (EAGLE-3 needs vLLM >= 0.10.2)", cls)
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, no_protocol(), cls)
     declared = any(contract.protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)] for c in tree.mro(cls))
     if declared:
         return _declared(tree, registry, contract, architecture, group, cls)

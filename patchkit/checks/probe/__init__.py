@@ -24,8 +24,11 @@ Input: one JSON argument::
      "chains": {"KimiK25ForConditionalGeneration": [["language_model", "mod:Class"], ["model", "mod:Class"]], ...},
      "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": true}, ...},
      "getter": "get_eagle3_aux_hidden_state_layers",
-     "model_types": ["deepseek_v3", "kimi_k2"]}
+     "model_types": ["deepseek_v3", "kimi_k2"],
+     "pp_flag": "<patchkit.vllm.contract.PP_FLAG>"}
 
+``pp_flag`` is the name of the A3 backbone attribute that says it carries aux states between
+pipeline stages (:data:`patchkit.vllm.contract.PP_FLAG`; the probe cannot import patchkit).
 ``getter`` is the release's aux-layer getter (A1: ``get_eagle3_aux_hidden_state_layers``; 0.18.0
 on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the stream entering a
 layer is ``hidden_states + residual`` (else ``hidden_states`` alone), as patchkit decided it from

@@ -31,7 +31,7 @@ def main() -> None:
     for name, facts in spec.get("backbones", {}).items():
         steps.append((f"{name} forward run",
                       lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True),
-                                                                   facts.get("pair", True))))
+                                                                   facts.get("pair", True), spec.get("pp_flag"))))
     steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
     steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results)))
     for name, step in steps:

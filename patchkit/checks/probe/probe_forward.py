@@ -12,7 +12,7 @@ import types
 from probe_standins import _Anything, _Config, _Flag, blank, call_backbone, load
 
 
-def check_forward(backbone_name, results, residual_layers=True, pair=True):
+def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_flag=None):
     """Run the installed ``forward`` of ``backbone_name`` on stand-in layers and check what it captures.
 
     The stand-in layers record what they receive, so the reference (the residual stream entering
@@ -128,7 +128,7 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True):
 
     # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
     # the first stage (the previous stage sends it); everything else captures it locally.
-    transport = bool(getattr(cls, "supports_aux_hidden_states_over_pp", False))
+    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.contract.PP_FLAG
     problems, staged = [], []
     try:
 

@@ -9,7 +9,8 @@ import ast
 
 from patchkit.results import Check
 from patchkit.vllm import composition
-from patchkit.vllm.class_attrs import assigned_at, config_class, is_multimodal, language_model_attr
+from patchkit.vllm.class_attrs import assigned_at, config_class, language_model_attr
+from patchkit.vllm.contract import is_multimodal
 from patchkit.vllm.contract import is_stub
 from patchkit.vllm.proposer_paths import GETTER, Derivation, Read, derive
 from patchkit.vllm.registry import Registry
