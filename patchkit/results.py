@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from patchkit.errors import ExitCode
+
 
 class Outcome(str, Enum):
     """What happened to one patch in a run."""
@@ -26,6 +28,28 @@ class Outcome(str, Enum):
     """The patch cannot be made safely (reason given); the whole run writes nothing."""
     NOT_WRITTEN = "not written"
     """The patch was ready, but another patch of the run was refused, so nothing was written."""
+
+    @property
+    def landed(self) -> bool:
+        """The patch's change is (or, in a dry run, would be) in its file: applied or already applied."""
+        return self in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)
+
+
+class ArchStatus(str, Enum):
+    """How much of what one requested architecture needs the journal holds (``status --arch``/``--model``;
+    :class:`patchkit.plan.arch_scope.ArchState`); its value is what ``status --json`` prints."""
+
+    PATCHED = "patched"
+    """Every patch it needs is journaled."""
+    PARTLY_PATCHED = "partly patched"
+    """Some of its patches are journaled, some not."""
+    NOT_PATCHED = "not patched"
+    """None of its patches is journaled."""
+    NOTHING_TO_PATCH = "nothing to patch"
+    """It needs no patch (native, or refused): ``apply`` would write nothing for it."""
+
+    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
+    __format__ = str.__format__
 
 
 @dataclass(frozen=True)
@@ -150,6 +174,11 @@ class GuardReport:
         for name in ("files", "watched", "architectures", "problems"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
+    @property
+    def exit_code(self) -> ExitCode:
+        """``guard install``/``guard remove``: 3 when patchkit has patched nothing here (nothing to watch), else 0."""
+        return ExitCode.REFUSED if self.action is GuardAction.NOTHING_TO_GUARD else ExitCode.OK
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return _plain(asdict(self))
@@ -191,6 +220,20 @@ class ApplyReport:
     def refused(self) -> bool:
         """True when any patch was refused (then nothing was written)."""
         return any(p.outcome is Outcome.REFUSED for p in self.patches)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when refused; 4 when target files are missing (:attr:`missing_files`); else 0."""
+        if self.refused:
+            return ExitCode.REFUSED
+        if self.missing_files:
+            return ExitCode.ENVIRONMENT
+        return ExitCode.OK
+
+    @property
+    def any_landed(self) -> bool:
+        """True when a patch was applied (or, with ``dry_run``, planned) or was applied already."""
+        return any(p.outcome.landed for p in self.patches)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -245,6 +288,14 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when no check failed."""
         return not any(c.failures() for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """The code of the runtime checks' problem when they could not run (an :class:`ExitCode`);
+        else 0 when EAGLE-3 is in effect, 1 when not."""
+        if self.runtime_error:
+            return self.runtime_error.exit_code
+        return ExitCode.OK if self.ok else ExitCode.NOT_IN_EFFECT
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``missing``: the labels and details of failing checks."""
@@ -301,6 +352,11 @@ class RevertReport:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when refused (nothing reverted), else 0."""
+        return ExitCode.REFUSED if self.refused else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from patchkit.ui import cluster
-from patchkit.ui.cli import _OUTCOME_STYLE, _emit_json, _out
 from patchkit.errors import UsageError
-from patchkit.ui.render import Piece
-from patchkit.results import Outcome
 from patchkit.plan.spec import check_target
+from patchkit.results import Outcome
+from patchkit.ui import cluster
+from patchkit.ui.console import OUTCOME_STYLE, emit_json, out
+from patchkit.ui.render import Piece
 
 _STATE_STYLE = {
     cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
@@ -26,7 +26,7 @@ _STATE_STYLE = {
     cluster.NodeState.FAILED: "red", cluster.NodeState.DIED: "red", cluster.NodeState.JOINED: "red",
     cluster.NodeState.REFUSED: "red",
 }
-_PATCH_STYLE = dict(_OUTCOME_STYLE)
+_PATCH_STYLE = dict(OUTCOME_STYLE)
 _PATCH_STYLE.update({"patched": "green", "restored": "green", "edited": "red", "missing": "red",
                      "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"})
 
@@ -73,14 +73,14 @@ def run(command: str, address: str, *, target: str, site_packages: Optional[Path
 
 def _show(report: cluster.ClusterReport, as_json: bool) -> int:
     if as_json:
-        _emit_json(report.to_dict())
+        emit_json(report.to_dict())
     else:
         _render(report)
     return int(report.exit_code)
 
 
 def _render(report: cluster.ClusterReport) -> None:
-    out = _out()
+    w = out()
     ids: list[str] = []
     for n in report.nodes:
         ids += [pid for pid in n.patches if pid not in ids]
@@ -98,25 +98,25 @@ def _render(report: cluster.ClusterReport) -> None:
                          else ("not in effect", "red"))
         rows.append([n.node_id[:8], f"{n.host} {n.address}", n.vllm_version or "-",
                      (n.state.value, _STATE_STYLE[n.state]), *cells, n.digest or "-"])
-    out.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
+    w.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
     for n in report.nodes:
         who = f"node {n.node_id[:8]}: "
         if n.error:
             hint: list[Piece] = [("  hint: " + n.error["hint"], "dim")] if n.error.get("hint") else []
-            out.line(who, (n.error["message"], "red"), *hint)
+            w.line(who, (n.error["message"], "red"), *hint)
         for p in (n.result or {}).get("patches", []):
             if p["outcome"] == Outcome.REFUSED.value:
-                out.line(who, f"{p['id']} refused: {p['reason']}")
+                w.line(who, f"{p['id']} refused: {p['reason']}")
         if report.command == "verify" and n.result is not None:
             for line in n.result.get("missing", []):
-                out.line(who, f"missing: {line}")
+                w.line(who, f"missing: {line}")
         if report.command == "revert" and n.result is not None:
             for f in n.result.get("files", []):
                 if not f["restored"]:
-                    out.line(who, f"{f['path']}: {f['reason']}")
-    out.line(*_summary(report))
+                    w.line(who, f"{f['path']}: {f['reason']}")
+    w.line(*_summary(report))
     if report.command == "revert" and report.refused:
-        out.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
+        w.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
 
 
 def _summary(report: cluster.ClusterReport) -> tuple[Piece, ...]:
