@@ -75,6 +75,19 @@ class PatchResult:
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (as in ``apply --json``'s ``patches``)."""
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PatchResult":
+        """The result :meth:`to_dict` gave (a ``--ray`` node's answer), typed again.
+
+        Raises:
+            ValueError: ``outcome`` is not an :class:`Outcome` value. KeyError/TypeError: a field is missing or unknown.
+        """
+        return cls(**{**data, "outcome": Outcome(data["outcome"])})
+
 
 @dataclass(frozen=True)
 class FileChange:

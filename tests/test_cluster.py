@@ -409,7 +409,7 @@ def test_without_ray_a_one_line_error_names_the_extra(cli, monkeypatch, tmp_path
 
 def test_ray_is_imported_only_for_ray():
     # nor libcst (only apply needs it) nor rich (the table goes through patchkit.ui.render)
-    code = ("import sys; from patchkit import cli, cluster, cluster_view; "
+    code = ("import sys; from patchkit.ui import cli, cluster, cluster_view; "
             "from typer.testing import CliRunner; CliRunner().invoke(cli.app, ['list']); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'libcst', 'rich')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
