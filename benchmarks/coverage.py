@@ -1,6 +1,6 @@
-"""Print the README's EAGLE-3 coverage table, generated from ``patchkit scan --json`` on real releases.
+"""Print the EAGLE-3 coverage table of docs/architectures.md, generated from ``patchkit scan --json`` on real releases.
 
-Usage: ``python benchmarks/coverage.py [--round-trip] [VERSION ...]`` (default: the README's releases),
+Usage: ``python benchmarks/coverage.py [--round-trip] [VERSION ...]`` (default: the table's releases),
 or ``python benchmarks/coverage.py --engine-results FILE``: the "proven in a real engine" table, per
 architecture, from the JSON lines the real-engine tier (tests/test_engine.py) writes.
 Each release's files come from the test cache (``tests/vllm_release.py`` fetches them). With

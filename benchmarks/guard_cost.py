@@ -15,7 +15,7 @@ whose default patch set makes the guard watch 4 files, and 0.33.0 with ``--arch 
 - ``python -X importtime -c "import patchkit_guard.guard"``: its cumulative import time.
 
 Prints milliseconds and the ratio ``with / without``; the issue's bound is 50 ms. The figures
-depend on the machine; the README quotes one run.
+depend on the machine; docs/guard.md quotes one run.
 """
 
 from __future__ import annotations
