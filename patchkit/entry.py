@@ -37,7 +37,7 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
     try:
-        from patchkit.ui.cli import main as cli_main
+        from patchkit.ui.cli import main as cli_main  # lazy: the signal handlers go in before Typer and the CLI load
 
         cli_main()
     except _Starting as exc:
@@ -47,7 +47,7 @@ def main() -> None:
         message = f"interrupted by {signal.Signals(exc.signum).name} while starting up; nothing was written"
         try:
             if "--json" in sys.argv[1:]:
-                import json
+                import json  # lazy: only signal and sys load before the handlers are in; json only on this path
 
                 print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
             else:

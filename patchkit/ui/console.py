@@ -116,7 +116,7 @@ def failing_lines(checks: list[Check], prefix: str = "missing: ") -> list[str]:
 
 def guard_line(writer: Writer, guard: GuardReport) -> None:
     """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.results.GuardReport`)."""
-    from patchkit.results import GuardAction  # lazy: results costs start-up time; a guard report means it is loaded
+    from patchkit.results import GuardAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
     style = "red" if guard.problems else "green" if guard.installed else "yellow"
     if guard.action is GuardAction.NOTHING_TO_GUARD:

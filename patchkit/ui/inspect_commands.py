@@ -29,7 +29,7 @@ def resolve(
     """Resolve an architecture through this vLLM's model registry: file, line, class, bases."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         api.check_architecture(architecture)
         install = find_install(target, site_packages, python)
@@ -80,7 +80,7 @@ def scan_cmd(
     """List every registered architecture with its EAGLE-3 state and a one-line reason."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         report = api.scan(find_install(target, site_packages, python))
         if as_json:

@@ -41,14 +41,14 @@ def apply(
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
-        from patchkit.results import Outcome  # lazy: results costs start-up time (list)
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.results import Outcome  # lazy: the result types cost start-up time (list needs none)
 
         api.check_patch_ids(patch, target)
         if ray is not None:
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
-            from patchkit.ui import cluster_view  # lazy: imports Ray, only with --ray
+            from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
             return cluster_view.apply(ray, target=target, site_packages=site_packages, python=python,
                                       dry_run=dry_run, patch=patch, force=force, arch=arch, model=model,
@@ -131,12 +131,12 @@ def verify(
     """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         if ray is not None:
             if runtime:
                 raise UsageError("--runtime is not available with --ray", "run 'patchkit verify --runtime' on each node")
-            from patchkit.ui import cluster_view  # lazy: imports Ray, only with --ray
+            from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
             return cluster_view.run("verify", ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
@@ -190,10 +190,10 @@ def revert(
     """Restore every file patchkit changed to the exact bytes it had before."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         if ray is not None:
-            from patchkit.ui import cluster_view  # lazy: imports Ray, only with --ray
+            from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
             return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
                                     force=force, arch=arch, model=model, as_json=as_json)
@@ -234,11 +234,11 @@ def status(
     """What patchkit has applied to this install: files, patches, vLLM version, state."""
 
     def body() -> int:
-        from patchkit import api  # lazy: the API imports the planning layer
-        from patchkit.results import ArchStatus  # lazy: results costs start-up time (list)
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.results import ArchStatus  # lazy: the result types cost start-up time (list needs none)
 
         if ray is not None:
-            from patchkit.ui import cluster_view  # lazy: imports Ray, only with --ray
+            from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
             return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
