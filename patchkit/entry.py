@@ -1,7 +1,7 @@
 """The ``patchkit`` script and ``python -m patchkit``: signal handlers first, then the CLI.
 
 Importing :mod:`patchkit.ui.cli` (Typer, Click) is most of a read-only command's start-up, and the
-command's own handlers (:func:`patchkit.ui.cli._run`) are installed only once the command line is
+command's own handlers (:func:`patchkit.ui.runner.run`) are installed only once the command line is
 parsed. Before that, Python's defaults would print a ``KeyboardInterrupt`` traceback for Ctrl-C
 and let SIGTERM kill the process silently (exit 143). This module imports only the standard
 library's ``signal`` and ``sys``, installs a handler for both signals, and then imports and runs

@@ -341,6 +341,11 @@ class RevertedFile:
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
 
+    @property
+    def blocking(self) -> bool:
+        """The file made the revert refuse (edited or deleted since patchkit wrote it)."""
+        return self.action == "blocking"
+
 
 REVERT_ACTIONS = {
     "rolled back": "an unfinished earlier run's file got its bytes back",

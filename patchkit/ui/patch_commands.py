@@ -208,7 +208,7 @@ def revert(
         if not report.files:
             w.line("nothing to revert: patchkit has not changed this install")
         for f in report.files:
-            mark = MARKS[True if f.restored else (False if f.action == "blocking" else None)]
+            mark = MARKS[True if f.restored else (False if f.blocking else None)]
             w.line(mark, " ", f.path, "  ", (f.reason, "dim"))
         if report.guard is not None:
             guard_line(w, report.guard)
