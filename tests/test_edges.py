@@ -163,7 +163,7 @@ def test_hardlinked_uv_venv_never_changes_the_cache(release, cli, tmp_path):
 
 _SIGINT_AT = """
 import os, signal, sys, time
-from patchkit import cli, render
+from patchkit.ui import cli, render
 where = sys.argv.pop(1)
 if where == "report":  # Ctrl-C while the report of a finished apply is written
     real = render.Writer.table
