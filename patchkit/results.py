@@ -35,23 +35,6 @@ class Outcome(str, Enum):
         return self in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)
 
 
-class ArchStatus(str, Enum):
-    """How much of what one requested architecture needs the journal holds (``status --arch``/``--model``;
-    :class:`patchkit.plan.arch_scope.ArchState`); its value is what ``status --json`` prints."""
-
-    PATCHED = "patched"
-    """Every patch it needs is journaled."""
-    PARTLY_PATCHED = "partly patched"
-    """Some of its patches are journaled, some not."""
-    NOT_PATCHED = "not patched"
-    """None of its patches is journaled."""
-    NOTHING_TO_PATCH = "nothing to patch"
-    """It needs no patch (native, or refused): ``apply`` would write nothing for it."""
-
-    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
-    __format__ = str.__format__
-
-
 @dataclass(frozen=True)
 class PatchResult:
     """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.plan.outcomes`).

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from patchkit.errors import UsageError
-from patchkit.results import ArchStatus
 from patchkit.store.journal import Journal
 from patchkit.vllm.source import SourceTree
 
@@ -38,7 +37,7 @@ class ArchState:
     """
 
     architecture: str
-    state: ArchStatus
+    state: str
     journaled: tuple[str, ...]
     missing: tuple[str, ...]
 
@@ -128,8 +127,8 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
         need = found.ids.get(arch, frozenset())
         have = tuple(sorted(need & held))
         lack = tuple(sorted(need - held))
-        state = (ArchStatus.NOTHING_TO_PATCH if not need else ArchStatus.PATCHED if not lack
-                 else ArchStatus.PARTLY_PATCHED if have else ArchStatus.NOT_PATCHED)
+        state = ("nothing to patch" if not need else "patched" if not lack
+                 else "partly patched" if have else "not patched")
         out.append(ArchState(arch, state, have, lack))
     return tuple(out)
 

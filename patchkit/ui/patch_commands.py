@@ -235,7 +235,6 @@ def status(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
-        from patchkit.results import ArchStatus  # lazy: the result types cost start-up time (list needs none)
 
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
@@ -255,14 +254,13 @@ def status(
         if report.record_missing:
             w.line(("no RECORD:", "yellow"), " this vLLM has no RECORD file, so edits by others cannot be detected; "
                    "'patchkit apply' refuses such files unless --force")
-        arch_style = {ArchStatus.PATCHED: "green", ArchStatus.PARTLY_PATCHED: "yellow",
-                      ArchStatus.NOT_PATCHED: "yellow", ArchStatus.NOTHING_TO_PATCH: "dim"}
         for a in report.architectures:
+            style = {"patched": "green", "partly patched": "yellow", "not patched": "yellow"}.get(a.state, "dim")
             detail = (f"missing {', '.join(a.missing)}" if a.missing and a.journaled else
                       ", ".join(a.journaled) if a.journaled else
-                      "apply writes nothing for it ('patchkit scan' says why)" if a.state is ArchStatus.NOTHING_TO_PATCH
-                      else f"needs {', '.join(a.missing)}")
-            w.line((a.state.value, arch_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
+                      "apply writes nothing for it ('patchkit scan' says why)" if a.state == "nothing to patch" else
+                      f"needs {', '.join(a.missing)}")
+            w.line((a.state, style), " ", a.architecture, "  ", (detail, "dim"))
         if report.guard is not None:
             guard_line(w, report.guard)
         if not report.entries and not report.pending:
