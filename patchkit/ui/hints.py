@@ -97,6 +97,12 @@ def command_options(site_packages: Optional[Path], python: Optional[Path]) -> li
             ["--site-packages", spelled(site_packages)] if site_packages is not None else [])
 
 
+def options_as_given(site_packages: Optional[Path], python: Optional[Path]) -> list[str] | None:
+    """The environment options exactly as given (``doctor``'s advice repeats them), or None when neither was."""
+    return (["--python", str(python)] if python is not None else
+            ["--site-packages", str(site_packages)] if site_packages is not None else None)
+
+
 def arch_options(architectures: Sequence[str]) -> str:
     """`` --arch A --arch B``: the options that name ``architectures`` in a suggested command."""
     return "".join(f" --arch {shlex.quote(a)}" for a in architectures)

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from patchkit.errors import ExitCode, UsageError
+from patchkit.ui import hints
 from patchkit.ui.console import emit_json, err, header, out, print_checks, working
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run, verdict
@@ -131,10 +132,9 @@ def doctor_cmd(
         from patchkit.checks import doctor as doctor_mod  # lazy: the checks layer, only when doctor runs
 
         install = find_install(target, site_packages, python)
-        options = (["--python", str(python)] if python is not None else
-                   ["--site-packages", str(site_packages)] if site_packages is not None else None)
         with working("checking the checkpoints against this vLLM...", as_json):
-            report = doctor_mod.doctor(install, model, draft, command_options=options, distribution=target,
+            report = doctor_mod.doctor(install, model, draft, distribution=target,
+                                       command_options=hints.options_as_given(site_packages, python),
                                        pipeline_parallel_size=pipeline_parallel_size)
         if as_json:
             emit_json(report.to_dict())
