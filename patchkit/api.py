@@ -513,7 +513,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     Args:
         install: the vLLM install.
-        runtime_python: when given, also run :mod:`patchkit.checks.runtime_probe` with this interpreter
+        runtime_python: when given, also run :mod:`patchkit.checks.probe` with this interpreter
             (the serving environment's): vLLM's own code answers, in a fresh subprocess.
         request: ``--arch`` / ``--model``: check these architectures. Without it: the default
             set's architectures plus every architecture the journal shows patchkit patched.
@@ -871,7 +871,7 @@ class ResolveReport:
     suggestions: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
     branches: list[dict] = field(default_factory=list)
-    """Every platform branch (:func:`patchkit.checks.platforms.branches`): ``class``, ``location``, ``first``,
+    """Every platform branch (:func:`patchkit.vllm.platforms.branches`): ``class``, ``location``, ``first``,
     ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
 
     @property
@@ -1004,10 +1004,11 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     # a case slip or a one-letter typo, not every vaguely similar name
     close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
-    from patchkit.checks import platforms
+    from patchkit.vllm import platforms
+    from patchkit.vllm.chain import links
 
     branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
-                 "eagle3": platforms.has_interface(tree, registry, contract, b.cls)}
+                 "eagle3": links.has_interface(tree, registry, contract, b.cls)}
                 for b in platforms.branches(tree, resolution)]
     return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, close,
                          alternatives, branches)

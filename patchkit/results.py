@@ -252,7 +252,7 @@ class Check:
         location: ``file:line`` of the evidence, when there is one.
         children: nested checks (the chain continues into held classes).
         kind: a stable name for code that looks for one check (e.g.
-            :data:`patchkit.checks.verify.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
+            :data:`patchkit.vllm.chain.kinds.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
     """
 
     label: str

@@ -1,5 +1,5 @@
 """Static verify follows the release's own runner and proposer (patchkit.vllm.proposer_paths), and every
-platform branch of a registry name (patchkit.checks.platforms). Real release trees only."""
+platform branch of a registry name (patchkit.vllm.platforms). Real release trees only."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from packaging.version import Version
 
 from patchkit.vllm import proposer_paths
+from patchkit.vllm.chain import load_path
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
 
@@ -54,7 +55,7 @@ def test_nothing_derived_fails(release):
     registry = Registry(tree)
     cls = registry.resolve("DeepseekV3ForCausalLM").cls
     empty = proposer_paths.Derivation(None, None, (), (), ())
-    check = proposer_paths.link_check(tree, registry, cls, empty)
+    check = load_path.link_check(tree, registry, cls, empty)
     assert check.ok is False and "no path" in check.detail
 
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from vllm_release import pristine_site_packages
 
-from patchkit.vllm import proposer_paths
+from patchkit.vllm import class_attrs
 from patchkit.vllm.registry import Registry, TRANSFORMERS_BACKEND_MODULES
 from patchkit.checks.scan import scan
 from patchkit.vllm.install import from_site_packages
@@ -29,9 +29,9 @@ def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch)
     walked: list[str] = []
     real = ast.walk
 
-    def spy(node):  # walks of the marker method by proposer_paths (other modules may walk it for their own reasons)
+    def spy(node):  # walks of the marker method by class_attrs (other modules may walk it for their own reasons)
         if (isinstance(node, ast.FunctionDef) and node.name == "_mark_language_model"
-                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.proposer_paths"):
+                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.class_attrs"):
             walked.append(node.name)
         return real(node)
 
@@ -50,11 +50,11 @@ def test_language_model_attr_is_what_a_fresh_tree_gives(version):
     registry = Registry(tree)
     wrappers = [r.cls for a in registry.entries if registry.group_of(a) == "_MULTIMODAL_MODELS"
                 and (r := registry.resolve(a)) is not None and r.cls is not None]
-    answers = [proposer_paths.language_model_attr(tree, c) for c in wrappers]
+    answers = [class_attrs.language_model_attr(tree, c) for c in wrappers]
     assert sum(a is not None for a in answers) > 20
     for cls, answer in zip(wrappers, answers):
         fresh = SourceTree(site)
-        assert proposer_paths.language_model_attr(fresh, fresh.find_class(cls.module, cls.name)) == answer, cls
+        assert class_attrs.language_model_attr(fresh, fresh.find_class(cls.module, cls.name)) == answer, cls
 
 
 @pytest.mark.parametrize("version", ["0.10.2", "0.17.1", "0.33.0"])

@@ -1,3 +1,3 @@
-"""Checks of an installed release: the chain check after patching (:mod:`.verify`, with its
-platform branches in :mod:`.platforms`), the runtime tier (:mod:`.runtime`, whose script
-:mod:`.runtime_probe` runs in the target interpreter), doctor, the draft checks and scan."""
+"""Checks of an installed release: verify (:mod:`.verify`, which runs the chain check of
+:mod:`patchkit.vllm.chain`), the runtime tier (:mod:`.runtime`, whose script
+:mod:`.probe` runs in the target interpreter), doctor, the draft checks and scan."""

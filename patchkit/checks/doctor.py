@@ -42,7 +42,8 @@ from typing import Any, Sequence
 
 from patchkit import api
 from patchkit.vllm import loadpath
-from patchkit.checks import platforms
+from patchkit.vllm import platforms
+from patchkit.vllm.chain import kinds, links
 from patchkit.vllm import contract as contract_mod
 from patchkit.checks import verify as verify_mod
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
@@ -334,7 +335,7 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     # the whole chain (capture included) is checked for the classes patchkit's patches serve: the
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
-    chain = verify_mod.model_check(tree, registry, contract, cls, follow_setter=in_scope)
+    chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
         from patchkit.vllm.shapes import classify
 
@@ -349,9 +350,9 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
             node.detail = f"this release supports it (contract {contract.era})"
     else:
         node.detail = "missing: " + "; ".join(c.label for c in chain.failures())
-    branches = platforms.branch_checks(tree, registry, contract, facts.resolution, in_scope)
+    branches = links.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
-        node.children = [Check(f"{platforms.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
+        node.children = [Check(f"{kinds.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
                                children=chain.children), *branches]
         # branch_checks gives one check per branch after the first, in the order of branches()
         others = platforms.branches(tree, facts.resolution)[1:]

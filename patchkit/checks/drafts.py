@@ -42,7 +42,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.vllm import composition
-from patchkit.checks import verify as verify_mod
+from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, as_int_list
 from patchkit.vllm.contract import INTERFACES_MODULE, is_stub
 from patchkit.vllm.install import Install
@@ -1165,7 +1165,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     found: list[Check] = []
 
     def walk(c: Check) -> None:
-        if c.kind in (verify_mod.FINAL_LAYER_CAPTURED, verify_mod.FINAL_LAYER_MISSED):
+        if c.kind in (kinds.FINAL_LAYER_CAPTURED, kinds.FINAL_LAYER_MISSED):
             found.append(c)
         for child in c.children:
             walk(child)
@@ -1173,7 +1173,7 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     walk(chain)
     if not found:
         return None
-    return all(c.kind == verify_mod.FINAL_LAYER_CAPTURED for c in found)
+    return all(c.kind == kinds.FINAL_LAYER_CAPTURED for c in found)
 
 
 __all__ = [

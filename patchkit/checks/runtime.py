@@ -1,4 +1,4 @@
-"""``verify --runtime``: run :mod:`patchkit.checks.runtime_probe` in a fresh subprocess of the target interpreter.
+"""``verify --runtime``: run :mod:`patchkit.checks.probe` in a fresh subprocess of the target interpreter.
 
 patchkit's own process never imports vLLM or torch. This module works out statically what the
 probe should look at (the registry's classes, what each holds down to the backbone), runs the
@@ -13,17 +13,24 @@ import os
 import subprocess
 from pathlib import Path
 
+from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures, read_allow_list
+from patchkit.errors import InterpreterError
+from patchkit.results import Check
+from patchkit.vllm import loadpath
+from patchkit.vllm.chain.capture import expected_stream
 from patchkit.vllm.composition import chain
 from patchkit.vllm.contract import Contract
-from patchkit.errors import InterpreterError
+from patchkit.vllm.loops import decoder_loop
 from patchkit.vllm.registry import Registry
-from patchkit.results import Check
 from patchkit.vllm.source import SourceTree
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures
+from patchkit.vllm.stream import Stream, StreamVerdict
 
-PROBE = Path(__file__).with_name("runtime_probe.py")
+PROBE = Path(__file__).with_name("probe")
+"""The runtime probe: a folder Python runs as a script (``<python> PROBE <JSON>`` runs its ``__main__.py`` with
+the folder first on ``sys.path``; see :mod:`patchkit.checks.probe`). It imports only the standard library,
+vLLM and torch, never patchkit."""
 STAND_IN = "consistency check on stand-ins"
-"""The label suffix :mod:`patchkit.checks.runtime_probe` gives a check that runs installed code on stand-ins."""
+"""The label suffix :mod:`patchkit.checks.probe` gives a check that runs installed code on stand-ins."""
 STAND_IN_KIND = "stand-in-consistency"
 """``Check.kind`` (and JSON ``kind``) of such a check: a consistency check, never independent proof."""
 SENTINEL = "PATCHKIT-PROBE-RESULT"
@@ -42,17 +49,11 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: model types the start-up allow-list must admit (checked only where the
             release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.runtime_probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types"}`` (see :mod:`patchkit.checks.probe`).
     """
-    from patchkit.vllm.shapes import decoder_loop
-    from patchkit.vllm.stream import Stream, StreamVerdict
-    from patchkit.checks.verify import expected_stream, read_allow_list
-
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
     backbones: dict[str, dict] = {}
-    from patchkit.vllm import loadpath
-
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:

@@ -97,7 +97,7 @@ def _layer_call(node: cst.CSTNode, layer: str, residual: bool) -> bool:
 
 def _runs_layer(stmt: cst.BaseStatement, layer: str, residual: bool) -> bool:
     """``stmt`` is the layer call's own line, or an ``if``/``else`` whose two arms each hold one such line
-    (:func:`patchkit.vllm.shapes.layer_call_branch`, which decided where the call is)."""
+    (:func:`patchkit.vllm.loops.layer_call_branch`, which decided where the call is)."""
     if isinstance(stmt, cst.SimpleStatementLine):
         return len(stmt.body) == 1 and _layer_call(stmt.body[0], layer, residual)
     if isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else):
@@ -111,12 +111,12 @@ def _named(*names: str):
 
 
 def _read_loop(forward: cst.FunctionDef):
-    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.shapes.decoder_loop`
+    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.loops.decoder_loop`
     on the same code, so the classifier and this codemod agree on every loop form."""
     import ast
 
     from patchkit.vllm.composition import is_layer_loop
-    from patchkit.vllm.shapes import Loop, decoder_loop
+    from patchkit.vllm.loops import Loop, decoder_loop
 
     body = list(forward.body.body)
     loops = []

@@ -174,7 +174,7 @@ def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: s
     """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
     __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
     from patchkit.vllm.composition import self_assignments
-    from patchkit.vllm.proposer_paths import assigned_at
+    from patchkit.vllm.class_attrs import assigned_at
 
     if not names or any(assigned_at(tree, cls, name) is not None for name in names):
         return _NAMED
@@ -486,7 +486,7 @@ def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
     if types:
         return types, f"the {arch} family entry"
     from patchkit.vllm import model_types
-    from patchkit.vllm.proposer_paths import is_multimodal
+    from patchkit.vllm.class_attrs import is_multimodal
 
     answer = model_types.lookup(tree, cls, arch, cls is not None and is_multimodal(tree, cls))
     return answer.types, answer.reason()

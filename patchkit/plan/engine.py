@@ -305,7 +305,7 @@ def _holder(tree: SourceTree, registry: Registry, cls: ClassRef, attr: str) -> H
     """What ``cls`` holds in ``attr``; a language model the registry picks from ``text_config`` at run
     time counts as a causal LM (vLLM 0.10.2 - 0.33.0 multimodal wrappers,
     ``init_vllm_registered_model`` without ``architectures``)."""
-    from patchkit.vllm.shapes import registry_built
+    from patchkit.vllm.composition import registry_built
 
     try:
         return holder(tree, registry, cls, attr)

@@ -336,3 +336,30 @@ def chain(tree: SourceTree, registry: Registry, cls: ClassRef, _depth: int = 0) 
         if kind == "causal_lm" and held.cls != cls:
             return [(attr, held.cls), *chain(tree, registry, held.cls, _depth + 1)]
     return []
+
+
+def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str | None] | None:
+    """Whether ``cls.__init__`` builds ``self.<attr>`` through vLLM's registry.
+
+    Fact (vLLM 0.10.2 - 0.33.0, multimodal model files): wrappers assign
+    ``self.language_model = init_vllm_registered_model(..., architectures=[NAME])``, or leave
+    ``architectures`` out so vLLM picks the checkpoint's ``text_config.architectures``.
+
+    Returns:
+        ``(line, architecture or None)`` for the first such assignment, or None when there is none.
+    """
+    found = tree.find_member(cls, "__init__")
+    if found is None:
+        return None
+    for node in self_assignments(found[1]).get(attr, ()):
+        if isinstance(node.value, ast.Call):
+            func = node.value.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name != REGISTRY_BUILDER:
+                continue
+            archs = [kw.value for kw in node.value.keywords if kw.arg == "architectures"]
+            if archs and isinstance(archs[0], (ast.List, ast.Tuple)) and len(archs[0].elts) == 1 \
+                    and isinstance(archs[0].elts[0], ast.Constant):
+                return node.lineno, str(archs[0].elts[0].value)
+            return node.lineno, None
+    return None

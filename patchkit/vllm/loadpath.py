@@ -14,14 +14,14 @@ Those reads are not listed here: :func:`patchkit.vllm.proposer_paths.derive` rea
 :func:`bare_language_model` is the refusal that derivation implies for one class: a *required* read
 (one that raises when the attribute is missing) that the class ``get_language_model()`` returns
 cannot satisfy. ``apply`` (not applicable), ``verify`` and ``doctor`` all report the same
-:class:`LoadPathFault`; ``verify`` shows the broken link itself (:func:`patchkit.vllm.proposer_paths.link_check`).
+:class:`LoadPathFault`; ``verify`` shows the broken link itself (:func:`patchkit.vllm.chain.load_path.link_check`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm import composition, proposer_paths
+from patchkit.vllm import class_attrs, composition, proposer_paths
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
@@ -83,16 +83,16 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     """The :class:`LoadPathFault` of ``cls``, or None when the proposer can load a draft for it.
 
     A fault needs all of: ``cls`` is multimodal (the proposer calls ``get_language_model()``), that
-    call returns ``self.X`` (:func:`patchkit.vllm.proposer_paths.language_model_attr`) that ``__init__``
+    call returns ``self.X`` (:func:`patchkit.vllm.class_attrs.language_model_attr`) that ``__init__``
     builds as one vLLM class, and a required read the proposer makes off it (derived from the
     release, :func:`patchkit.vllm.proposer_paths.derive`) names an attribute that class lacks.
 
     Raises:
         SourceError: a file on the way does not parse.
     """
-    if not proposer_paths.is_multimodal(tree, cls):
+    if not class_attrs.is_multimodal(tree, cls):
         return None
-    found = proposer_paths.language_model_attr(tree, cls)
+    found = class_attrs.language_model_attr(tree, cls)
     if found is None:
         return None
     attr = found[0]
@@ -104,7 +104,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     if derivation.language_model is None:
         return None
     broken = [r for r in derivation.reads if r.required and len(r.path) == 1
-              and proposer_paths.assigned_at(tree, held.cls, r.path[0]) is None]
+              and class_attrs.assigned_at(tree, held.cls, r.path[0]) is None]
     if not broken:
         return None
     return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0])

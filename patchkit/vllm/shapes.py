@@ -27,15 +27,19 @@ disagree, is not patchable (the reason names ``file:line``).
 from __future__ import annotations
 
 import ast
-import functools
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop, kind_of
-from patchkit.vllm.contract import ATTR, MAYBE_ADD, Contract
+from patchkit.vllm.chain.kinds import NOT_FOLLOWED
+from patchkit.vllm.chain.links import architecture_chain
+from patchkit.vllm.class_attrs import language_model_attr
+from patchkit.vllm.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
+from patchkit.vllm.contract import SETTER, Contract, is_stub
+from patchkit.vllm.loadpath import bare_language_model
+from patchkit.vllm.loops import Loop, decoder_loop, final_return_count
 from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree, nodes
-from patchkit.vllm.stream import StreamRefusal, StreamVerdict
+from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
 
 
 class Shape(Enum):
@@ -63,34 +67,6 @@ BACKBONE_ATTR = "model"
 default interface methods assert ``parent.model`` (``interfaces.py``, 0.18.0 on)."""
 WRAPPER_ATTR = "language_model"
 """Where a multimodal wrapper holds its language model (``get_language_model()`` returns it)."""
-
-
-@dataclass(frozen=True)
-class Loop:
-    """The decoder-layer loop of a backbone ``forward``.
-
-    Attributes:
-        returns_residual: the layer call is ``hidden_states, residual = layer(...)``.
-        captures: the loop (or forward) already captures aux hidden states.
-        lineno: line of the ``for`` statement (1-based, in the parsed source).
-        layer: the name the layer is bound to.
-        index: Python expression of the global id of the layer being run, or None when the loop
-            has no index and patchkit enumerates it from ``self.start_layer`` itself.
-        call_at: position of the layer call among the loop body's statements.
-        residual_before: ``residual`` is bound before the loop (else the first layer's input is
-            ``hidden_states`` alone and the capture before the loop must not read ``residual``).
-        tuple_target: the layer call assigns ``hidden_states, residual`` (also when the layer
-            keeps the residual inside and ``hidden_states`` alone is the stream, 0.33.0 ``stablelm.py``).
-    """
-
-    returns_residual: bool
-    captures: bool
-    lineno: int
-    layer: str = "layer"
-    index: str | None = None
-    call_at: int = 0
-    residual_before: bool = True
-    tuple_target: bool = True
 
 
 @dataclass(frozen=True)
@@ -122,122 +98,6 @@ class ArchShape:
     location: str | None = None
     stream: StreamVerdict | None = None
 
-
-@functools.lru_cache(maxsize=1024)
-def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
-    """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
-
-    Loop forms read (vLLM 0.10.2 - 0.33.0 model files):
-
-    - ``for layer in <self.layers from self.start_layer>``: no index (patchkit enumerates);
-    - ``for i, layer in enumerate(..., start=self.start_layer)``: index ``i``;
-    - ``for i, layer in enumerate(<self.layers from self.start_layer>)``: index ``self.start_layer + i``;
-    - ``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]``: index ``i``.
-
-    Returns:
-        A :class:`Loop`, or a one-line reason (several loops, no layer call, another call shape).
-        Remembered per ``forward`` node (scan, the codemods and verify read the same loops).
-    """
-    loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
-    if len(loops) != 1:
-        nested = [n for n in ast.walk(forward) if isinstance(n, ast.For) and is_layer_loop(n)]
-        if len(loops) == 0 and nested:
-            return "its decoder-layer loop is nested inside another statement"
-        return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
-    loop = loops[0]
-    captures = _mentions_self(forward, ATTR) or any(
-        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in nodes(forward))
-    form = _loop_form(loop)
-    if isinstance(form, str):
-        if captures:
-            return Loop(True, True, loop.lineno)
-        return form
-    layer_var, index = form
-    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
-             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
-    if len(calls) == 1 and calls[0] in loop.body:
-        call_at = loop.body.index(calls[0])
-    else:
-        branch = layer_call_branch(loop.body, calls)
-        if branch is None:
-            return f"its decoder-layer loop calls the layer {len(calls)} times (or under a condition), expected once"
-        call_at = loop.body.index(branch)
-    targets = calls[0].targets
-    if len(targets) != 1:
-        return "the layer call assigns to several targets"
-    target = targets[0]
-    names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) else None
-    if names == ["hidden_states", "residual"]:
-        call = calls[0].value
-        if not any(isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]):
-            # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
-            return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
-        before = forward.body[: forward.body.index(loop)]
-        bound = any(isinstance(t, ast.Name) and t.id == "residual" for stmt in before for n in ast.walk(stmt)
-                    if isinstance(n, (ast.Assign, ast.AnnAssign))
-                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-        return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
-    if isinstance(target, ast.Name) and target.id == "hidden_states":
-        if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):
-            return "the layer returns hidden_states alone but forward keeps a residual of its own"
-        return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, False)
-    return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
-
-
-def layer_call_branch(body: list[ast.stmt], calls: list[ast.Assign]) -> ast.If | None:
-    """The ``if``/``else`` of ``body`` whose two arms each run the layer once, the same way, or None.
-
-    Fact (vLLM 0.17.1 and 0.33.0 ``nemotron_nas.py``, ``DeciModel.forward``): ``if not
-    layer._is_no_op_attention: hidden_states, residual = layer(...); ... else: hidden_states,
-    residual = layer(...)``. Exactly one arm runs, so the layer runs once per iteration and a
-    capture before or after that statement sees the stream entering and leaving the layer.
-    """
-    if len(calls) != 2:
-        return None
-    for stmt in body:
-        if (isinstance(stmt, ast.If) and stmt.orelse and calls[0] in stmt.body and calls[1] in stmt.orelse
-                and ast.dump(calls[0].targets[0]) == ast.dump(calls[1].targets[0])
-                and ast.dump(calls[0].value) == ast.dump(calls[1].value)):
-            return stmt
-    return None
-
-
-def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
-    """``(layer name, index expression or None)`` of a decoder-layer loop, or why it is not one patchkit reads."""
-    it = loop.iter
-    if isinstance(loop.target, ast.Name):
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
-            index = loop.target.id
-            for stmt in loop.body:
-                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                        and isinstance(stmt.value, ast.Subscript) and _mentions_self(stmt.value.value, "layers")
-                        and isinstance(stmt.value.slice, ast.Name) and stmt.value.slice.id == index):
-                    return stmt.targets[0].id, index
-            return "its range loop does not bind 'layer = self.layers[i]'"
-        if not _mentions_self(it, "start_layer"):
-            return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
-        return loop.target.id, None
-    if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
-            and all(isinstance(e, ast.Name) for e in loop.target.elts)
-            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"):
-        index, layer = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
-        if index == "_":
-            return "its decoder-layer loop discards its enumerate index"
-        start = [kw.value for kw in it.keywords if kw.arg == "start"] + list(it.args[1:2])
-        if start:
-            if _mentions_self(start[0], "start_layer"):
-                return layer, index
-            return f"its enumerate starts at {ast.unparse(start[0])}, not self.start_layer"
-        if it.args and _mentions_self(it.args[0], "start_layer"):
-            return layer, f"self.start_layer + {index}"
-        return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
-    return "its decoder-layer loop does not bind the layer to a plain name"
-
-
-def final_return_count(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """How many top-level ``return hidden_states`` statements ``forward`` has (the capture needs one)."""
-    return sum(1 for s in forward.body if isinstance(s, ast.Return) and isinstance(s.value, ast.Name)
-               and s.value.id == "hidden_states")
 
 
 def classify(tree: SourceTree, registry: Registry, contract: Contract, architecture: str,
@@ -275,8 +135,6 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
         # vLLM's own draft loading must be able to go through what get_language_model() returns
         # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help, whatever
         # else the backbone lacks, so this reason comes first
-        from patchkit.vllm.loadpath import bare_language_model
-
         fault = bare_language_model(tree, registry, cls)
         if fault is not None:
             return ArchShape(architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls,
@@ -291,8 +149,6 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
     Broken links: the A1 Protocol's stub methods not overridden (they return None), or a backbone
     whose ``forward`` captures nothing. A link patchkit cannot follow statically is not called broken.
     """
-    from patchkit.vllm.contract import SETTER, is_stub
-
     def broken(reason: str, where: str | None, repair: _Repair | None = None) -> ArchShape:
         return ArchShape(architecture, group, State.BROKEN, repair.shape if repair else None,
                          f"declares SupportsEagle3 but {reason}", cls, repair.backbone if repair else None,
@@ -324,8 +180,6 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
                               f"{found[0].relpath}:{found[1].lineno}", _repairable(tree, registry, contract, holder))
     # every other link, as verify checks it (one reader: scan, apply, verify and doctor share this verdict);
     # 0.33.0 cohere_compass.py: CohereCompassTextModel is no EagleModelMixin, vLLM's default setter asserts it
-    from patchkit.checks.verify import architecture_chain
-
     resolution = registry.resolve(architecture)
     if resolution is not None and resolution.cls == cls:
         chain = architecture_chain(tree, registry, contract, resolution)
@@ -341,10 +195,8 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
 
 def _first_failure(check):
     """``(link, failure)``: the first failure of a :class:`patchkit.results.Check` tree that shows a broken
-    link (not one patchkit could not follow, :data:`patchkit.checks.verify.NOT_FOLLOWED`) and the top-level child
+    link (not one patchkit could not follow, :data:`patchkit.vllm.chain.kinds.NOT_FOLLOWED`) and the top-level child
     it is under (a held class, the load path, a platform branch), or None."""
-    from patchkit.checks.verify import NOT_FOLLOWED
-
     for link in check.children:
         found = next((f for f in link.failures() if f.kind != NOT_FOLLOWED), None)
         if found is not None:
@@ -386,8 +238,6 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
             resolution = registry.resolve(text_architecture)
             if resolution is None or resolution.cls is None:
                 return no(f"its text_config names {text_architecture}, which is not a native model of this release")
-            from patchkit.vllm.composition import HeldClass
-
             held = HeldClass(resolution.cls, "registry", built[0], text_architecture)
         elif built is not None:
             return no(f"self.{WRAPPER_ATTR}: {exc}", f"{cls.relpath}:{built[0]}")
@@ -407,8 +257,6 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
     try:
         backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
     except CompositionError as exc:
-        from patchkit.vllm.proposer_paths import language_model_attr
-
         getter = language_model_attr(tree, cls)
         if getter is not None and getter[0] not in (WRAPPER_ATTR, BACKBONE_ATTR):
             # 0.33.0 ovis.py: self.llm = init_vllm_registered_model(...) under _mark_language_model
@@ -493,46 +341,7 @@ def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
     init = tree.method(owner, "__init__")
     if init is None:
         return "no __init__ of its own"
-    from patchkit.vllm.stream import Stream, residual_stream
-
     stream = residual_stream(tree, registry, owner, backbone, forward)
     if isinstance(stream, StreamRefusal):
         return stream.reason
     return (Shape.STANDARD if stream.stream is Stream.SUM else Shape.HIDDEN_ONLY), stream
-
-
-def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str | None] | None:
-    """Whether ``cls.__init__`` builds ``self.<attr>`` through vLLM's registry.
-
-    Fact (vLLM 0.10.2 - 0.33.0, multimodal model files): wrappers assign
-    ``self.language_model = init_vllm_registered_model(..., architectures=[NAME])``, or leave
-    ``architectures`` out so vLLM picks the checkpoint's ``text_config.architectures``.
-
-    Returns:
-        ``(line, architecture or None)`` for the first such assignment, or None when there is none.
-    """
-    from patchkit.vllm.composition import REGISTRY_BUILDER
-
-    found = tree.find_member(cls, "__init__")
-    if found is None:
-        return None
-    from patchkit.vllm.composition import self_assignments
-
-    for node in self_assignments(found[1]).get(attr, ()):
-        if isinstance(node.value, ast.Call):
-            func = node.value.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            if name != REGISTRY_BUILDER:
-                continue
-            archs = [kw.value for kw in node.value.keywords if kw.arg == "architectures"]
-            if archs and isinstance(archs[0], (ast.List, ast.Tuple)) and len(archs[0].elts) == 1 \
-                    and isinstance(archs[0].elts[0], ast.Constant):
-                return node.lineno, str(archs[0].elts[0].value)
-            return node.lineno, None
-    return None
-
-
-def _mentions_self(node: ast.AST, attr: str) -> bool:
-    from patchkit.vllm.composition import self_mentions
-
-    return attr in self_mentions(node)

@@ -33,12 +33,12 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from typing import TYPE_CHECKING
-
+from patchkit.vllm.ast_reads import assigned_names, body_of, names_loaded, returns_in
+from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop
+from patchkit.vllm.layer_classes import layer_classes
+from patchkit.vllm.loops import Loop, decoder_loop
+from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
-
-if TYPE_CHECKING:
-    from patchkit.vllm.registry import Registry
 
 
 class Stream(Enum):
@@ -123,31 +123,6 @@ class StreamRefusal:
     location: str
 
 
-def _names_loaded(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(node))
-
-
-def _assigned_names(stmt: ast.stmt) -> set[str]:
-    targets: list[ast.expr] = []
-    if isinstance(stmt, ast.Assign):
-        targets = list(stmt.targets)
-    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-        targets = [stmt.target]
-    out: set[str] = set()
-    for t in targets:
-        for n in ast.walk(t):
-            if isinstance(n, ast.Name):
-                out.add(n.id)
-    return out
-
-
-def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
-    body = list(fn.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    return body
-
-
 def entry_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str | None) -> tuple[Entry, int]:
     """Signal 1: what ``forward`` does with its parameter ``parameter`` (the residual it is given).
 
@@ -162,27 +137,14 @@ def entry_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str | N
     names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
     if parameter is None or parameter not in names:
         return Entry.NOT_GIVEN, forward.lineno
-    for stmt in _body(forward):
+    for stmt in body_of(forward):
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == parameter:
             return Entry.READS, stmt.lineno
-        if _names_loaded(stmt, parameter):
+        if names_loaded(stmt, parameter):
             return Entry.READS, stmt.lineno
-        if parameter in _assigned_names(stmt) and isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        if parameter in assigned_names(stmt) and isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             return Entry.OVERWRITES, stmt.lineno
     return Entry.UNUSED, forward.lineno
-
-
-def _returns(fn: ast.AST) -> list[ast.Return]:
-    out: list[ast.Return] = []
-    todo = list(ast.iter_child_nodes(fn))
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        if isinstance(node, ast.Return):
-            out.append(node)
-        todo.extend(ast.iter_child_nodes(node))
-    return out
 
 
 def exit_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, method=None, _depth: int = 0) -> Exit:
@@ -198,10 +160,10 @@ def exit_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, method=None, _depth
       ``method(name) -> FunctionDef | None``;
     - anything else, or returns that disagree: ``OTHER``.
     """
-    returns = _returns(forward)
+    returns = returns_in(forward)
     if not returns:
         return Exit.OTHER
-    body = _body(forward)
+    body = body_of(forward)
     exits: set[Exit] = set()
     for r in returns:
         v = r.value
@@ -218,16 +180,16 @@ def exit_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, method=None, _depth
             elif not isinstance(second, ast.Name):
                 exits.add(Exit.OTHER)
             elif isinstance(first, ast.Call):
-                exits.add(Exit.STREAM if _names_loaded(first, second.id) else Exit.DELTA)
+                exits.add(Exit.STREAM if names_loaded(first, second.id) else Exit.DELTA)
             elif isinstance(first, ast.Name):
                 last = None
                 for stmt in body:
-                    if first.id in _assigned_names(stmt) or (isinstance(stmt, ast.AugAssign)
+                    if first.id in assigned_names(stmt) or (isinstance(stmt, ast.AugAssign)
                                                              and getattr(stmt.target, "id", None) == first.id):
                         last = stmt
                 adds = (isinstance(last, (ast.Assign, ast.AnnAssign)) and isinstance(last.value, ast.BinOp)
-                        and isinstance(last.value.op, ast.Add) and _names_loaded(last.value, second.id)) or (
-                    isinstance(last, ast.AugAssign) and isinstance(last.op, ast.Add) and _names_loaded(last.value, second.id))
+                        and isinstance(last.value.op, ast.Add) and names_loaded(last.value, second.id)) or (
+                    isinstance(last, ast.AugAssign) and isinstance(last.op, ast.Add) and names_loaded(last.value, second.id))
                 exits.add(Exit.STREAM if adds else Exit.DELTA)
             else:
                 exits.add(Exit.OTHER)
@@ -289,7 +251,7 @@ def passes_through(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     if len(positional) < 2:
         return False
     name = positional[1]
-    bare = {id(e) for r in _returns(forward) if isinstance(r.value, ast.Tuple) for e in r.value.elts
+    bare = {id(e) for r in returns_in(forward) if isinstance(r.value, ast.Tuple) for e in r.value.elts
             if isinstance(e, ast.Name) and e.id == name}
     reads = [n for n in ast.walk(forward) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     return bool(reads) and all(id(n) in bare for n in reads)
@@ -307,121 +269,6 @@ def _residual_read_outside_handover(stmt: ast.stmt) -> bool:
             return True
         todo.extend(ast.iter_child_nodes(node))
     return False
-
-
-def layer_classes(tree: SourceTree, backbone: ClassRef) -> list[ClassRef] | str:
-    """The decoder-layer classes ``backbone``'s ``__init__`` builds into ``self.layers``.
-
-    Fact (vLLM 0.10.2 - 0.33.0 model files): ``self.start_layer, self.end_layer, self.layers =
-    make_layers(n, lambda prefix: XDecoderLayer(...), ...)`` or ``nn.ModuleList([X(...) for ...])``;
-    the class may be a local (``layer_type = ...``, or a dict of classes indexed by the config) or an
-    ``__init__`` parameter with a default that subclasses pass on through ``super().__init__``
-    (``LlamaModel(layer_type=...)``). Every class such a name can be is returned.
-
-    Returns:
-        The classes (vLLM classes with a ``forward``), or a one-line reason none could be found.
-    """
-    from patchkit.vllm.composition import _bind, _next_init, _super_init_call, _with_defaults, statements
-
-    found = tree.find_member(backbone, "__init__")
-    if found is None:
-        return f"{backbone.name} has no __init__"
-    owner, init = found
-    bindings: dict[str, tuple[str, ast.expr]] = {}
-
-    def builds_layers(fn: ast.AST) -> list[ast.Assign]:
-        return [s for s in statements(fn) if isinstance(s, ast.Assign) and any(
-            isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
-            for t in s.targets for n in ast.walk(t))]
-
-    while True:
-        assigns = builds_layers(init)
-        if not assigns:  # a method __init__ calls builds them (0.33.0 minicpm.py: self._init_layers(...))
-            for node in ast.walk(init):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-                    member = tree.find_member(backbone, node.func.attr)
-                    if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                            and builds_layers(member[1]):
-                        owner, init, assigns = member[0], member[1], builds_layers(member[1])
-                        break
-        if assigns:
-            break
-        handed = _super_init_call(init)
-        following = _next_init(tree, backbone, owner) if handed is not None else None
-        if following is None:
-            return f"{owner.name}.__init__ does not build self.layers"
-        bindings = _bind(owner.module, init, handed, bindings)
-        owner, init = following
-    params = _with_defaults(owner.module, init, bindings)
-    locals_: dict[str, list[ast.expr]] = {}
-    nested: dict[str, ast.AST] = {}
-    for s in statements(init):
-        if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None:
-            for name in _assigned_names(s):
-                locals_.setdefault(name, []).append(s.value)
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            nested[s.name] = s
-    out: list[ClassRef] = []
-
-    def candidates(expr: ast.expr, module: str, depth: int = 0, local: bool = True, skip: str | None = None) -> None:
-        if depth > 8:
-            return
-        if isinstance(expr, ast.Name) and local and expr.id in nested:
-            for r in _returns(nested[expr.id]):
-                if isinstance(r.value, ast.Call):
-                    candidates(r.value.func, module, depth + 1)
-            return
-        if isinstance(expr, ast.Name) and local and expr.id in params and (expr.id not in locals_ or expr.id == skip):
-            mod, bound = params[expr.id]
-            candidates(bound, mod, depth + 1, local=False)
-            return
-        if isinstance(expr, ast.Name) and local and expr.id in locals_:
-            # ``x = x or Default`` (0.17.1 seed_oss.py): the ``x`` inside is the parameter
-            for value in locals_[expr.id]:
-                candidates(value, module, depth + 1, skip=expr.id)
-            return
-        if isinstance(expr, ast.BoolOp):
-            for v in expr.values:
-                candidates(v, module, depth + 1, local, skip)
-            return
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-            member = tree.find_member(backbone, expr.attr)  # a class attribute (0.33.0 qwen3.py decoder_layer_type)
-            if member is not None and isinstance(member[1], (ast.Assign, ast.AnnAssign)) and member[1].value is not None:
-                candidates(member[1].value, member[0].module, depth + 1, local=False)
-            return
-        if isinstance(expr, ast.IfExp):
-            candidates(expr.body, module, depth + 1, local, skip)
-            candidates(expr.orelse, module, depth + 1, local, skip)
-            return
-        if isinstance(expr, ast.Dict):
-            for v in expr.values:
-                if v is not None:
-                    candidates(v, module, depth + 1, local)
-            return
-        if isinstance(expr, ast.Subscript):
-            candidates(expr.value, module, depth + 1, local)
-            return
-        ref = tree.resolve_expr(module, expr)
-        if ref is None and isinstance(expr, ast.Name):  # a module-level table of classes
-            for stmt in tree.module_tree(module).body:
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None \
-                        and expr.id in _assigned_names(stmt) and isinstance(stmt.value, ast.Dict):
-                    candidates(stmt.value, module, depth + 1, local=False)
-            return
-        if isinstance(ref, ClassRef) and ref != backbone and tree.find_member(ref, "forward") is not None \
-                and ref not in out:
-            out.append(ref)
-
-    for assign in assigns:
-        for node in ast.walk(assign.value):
-            if isinstance(node, ast.Call):
-                candidates(node.func, owner.module)
-            elif isinstance(node, ast.Name) and node.id in nested:
-                candidates(node, owner.module)
-    if not out:
-        return f"no decoder-layer class found in what {owner.name} assigns to self.layers ({owner.relpath}:{assigns[0].lineno})"
-    return out
 
 
 def layer_signals(tree: SourceTree, cls: ClassRef, parameter: str | None, position: int | None) -> LayerSignals | str:
@@ -485,9 +332,6 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
           with ``hidden_states`` alone and every layer returns the stream first.
         - loop ``hidden_states = layer(...)``: ``HIDDEN`` when every layer returns one tensor.
     """
-    from patchkit.vllm.composition import is_layer_loop
-    from patchkit.vllm.shapes import Loop, decoder_loop
-
     where = f"{owner.relpath}:{forward.lineno}"
     loop = decoder_loop(forward)
     if not isinstance(loop, Loop):
@@ -514,8 +358,6 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
     tail_at = f"{owner.relpath}:{tail_line}"
     tail_text = tail.value
     if tail is Tail.FUSED and fused_attr is not None:
-        from patchkit.vllm.composition import CompositionError, held_class
-
         try:
             norm = held_class(tree, registry, backbone, fused_attr).cls
         except CompositionError:

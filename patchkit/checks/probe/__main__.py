@@ -1,0 +1,50 @@
+"""The runtime probe's entry point: ``<python> <this folder> <JSON>`` (see this folder's ``__init__.py``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from probe_forward import check_forward
+from probe_interface import check_methods, check_registry, check_speculative_config
+from probe_loading import check_load_model, check_wrapper_forward
+from probe_standins import GETTER, SENTINEL, STAND_IN
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    try:
+        import torch  # noqa: F401  # lazy: torch exists only in the target environment; its absence is reported
+        import vllm  # noqa: F401  # lazy: as torch
+    except Exception as exc:  # noqa: BLE001 - the environment cannot run vLLM at all
+        print(f"{SENTINEL} {json.dumps({'fatal': repr(exc)})}", flush=True)
+        return
+    results: list[dict] = []
+    classes: dict = {}
+    chains = spec.get("chains", {})
+    steps = [
+        ("registry, supports_eagle3 and the methods",
+         lambda: check_methods(classes.update(check_registry(spec["architectures"], results)) or classes, chains,
+                               results, spec.get("getter", GETTER))),
+        ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
+    ]
+    for name, facts in spec.get("backbones", {}).items():
+        steps.append((f"{name} forward run",
+                      lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True),
+                                                                   facts.get("pair", True))))
+    steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
+    steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results)))
+    for name, step in steps:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - a failing step must still produce a report
+            results.append({"label": f"probe step: {name}", "ok": False, "detail": f"{exc!r}"})
+    for item in results:  # what a stand-in run can and cannot show: the report says which checks rest on stand-ins
+        if item["label"].endswith(f"({STAND_IN})"):
+            item["basis"] = "stand-in"
+    sys.stdout.flush()
+    print(f"{SENTINEL} {json.dumps({'checks': results})}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""A backbone ``forward``'s capture of the aux hidden states, checked against vLLM's own capture semantics
+(:mod:`patchkit.codemods.capture`) and against the residual stream the release's code implies
+(:mod:`patchkit.vllm.stream`). Part of the chain check (:mod:`patchkit.vllm.chain`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from patchkit.results import Check
+from patchkit.vllm.chain.kinds import FINAL_LAYER_CAPTURED, FINAL_LAYER_CHECK, FINAL_LAYER_MISSED, NOT_FOLLOWED
+from patchkit.vllm.composition import is_layer_loop
+from patchkit.vllm.contract import ATTR, MAYBE_ADD
+from patchkit.vllm.loops import Loop, decoder_loop
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
+
+
+def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
+    """Which tensor is the residual stream entering each layer of ``backbone``, from the release's code
+    (:func:`patchkit.vllm.stream.residual_stream`), or a :class:`patchkit.vllm.stream.StreamRefusal` saying why
+    the code does not tell. The capture checks compare what a ``forward`` captures with it."""
+    found = tree.find_member(backbone, "forward")
+    if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return StreamRefusal(f"{backbone.name} has no forward", backbone.location)
+    return residual_stream(tree, registry, found[0], backbone, found[1])
+
+
+def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, expected=None) -> list[Check]:
+    """Check a backbone ``forward`` against the capture semantics (:mod:`patchkit.codemods.capture`).
+
+    The semantics are vLLM's own native capture: vLLM 0.18.0 ``model_executor/models/deepseek_v2.py``
+    ``DeepseekV2Model.forward`` (and, for id ``n``, vLLM 0.25.0's same forward).
+
+    Args:
+        forward: the function's AST.
+        relpath: its file, for locations.
+        expected: the stream the capture must take (:func:`expected_stream`: a
+            :class:`patchkit.vllm.stream.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
+            form alone decides (``hidden_states + residual`` when the layer returns a residual).
+    Returns:
+        Checks for: global ids, residual-stream capture before each layer, the tuple return,
+        and (informational) the final-layer capture.
+    """
+    where = f"{relpath}:{forward.lineno}"
+    form = decoder_loop(forward)
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
+    if not isinstance(form, Loop) or len(loops) != 1:
+        return [Check("forward captures aux hidden states", False,
+                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where, kind=NOT_FOLLOWED)]
+    loop = loops[0]
+    at = f"{relpath}:{loop.lineno}"
+    tests = [s for s in loop.body if isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
+             and len(s.test.ops) == 1 and isinstance(s.test.ops[0], ast.In) and _mentions_self(s.test.comparators[0], ATTR)]
+    if not tests:
+        return [Check("captures the residual stream entering each layer", False,
+                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED)]
+    index_name = ast.unparse(tests[0].test.left)
+    checks = []
+    if form.index is None:
+        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at,
+                      kind=NOT_FOLLOWED)]
+    global_ids = index_name == form.index
+    checks.append(Check("ids are global layer indices", True if global_ids else None,
+                        f"{index_name} is the global layer id" if global_ids else
+                        f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
+                        "pipeline parallelism only (upstream's own form in some releases)", at))
+    capture = None
+    layer_call_index = None
+    for i, stmt in enumerate(loop.body):
+        if stmt is tests[0]:
+            capture = (i, stmt)
+    layer_call_index = form.call_at
+    if capture is None:
+        checks.append(Check("captures the residual stream entering each layer", False,
+                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED))
+        return checks
+    i, stmt = capture
+    appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
+    # an 'if residual is None: append(hidden_states) else: append(hidden_states + residual)' capture counts as one
+    value = next((a for a in appended if _is_residual_stream(a)), appended[0] if appended else None)
+    if isinstance(value, ast.Name):  # captured through a local: aux = hidden_states + residual; ...append(aux)
+        assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+        value = assigned[0] if assigned else value
+    before_layer = layer_call_index is not None and i < layer_call_index
+    stream = expected.stream if isinstance(expected, StreamVerdict) else None
+    if stream is None:
+        stream = Stream.SUM if form.returns_residual else Stream.HIDDEN
+    if stream is Stream.HIDDEN:  # where every layer returns None as the residual, the sum is the same tensor
+        right = (isinstance(value, ast.Name) and value.id == "hidden_states") or (
+            isinstance(expected, StreamVerdict) and expected.residual_none and value is not None and _is_residual_stream(value))
+    else:
+        right = value is not None and _is_residual_stream(value)
+    ok = value is not None and right and before_layer
+    detail = ast.unparse(value) if value is not None else "nothing appended"
+    if value is not None and not right:
+        detail += f" is not the residual stream ({stream.value})"
+        if isinstance(expected, StreamVerdict):
+            detail += f": {expected.evidence}"
+    elif not before_layer:
+        detail += " is taken after the layer runs: that is the next layer's input"
+    elif expected is not None and not isinstance(expected, StreamVerdict):
+        ok = None if ok else ok
+        detail += f" (patchkit cannot tell from the code which tensor is the stream: {expected.reason})"
+    checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
+    states = appended_list_name(stmt)
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+               and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
+    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                        "" if returns else "the captured states never leave forward",
+                        f"{relpath}:{returns[0].lineno}" if returns else where))
+    final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
+    checks.append(Check(FINAL_LAYER_CHECK, None,
+                        "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
+                        f"{relpath}:{final[0].lineno}" if final else None,
+                        kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
+    return checks
+
+
+def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, expected=None) -> list[Check]:
+    """Check a backbone ``forward`` that captures through ``EagleModelMixin._maybe_add_hidden_state``.
+
+    Fact (vLLM 0.18.0 - 0.33.0, e.g. ``qwen3_moe.py``): one call before the decoder-layer loop for
+    id ``start_layer`` and one after each layer for id ``layer_idx + 1``, with the loop enumerating
+    from ``start_layer``; ``forward`` returns ``(hidden_states, aux)`` when something was captured.
+    Some native classes count from 0 (safe only without pipeline parallelism): shown as information.
+    ``expected`` is as for :func:`capture_checks`: where the stream is ``hidden_states`` alone and
+    the layers hand on a residual that is not None, the calls must pass ``None`` as the residual
+    (0.33.0 ``muse_glimmer.py`` does), else they capture ``hidden_states + residual``, no stream.
+    """
+    where = f"{relpath}:{forward.lineno}"
+    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == MAYBE_ADD and len(n.args) >= 2]
+    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
+    if len(loops) != 1:
+        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where,
+                      kind=NOT_FOLLOWED)]
+    loop = loops[0]
+    in_loop = [c for c in calls if any(c is n for n in ast.walk(loop))]
+    before = [c for c in calls if c not in in_loop]
+    form = decoder_loop(forward)
+    index = in_loop[0].args[1] if in_loop and isinstance(in_loop[0].args[1], ast.BinOp) else None
+    global_ids = isinstance(form, Loop) and form.index is not None and index is not None \
+        and ast.unparse(index.left) == form.index
+    checks = [Check("ids are global layer indices", True if global_ids else None,
+                    "enumerate(..., start=self.start_layer)" if global_ids else
+                    "counts from 0 on each stage (upstream's own form; vLLM refuses EAGLE-3 with pipeline parallelism "
+                    "for such classes)", f"{relpath}:{loop.lineno}")]
+    checks.append(Check("captures the stream entering the stage's first layer", bool(before),
+                        ast.unparse(before[0]) if before else f"no {MAYBE_ADD} call before the loop",
+                        f"{relpath}:{before[0].lineno}" if before else where))
+    after_ok = bool(in_loop) and isinstance(in_loop[0].args[1], ast.BinOp)
+    checks.append(Check("captures the stream after each layer (id layer_idx + 1)", after_ok,
+                        ast.unparse(in_loop[0]) if in_loop else f"no {MAYBE_ADD} call in the loop",
+                        f"{relpath}:{in_loop[0].lineno}" if in_loop else where))
+    if isinstance(expected, StreamVerdict) and expected.stream is Stream.HIDDEN and not expected.residual_none:
+        summed = [c for c in calls if len(c.args) >= 4 and not (isinstance(c.args[3], ast.Constant) and c.args[3].value is None)]
+        checks.append(Check("captures the residual stream (hidden_states alone)", not summed,
+                            f"{ast.unparse(summed[0])} adds the residual, which is not part of the stream: "
+                            f"{expected.evidence}" if summed else "passes None as the residual",
+                            f"{relpath}:{summed[0].lineno}" if summed else where))
+    elif isinstance(expected, StreamVerdict) and expected.stream is Stream.SUM:
+        # after a fused layer, hidden_states alone is the layer's delta: the call must add the residual
+        alone = [c for c in in_loop if len(c.args) >= 4 and isinstance(c.args[3], ast.Constant) and c.args[3].value is None]
+        checks.append(Check("captures the residual stream (hidden_states + residual)", not alone,
+                            f"{ast.unparse(alone[0])} leaves the residual out: after a fused layer hidden_states is "
+                            f"its delta, not the stream: {expected.evidence}" if alone else "passes the residual",
+                            f"{relpath}:{alone[0].lineno}" if alone else where))
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+               and len(r.value.elts) == 2]
+    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                        "" if returns else "the captured states never leave forward",
+                        f"{relpath}:{returns[0].lineno}" if returns else where))
+    checks.append(Check(FINAL_LAYER_CHECK, None, "the last layer's call captures id end_layer", None,
+                        kind=FINAL_LAYER_CAPTURED))
+    return checks
+
+
+def appended_list_name(stmt: ast.stmt) -> str | None:
+    """The name of the list a capture ``if`` appends to (``aux_hidden_states``)."""
+    for c in ast.walk(stmt):
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and isinstance(c.func.value, ast.Name):
+            return c.func.value.id
+    return None
+
+
+def _mentions_self(node: ast.AST, attr: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self" for n in ast.walk(node))
+
+
+def _is_membership(test: ast.expr, index_name: str) -> bool:
+    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == index_name
+            and len(test.ops) == 1 and isinstance(test.ops[0], ast.In) and _mentions_self(test.comparators[0], ATTR))
+
+
+def _is_residual_stream(value: ast.expr) -> bool:
+    def is_sum(e: ast.expr) -> bool:
+        return (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add)
+                and {getattr(e.left, "id", None), getattr(e.right, "id", None)} == {"hidden_states", "residual"})
+    if is_sum(value):
+        return True
+    return isinstance(value, ast.IfExp) and (is_sum(value.orelse) or is_sum(value.body))

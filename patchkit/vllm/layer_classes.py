@@ -1,0 +1,125 @@
+"""The decoder-layer classes a backbone builds into ``self.layers``, read without importing vLLM.
+
+Used by :func:`patchkit.vllm.stream.residual_stream`, which reads each layer class's ``forward``.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from patchkit.vllm.ast_reads import assigned_names, returns_in
+from patchkit.vllm.composition import _bind, _next_init, _super_init_call, _with_defaults, statements
+from patchkit.vllm.source import ClassRef, SourceTree
+
+
+def layer_classes(tree: SourceTree, backbone: ClassRef) -> list[ClassRef] | str:
+    """The decoder-layer classes ``backbone``'s ``__init__`` builds into ``self.layers``.
+
+    Fact (vLLM 0.10.2 - 0.33.0 model files): ``self.start_layer, self.end_layer, self.layers =
+    make_layers(n, lambda prefix: XDecoderLayer(...), ...)`` or ``nn.ModuleList([X(...) for ...])``;
+    the class may be a local (``layer_type = ...``, or a dict of classes indexed by the config) or an
+    ``__init__`` parameter with a default that subclasses pass on through ``super().__init__``
+    (``LlamaModel(layer_type=...)``). Every class such a name can be is returned.
+
+    Returns:
+        The classes (vLLM classes with a ``forward``), or a one-line reason none could be found.
+    """
+    found = tree.find_member(backbone, "__init__")
+    if found is None:
+        return f"{backbone.name} has no __init__"
+    owner, init = found
+    bindings: dict[str, tuple[str, ast.expr]] = {}
+
+    def builds_layers(fn: ast.AST) -> list[ast.Assign]:
+        return [s for s in statements(fn) if isinstance(s, ast.Assign) and any(
+            isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
+            for t in s.targets for n in ast.walk(t))]
+
+    while True:
+        assigns = builds_layers(init)
+        if not assigns:  # a method __init__ calls builds them (0.33.0 minicpm.py: self._init_layers(...))
+            for node in ast.walk(init):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                    member = tree.find_member(backbone, node.func.attr)
+                    if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                            and builds_layers(member[1]):
+                        owner, init, assigns = member[0], member[1], builds_layers(member[1])
+                        break
+        if assigns:
+            break
+        handed = _super_init_call(init)
+        following = _next_init(tree, backbone, owner) if handed is not None else None
+        if following is None:
+            return f"{owner.name}.__init__ does not build self.layers"
+        bindings = _bind(owner.module, init, handed, bindings)
+        owner, init = following
+    params = _with_defaults(owner.module, init, bindings)
+    locals_: dict[str, list[ast.expr]] = {}
+    nested: dict[str, ast.AST] = {}
+    for s in statements(init):
+        if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None:
+            for name in assigned_names(s):
+                locals_.setdefault(name, []).append(s.value)
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            nested[s.name] = s
+    out: list[ClassRef] = []
+
+    def candidates(expr: ast.expr, module: str, depth: int = 0, local: bool = True, skip: str | None = None) -> None:
+        if depth > 8:
+            return
+        if isinstance(expr, ast.Name) and local and expr.id in nested:
+            for r in returns_in(nested[expr.id]):
+                if isinstance(r.value, ast.Call):
+                    candidates(r.value.func, module, depth + 1)
+            return
+        if isinstance(expr, ast.Name) and local and expr.id in params and (expr.id not in locals_ or expr.id == skip):
+            mod, bound = params[expr.id]
+            candidates(bound, mod, depth + 1, local=False)
+            return
+        if isinstance(expr, ast.Name) and local and expr.id in locals_:
+            # ``x = x or Default`` (0.17.1 seed_oss.py): the ``x`` inside is the parameter
+            for value in locals_[expr.id]:
+                candidates(value, module, depth + 1, skip=expr.id)
+            return
+        if isinstance(expr, ast.BoolOp):
+            for v in expr.values:
+                candidates(v, module, depth + 1, local, skip)
+            return
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            member = tree.find_member(backbone, expr.attr)  # a class attribute (0.33.0 qwen3.py decoder_layer_type)
+            if member is not None and isinstance(member[1], (ast.Assign, ast.AnnAssign)) and member[1].value is not None:
+                candidates(member[1].value, member[0].module, depth + 1, local=False)
+            return
+        if isinstance(expr, ast.IfExp):
+            candidates(expr.body, module, depth + 1, local, skip)
+            candidates(expr.orelse, module, depth + 1, local, skip)
+            return
+        if isinstance(expr, ast.Dict):
+            for v in expr.values:
+                if v is not None:
+                    candidates(v, module, depth + 1, local)
+            return
+        if isinstance(expr, ast.Subscript):
+            candidates(expr.value, module, depth + 1, local)
+            return
+        ref = tree.resolve_expr(module, expr)
+        if ref is None and isinstance(expr, ast.Name):  # a module-level table of classes
+            for stmt in tree.module_tree(module).body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None \
+                        and expr.id in assigned_names(stmt) and isinstance(stmt.value, ast.Dict):
+                    candidates(stmt.value, module, depth + 1, local=False)
+            return
+        if isinstance(ref, ClassRef) and ref != backbone and tree.find_member(ref, "forward") is not None \
+                and ref not in out:
+            out.append(ref)
+
+    for assign in assigns:
+        for node in ast.walk(assign.value):
+            if isinstance(node, ast.Call):
+                candidates(node.func, owner.module)
+            elif isinstance(node, ast.Name) and node.id in nested:
+                candidates(node, owner.module)
+    if not out:
+        return f"no decoder-layer class found in what {owner.name} assigns to self.layers ({owner.relpath}:{assigns[0].lineno})"
+    return out
