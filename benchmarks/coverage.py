@@ -53,6 +53,7 @@ def row(version: str, round_trip: bool) -> list[str]:
         verified = "-"
         if round_trip:  # in this process through the API (what the CLI calls), one architecture at a time
             from patchkit import api
+            from patchkit.plan.request import Request
             from patchkit.vllm.install import from_site_packages
 
             install = from_site_packages(sp)
@@ -63,7 +64,7 @@ def row(version: str, round_trip: bool) -> list[str]:
                 # a model type of our own for the start-up allow-list of 0.10.2 - 0.20.x (a user's config.json has it)
                 (model / "config.json").write_text(json.dumps({"architectures": [a["architecture"]],
                                                                "model_type": a["architecture"].lower()}))
-                request = api.Request((), model)
+                request = Request((), model)
                 applied = api.apply(install, request=request)
                 if applied.written and not applied.refused:
                     verified_ok = api.verify(install, request=request).ok

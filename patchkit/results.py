@@ -371,7 +371,7 @@ class StatusEntry:
     """One journaled file: what patchkit wrote and whether the file still holds it.
 
     Attributes:
-        state: one of ``patchkit.api.FILE_STATES``: ``"patched"``, ``"reinstalled"``,
+        state: one of ``patchkit.plan.file_states.FILE_STATES``: ``"patched"``, ``"reinstalled"``,
             ``"upgraded"``, ``"edited"``, ``"missing"`` or ``"interrupted"`` (an apply or revert
             stopped while writing it).
     """

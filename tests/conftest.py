@@ -1,8 +1,19 @@
-"""Shared fixtures: real vLLM release trees (fetched at test time, cached outside the repo)."""
+"""Shared fixtures: real vLLM release trees (fetched at test time, cached outside the repo).
+
+Markers: a test marked ``runtime``, ``engine`` or ``cluster`` needs the network (venvs built from the
+package index, releases fetched), so it is marked ``release`` too (:func:`pytest_collection_modifyitems`)
+and ``pytest -m "not release"`` is the whole offline suite. A test without any of these markers runs
+with the network shut (:func:`pytest_runtest_protocol`): a fetch through ``vllm_release`` raises, pip and uv
+in its subprocesses see ``PIP_NO_INDEX`` / ``UV_OFFLINE``, and an in-process connection to anything
+but this machine raises.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -17,13 +28,76 @@ from vllm_release import fresh_copy  # noqa: E402
 from patchkit.ui.cli import app  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _network_markers(request):
-    """Tell ``vllm_release`` the running test's markers: a test that fetches a release or builds a
-    venv without the ``release``/``runtime``/``engine`` marker fails instead of reaching the network."""
-    vllm_release.current_test_markers = frozenset(m.name for m in request.node.iter_markers())
-    yield
-    vllm_release.current_test_markers = None
+NEEDS_RELEASE = ("runtime", "engine", "cluster")
+"""Markers whose tests need the network as much as a ``release`` test does."""
+NETWORK_MARKERS = vllm_release.NETWORK_MARKERS | {"cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every ``runtime``/``engine``/``cluster`` test ``release`` as well, so ``-m "not release"``
+    leaves out everything that needs the network."""
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        if names & set(NEEDS_RELEASE) and "release" not in names:
+            item.add_marker(pytest.mark.release)
+
+
+OFFLINE_ENV = {"PIP_NO_INDEX": "1", "UV_OFFLINE": "1"}
+"""What pip and uv in a test's subprocesses see when the test has no network marker."""
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _local(address) -> bool:
+    """True for a Unix socket or a loopback address (this machine)."""
+    if not isinstance(address, tuple):
+        return True
+    host = address[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False  # a host name: resolving it would go out
+
+
+def _offline_connect(self, address):
+    if not _local(address):
+        raise RuntimeError(f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+                           "mark it @pytest.mark.release")
+    return _real_connect(self, address)
+
+
+def _offline_connect_ex(self, address):
+    if not _local(address):
+        raise RuntimeError(f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+                           "mark it @pytest.mark.release")
+    return _real_connect_ex(self, address)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tell ``vllm_release`` the running test's markers for the whole of its setup, call and teardown
+    (module- and session-scoped fixtures included): a test that fetches a release or builds a venv
+    without the ``release``/``runtime``/``engine`` marker fails instead of reaching the network.
+    Without a network marker the test also runs with the network shut (see the module docstring)."""
+    markers = frozenset(m.name for m in item.iter_markers())
+    offline = not markers & NETWORK_MARKERS
+    saved_env = {k: os.environ.get(k) for k in OFFLINE_ENV}
+    vllm_release.current_test_markers = markers
+    if offline:
+        os.environ.update(OFFLINE_ENV)
+        socket.socket.connect, socket.socket.connect_ex = _offline_connect, _offline_connect_ex
+    try:
+        yield
+    finally:
+        vllm_release.current_test_markers = None
+        socket.socket.connect, socket.socket.connect_ex = _real_connect, _real_connect_ex
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.store import journal as journal_mod
+from patchkit.store import lock as lock_mod
 from patchkit.store.journal import Journal
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot
@@ -246,7 +247,7 @@ def test_full_disk_and_read_only_mount_are_named(release, cli, monkeypatch, code
 @pytest.mark.release
 def test_waiting_for_the_lock_is_said(release, cli, monkeypatch):
     sp = release("0.17.1")
-    monkeypatch.setattr(journal_mod, "LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(lock_mod, "LOCK_TIMEOUT_S", 0.5)
     entered, release_it = threading.Event(), threading.Event()
 
     def hold() -> None:

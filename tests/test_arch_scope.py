@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
+from patchkit.plan.request import Request
 from patchkit.plan import outcomes
 from patchkit.vllm.install import from_site_packages
 from patchkit.results import Outcome, PatchResult
@@ -31,9 +32,9 @@ def test_revert_one_architecture_leaves_exactly_the_others(release, cli):
     sp = release("0.17.1")
     install = from_site_packages(sp)
     pristine = digest(sp)
-    assert api.apply(install, request=api.Request((GLM,))).written
+    assert api.apply(install, request=Request((GLM,))).written
     glm_alone = digest(sp)
-    assert api.apply(install, request=api.Request((OLMOE,))).written
+    assert api.apply(install, request=Request((OLMOE,))).written
     both = digest(sp)
     # the allow-list file holds both entries, the model files one each
     shared = [p for p in both if both[p] != glm_alone[p] and glm_alone[p] != pristine[p]]
@@ -49,7 +50,7 @@ def test_revert_one_architecture_leaves_exactly_the_others(release, cli):
     assert {f["path"]: f["action"] for f in data["files"]} == {
         "vllm/config/speculative.py": "rewritten", "vllm/model_executor/models/olmoe.py": "restored"}
     assert digest(sp) == glm_alone  # exactly what GLM alone left
-    assert api.verify(install, request=api.Request((GLM,))).ok
+    assert api.verify(install, request=Request((GLM,))).ok
     code, data = cli.json("status", "--arch", OLMOE, "--arch", GLM, "--site-packages", str(sp))
     assert [(a["architecture"], a["state"]) for a in data["architectures"]] == [(OLMOE, "not patched"), (GLM, "patched")]
 
@@ -65,7 +66,7 @@ def test_revert_arch_of_the_default_set_keeps_what_other_architectures_share(rel
     install = from_site_packages(sp)
     assert api.apply(install).written
     default = digest(sp)
-    assert api.apply(install, request=api.Request((GLM,))).written
+    assert api.apply(install, request=Request((GLM,))).written
     code, data = cli.json("revert", "--arch", KIMI, "--site-packages", str(sp))
     assert code == 0, data
     # Kimi's own files go back; DeepSeek's backbone (DeepseekV3 stays patched) and the allow-list stay
@@ -73,14 +74,14 @@ def test_revert_arch_of_the_default_set_keeps_what_other_architectures_share(rel
                                                         "vllm/v1/spec_decode/eagle.py"]
     now = digest(sp)
     assert now["vllm/model_executor/models/deepseek_v2.py"] == default["vllm/model_executor/models/deepseek_v2.py"]
-    assert api.verify(install, request=api.Request(("DeepseekV3ForCausalLM", GLM))).ok
+    assert api.verify(install, request=Request(("DeepseekV3ForCausalLM", GLM))).ok
 
 
 @pytest.mark.release
 def test_revert_arch_that_is_not_patched_is_a_usage_error_and_writes_nothing(release, cli):
     sp = release("0.17.1")
     install = from_site_packages(sp)
-    api.apply(install, request=api.Request((GLM,)))
+    api.apply(install, request=Request((GLM,)))
     before = digest(sp)
     journal = (sp / ".patchkit" / "vllm" / "journal.json").read_bytes()
     result = cli("revert", "--arch", OLMOE, "--site-packages", str(sp))
@@ -95,10 +96,10 @@ def test_revert_arch_that_is_not_patched_is_a_usage_error_and_writes_nothing(rel
 def test_edited_file_gives_a_note_not_a_changed_reason(release):
     sp = release("0.17.1")
     install = from_site_packages(sp)
-    api.apply(install, request=api.Request((GLM,)))
+    api.apply(install, request=Request((GLM,)))
     target = sp / "vllm/model_executor/models/glm4_moe.py"
     target.write_bytes(target.read_bytes() + b"\n# a local edit\n")
-    report = api.apply(install, request=api.Request((GLM,)), dry_run=True)
+    report = api.apply(install, request=Request((GLM,)), dry_run=True)
     mine = [p for p in report.patches if p.id == f"eagle3:{GLM}:interface"][0]
     assert mine.outcome is Outcome.ALREADY_APPLIED
     assert mine.note is not None and "edited since patchkit wrote it" in mine.note
@@ -124,9 +125,9 @@ def test_decide_refuses_the_vetoed_and_holds_back_the_rest():
 def test_apply_arch_again_says_already_applied_not_native(release):
     sp = release("0.17.1")
     install = from_site_packages(sp)
-    first = api.apply(install, request=api.Request((GLM,)))
+    first = api.apply(install, request=Request((GLM,)))
     assert first.written
-    again = api.apply(install, request=api.Request((GLM,)))
+    again = api.apply(install, request=Request((GLM,)))
     assert not again.written
     assert [(p.id, p.outcome) for p in again.patches] == [(p.id, Outcome.ALREADY_APPLIED) for p in first.patches]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
+from patchkit.plan.request import Request
 from patchkit.vllm.install import from_site_packages
 from patchkit.checks.scan import scan
 
@@ -40,7 +41,7 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
     for row in rows:
         # a model type of our own naming (the module's name), for releases with a start-up allow-list
         module = row.location.split("/")[-1].split(".py")[0] if row.location else row.architecture.lower()
-        request = api.Request((row.architecture,), model_dir(tmp, row.architecture, f"pk_{module}") if with_model else None)
+        request = Request((row.architecture,), model_dir(tmp, row.architecture, f"pk_{module}") if with_model else None)
         report = api.apply(install, request=request)
         if report.refused or not report.written:
             failures["apply"].append(f"{row.architecture}: {[(p.id, p.outcome.value, p.reason) for p in report.patches]}")
@@ -240,7 +241,7 @@ def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release
 
     sp = release(version)
     install = from_site_packages(sp)
-    report = api.apply(install, request=api.Request(("BailingMoeForCausalLM", "Glm4MoeForCausalLM")))
+    report = api.apply(install, request=Request(("BailingMoeForCausalLM", "Glm4MoeForCausalLM")))
     assert report.written, [(p.id, p.outcome.value, p.reason) for p in report.patches]
     ids = [p.id for p in report.patches]
     assert "eagle3:BailingMoeModel:embedding-alias" in ids
@@ -249,7 +250,7 @@ def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release
     backbone = next(n for n in module.body if isinstance(n, ast_mod.ClassDef) and n.name == "BailingMoeModel")
     prop = [f for f in backbone.body if isinstance(f, ast_mod.FunctionDef) and f.name == "embed_tokens"]
     assert len(prop) == 1 and ast_mod.unparse(prop[0].body[-1]) == "return self.word_embeddings"
-    assert api.verify(install, request=api.Request(("BailingMoeForCausalLM",))).ok
+    assert api.verify(install, request=Request(("BailingMoeForCausalLM",))).ok
     api.revert(install)
 
 
@@ -289,7 +290,7 @@ def test_layer_called_in_both_arms_of_an_if(release, version, tmp_path):
     sp = release(version)
     install = from_site_packages(sp)
     model = model_dir(tmp_path, "DeciLMForCausalLM", "nemotron-nas")
-    report = api.apply(install, request=api.Request(("DeciLMForCausalLM",), model))
+    report = api.apply(install, request=Request(("DeciLMForCausalLM",), model))
     assert report.written, [(p.id, p.outcome.value, p.reason) for p in report.patches]
     module = ast_mod.parse((sp / "vllm/model_executor/models/nemotron_nas.py").read_bytes())
     deci = next(n for n in module.body if isinstance(n, ast_mod.ClassDef) and n.name == "DeciModel")
@@ -301,7 +302,7 @@ def test_layer_called_in_both_arms_of_an_if(release, version, tmp_path):
         assert kinds[0] == "If" and "aux_hidden_state_layers" in ast_mod.unparse(loop.body[0]), kinds
     else:  # _maybe_add_hidden_state right after the branch
         assert "_maybe_add_hidden_state" in ast_mod.unparse(loop.body[branch + 1]), kinds
-    assert api.verify(install, request=api.Request(("DeciLMForCausalLM",), model)).ok
+    assert api.verify(install, request=Request(("DeciLMForCausalLM",), model)).ok
     api.revert(install)
 
 
@@ -316,7 +317,7 @@ def test_class_whose_head_the_proposer_cannot_find_gets_an_alias(release, versio
     install = from_site_packages(sp)
     pristine = digest(sp)
     model = model_dir(tmp_path, "InternLM2ForCausalLM", "internlm2")
-    request = api.Request(("InternLM2ForCausalLM",), model)
+    request = Request(("InternLM2ForCausalLM",), model)
     report = api.apply(install, request=request)
     assert report.written, [(p.id, p.outcome.value, p.reason) for p in report.patches]
     assert "eagle3:InternLM2ForCausalLM:head-alias" in [p.id for p in report.patches]
@@ -372,7 +373,7 @@ def test_subclass_and_wrapper_of_a_shipped_architecture_get_the_shipped_patches(
     sp = release("0.17.1")
     install = from_site_packages(sp)
     for arch in ("DeepseekForCausalLM", "MistralLarge3ForCausalLM", "KimiVLForConditionalGeneration"):
-        report = api.apply(install, request=api.Request((), model_dir(tmp_path, arch, f"pk_{arch.lower()}")))
+        report = api.apply(install, request=Request((), model_dir(tmp_path, arch, f"pk_{arch.lower()}")))
         assert report.written and not report.refused, [(p.id, p.outcome.value, p.reason) for p in report.patches]
         ids = {p.id for p in report.patches}
         assert "eagle3-deepseek-backbone" in ids and "eagle3:DeepseekV2Model:capture" not in ids, ids

@@ -1,20 +1,40 @@
-"""Each codemod on small files we write ourselves: patches, leaves alone, twice is a no-op, refuses."""
+"""Each codemod on small files we write ourselves, as LibCST's codemod tests and pyupgrade write them.
+
+For every kind in :data:`patchkit.codemods.CATALOGUE` (the meta-test checks that each has them):
+
+- **fixes**: ``codemod_cases/<case>.before.py`` becomes ``<case>.after.py``, compared as whole bytes;
+- **leaves alone**: ``<case>.alone.py``, an input the codemod must not touch, comes out byte-identical
+  (its post-condition already holds, something foreign is in its place, or the anchor is unclear);
+- **applied twice is a no-op**: the output, run again, is the same bytes (the post-condition holds);
+- **reverts to the same bytes**: written through patchkit's journal (``Journal.commit``, what ``apply``
+  calls) and taken back with ``Journal.restore`` (what ``revert`` calls), the file is the before bytes.
+
+Each run goes through :func:`run`, the engine's per-file protocol (``patchkit.plan.engine._decide``):
+check; only on ABSENT transform; the post-condition must hold after it. Below the table, the older
+focused tests (refusals and the substrings they were written for).
+"""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import libcst as cst
 import pytest
 
+from patchkit.codemods import CATALOGUE, CodemodRef
 from patchkit.codemods.allowlist import ExtendAllowList
-from patchkit.codemods.base import Holder, Presence, Refusal, Site
+from patchkit.codemods.base import Codemod, Holder, Presence, Refusal, Site
 from patchkit.codemods.capture import CaptureAuxHiddenStates
 from patchkit.codemods.interface import AddEagle3Interface
 from patchkit.codemods.proposer import AddModelNameBranch
+from patchkit.store.journal import Journal, PlannedWrite
 from patchkit.vllm.source import ClassRef
 
 MODELS = "vllm.model_executor.models"
+CASES = Path(__file__).parent / "codemod_cases"
 
 
 def parse(code: str) -> cst.Module:
@@ -22,10 +42,169 @@ def parse(code: str) -> cst.Module:
 
 
 def apply_twice(codemod, module: cst.Module, site: Site) -> str:
+    """Apply ``codemod`` once (its post-condition absent before, present after), then really apply it
+    a second time to the output through :func:`run`: the bytes must not change. Returns the output."""
     assert codemod.check(module, site)[0] is Presence.ABSENT
     once = codemod.transform(module, site)
     assert codemod.check(once, site)[0] is Presence.PRESENT
+    again, status = run(codemod, once.bytes, site)
+    assert (again, status) == (once.bytes, "present"), "applying the codemod to its own output changed it"
     return once.code
+
+
+def run(codemod: Codemod, source: bytes, site: Site) -> tuple[bytes, str]:
+    """One file through the engine's protocol: ``(bytes written, status)``.
+
+    status: ``"applied"`` (ABSENT, transformed, post-condition holds, the output re-parses),
+    ``"present"`` / ``"partial"`` (nothing written) or ``"refused"`` (a :class:`Refusal`; nothing written).
+    """
+    module = cst.parse_module(source)
+    try:
+        presence, _ = codemod.check(module, site)
+        if presence is not Presence.ABSENT:
+            return source, presence.value
+        new = codemod.transform(module, site)
+    except Refusal:
+        return source, "refused"
+    after, why = codemod.check(new, site)
+    assert after is Presence.PRESENT, f"post-condition does not hold after the transform: {why}"
+    out = new.bytes
+    assert cst.parse_module(out).bytes == out, "the output does not re-parse to the same bytes"
+    return out, "applied"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One file of ``codemod_cases/``: ``name.before.py`` (with ``name.after.py``) or ``name.alone.py``.
+
+    ``kind`` and ``options`` build the codemod through the catalogue (:class:`CodemodRef`), as a patch does;
+    ``status`` is what :func:`run` must report for an ``alone`` case.
+    """
+
+    name: str
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+    site: Site = Site("m.py", f"{MODELS}.m")
+    status: str = "applied"
+
+    def codemod(self) -> Codemod:
+        return CodemodRef.of(self.kind, **self.options).load()
+
+    def file(self, suffix: str) -> bytes:
+        return (CASES / f"{self.name}.{suffix}.py").read_bytes()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _site(cls: str, holder: Holder | None = None, module: str = "m") -> Site:
+    return Site(f"{module}.py", f"{MODELS}.{module}", cls, holder)
+
+
+_BACKBONE_HOLDER = Holder("model", "backbone", ClassRef(f"{MODELS}.m", "Backbone", "m.py", 1), 8)
+_LM_HOLDER = Holder("language_model", "causal_lm", ClassRef(f"{MODELS}.m", "Model", "m.py", 5), 3)
+_ALLOW = {"names": ("eagle3_target_supported", "aux_hidden_states_supported"), "entries": ("deepseek_v3", "kimi_k2")}
+_KIMI = {"model": "KimiK25ForConditionalGeneration", "after": "PixtralForConditionalGeneration",
+         "attribute": "media_placeholder_token_id", "patch_id": "p"}
+_EMBED = {"alias": "embed_tokens", "attribute": "word_embeddings", "patch_id": "p"}
+
+FIXES = [
+    Case("capture_inline", "capture", {"patch_id": "p"}, _site("Backbone")),
+    Case("capture_slice", "capture", {"patch_id": "p"}, _site("Backbone")),
+    Case("capture_indexed", "capture", {"patch_id": "p"}, _site("Backbone")),
+    Case("capture_hidden_only", "capture", {"patch_id": "p", "residual": False}, _site("Backbone")),
+    Case("capture_mixin", "capture", {"patch_id": "p", "form": "mixin"}, _site("Backbone")),
+    Case("interface_backbone", "interface", {"patch_id": "p"}, _site("Model", _BACKBONE_HOLDER)),
+    Case("interface_wrapper", "interface", {"patch_id": "p"}, _site("Wrapper", _LM_HOLDER, "w")),
+    Case("interface_no_methods", "interface", {"patch_id": "p", "methods": False}, _site("Model")),
+    Case("allowlist_one_line", "allowlist", _ALLOW, Site("c.py", "vllm.config")),
+    Case("allowlist_multi_line", "allowlist", _ALLOW, Site("c.py", "vllm.config")),
+    Case("embedding_alias", "embedding-alias", _EMBED, _site("Backbone")),
+    Case("head_alias", "head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"}, _site("Model")),
+    Case("proposer_branch", "proposer-branch", _KIMI, Site("e.py", "vllm.v1.spec_decode.eagle")),
+]
+
+ALONE = [
+    Case("capture_foreign", "capture", {"patch_id": "p"}, _site("Backbone"), "partial"),
+    Case("capture_two_loops", "capture", {"patch_id": "p"}, _site("Backbone"), "refused"),
+    Case("interface_native", "interface", {"patch_id": "p"}, _site("Model", _BACKBONE_HOLDER), "present"),
+    Case("interface_star_import", "interface", {"patch_id": "p"}, _site("Model", _BACKBONE_HOLDER), "refused"),
+    Case("allowlist_complete", "allowlist", _ALLOW, Site("c.py", "vllm.config"), "present"),
+    Case("allowlist_two_lists", "allowlist", _ALLOW, Site("c.py", "vllm.config"), "refused"),
+    Case("embedding_alias_other", "embedding-alias", _EMBED, _site("Backbone"), "partial"),
+    Case("head_alias_two_inits", "head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"},
+         _site("Model"), "refused"),
+    Case("proposer_no_fallback", "proposer-branch", _KIMI, Site("e.py", "e"), "refused"),
+    Case("proposer_present", "proposer-branch", _KIMI, Site("e.py", "e"), "present"),
+]
+
+
+def test_every_catalogue_kind_has_each_kind_of_case():
+    kinds = set(CATALOGUE)
+    assert {c.kind for c in FIXES} == kinds, "a kind without a before/after pair"
+    assert {c.kind for c in ALONE} == kinds, "a kind without a leaves-alone case"
+    files = {p.name for p in CASES.glob("*.py")}
+    listed = {f"{c.name}.{s}.py" for c in FIXES for s in ("before", "after")} | {f"{c.name}.alone.py" for c in ALONE}
+    assert files == listed, f"files in codemod_cases/ no case names, or cases without files: {sorted(files ^ listed)}"
+
+
+@pytest.mark.parametrize("case", FIXES, ids=str)
+def test_fixes(case: Case):
+    before = case.file("before")
+    out, status = run(case.codemod(), before, case.site)
+    assert status == "applied"
+    assert out == case.file("after")
+
+
+@pytest.mark.parametrize("case", FIXES, ids=str)
+def test_applied_twice_is_a_no_op(case: Case):
+    codemod = case.codemod()
+    once, status = run(codemod, case.file("before"), case.site)
+    assert status == "applied" and once != case.file("before")
+    twice, status = run(codemod, once, case.site)
+    assert status == "present"
+    assert twice == once
+
+
+@pytest.mark.parametrize("case", ALONE, ids=str)
+def test_leaves_alone(case: Case):
+    source = case.file("alone")
+    out, status = run(case.codemod(), source, case.site)
+    assert status == case.status
+    assert out == source
+
+
+@pytest.mark.parametrize("case", FIXES, ids=str)
+def test_reverts_to_the_same_bytes(case: Case, tmp_path: Path):
+    """Through the journal's transaction, the way ``apply`` writes and ``revert`` restores."""
+    before = case.file("before")
+    after, _ = run(case.codemod(), before, case.site)
+    relpath = f"vllm/{case.site.relpath}"
+    target = tmp_path / relpath
+    target.parent.mkdir(parents=True)
+    target.write_bytes(before)
+    journal = Journal(tmp_path)
+    with journal.lock():
+        journal.commit([PlannedWrite(relpath, before, after, ["p"])], "0.17.1")
+    assert target.read_bytes() == after
+    assert Journal(tmp_path).entries[relpath].patches == ["p"]
+    journal = Journal(tmp_path)
+    with journal.lock():
+        journal.restore([relpath])
+    assert target.read_bytes() == before
+    assert Journal(tmp_path).entries == {}
+
+
+# Found while writing the cases: decoder_loop read only plain-name targets, so a residual bound by
+# tuple unpacking before the loop counted as unbound and the capture inserted "residual = None" over
+# the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/loops.py).
+def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
+    src = CASES.joinpath("capture_indexed.before.py").read_text().replace(
+        "        hidden_states = self.embed(input_ids)\n        residual = None\n",
+        "        hidden_states, residual = intermediate[\"hidden_states\"], intermediate[\"residual\"]\n")
+    out, status = run(CodemodRef.of("capture", patch_id="p").load(), src.encode(), _site("Backbone"))
+    assert status == "applied"
+    assert b"residual = None" not in out
 
 
 # -- capture ------------------------------------------------------------------------------
@@ -279,3 +458,13 @@ def test_crlf_and_untouched_bytes_survive():
     src = 'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama"]\r\n'
     out = ALLOW.transform(cst.parse_module(src), Site("c.py", "c")).bytes
     assert out == b'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama", "deepseek_v3", "kimi_k2"]\r\n'
+
+
+@pytest.mark.parametrize("kind, options", [("embedding-alias", _EMBED),
+                                           ("head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"})])
+def test_alias_without_a_target_class_is_a_refusal(kind, options):
+    # _class was a staticmethod that named self: a site without a class raised NameError, not a Refusal
+    codemod = CodemodRef.of(kind, **options).load()
+    module = cst.parse_module("class Backbone:\n    pass\n")
+    with pytest.raises(Refusal, match="without a target class"):
+        codemod.check(module, Site("m.py", f"{MODELS}.m"))

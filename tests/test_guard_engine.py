@@ -108,7 +108,7 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
         assert "patchkit guard:" not in first.stdout + first.stderr
 
         # 2. a simulated upgrade: the release's bytes (those RECORD lists) replace the patched file
-        from patchkit.api import journal_for
+        from patchkit.store.journal import journal_for
         from patchkit.vllm.install import from_python
 
         journal = journal_for(from_python(python))

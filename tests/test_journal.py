@@ -11,6 +11,7 @@ import pytest
 
 from patchkit import api
 from patchkit.store import journal as journal_mod
+from patchkit.store import lock as lock_mod
 from patchkit.errors import StateError
 from patchkit.vllm.install import from_site_packages
 from patchkit.store.journal import Journal
@@ -130,7 +131,7 @@ def test_status_tells_patched_from_reinstalled(release, cli):
 
 def test_second_run_waits_for_the_lock_then_gives_up(release, monkeypatch):
     sp = release("0.17.1")
-    monkeypatch.setattr(journal_mod, "LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(lock_mod, "LOCK_TIMEOUT_S", 0.2)
     holder = Journal(sp)
     entered, release_it = threading.Event(), threading.Event()
 

@@ -232,7 +232,7 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     planned result and writes nothing); ``verify --arch`` and doctor's in-effect check run on one parsed
     tree, shared across architectures, so the whole release takes seconds.
     """
-    from patchkit.api import Request
+    from patchkit.plan.request import Request
     from patchkit.vllm.checkpoint import CheckpointConfig
     from patchkit.checks.doctor import _in_effect_check, _target_facts
     from patchkit.results import Outcome

@@ -19,7 +19,7 @@ from filelock import FileLock
 
 from patchkit import api
 from patchkit.vllm.install import from_python, record_sha256
-from patchkit.store.journal import sha256
+from patchkit.store.files import sha256
 
 from vllm_release import CACHE_ROOT
 

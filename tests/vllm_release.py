@@ -155,7 +155,7 @@ def runtime_venv(version: str, dist: str = "vllm"):
     _require_network_marker(f"a real {dist}=={version} venv")
     from patchkit import api
     from patchkit.vllm.install import from_python, record_sha256
-    from patchkit.store.journal import sha256
+    from patchkit.store.files import sha256
 
     venv = CACHE_ROOT / f"venv-{dist}-{version}"
     python = venv / "bin" / "python"

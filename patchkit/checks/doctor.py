@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from patchkit import api
 from patchkit.vllm import loadpath
 from patchkit.vllm import platforms
 from patchkit.vllm.chain import kinds, links
@@ -54,7 +53,9 @@ from patchkit.vllm.install import Install
 from patchkit.vllm.registry import Registry
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.plan.spec import ClassTarget, check_target, load_patches
+from patchkit.plan.request import Request
+from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
+from patchkit.store.journal import journal_for, unfinished_check
 
 MULTIMODAL_PROTOCOL = "SupportsMultiModal"
 """Interface class in ``model_executor/models/interfaces.py`` that multimodal models derive from."""
@@ -173,7 +174,7 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
     if load_check is not None:
         checks.append(load_check)
-    pending = api.unfinished_check(api.journal_for(install, distribution))
+    pending = unfinished_check(journal_for(install, distribution))
     if pending is not None:  # the files are a mix of two runs until the next apply or revert
         checks.insert(0, pending)
         if pending.ok is False:
@@ -208,13 +209,13 @@ def _patched_ids(install: Install, distribution: str, facts: TargetFacts, model_
     """
     from patchkit.plan import arch_scope
 
-    journal = api.journal_for(install, distribution)
+    journal = journal_for(install, distribution)
     if not journal.entries or facts.architecture is None or contract.protocol is None:
         return ()
     try:
-        found = arch_scope.scope(install, journal, api.Request(model=model_dir))
+        found = arch_scope.scope(install, journal, Request(model=model_dir))
     except (UsageError, ConfigError):  # a config file not named config.json: the architecture alone
-        found = arch_scope.scope(install, journal, api.Request((facts.architecture,)))
+        found = arch_scope.scope(install, journal, Request((facts.architecture,)))
     need = found.ids.get(facts.architecture, found.all_ids)
     return tuple(sorted(need & arch_scope.journaled_ids(journal)))
 
@@ -316,7 +317,7 @@ def _allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) 
 def _in_scope(tree: SourceTree, registry: Registry, cls: ClassRef) -> bool:
     """True when ``cls`` is, or derives from, a class whose EAGLE-3 chain patchkit's verify knows."""
     roots = set()
-    for arch in verify_mod.default_architectures():
+    for arch in default_architectures():
         r = registry.resolve(arch)
         if r is not None and r.cls is not None:
             roots.add(r.cls)
@@ -418,7 +419,7 @@ def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
 
     The command suggested is the one that fixes THIS target on THIS release: ``apply --model DIR``
     plans the patches of the checkpoint's own architectures and model type (the shipped
-    DeepSeek/Kimi set for those, :func:`patchkit.api.arch_selection`), on every release with the
+    DeepSeek/Kimi set for those, :func:`patchkit.plan.selection.arch_selection`), on every release with the
     EAGLE-3 contract (0.10.2 - 0.33.0); a plain ``apply`` writes only the shipped set. The command
     repeats ``command_options`` (the environment options given), so run as printed it patches the
     install doctor checked.

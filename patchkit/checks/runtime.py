@@ -13,7 +13,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from patchkit.checks.verify import TEXT_MODEL_TYPES, default_architectures, read_allow_list
+from patchkit.checks.verify import read_allow_list
+from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.errors import InterpreterError
 from patchkit.results import Check
 from patchkit.vllm import loadpath

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.plan.spec import load_patches
+from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
 from patchkit.vllm import loadpath, proposer_paths
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
@@ -22,18 +22,6 @@ from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, Contrac
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import ArchShape, State, classify
 from patchkit.vllm.source import SourceTree
-
-
-def default_architectures() -> tuple[str, ...]:
-    """The architectures the shipped default patch set serves (derived from ``patches/``), in order."""
-    out: list[str] = []
-    for patch in load_patches():
-        out.extend(a for a in patch.architectures if a not in out)
-    return tuple(out)
-
-
-TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
-"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
 
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,

@@ -92,8 +92,7 @@ class AddEmbeddingAlias(Codemod):
         body[inits[0] + 1:inits[0] + 1] = members
         return replace_top_level(module, cls, cls.with_changes(body=cls.body.with_changes(body=body)))
 
-    @staticmethod
-    def _class(site: Site) -> str:
+    def _class(self, site: Site) -> str:
         if not site.class_name:
             raise Refusal(f"{self.kind} patch without a target class")
         return site.class_name

@@ -63,14 +63,14 @@ class Codemod(ABC):
     @property
     def description(self) -> str:
         """One line on what the codemod changes (from the catalogue)."""
-        from patchkit.codemods import CATALOGUE
+        from patchkit.codemods import CATALOGUE  # lazy: the catalogue's package imports this module
 
         return CATALOGUE[self.kind].description
 
     @property
     def expects(self) -> str:
         """The file shape the transform needs, in words (each anchor and how often it must occur)."""
-        from patchkit.codemods import CATALOGUE
+        from patchkit.codemods import CATALOGUE  # lazy: the catalogue's package imports this module
 
         return CATALOGUE[self.kind].expects(self.options)
 

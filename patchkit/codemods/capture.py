@@ -29,6 +29,8 @@ before the norm):
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from patchkit.codemods import tree
@@ -43,7 +45,10 @@ from patchkit.codemods.base import (
     replace_top_level,
     top_level_class,
 )
+from patchkit.codemods.interface import add_interfaces_import
+from patchkit.vllm.composition import is_layer_loop
 from patchkit.vllm.contract import ATTR, MAYBE_ADD, MIXIN
+from patchkit.vllm.loops import Loop, decoder_loop
 
 INDEX = "layer_idx"
 STATES = "aux_hidden_states"
@@ -113,11 +118,6 @@ def _named(*names: str):
 def _read_loop(forward: cst.FunctionDef):
     """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.loops.decoder_loop`
     on the same code, so the classifier and this codemod agree on every loop form."""
-    import ast
-
-    from patchkit.vllm.composition import is_layer_loop
-    from patchkit.vllm.loops import Loop, decoder_loop
-
     body = list(forward.body.body)
     loops = []
     for stmt in body:
@@ -199,8 +199,6 @@ class CaptureAuxHiddenStates(Codemod):
                 raise Refusal(f"{cls.name.value}.forward already uses the name {name}")
         new_forward = forward.with_changes(body=forward.body.with_changes(body=self._forward_body(forward)))
         if self.form == "mixin":
-            from patchkit.codemods.interface import add_interfaces_import
-
             body = [new_forward if s is forward else s for s in cls.body.body]
             new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
             if not any(tree.is_name(a.value, MIXIN) for a in cls.bases):

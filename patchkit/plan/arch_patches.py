@@ -19,58 +19,21 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import Path
+from enum import Enum
 
 from packaging.specifiers import SpecifierSet
 
 from patchkit.codemods import CodemodRef
+from patchkit.plan.request import ModelConfig
+from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_patches, order
+from patchkit.vllm import model_types
+from patchkit.vllm.composition import CompositionError, held_class, self_assignments
 from patchkit.vllm.contract import ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, EAGLE3_RELEASES, GETTER_A1, GETTER_A2, Contract, admits
-from patchkit.errors import ConfigError, UsageError
+from patchkit.vllm.class_attrs import assigned_at, is_multimodal
+from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """What a checkpoint's ``config.json`` says that patchkit needs.
-
-    Attributes:
-        path: the file read.
-        architectures: its ``architectures`` list.
-        model_type: ``text_config.model_type`` when present, else ``model_type`` (what vLLM's
-            ``hf_text_config.model_type`` is, which the allow-list is matched against).
-        text_architectures: ``text_config.architectures`` (the language model a wrapper builds
-            through the registry at run time), possibly empty.
-    """
-
-    path: str
-    architectures: tuple[str, ...]
-    model_type: str | None
-    text_architectures: tuple[str, ...]
-
-
-def read_model_config(model_dir: Path) -> ModelConfig:
-    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.vllm.checkpoint.read_config`).
-
-    Raises:
-        ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
-            no architectures (exit 4, as for ``doctor``).
-    """
-    from patchkit.vllm.checkpoint import read_config
-
-    cfg = read_config(Path(model_dir), "--model")
-    path, data = cfg.path, cfg.data
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
-    listed = data.get("architectures")
-    archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
-    if not archs:
-        raise ConfigError(f"{path} has no 'architectures' list", "pass --arch NAME instead")
-    model_type = text.get("model_type") or data.get("model_type")
-    listed = text.get("architectures")
-    text_archs = tuple(a for a in listed if isinstance(a, str)) if isinstance(listed, list) else ()
-    return ModelConfig(str(path), archs, model_type if isinstance(model_type, str) else None, text_archs)
 
 
 @dataclass(frozen=True)
@@ -123,18 +86,32 @@ def head_alias_id(cls: str) -> str:
     return f"eagle3:{cls}:head-alias"
 
 
-def parse_id(patch_id: str) -> tuple[str, str] | None:
-    """``("capture", backbone)``, ``("interface", cls)``, ``("embedding-alias", backbone)``,
-    ``("head-alias", cls)`` or ``("allowlist", model_type)`` for an id made by :func:`capture_id`,
+class PatchKind(str, Enum):
+    """What a per-architecture patch changes; the value is its part of the patch id (:func:`parse_id`)."""
+
+    CAPTURE = "capture"
+    INTERFACE = "interface"
+    EMBEDDING_ALIAS = "embedding-alias"
+    HEAD_ALIAS = "head-alias"
+    ALLOWLIST = "allowlist"
+
+    __str__ = str.__str__  # printed as its value
+    __format__ = str.__format__
+
+
+def parse_id(patch_id: str) -> tuple[PatchKind, str] | None:
+    """``(PatchKind.CAPTURE, backbone)``, ``(PatchKind.INTERFACE, cls)``, ``(PatchKind.EMBEDDING_ALIAS, backbone)``,
+    ``(PatchKind.HEAD_ALIAS, cls)`` or ``(PatchKind.ALLOWLIST, model_type)`` for an id made by :func:`capture_id`,
     :func:`interface_id`, :func:`alias_id`, :func:`head_alias_id` or :func:`allowlist_id`; None for
     any other id."""
     parts = patch_id.split(":", 2)
     if len(parts) != 3 or parts[0] != "eagle3":
         return None
-    if parts[1] == "allowlist":
-        return "allowlist", parts[2]
-    if parts[2] in ("capture", "interface", "embedding-alias", "head-alias"):
-        return parts[2], parts[1]
+    if parts[1] == PatchKind.ALLOWLIST.value:
+        return PatchKind.ALLOWLIST, parts[2]
+    if parts[2] in (PatchKind.CAPTURE.value, PatchKind.INTERFACE.value, PatchKind.EMBEDDING_ALIAS.value,
+                    PatchKind.HEAD_ALIAS.value):
+        return PatchKind(parts[2]), parts[1]
     return None
 
 
@@ -173,9 +150,6 @@ _NAMED = (None, "")
 def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: str):
     """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
     __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
-    from patchkit.vllm.composition import self_assignments
-    from patchkit.vllm.class_attrs import assigned_at
-
     if not names or any(assigned_at(tree, cls, name) is not None for name in names):
         return _NAMED
     found = tree.find_member(cls, "__init__")
@@ -198,8 +172,6 @@ def embedding_names(tree: SourceTree) -> tuple[str, ...]:
     (``("embed_tokens", "embedding")``; 0.10.2: ``("embed_tokens",)``), derived from the release's
     ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: a required read ``model.<name>``, with
     its ``hasattr`` alternatives); empty when the proposer requires none."""
-    from patchkit.vllm.proposer_paths import derive
-
     for read in derive(tree, with_aux=False).reads:
         if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
             alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
@@ -211,8 +183,6 @@ def head_names(tree: SourceTree) -> tuple[str, ...]:
     """The names vLLM's EAGLE proposer reads the target's head under (``("lm_head",)``), derived
     from the release's ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: the reads of
     ``target_language_model.<name>`` other than its backbone)."""
-    from patchkit.vllm.proposer_paths import derive
-
     return tuple(dict.fromkeys(r.path[0] for r in derive(tree, with_aux=False).reads
                                if len(r.path) == 1 and r.path[0] != BACKBONE_ATTR))
 
@@ -258,8 +228,6 @@ def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, archit
     ``DeepseekV2ForCausalLM``, ``kimi_vl.py``). A generic capture of that backbone would collide
     with the shipped one, so these get exactly the shipped patches.
     """
-    from patchkit.plan.spec import load_patches
-
     patches = load_patches()
     name = architecture if any(architecture in p.architectures for p in patches) else (
         _shipped_parent(tree, registry, architecture, patches) if contract.patchable else None)
@@ -267,8 +235,6 @@ def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, archit
 
 
 def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, patches) -> str | None:
-    from patchkit.vllm.composition import CompositionError, held_class
-
     resolution = registry.resolve(architecture)
     if resolution is None or resolution.cls is None:
         return None
@@ -319,8 +285,6 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
         for p in planned:
             patches.setdefault(p.id, p)
         decisions.append(ArchDecision(arch, shape, tuple(p.id for p in planned)))
-    from patchkit.plan.spec import order
-
     return Selection(tuple(order(patches)), tuple(decisions))
 
 
@@ -485,8 +449,5 @@ def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
     types = next((f.model_types for f in families if arch in f.architectures), ())
     if types:
         return types, f"the {arch} family entry"
-    from patchkit.vllm import model_types
-    from patchkit.vllm.class_attrs import is_multimodal
-
     answer = model_types.lookup(tree, cls, arch, cls is not None and is_multimodal(tree, cls))
     return answer.types, answer.reason()

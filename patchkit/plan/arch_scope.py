@@ -12,16 +12,35 @@ that keeps other architectures' patches (``revert --arch``) does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import Enum
 
 from patchkit.errors import UsageError
+from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
+from patchkit.plan.request import Request
+from patchkit.plan.selection import arch_selection, journaled_architectures
+from patchkit.plan.spec import load_patches
 from patchkit.store.journal import Journal
+from patchkit.vllm import contract as contract_mod
+from patchkit.vllm.install import Install
+from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
 
-if TYPE_CHECKING:
-    from patchkit.api import Request
-    from patchkit.vllm.install import Install
-    from patchkit.vllm.registry import Registry
+
+class Coverage(str, Enum):
+    """How much of what one requested architecture needs the journal holds; the value is what
+    ``status --arch`` prints (and ``--json`` gives as ``state``)."""
+
+    PATCHED = "patched"
+    """Every patch it needs is journaled."""
+    PARTLY = "partly patched"
+    """Some of its patches are journaled, others not."""
+    NOT_PATCHED = "not patched"
+    """None of its patches is journaled."""
+    NOTHING_TO_PATCH = "nothing to patch"
+    """Native, or refused: apply would write nothing for it."""
+
+    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
+    __format__ = str.__format__
 
 
 @dataclass(frozen=True)
@@ -30,14 +49,14 @@ class ArchState:
 
     Attributes:
         architecture: the registry name.
-        state: ``patched`` (every patch it needs is journaled), ``partly patched``, ``not patched``,
-            or ``nothing to patch`` (native, or refused: apply would write nothing for it).
+        state: a :class:`Coverage`: ``patched`` (every patch it needs is journaled), ``partly patched``,
+            ``not patched``, or ``nothing to patch`` (native, or refused: apply would write nothing for it).
         journaled: ids of its patches the journal holds.
         missing: ids of its patches the journal does not hold.
     """
 
     architecture: str
-    state: str
+    state: Coverage
     journaled: tuple[str, ...]
     missing: tuple[str, ...]
 
@@ -82,26 +101,22 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
 
     Raises:
         ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4, from
-            :func:`patchkit.plan.arch_patches.read_model_config`).
+            :func:`patchkit.plan.request.read_model_config`).
         SourceError: a file on the way does not parse.
     """
-    from patchkit import api
-    from patchkit.vllm import contract as contract_mod
-    from patchkit.vllm.registry import Registry
-
     tree = tree or pristine_tree(install, journal)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     if contract.protocol is None:  # before 0.10.2: apply writes nothing for any architecture
         return Scope(request.architectures, {a: frozenset() for a in request.architectures})
-    _, _, archs, _ = api.arch_selection(tree, registry, contract, request)
+    _, _, archs, _ = arch_selection(tree, registry, contract, request)
     ids = {}
     for arch in archs:
-        patches, _, _, _ = api.arch_selection(tree, registry, contract, api.Request((arch,)))
+        patches, _, _, _ = arch_selection(tree, registry, contract, Request((arch,)))
         ids[arch] = frozenset(p.id for p in patches)
     if request.model is not None:
         # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
-        patches, _, _, _ = api.arch_selection(tree, registry, contract, request)
+        patches, _, _, _ = arch_selection(tree, registry, contract, request)
         extra = frozenset(p.id for p in patches) - frozenset().union(*ids.values())
         for arch in archs:
             ids[arch] = ids[arch] | extra
@@ -109,8 +124,6 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
 
 
 def _requested(archs) -> Request:
-    from patchkit.api import Request
-
     return Request(tuple(archs))
 
 
@@ -127,8 +140,8 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
         need = found.ids.get(arch, frozenset())
         have = tuple(sorted(need & held))
         lack = tuple(sorted(need - held))
-        state = ("nothing to patch" if not need else "patched" if not lack
-                 else "partly patched" if have else "not patched")
+        state = (Coverage.NOTHING_TO_PATCH if not need else Coverage.PATCHED if not lack
+                 else Coverage.PARTLY if have else Coverage.NOT_PATCHED)
         out.append(ArchState(arch, state, have, lack))
     return tuple(out)
 
@@ -136,12 +149,9 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
 def patched_architectures(install: Install, journal: Journal, registry: Registry) -> tuple[str, ...]:
     """Registry architectures the journal shows patched: by ``--arch`` (interface ids) or by the
     shipped patch set (the architectures its journaled patches declare)."""
-    from patchkit import api
-    from patchkit.plan.spec import load_patches
-
     held = journaled_ids(journal)
     shipped = [a for p in load_patches() if p.id in held for a in p.architectures]
-    return tuple(dict.fromkeys([*api.journaled_architectures(journal, registry), *shipped]))
+    return tuple(dict.fromkeys([*journaled_architectures(journal, registry), *shipped]))
 
 
 @dataclass(frozen=True)
@@ -182,8 +192,6 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
             revert for them); the hint names what is patched.
         SourceError: a file on the way does not parse.
     """
-    from patchkit.vllm.registry import Registry
-
     tree = pristine_tree(install, journal)
     found = scope(install, journal, request, tree)
     held = journaled_ids(journal)
@@ -214,26 +222,20 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
     mixed = [p for p in narrow.files if set(journal.entries[p].patches) & narrow.keep]
     if not mixed:
         return {}
-    from patchkit.vllm import contract as contract_mod
-    from patchkit.plan.arch_patches import allow_list_patch, parse_id
-    from patchkit.plan.engine import plan as make_plan
-    from patchkit.vllm.registry import Registry
-    from patchkit.plan.spec import load_patches
+    from patchkit.plan.engine import plan as make_plan  # lazy: libcst, which 'status --arch' (this module) never loads
 
     tree = pristine_tree(install, journal)
     registry = Registry(tree)
     contract = contract_mod.detect(tree)
     others = patched_architectures(install, journal, registry)
-    from patchkit import api
-
     candidates = list(load_patches())
     if others:
-        patches, _, _, _ = api.arch_selection(tree, registry, contract, _requested(others))
+        patches, _, _, _ = arch_selection(tree, registry, contract, _requested(others))
         candidates += patches
     known = {p.id for p in candidates}
     for pid in sorted(narrow.keep - known):
         parsed = parse_id(pid)
-        if parsed is not None and parsed[0] == "allowlist":  # a checkpoint's own model type (--model)
+        if parsed is not None and parsed[0] is PatchKind.ALLOWLIST:  # a checkpoint's own model type (--model)
             candidates.append(allow_list_patch(parsed[1]))
     chosen, seen = [], set()
     for p in candidates:
@@ -244,5 +246,5 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
     return {p: planned.changed[p] for p in mixed if p in planned.changed}
 
 
-__all__ = ["ArchState", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
+__all__ = ["ArchState", "Coverage", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
            "pristine_tree", "rewritten", "same_class", "scope", "states"]

@@ -26,11 +26,12 @@ from packaging.version import Version
 
 from patchkit.vllm import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
-from patchkit.vllm.composition import CompositionError, Holder, held_class, holder
+from patchkit.vllm.composition import CompositionError, Holder, held_class, holder, registry_built
 from patchkit.vllm.contract import A1_RELEASES, Contract
 from patchkit.vllm.install import Install
 from patchkit.errors import SourceError
-from patchkit.store.journal import Journal, sha256
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal
 from patchkit.vllm.registry import Registry
 from patchkit.results import Outcome, PatchResult
 from patchkit.vllm import source as source_mod
@@ -305,8 +306,6 @@ def _holder(tree: SourceTree, registry: Registry, cls: ClassRef, attr: str) -> H
     """What ``cls`` holds in ``attr``; a language model the registry picks from ``text_config`` at run
     time counts as a causal LM (vLLM 0.10.2 - 0.33.0 multimodal wrappers,
     ``init_vllm_registered_model`` without ``architectures``)."""
-    from patchkit.vllm.composition import registry_built
-
     try:
         return holder(tree, registry, cls, attr)
     except CompositionError:

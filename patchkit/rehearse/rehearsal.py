@@ -26,6 +26,9 @@ from patchkit.errors import Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
+from patchkit.plan.request import not_registered
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
 """The script the target interpreter runs (shipped inside the package, never imported here)."""
@@ -80,8 +83,6 @@ def _probe_device(python: Path, device: str) -> str:
 
 def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[RehearsalCheck]:
     """What the release's files already say about the draft (vocabulary, which ids it reads)."""
-    from patchkit.vllm.source import SourceTree
-
     checks = []
     target_vocab, draft_vocab = mini.vocabularies
     if mini.same_vocabulary:
@@ -122,12 +123,8 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
 
     Raises:
         UsageError: ``architectures`` is missing or empty, or names nothing the registry holds
-            (the message of :func:`patchkit.api.not_registered`, with the closest registered names).
+            (the message of :func:`patchkit.plan.request.not_registered`, with the closest registered names).
     """
-    from patchkit.api import not_registered
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
-
     env = f" --python {install.python}"
     names = target_cfg.get("architectures")
     if not isinstance(names, list) or not names or not all(isinstance(a, str) for a in names):

@@ -41,8 +41,8 @@ from typing import Any, Iterator
 
 import patchkit
 import patchkit.patches
-from patchkit import api
 from patchkit.errors import ClusterError, ExitCode
+from patchkit.plan.file_states import RevertAction, revert_action
 from patchkit.ui.cluster_node import run_on_node
 from patchkit.ui.cluster_report import ClusterReport, NodeAnswer, NodeResult, NodeState
 
@@ -284,7 +284,7 @@ def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: d
     """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
     died, joined = _membership(start, planned, plans)
     refusing = {nid for nid, a in plans.items() if a.result and any(
-        api.revert_action(e.state, force) == "refuse" for e in a.entries)}
+        revert_action(e.state, force) is RevertAction.REFUSE for e in a.entries)}
     errors = {nid for nid, a in plans.items() if a.error and nid not in died}
     if not (died or joined or errors or refusing):
         return None
@@ -323,7 +323,7 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         address: the cluster's address, or None for what ``ray.init`` finds.
         site_packages / python: the install on each node (expanded there; at most one given).
         dry_run, patch_ids, target, force: as :func:`patchkit.api.apply`, on every node.
-        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.api.Request`), on
+        architectures / model: ``--arch`` / ``--model`` (the :class:`~patchkit.plan.request.Request`), on
             every node; the folder is read there, expanded like ``site_packages``.
         guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard.guard`; it
             names the node's own expanded ``--python``/``--site-packages`` in its line).

@@ -16,7 +16,9 @@ from typing import Any
 import patchkit
 from patchkit import api
 from patchkit.errors import PatchkitError
-from patchkit.store.journal import Journal, sha256
+from patchkit.plan.request import Request
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal
 from patchkit.vllm.install import locate
 
 
@@ -55,7 +57,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
             ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
-            folder, expanded on the node, or None): the :class:`~patchkit.api.Request` of every
+            folder, expanded on the node, or None): the :class:`~patchkit.plan.request.Request` of every
             command but ``plan`` with ``patch_ids``.
     Returns:
         A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
@@ -75,7 +77,7 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     try:
         install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
         node["vllm_version"] = str(install.version)
-        request = api.Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
+        request = Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
         if command in ("plan", "apply"):
             where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
                                                                           ("--site-packages", "site_packages"))]

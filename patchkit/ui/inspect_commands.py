@@ -31,8 +31,9 @@ def resolve(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.plan.request import check_architecture  # lazy: as above
 
-        api.check_architecture(architecture)
+        check_architecture(architecture)
         install = find_install(target, site_packages, python)
         report = api.resolve(install, architecture)
         r = report.resolution

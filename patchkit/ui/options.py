@@ -17,7 +17,7 @@ from patchkit.errors import ExitCode, UsageError
 from patchkit.ui.console import error
 
 if TYPE_CHECKING:
-    from patchkit.api import Request
+    from patchkit.plan.request import Request
     from patchkit.vllm.install import Install
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
@@ -76,10 +76,10 @@ class RayCommand(Command):
 
 
 def request(arch: Optional[list[str]], model: Optional[Path]) -> Request:
-    """The API's :class:`~patchkit.api.Request` for ``--arch`` / ``--model``."""
-    from patchkit import api  # lazy: the API imports the planning layer, which list does not need
+    """The :class:`~patchkit.plan.request.Request` for ``--arch`` / ``--model``."""
+    from patchkit.plan.request import Request  # lazy: the planning layer, which list does not need
 
-    return api.Request(tuple(arch or ()), model)
+    return Request(tuple(arch or ()), model)
 
 
 def find_install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:

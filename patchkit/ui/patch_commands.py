@@ -42,9 +42,10 @@ def apply(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.plan.spec import check_patch_ids  # lazy: as above
         from patchkit.results import Outcome  # lazy: the result types cost start-up time (list needs none)
 
-        api.check_patch_ids(patch, target)
+        check_patch_ids(patch, target)
         if ray is not None:
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
@@ -132,6 +133,7 @@ def verify(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.store.preflight import import_problem  # lazy: as above
 
         if ray is not None:
             if runtime:
@@ -165,7 +167,7 @@ def verify(
             w.line(("EAGLE-3 is not in effect:", "red"))
             for line in failing_lines(report.checks):
                 w.line(line, indent="  ")
-            elsewhere = api.import_problem(install)
+            elsewhere = import_problem(install)
             w.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
                    hints.verify_hint(report.install, target, hints.where(site_packages, python),
                                      hints.scope(arch, model), report.journaled))
@@ -235,6 +237,8 @@ def status(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.plan.arch_scope import Coverage  # lazy: as above
+        from patchkit.plan.file_states import FILE_STATES, FileState  # lazy: as above
 
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
@@ -254,13 +258,14 @@ def status(
         if report.record_missing:
             w.line(("no RECORD:", "yellow"), " this vLLM has no RECORD file, so edits by others cannot be detected; "
                    "'patchkit apply' refuses such files unless --force")
+        coverage_style = {Coverage.PATCHED: "green", Coverage.PARTLY: "yellow", Coverage.NOT_PATCHED: "yellow",
+                          Coverage.NOTHING_TO_PATCH: "dim"}
         for a in report.architectures:
-            style = {"patched": "green", "partly patched": "yellow", "not patched": "yellow"}.get(a.state, "dim")
             detail = (f"missing {', '.join(a.missing)}" if a.missing and a.journaled else
                       ", ".join(a.journaled) if a.journaled else
-                      "apply writes nothing for it ('patchkit scan' says why)" if a.state == "nothing to patch" else
-                      f"needs {', '.join(a.missing)}")
-            w.line((a.state, style), " ", a.architecture, "  ", (detail, "dim"))
+                      "apply writes nothing for it ('patchkit scan' says why)" if a.state is Coverage.NOTHING_TO_PATCH
+                      else f"needs {', '.join(a.missing)}")
+            w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
         if report.guard is not None:
             guard_line(w, report.guard)
         if not report.entries and not report.pending:
@@ -268,10 +273,10 @@ def status(
                    "no patchkit changes for these architectures")
         if report.entries:
             w.table(["file", "state", "vLLM", "applied at", "patches"],
-                    [[e.path, (e.state, None if e.state == "patched" else "yellow"), e.vllm_version, e.applied_at,
-                      ", ".join(e.patches)] for e in report.entries])
-            for state in sorted({e.state for e in report.entries} - {"patched"}):
-                w.line((f"{state}:", "yellow"), f" {api.FILE_STATES[state]}")
+                    [[e.path, (e.state, None if FileState(e.state) is FileState.PATCHED else "yellow"), e.vllm_version,
+                      e.applied_at, ", ".join(e.patches)] for e in report.entries])
+            for state in sorted({FileState(e.state) for e in report.entries} - {FileState.PATCHED}):
+                w.line((f"{state.value}:", "yellow"), f" {FILE_STATES[state]}")
             if report.reapply:
                 w.line(("hint:", "dim"), hints.reapply_hint(report.reapply, target, where))
         return int(ExitCode.OK)

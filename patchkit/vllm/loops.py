@@ -96,9 +96,10 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
             # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
             return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
         before = forward.body[: forward.body.index(loop)]
-        bound = any(isinstance(t, ast.Name) and t.id == "residual" for stmt in before for n in ast.walk(stmt)
+        # a plain or a tuple target (``hidden_states, residual = ...``) binds it
+        bound = any(isinstance(name, ast.Name) and name.id == "residual" for stmt in before for n in ast.walk(stmt)
                     if isinstance(n, (ast.Assign, ast.AnnAssign))
-                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for name in ast.walk(t))
         return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
     if isinstance(target, ast.Name) and target.id == "hidden_states":
         if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):

@@ -1,0 +1,87 @@
+"""What ``revert`` does with each journaled file in its scope, decided before anything is written.
+
+Each file's :class:`~patchkit.plan.file_states.FileState` gives its
+:class:`~patchkit.plan.file_states.RevertAction`; one file that must not be touched (edited or
+deleted by hand, without ``--force``) makes the whole revert refuse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from patchkit.plan.file_states import FILE_STATES, FileState, RevertAction, file_state, revert_action
+from patchkit.results import RevertedFile
+from patchkit.store.records import JournalRecords
+from patchkit.vllm.install import Install, record_sha256
+
+if TYPE_CHECKING:
+    from patchkit.plan.arch_scope import Narrowing  # the planning chain, which a plain 'revert' never loads
+
+
+@dataclass(frozen=True)
+class RevertPlan:
+    """The files a revert writes, and what it reports for each.
+
+    Attributes:
+        restore: journaled files that get their original bytes back (and are forgotten).
+        rewrites: journaled files rewritten with only the patches that stay (``revert --arch``), with their new bytes.
+        forget: entries dropped without writing (a reinstall or an upgrade replaced the file).
+        files: one :class:`~patchkit.results.RevertedFile` per file in scope, sorted by path.
+        refused: True when a file must not be touched: nothing is written.
+    """
+
+    restore: list[str]
+    rewrites: dict[str, bytes]
+    forget: list[str]
+    files: list[RevertedFile]
+    refused: bool
+
+
+def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: Narrowing | None = None,
+                rewrite: dict[str, bytes] | None = None) -> RevertPlan:
+    """Decide, per journaled file in scope, what the revert does (nothing is written here).
+
+    Args:
+        install: the install as it is now.
+        journal: its journal, read under the lock (after the rollback of an unfinished run).
+        force: restore files edited or deleted by hand too.
+        narrow: ``revert --arch``'s scope (:func:`patchkit.plan.arch_scope.narrowing`), or None for every file.
+        rewrite: the new bytes of the files that keep patches (:func:`patchkit.plan.arch_scope.rewritten`).
+    """
+    scope = narrow.files if narrow is not None else sorted(journal.entries)
+    record = record_sha256(install, list(scope))
+    restore: list[str] = []
+    rewrites: dict[str, bytes] = {}
+    forget: list[str] = []
+    files: list[RevertedFile] = []
+    planned: list[tuple[str, FileState, list[str]]] = []  # path, state, patches: the files to write
+    refused = False
+    for path in scope:
+        entry = journal.entries[path]
+        state = file_state(install, entry, record)
+        action = revert_action(state, force)
+        if action is RevertAction.RESTORE:
+            if rewrite is not None and path in rewrite:
+                rewrites[path] = rewrite[path]
+            else:
+                restore.append(path)
+            planned.append((path, state, entry.patches))
+        elif action is RevertAction.FORGET:
+            forget.append(path)
+            files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches,
+                                      "forgotten"))
+        else:
+            refused = True
+            files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches, "blocking"))
+    for path, state, patches in planned:
+        if refused:
+            files.append(RevertedFile(path, False, "not restored: the revert was refused", patches, "held back"))
+        elif path in rewrites:
+            stays = sorted(set(patches) & narrow.keep)
+            files.append(RevertedFile(path, True, f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; "
+                                                  f"keeps {', '.join(stays)}", patches, "rewritten"))
+        else:
+            how = "original bytes restored" + (f" (--force; the file was {state.value})" if state is not FileState.PATCHED else "")
+            files.append(RevertedFile(path, True, how, patches, "restored"))
+    return RevertPlan(restore, rewrites, forget, sorted(files, key=lambda f: f.path), refused)

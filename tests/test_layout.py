@@ -1,0 +1,492 @@
+"""The house keeps its layers: an import-graph check of ``patchkit/`` (issue 19), read with ``ast`` alone.
+
+The layering rule (the session brief, ``/work/team/BRIEF.md``), one test per rule:
+
+1. A module imports only from its own group or from strictly lower ranks (:data:`RANKS`); the
+   same-rank siblings (``store``/``codemods``, ``rehearse``/``guard``) do not import each other.
+   Every module must belong to a group of the map.
+2. No import cycle between any two modules, counting imports inside functions
+   (:class:`graphlib.TopologicalSorter` finds them).
+3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
+4. No module over :data:`MAX_LINES` lines.
+
+Each checker takes a package folder and returns its violations as lines naming the module and the
+line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
+
+What is read: every ``import`` statement of every ``.py`` file under the package, at any depth.
+An ``from p import name`` where ``p/name.py`` (or ``p/name/``) exists is an import of that module;
+importing ``a.b.c`` also runs the ``__init__`` of ``a.b`` (an edge for cycles). Imports guarded by
+``if TYPE_CHECKING:`` never run: they count for rule 1 (a dependency is a dependency) but not for
+cycles. Imports by string (``importlib.import_module("patchkit.patches")``) are not seen.
+``patches/`` (installed as ``patchkit.patches``) is outside ``patchkit/`` and is not checked.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import graphlib
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import patchkit
+
+PACKAGE = Path(patchkit.__file__).resolve().parent
+
+BASE = ("__init__", "errors", "results", "settings", "interrupt")
+"""The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
+TOP = ("entry", "__main__")
+"""The entry points (rank 8), one group."""
+RANKS: dict[str, int] = {
+    "base": 0,
+    "vllm": 1,
+    "store": 2, "codemods": 2,
+    "plan": 3,
+    "checks": 4,
+    "rehearse": 5, "guard": 5,
+    "api": 6,
+    "ui": 7,
+    "top": 8,
+}
+"""Rank of each group, as the brief lists them: a group imports only itself and lower ranks."""
+
+MAX_LINES = 500
+"""The issue's "no module over about 500 lines", taken as exactly 500."""
+
+LAZY = re.compile(r"#\s*lazy:\s*\S")
+
+
+# -- reading the package -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module of one statement: who imports it, where, and how."""
+
+    importer: str
+    target: str
+    line: int
+    in_function: bool
+    type_checking: bool
+
+    def where(self, root: Path) -> str:
+        return f"{_relpath(root, self.importer)}:{self.line}"
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module under the package folder ``root``."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _relpath(root: Path, module: str) -> str:
+    path = _modules_cached(root)[module]
+    return path.relative_to(root.parent).as_posix()
+
+
+_CACHE: dict[Path, dict[str, Path]] = {}
+
+
+def _modules_cached(root: Path) -> dict[str, Path]:
+    if root not in _CACHE:
+        _CACHE[root] = _modules(root)
+    return _CACHE[root]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _statements(tree: ast.Module):
+    """``(import node, inside a function, under TYPE_CHECKING)`` for every import of the module."""
+
+    def visit(node: ast.AST, in_function: bool, type_checking: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child, in_function, type_checking
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                yield from visit(child, True, type_checking)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), in_function, True)
+                for stmt in child.orelse:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), in_function, type_checking)
+            else:
+                yield from visit(child, in_function, type_checking)
+
+    yield from visit(tree, False, False)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_bytes(), str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(root: Path) -> tuple[Import, ...]:
+    return tuple(imports(root))
+
+
+def imports(root: Path) -> list[Import]:
+    """Every import of a module of the package ``root`` by a module of it."""
+    modules = _modules_cached(root)
+    out: list[Import] = []
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node, in_function, type_checking in _statements(_parsed(path)):
+            for target in _targets(node, name, is_package, modules):
+                if target != name:
+                    out.append(Import(name, target, node.lineno, in_function, type_checking))
+    return out
+
+
+def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool, modules: dict[str, Path]) -> list[str]:
+    """The modules of the package (keys of ``modules``) one import statement names."""
+    root = next(iter(modules)).split(".")[0]
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+        return [_nearest(n, modules) for n in names if n == root or n.startswith(root + ".")
+                if _nearest(n, modules)]
+    if node.level:
+        package = importer.split(".") if is_package else importer.split(".")[:-1]
+        base = package[: len(package) - (node.level - 1)]
+        source = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        source = node.module or ""
+    if source != root and not source.startswith(root + "."):
+        return []
+    found = []
+    for alias in node.names:
+        sub = f"{source}.{alias.name}"
+        found.append(sub if sub in modules else _nearest(source, modules))
+    return sorted({f for f in found if f})
+
+
+def _nearest(name: str, modules: dict[str, Path]) -> str | None:
+    """``name`` or its nearest enclosing module that is a file of the package."""
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def group(module: str) -> str | None:
+    """The group of a dotted module name (``patchkit.vllm.shapes`` -> ``vllm``), None outside the map."""
+    parts = module.split(".")
+    head = parts[1] if len(parts) > 1 else "__init__"
+    if head in BASE and len(parts) <= 2:
+        return "base"
+    if head in TOP and len(parts) == 2:
+        return "top"
+    return head if head in RANKS and head not in ("base", "top") else None
+
+
+# -- the checkers: each returns its violations, one line each --------------------------------------
+
+
+def unranked(root: Path) -> list[str]:
+    """Rule 1: modules that belong to no group of :data:`RANKS`."""
+    return [f"{_relpath(root, m)}: in no group of the layer map (add it to a subpackage or to RANKS)"
+            for m in _modules_cached(root) if group(m) is None]
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Rule 1: imports of a group of a higher rank."""
+    out = []
+    for imp in _imports(root):
+        a, b = group(imp.importer), group(imp.target)
+        if a is None or b is None or a == b:
+            continue
+        if RANKS[b] > RANKS[a]:
+            out.append(f"{imp.where(root)}: {imp.importer} (rank {RANKS[a]}, {a}) imports {imp.target} "
+                       f"(rank {RANKS[b]}, {b}), a higher layer")
+    return out
+
+
+def sibling_imports(root: Path) -> list[str]:
+    """Rule 1: imports between two different groups of the same rank (store/codemods, rehearse/guard)."""
+    out = []
+    for imp in _imports(root):
+        a, b = group(imp.importer), group(imp.target)
+        if a is None or b is None or a == b:
+            continue
+        if RANKS[b] == RANKS[a]:
+            out.append(f"{imp.where(root)}: {imp.importer} ({a}) imports {imp.target} ({b}), "
+                       f"a sibling of the same rank {RANKS[a]}")
+    return out
+
+
+def cycles(root: Path) -> list[str]:
+    """Rule 2: import cycles, counting imports inside functions (not those under TYPE_CHECKING).
+
+    Each cycle :class:`graphlib.TopologicalSorter` finds is reported with the line of each edge, then
+    one of its edges is dropped and the search goes on, so every independent cycle is named.
+    """
+    modules = _modules_cached(root)
+    edges: dict[tuple[str, str], Import] = {}
+    for imp in _imports(root):
+        if imp.type_checking:
+            continue
+        # importing a.b.c also runs a/__init__ and a/b/__init__ (those the importer is not inside)
+        parts = imp.target.split(".")
+        for i in range(1, len(parts) + 1):
+            target = ".".join(parts[:i])
+            if target in modules and target != imp.importer and not imp.importer.startswith(target + "."):
+                edges.setdefault((imp.importer, target), imp)
+    out = []
+    while True:
+        graph: dict[str, set[str]] = {m: set() for m in modules}
+        for a, b in edges:
+            graph[a].add(b)
+        try:
+            graphlib.TopologicalSorter(graph).prepare()
+            return out
+        except graphlib.CycleError as exc:
+            # [n0, n1, ..., n0], each a predecessor (a dependency) of the next: reversed, each imports the next
+            ring = list(reversed(exc.args[1]))
+            steps = []
+            for a, b in zip(ring, ring[1:]):
+                imp = edges[(a, b)]
+                lazy = " (in a function)" if imp.in_function else ""
+                steps.append(f"{imp.where(root)}{lazy} {a} -> {b}")
+            out.append("import cycle " + " -> ".join(ring) + ": " + "; ".join(steps))
+            del edges[(ring[-2], ring[-1])]
+
+
+def unmarked_lazy_imports(root: Path) -> list[str]:
+    """Rule 3: imports inside a function without a trailing ``# lazy: <why>`` on one of their lines."""
+    out = []
+    for name, path in _modules_cached(root).items():
+        source = path.read_bytes()
+        comments: dict[int, str] = {}
+        for tok in tokenize.tokenize(io.BytesIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = tok.string
+        for node, in_function, _ in _statements(_parsed(path)):
+            if not in_function:
+                continue
+            lines = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            if not any(LAZY.search(comments.get(n, "")) for n in lines):
+                text = source.splitlines()[node.lineno - 1].decode("utf-8", "replace")[node.col_offset:]
+                text = text.split(";")[0].split("#")[0].strip()
+                out.append(f"{_relpath(root, name)}:{node.lineno}: '{text}' inside a function "
+                           "without a trailing '# lazy: <why>'")
+    return out
+
+
+def long_modules(root: Path) -> list[str]:
+    """Rule 4: modules over :data:`MAX_LINES` lines."""
+    out = []
+    for name, path in _modules_cached(root).items():
+        n = len(path.read_bytes().splitlines())
+        if n > MAX_LINES:
+            out.append(f"{_relpath(root, name)}: {n} lines (over {MAX_LINES}): split it along its seams")
+    return out
+
+
+def _report(violations: list[str]) -> str:
+    return f"{len(violations)} violation(s):\n  " + "\n  ".join(violations)
+
+
+# -- the rules on patchkit/ ----------------------------------------------------------------------
+
+
+def test_every_module_is_in_a_layer():
+    found = unranked(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_imports_go_only_down():
+    found = upward_imports(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_same_rank_siblings_do_not_import_each_other():
+    found = sibling_imports(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_no_import_cycle():
+    found = cycles(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_every_import_inside_a_function_says_why():
+    found = unmarked_lazy_imports(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_no_module_is_over_the_limit():
+    found = long_modules(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_the_reader_sees_the_real_graph():
+    """The checkers read what is there (guards against a reader that finds nothing, so passes)."""
+    modules = _modules_cached(PACKAGE)
+    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.contract",
+            "patchkit.ui.cli"} <= set(modules)
+    edges = {(i.importer, i.target) for i in imports(PACKAGE)}
+    assert ("patchkit.codemods.capture", "patchkit.codemods.base") in edges  # from patchkit.codemods.base import ...
+    assert ("patchkit.codemods.capture", "patchkit.codemods.tree") in edges  # from patchkit.codemods import tree
+    assert ("patchkit.codemods.capture", "patchkit.vllm.contract") in edges
+    assert ("patchkit.codemods", "patchkit.codemods.base") in {
+        (i.importer, i.target) for i in imports(PACKAGE) if i.type_checking}
+    assert len(edges) > 100
+
+
+# -- each rule can fail: a synthetic package --------------------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "patchkit"
+    for rel, code in {"__init__.py": "", **files}.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in path.relative_to(root).parents:
+            (root / parent / "__init__.py").touch()
+        path.write_text(code)
+    return root
+
+
+CLEAN = {
+    "errors.py": "class Error(Exception):\n    pass\n",
+    "results.py": "from patchkit.errors import Error\n",
+    "vllm/contract.py": "from patchkit import errors\n",
+    "codemods/base.py": "from patchkit.vllm.contract import *\nfrom . import tree\n",
+    "codemods/tree.py": "import ast\n",
+    "plan/spec.py": "from ..codemods import base\nfrom ..store.journal import x\n",
+    "store/journal.py": "from patchkit.vllm import contract\n",
+    "api.py": "from patchkit.vllm import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
+    "ui/cli.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
+                  "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"),
+}
+
+
+def test_rules_pass_on_a_clean_synthetic_package(tmp_path):
+    root = _package(tmp_path, CLEAN)
+    assert len(imports(root)) == 11
+    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), unmarked_lazy_imports(root),
+            long_modules(root)) == ([], [], [], [], [], [])
+
+
+def test_rule_unranked_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "helpers.py": "", "misc/util.py": ""})
+    assert unranked(root) == [
+        "patchkit/helpers.py: in no group of the layer map (add it to a subpackage or to RANKS)",
+        "patchkit/misc/__init__.py: in no group of the layer map (add it to a subpackage or to RANKS)",
+        "patchkit/misc/util.py: in no group of the layer map (add it to a subpackage or to RANKS)",
+    ]
+
+
+def test_rule_upward_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "vllm/shapes.py": "import os\nfrom ..plan.spec import Patch\n",
+                               "errors.py": "from patchkit.api import f\n",
+                               "api.py": "def f():\n    from patchkit.ui import cli  # lazy: a lazy import counts too\n"})
+    found = upward_imports(root)
+    assert len(found) == 3, found
+    assert "patchkit/api.py:2: patchkit.api (rank 6, api) imports patchkit.ui.cli (rank 7, ui), a higher layer" in found
+    assert "patchkit/vllm/shapes.py:2: patchkit.vllm.shapes (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
+    assert "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer" in found
+
+
+def test_rule_siblings_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "store/journal.py": "from patchkit.codemods.base import Site\n",
+                               "guard/guard.py": "def f():\n    import patchkit.rehearse.engine  # lazy: test\n",
+                               "rehearse/engine.py": ""})
+    assert sibling_imports(root) == [
+        "patchkit/guard/guard.py:2: patchkit.guard.guard (guard) imports patchkit.rehearse.engine (rehearse), a sibling of the same rank 5",
+        "patchkit/store/journal.py:1: patchkit.store.journal (store) imports patchkit.codemods.base (codemods), a sibling of the same rank 2",
+    ]
+
+
+def test_rule_cycles_can_fail(tmp_path):
+    # two cycles: one in a group (allowed by rule 1) through a function, one through a package's __init__
+    # (importing patchkit.plan.other runs patchkit/plan/__init__.py first)
+    root = _package(tmp_path, {**CLEAN, "api.py": "",
+                               "vllm/a.py": "from . import b\n",
+                               "vllm/b.py": "def f():\n    from patchkit.vllm.a import x  # lazy: test\n",
+                               "plan/__init__.py": "from patchkit.checks.a import z\n", "plan/other.py": "",
+                               "checks/a.py": "from patchkit.plan.other import y\n",
+                               "plan/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import typed2\n",
+                               "plan/typed2.py": "from . import typed\n"})
+    found = cycles(root)
+    assert len(found) == 2, found
+    ab = next(c for c in found if "patchkit.vllm.a" in c)
+    assert "patchkit/vllm/a.py:1 patchkit.vllm.a -> patchkit.vllm.b" in ab
+    assert "patchkit/vllm/b.py:2 (in a function) patchkit.vllm.b -> patchkit.vllm.a" in ab
+    plan = next(c for c in found if "patchkit.checks.a" in c)
+    assert "patchkit/plan/__init__.py:1 patchkit.plan -> patchkit.checks.a" in plan
+    assert "patchkit/checks/a.py:1 patchkit.checks.a -> patchkit.plan" in plan
+    assert not any("typed" in c for c in found), "an import under TYPE_CHECKING never runs"
+
+
+def test_rule_lazy_comment_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "checks/verify.py": (
+        "import os  # lazy: at module level the comment is not needed\n"
+        "def f():\n"
+        "    import json\n"
+        "    from patchkit.vllm import (  # lazy: a multi-line import may carry it on its first line\n"
+        "        contract,\n"
+        "    )\n"
+        "    from patchkit.errors import (\n"
+        "        Error,\n"
+        "    )  # lazy: or on its last\n"
+        "    import ast  # lazy:\n"
+        "    x = '# lazy: in a string'; import re\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        g = lambda: __import__('x')\n"
+        "        from patchkit import errors  # lazy  without the colon\n")})
+    assert unmarked_lazy_imports(root) == [
+        "patchkit/checks/verify.py:3: 'import json' inside a function without a trailing '# lazy: <why>'",
+        "patchkit/checks/verify.py:10: 'import ast' inside a function without a trailing '# lazy: <why>'",
+        "patchkit/checks/verify.py:11: 'import re' inside a function without a trailing '# lazy: <why>'",
+        "patchkit/checks/verify.py:15: 'from patchkit import errors' inside a function without a trailing '# lazy: <why>'",
+    ]
+
+
+def test_rule_long_modules_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "ui/cli.py": "x = 1\n" * MAX_LINES, "ui/render.py": "x = 1\n" * (MAX_LINES + 1)})
+    assert long_modules(root) == [f"patchkit/ui/render.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split it along its seams"]
+
+
+# -- the suite's own layout: markers and the network ------------------------------------------------
+
+
+def test_runtime_engine_cluster_tests_are_release_tests(request):
+    """conftest marks them ``release``, so ``-m "not release"`` is the offline suite."""
+    heavy = [i for i in request.session.items if {m.name for m in i.iter_markers()} & {"runtime", "engine", "cluster"}]
+    unmarked = [i.nodeid for i in heavy if not any(m.name == "release" for m in i.iter_markers())]
+    assert not unmarked, unmarked
+
+
+def test_an_unmarked_test_runs_with_the_network_shut():
+    import os
+    import socket
+
+    import vllm_release
+
+    assert os.environ.get("PIP_NO_INDEX") == "1" and os.environ.get("UV_OFFLINE") == "1"
+    with pytest.raises(RuntimeError, match="mark it @pytest.mark.release"):
+        socket.create_connection(("192.0.2.1", 443), timeout=0.1)  # TEST-NET-1: refused before any packet
+    with pytest.raises(RuntimeError, match="mark it @pytest.mark.release"):
+        vllm_release.pristine_site_packages("0.17.1")
+    with socket.socket() as server:  # this machine stays reachable
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        with socket.create_connection(server.getsockname(), timeout=5):
+            pass
