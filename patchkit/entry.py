@@ -1,7 +1,7 @@
 """The ``patchkit`` script and ``python -m patchkit``: signal handlers first, then the CLI.
 
 Importing :mod:`patchkit.ui.cli` (Typer, Click) is most of a read-only command's start-up, and the
-command's own handlers (:func:`patchkit.ui.cli._run`) are installed only once the command line is
+command's own handlers (:func:`patchkit.ui.runner.run`) are installed only once the command line is
 parsed. Before that, Python's defaults would print a ``KeyboardInterrupt`` traceback for Ctrl-C
 and let SIGTERM kill the process silently (exit 143). This module imports only the standard
 library's ``signal`` and ``sys``, installs a handler for both signals, and then imports and runs
@@ -37,7 +37,7 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
     try:
-        from patchkit.ui.cli import main as cli_main
+        from patchkit.ui.cli import main as cli_main  # lazy: the signal handlers go in before Typer and the CLI load
 
         cli_main()
     except _Starting as exc:
@@ -47,7 +47,7 @@ def main() -> None:
         message = f"interrupted by {signal.Signals(exc.signum).name} while starting up; nothing was written"
         try:
             if "--json" in sys.argv[1:]:
-                import json
+                import json  # lazy: only signal and sys load before the handlers are in; json only on this path
 
                 print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
             else:

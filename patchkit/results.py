@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from patchkit.errors import ExitCode
+
 
 class Outcome(str, Enum):
     """What happened to one patch in a run."""
@@ -26,6 +28,11 @@ class Outcome(str, Enum):
     """The patch cannot be made safely (reason given); the whole run writes nothing."""
     NOT_WRITTEN = "not written"
     """The patch was ready, but another patch of the run was refused, so nothing was written."""
+
+    @property
+    def landed(self) -> bool:
+        """The patch's change is (or, in a dry run, would be) in its file: applied or already applied."""
+        return self in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,19 @@ class PatchResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (as in ``apply --json``'s ``patches``)."""
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PatchResult":
+        """The result :meth:`to_dict` gave (a ``--ray`` node's answer), typed again.
+
+        Raises:
+            ValueError: ``outcome`` is not an :class:`Outcome` value. KeyError/TypeError: a field is missing or unknown.
+        """
+        return cls(**{**data, "outcome": Outcome(data["outcome"])})
 
 
 @dataclass(frozen=True)
@@ -150,6 +170,11 @@ class GuardReport:
         for name in ("files", "watched", "architectures", "problems"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
+    @property
+    def exit_code(self) -> ExitCode:
+        """``guard install``/``guard remove``: 3 when patchkit has patched nothing here (nothing to watch), else 0."""
+        return ExitCode.REFUSED if self.action is GuardAction.NOTHING_TO_GUARD else ExitCode.OK
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return _plain(asdict(self))
@@ -191,6 +216,20 @@ class ApplyReport:
     def refused(self) -> bool:
         """True when any patch was refused (then nothing was written)."""
         return any(p.outcome is Outcome.REFUSED for p in self.patches)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when refused; 4 when target files are missing (:attr:`missing_files`); else 0."""
+        if self.refused:
+            return ExitCode.REFUSED
+        if self.missing_files:
+            return ExitCode.ENVIRONMENT
+        return ExitCode.OK
+
+    @property
+    def any_landed(self) -> bool:
+        """True when a patch was applied (or, with ``dry_run``, planned) or was applied already."""
+        return any(p.outcome.landed for p in self.patches)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -246,6 +285,14 @@ class VerifyReport:
         """True when no check failed."""
         return not any(c.failures() for c in self.checks)
 
+    @property
+    def exit_code(self) -> int:
+        """The code of the runtime checks' problem when they could not run (an :class:`ExitCode`);
+        else 0 when EAGLE-3 is in effect, 1 when not."""
+        if self.runtime_error:
+            return self.runtime_error.exit_code
+        return ExitCode.OK if self.ok else ExitCode.NOT_IN_EFFECT
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``missing``: the labels and details of failing checks."""
         out = _plain(asdict(self))
@@ -277,6 +324,11 @@ class RevertedFile:
     def __post_init__(self) -> None:
         object.__setattr__(self, "patches", tuple(self.patches))
 
+    @property
+    def blocking(self) -> bool:
+        """The file made the revert refuse (edited or deleted since patchkit wrote it)."""
+        return self.action == "blocking"
+
 
 REVERT_ACTIONS = {
     "rolled back": "an unfinished earlier run's file got its bytes back",
@@ -301,6 +353,11 @@ class RevertReport:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when refused (nothing reverted), else 0."""
+        return ExitCode.REFUSED if self.refused else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -68,8 +68,17 @@ def decide(results: Sequence[PatchResult], vetoes: Iterable[Veto] = ()) -> tuple
         by_id.setdefault(v.patch_id, v)
     final = [replace(r, outcome=Outcome.REFUSED, reason=by_id[r.id].reason) if r.id in by_id else r for r in results]
     if any(r.outcome is Outcome.REFUSED for r in final):
-        final = [replace(r, outcome=Outcome.NOT_WRITTEN) if r.outcome is Outcome.APPLIED else r for r in final]
+        return held_back(final)
     return tuple(final)
 
 
-__all__ = ["Veto", "decide", "file_gate", "requested_not_applicable", "whole_run"]
+def held_back(results: Sequence[PatchResult]) -> tuple[PatchResult, ...]:
+    """The results of a run that writes nothing as a whole: every patch that was ready is ``not written``.
+
+    :func:`decide` uses it when a patch of the run is refused; an ``apply --ray`` run uses it for a
+    node's plan when another node stops the run (:mod:`patchkit.ui.cluster`). Other outcomes stay.
+    """
+    return tuple(replace(r, outcome=Outcome.NOT_WRITTEN) if r.outcome is Outcome.APPLIED else r for r in results)
+
+
+__all__ = ["Veto", "decide", "file_gate", "held_back", "requested_not_applicable", "whole_run"]

@@ -4,7 +4,9 @@ vLLM serves a model across several nodes through Ray, and each node has its own 
 each must carry the same patched bytes. This module connects to the cluster the user already has
 (``ray.init``), runs one task pinned to each alive node (``NodeAffinitySchedulingStrategy``,
 hard), and gathers the per-node results (plain dicts: each report's ``to_dict()``) into one
-immutable :class:`ClusterReport`.
+immutable :class:`~patchkit.ui.cluster_report.ClusterReport`. This module is the driver; the task
+each node runs is :func:`patchkit.ui.cluster_node.run_on_node`, and the report types (with each
+node's answer read once into typed fields) are in :mod:`patchkit.ui.cluster_report`.
 
 - patchkit itself (with its patch definitions) and, for ``apply``, libcst are shipped to the nodes
   as the job's runtime environment (``runtime_env={"working_dir": ...}``, which Ray uploads and
@@ -22,260 +24,33 @@ immutable :class:`ClusterReport`.
   nowhere when a node would refuse.
 
 Ray is an optional dependency (the ``ray`` extra), imported only by the functions here that need
-it. Nothing here prints.
+it (this module itself is imported only with ``--ray``). Nothing here prints.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import os
 import shutil
-import socket
 import tempfile
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from patchkit.errors import ClusterError, ExitCode, PatchkitError
-from patchkit.results import Outcome
+import patchkit
+import patchkit.patches
+from patchkit.errors import ClusterError, ExitCode
+from patchkit.plan.file_states import RevertAction, revert_action
+from patchkit.ui.cluster_node import run_on_node
+from patchkit.ui.cluster_report import ClusterReport, NodeAnswer, NodeResult, NodeState
 
 RAY_INSTALL = "pip install 'vllm-patchkit[ray]'"
 """The install command the error names when Ray is missing."""
 
 NODE_TIMEOUT_S = float(os.environ.get("PATCHKIT_RAY_TIMEOUT", "600"))
 """How long the driver waits for one node's task (seconds; env ``PATCHKIT_RAY_TIMEOUT``)."""
-
-
-class NodeState(str, Enum):
-    """A node's final state after a cluster command."""
-
-    PATCHED = "patched"
-    """``apply`` wrote its patches on this node."""
-    ALREADY = "already patched"
-    """``apply`` had nothing to write here: every patch was applied already (or is upstream)."""
-    PLANNED = "planned"
-    """``apply --dry-run``: the node was planned; nothing was written."""
-    UNCHANGED = "unchanged"
-    """Nothing was written on this node: the run was refused or stopped before writing."""
-    ROLLED_BACK = "rolled back"
-    """``apply`` wrote here, then reverted it because another node failed while writing."""
-    ROLLBACK_FAILED = "rollback failed"
-    """``apply`` wrote here and the revert after another node's failure did not succeed."""
-    FAILED = "failed"
-    """patchkit stopped on this node with an error (the message says why)."""
-    DIED = "died"
-    """The node left the cluster (or did not answer) during the run; its state is unknown."""
-    JOINED = "joined"
-    """The node joined the cluster during the run; it was not planned or changed."""
-    DONE = "done"
-    """``verify``/``status`` ran on this node (its result says what it found)."""
-    REVERTED = "reverted"
-    """``revert`` ran on this node: every file patchkit changed holds its original bytes again."""
-    REFUSED = "refused"
-    """``revert`` refused on this node (a file edited by hand); nothing was reverted there."""
-
-
-@dataclass(frozen=True)
-class NodeResult:
-    """One node's part of a cluster command.
-
-    Attributes:
-        node_id: Ray's node id (hex).
-        host: the node's host name, as Ray reports it.
-        address: the node's IP address, as Ray reports it.
-        state: the node's final state.
-        vllm_version: the release found on the node, or None when none was found.
-        patches: patch id -> outcome on this node (``apply``: the run's outcome; ``verify`` and
-            ``status``: the state of the files holding the patch; ``revert``: restored or not).
-        digest: SHA-256 (hex, first 16 digits) over the path and current bytes of every file
-            patchkit changed on the node; None when patchkit changed no file there.
-        result: the node's report, ``to_dict()`` of its :mod:`patchkit.results` value.
-        plan: ``apply`` only: the node's dry-run report (the plan phase).
-        rollback: ``apply`` only: the node's revert report, when it was rolled back.
-        error: ``{"message", "hint", "exit_code"}`` when patchkit stopped on the node, or the node
-            died or did not answer.
-        patchkit_path: where the node imported patchkit from (the shipped copy).
-    """
-
-    node_id: str
-    host: str
-    address: str
-    state: NodeState
-    vllm_version: str | None = None
-    patches: dict[str, str] = field(default_factory=dict)
-    digest: str | None = None
-    result: dict[str, Any] | None = None
-    plan: dict[str, Any] | None = None
-    rollback: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    patchkit_path: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "node_id": self.node_id, "host": self.host, "address": self.address, "state": self.state.value,
-            "vllm_version": self.vllm_version, "patches": dict(self.patches), "hash": self.digest,
-            "error": self.error, "result": self.result, "plan": self.plan, "rollback": self.rollback,
-            "patchkit_path": self.patchkit_path,
-        }
-
-
-@dataclass(frozen=True)
-class ClusterReport:
-    """Result of a command run across a Ray cluster.
-
-    Attributes:
-        command: ``apply``, ``verify``, ``status`` or ``revert``.
-        address: the cluster address given (``auto``: what ``ray.init`` finds).
-        nodes: one row per node seen during the run (alive at the start, or joined since).
-        refused: nothing was written because a node would refuse or the nodes differ
-            (``reason`` says which); no node's state is changed.
-        failed: a node failed, died or joined (its row says which).
-        dry_run: ``apply --dry-run``.
-        reason: one line saying why the run was refused or stopped, or "".
-    """
-
-    command: str
-    address: str
-    nodes: tuple[NodeResult, ...]
-    refused: bool = False
-    failed: bool = False
-    dry_run: bool = False
-    reason: str = ""
-
-    @property
-    def in_effect(self) -> bool:
-        """``verify``: every node reported EAGLE-3 in effect."""
-        return bool(self.nodes) and all(n.result is not None and n.result.get("ok") for n in self.nodes)
-
-    @property
-    def same_bytes(self) -> bool:
-        """Every node answered with the same release and the same hash of its patched files."""
-        return len({(n.vllm_version, n.digest) for n in self.nodes}) == 1 and all(n.result for n in self.nodes)
-
-    @property
-    def ok(self) -> bool:
-        """``verify``: in effect and alike on every node; other commands: nothing failed or was refused."""
-        if self.command == "verify":
-            return not self.failed and self.in_effect and self.same_bytes
-        return not (self.failed or self.refused)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """4 when a node failed, died or joined; 3 when refused; ``verify``: 1 when not ok; else 0."""
-        if self.failed:
-            return ExitCode.ENVIRONMENT
-        if self.refused:
-            return ExitCode.REFUSED
-        if self.command == "verify" and not self.ok:
-            return ExitCode.NOT_IN_EFFECT
-        return ExitCode.OK
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (schema in the README)."""
-        return {
-            "command": self.command, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
-            "refused": self.refused, "failed": self.failed, "reason": self.reason,
-            "in_effect": self.in_effect, "same_bytes": self.same_bytes,
-            "nodes": [n.to_dict() for n in self.nodes],
-        }
-
-
-# ---------------------------------------------------------------- on each node
-
-
-def _expand(path: str | None) -> Path | None:
-    """A path as the node reads it: ``~`` and ``$VARS`` expanded with the node's environment."""
-    return None if path is None else Path(os.path.expandvars(os.path.expanduser(path)))
-
-
-def patched_digest(site_packages: Path, target: str = "vllm") -> str | None:
-    """Hash of the files patchkit changed in one install, as they are on disk now.
-
-    Args:
-        site_packages: the install's folder.
-        target: the distribution.
-    Returns:
-        The first 16 hex digits of SHA-256 over ``"<path> <sha256 of its bytes>\\n"`` for every
-        journaled file in path order (``missing`` for a file that is gone); None when the
-        journal lists no file.
-    Raises:
-        StateError: the journal cannot be read.
-    """
-    from patchkit.store.files import sha256
-    from patchkit.store.journal import Journal
-
-    entries = sorted(Journal(site_packages, target).entries)
-    if not entries:
-        return None
-    lines = []
-    for rel in entries:
-        path = site_packages / rel
-        lines.append(f"{rel} {sha256(path.read_bytes()) if path.is_file() else 'missing'}\n")
-    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
-
-
-def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The task each node runs: one patchkit API call on the node's own install.
-
-    Args:
-        command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
-        options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
-            ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
-            folder, expanded on the node, or None): the :class:`~patchkit.plan.request.Request` of every
-            command but ``plan`` with ``patch_ids``.
-    Returns:
-        A plain dict: ``node_id``, ``host``, ``patchkit_path``, ``vllm_version``, ``result`` (the
-        report's ``to_dict()``), ``status`` (``verify`` only: the status report's ``to_dict()``),
-        ``digest`` (:func:`patched_digest` after the command), and ``error`` (message, hint and
-        exit code of a :class:`~patchkit.errors.PatchkitError`, else None).
-    """
-    import patchkit
-    from patchkit import api
-    from patchkit.plan.request import Request
-    from patchkit.vllm.install import locate
-
-    node: dict[str, Any] = {"host": socket.gethostname(), "patchkit_path": str(Path(patchkit.__file__).parent),
-                            "vllm_version": None, "result": None, "status": None, "digest": None, "error": None}
-    try:
-        import ray
-
-        node["node_id"] = ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - outside a Ray worker (a direct call) there is no node id
-        node["node_id"] = None
-    target = options.get("target", "vllm")
-    try:
-        install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
-        node["vllm_version"] = str(install.version)
-        request = Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
-        if command in ("plan", "apply"):
-            where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
-                                                                          ("--site-packages", "site_packages"))]
-            report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
-                               target=target, force=bool(options.get("force")), request=request,
-                               guard=bool(options.get("guard")),
-                               command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
-        elif command == "verify":
-            report = api.verify(install, request=request)
-            node["status"] = api.status(install, target=target).to_dict()
-        elif command == "status":
-            report = api.status(install, target=target, request=request)
-        elif command == "revert":
-            report = api.revert(install, target=target, force=bool(options.get("force")), request=request)
-        else:
-            raise ValueError(f"unknown cluster command {command!r}")
-        node["result"] = report.to_dict()
-        node["digest"] = patched_digest(install.site_packages, target)
-    except PatchkitError as exc:
-        node["error"] = {"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code)}
-    return node
-
-
-# ---------------------------------------------------------------- on the driver
 
 
 @dataclass(frozen=True)
@@ -287,8 +62,8 @@ class _Node:
 
 def _import_ray():
     try:
-        import ray  # noqa: F401
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401
+        import ray  # noqa: F401  # lazy: Ray is optional (the 'ray' extra); a missing one is a ClusterError
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401  # lazy: as above
     except ImportError:
         raise ClusterError("--ray needs Ray, which is not installed", f"install it: {RAY_INSTALL}") from None
     return ray
@@ -301,15 +76,12 @@ def _ship(staging: Path, with_libcst: bool) -> None:
     outside ``patchkit/`` (``pyproject.toml`` maps ``patches/``), so the copy is assembled from
     where Python imports each package from.
     """
-    import patchkit
-    import patchkit.patches
-
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tests")
     dest = staging / "patchkit"
     shutil.copytree(Path(patchkit.__file__).parent, dest, ignore=ignore, dirs_exist_ok=True)
     shutil.copytree(Path(patchkit.patches.__file__).parent, dest / "patches", ignore=ignore, dirs_exist_ok=True)
     if with_libcst:
-        import libcst
+        import libcst  # lazy: only apply ships it; status/verify/revert --ray never import it
 
         shutil.copytree(Path(libcst.__file__).parent, staging / "libcst", ignore=ignore)
 
@@ -318,7 +90,7 @@ class _Session:
     """A connection to the cluster, with the remote task ready to pin to a node."""
 
     def __init__(self, ray: Any, address: str) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray is optional
 
         self.ray = ray
         self.address = address
@@ -354,6 +126,17 @@ class _Session:
                 out[node_id] = _lost(f"the node's task did not finish: {type(exc).__name__}"
                                      + (f" ({first})" if first else ""))
         return out
+
+
+def _ask(session: "_Session", nodes: dict[str, _Node], command: str,
+         options: dict[str, Any]) -> dict[str, NodeAnswer]:
+    """:meth:`_Session.run`, each node's answer read once."""
+    return _answers(session.run(nodes, command, options))
+
+
+def _answers(raw: dict[str, dict[str, Any]]) -> dict[str, NodeAnswer]:
+    """Each node's answer, read once (:class:`NodeAnswer`)."""
+    return {nid: NodeAnswer.parse(a) for nid, a in raw.items()}
 
 
 def _lost(message: str) -> dict[str, Any]:
@@ -402,40 +185,37 @@ def _options(site_packages: Path | str | None, python: Path | str | None, *,
             "architectures": list(architectures or ()), "model": None if model is None else str(model), **rest}
 
 
-def _patch_outcomes(command: str, result: dict[str, Any] | None, status: dict[str, Any] | None) -> dict[str, str]:
+def _patch_outcomes(command: str, answer: NodeAnswer) -> dict[str, str]:
     """Patch id -> outcome on one node, from the node's report (and, for verify, its status)."""
-    if result is None:
+    if answer.result is None:
         return {}
     if command == "apply":
-        return {p["id"]: p["outcome"] for p in result.get("patches", [])}
+        return {p.id: p.outcome.value for p in answer.patches}
     if command == "revert":
         out: dict[str, str] = {}
-        for f in result.get("files", []):
-            for pid in f["patches"]:
-                out[pid] = "restored" if f["restored"] else ("refused" if result.get("refused") else "nothing to revert")
+        for f in answer.files:
+            for pid in f.patches:
+                out[pid] = "restored" if f.restored else ("refused" if answer.refused else "nothing to revert")
         return out
-    entries = (status if command == "verify" else result) or {}
     states: dict[str, set[str]] = {}
-    for e in entries.get("entries", []):
-        for pid in e["patches"]:
-            states.setdefault(pid, set()).add(e["state"])
+    for e in answer.status_entries if command == "verify" else answer.entries:
+        for pid in e.patches:
+            states.setdefault(pid, set()).add(e.state)
     return {pid: ", ".join(sorted(s)) for pid, s in sorted(states.items())}
 
 
-def _row(node: _Node, answer: dict[str, Any] | None, command: str, state: NodeState, **extra: Any) -> NodeResult:
-    answer = answer or {}
+def _row(node: _Node, answer: NodeAnswer, command: str, state: NodeState, **extra: Any) -> NodeResult:
+    raw = answer.raw
     return NodeResult(
         node_id=node.node_id, host=node.host, address=node.address, state=state,
-        vllm_version=answer.get("vllm_version"),
-        patches=_patch_outcomes(command, answer.get("result"), answer.get("status")),
-        digest=answer.get("digest"), result=answer.get("result"), error=answer.get("error"),
-        patchkit_path=answer.get("patchkit_path"), **extra,
+        vllm_version=raw.get("vllm_version"), patches=_patch_outcomes(command, answer),
+        digest=raw.get("digest"), result=answer.result, error=answer.error,
+        patchkit_path=raw.get("patchkit_path"), answer=answer, **extra,
     )
-
-
-def _membership(before: dict[str, _Node], after: dict[str, _Node], answers: dict[str, dict[str, Any]]) -> tuple[set[str], set[str]]:
+def _membership(before: dict[str, _Node], after: dict[str, _Node],
+                answers: dict[str, NodeAnswer]) -> tuple[set[str], set[str]]:
     """Nodes that died (gone from the alive set, or lost their task) and nodes that joined."""
-    died = {nid for nid in before if nid not in after or answers.get(nid, {}).get("lost")}
+    died = {nid for nid in before if nid not in after or (nid in answers and answers[nid].lost)}
     joined = set(after) - set(before)
     return died, joined
 
@@ -476,20 +256,20 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     with connect(address) as session:
         start = session.alive()
         if command == "revert":
-            plans = session.run(start, "status", opts)
+            plans = _ask(session, start, "status", opts)
             planned = session.alive()
             refused = _refused_revert(start, planned, plans, force, session.address)
             if refused is not None:
                 return refused
             start = planned
-        answers = session.run(start, command, opts)
+        answers = _ask(session, start, command, opts)
         after = session.alive()
     died, joined = _membership(start, after, answers)
     rows = []
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         a = answers[nid]
-        state = (NodeState.DIED if nid in died else NodeState.FAILED if a.get("error") else
-                 NodeState.REFUSED if command == "revert" and a["result"].get("refused") else
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if a.error else
+                 NodeState.REFUSED if command == "revert" and a.refused else
                  NodeState.REVERTED if command == "revert" else NodeState.DONE)
         rows.append(_row(node, a, command, state))
     rows += _joined_rows(after, joined)
@@ -499,15 +279,13 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     return ClusterReport(command, session.address, tuple(rows), refused=refused_here, failed=failed, reason=reason)
 
 
-def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, dict[str, Any]],
+def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, NodeAnswer],
                     force: bool, address: str) -> ClusterReport | None:
     """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
-    from patchkit.plan.file_states import revert_action
-
     died, joined = _membership(start, planned, plans)
-    refusing = {nid for nid, a in plans.items() if a.get("result") and any(
-        revert_action(e["state"], force) == "refuse" for e in a["result"]["entries"])}
-    errors = {nid for nid, a in plans.items() if a.get("error") and nid not in died}
+    refusing = {nid for nid, a in plans.items() if a.result and any(
+        revert_action(e.state, force) is RevertAction.REFUSE for e in a.entries)}
+    errors = {nid for nid, a in plans.items() if a.error and nid not in died}
     if not (died or joined or errors or refusing):
         return None
     rows = []
@@ -558,13 +336,13 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
                     architectures=architectures, model=model, guard=guard)
     with connect(address, with_libcst=True) as session:
         start = session.alive()
-        plans = session.run(start, "plan", opts)
+        plans = _ask(session, start, "plan", opts)
         planned = session.alive()
         died, joined = _membership(start, planned, plans)
         order = sorted(start, key=lambda nid: (start[nid].address, nid))
-        versions = sorted({a["vllm_version"] for a in plans.values() if a.get("vllm_version")})
-        errors = [nid for nid in order if plans[nid].get("error") and nid not in died]
-        refusing = [nid for nid in order if plans[nid].get("result") and plans[nid]["result"]["refused"]]
+        versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
+        errors = [nid for nid in order if plans[nid].error and nid not in died]
+        refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
         reason = ""
         if died or joined or errors:
             reason = "a node failed, died or joined while planning; nothing was written on any node"
@@ -578,36 +356,33 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
             for nid in order:
                 state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
                          NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
-                answer = plans[nid]
-                if reason and answer.get("result"):
-                    answer = {**answer, "result": _not_written(answer["result"])}
-                rows.append(_row(start[nid], answer, "apply", state, plan=plans[nid].get("result")))
+                answer = plans[nid].held_back() if reason else plans[nid]
+                rows.append(_row(start[nid], answer, "apply", state, plan=plans[nid].result))
             rows += _joined_rows(planned, joined)
             failed = bool(died or joined or errors)
             return ClusterReport("apply", session.address, tuple(rows), refused=bool(reason) and not failed,
                                  failed=failed, dry_run=dry_run, reason=reason)
 
-        writes = session.run(planned, "apply", opts)
+        writes = _ask(session, planned, "apply", opts)
         after = session.alive()
         died, joined = _membership(planned, after, writes)
-        wrote = [nid for nid in order if (writes[nid].get("result") or {}).get("written")]
-        broken = [nid for nid in order if nid in died or writes[nid].get("error")
-                  or (writes[nid].get("result") or {}).get("refused")]
-        rollbacks = session.run({nid: planned[nid] for nid in wrote}, "revert", opts) if broken and wrote else {}
+        wrote = [nid for nid in order if writes[nid].written]
+        broken = [nid for nid in order if nid in died or writes[nid].error or writes[nid].refused]
+        rollbacks = _ask(session, {nid: planned[nid] for nid in wrote}, "revert", opts) if broken and wrote else {}
 
     rows = []
     for nid in order:
-        answer, extra = writes[nid], {"plan": plans[nid].get("result")}
+        answer, extra = writes[nid], {"plan": plans[nid].result}
         if nid in died:
             state = NodeState.DIED
-        elif writes[nid].get("error"):
+        elif writes[nid].error:
             state = NodeState.FAILED
         elif nid in rollbacks:
             back = rollbacks[nid]
-            extra["rollback"] = back.get("result")
-            ok = back.get("result") is not None and not back["result"]["refused"] and not back.get("error")
+            extra["rollback"] = back.result
+            ok = back.result is not None and not back.refused and not back.error
             state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
-            answer = {**answer, "digest": back.get("digest") if ok else answer.get("digest")}
+            answer = answer.with_digest(back.raw.get("digest") if ok else answer.raw.get("digest"))
         elif broken:
             state = NodeState.UNCHANGED
         else:
@@ -622,9 +397,3 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
     return ClusterReport("apply", session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
 
-
-def _not_written(result: dict[str, Any]) -> dict[str, Any]:
-    """A node's plan as the cluster run left it: its ready patches were not written."""
-    patches = [{**p, "outcome": Outcome.NOT_WRITTEN.value} if p["outcome"] == Outcome.APPLIED.value else p
-               for p in result["patches"]]
-    return {**result, "patches": patches}

@@ -1,7 +1,7 @@
 """The ``--ray`` form of ``apply``, ``verify``, ``status`` and ``revert``: options in, one table out.
 
 The CLI (:mod:`patchkit.ui.cli`) hands a command here when ``--ray`` is given; this module calls
-:mod:`patchkit.ui.cluster` and renders its :class:`~patchkit.ui.cluster.ClusterReport`: one row per
+:mod:`patchkit.ui.cluster` and renders its :class:`~patchkit.ui.cluster_report.ClusterReport`: one row per
 node (node, host, vLLM version, its state, the outcome of each patch, the hash of its patched
 files), then the reasons, as text or as one JSON object.
 """
@@ -11,22 +11,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from patchkit.ui import cluster
-from patchkit.ui.cli import _OUTCOME_STYLE, _emit_json, _out
 from patchkit.errors import UsageError
-from patchkit.ui.render import Piece
-from patchkit.results import Outcome
 from patchkit.plan.spec import check_target
+from patchkit.results import Outcome
+from patchkit.ui import cluster
+from patchkit.ui.cluster_report import ClusterReport, NodeState
+from patchkit.ui.console import OUTCOME_STYLE, emit_json, out
+from patchkit.ui.render import Piece
 
 _STATE_STYLE = {
-    cluster.NodeState.PATCHED: "green", cluster.NodeState.ALREADY: "green", cluster.NodeState.DONE: "green",
-    cluster.NodeState.REVERTED: "green",
-    cluster.NodeState.PLANNED: "yellow", cluster.NodeState.UNCHANGED: "yellow",
-    cluster.NodeState.ROLLED_BACK: "yellow", cluster.NodeState.ROLLBACK_FAILED: "red",
-    cluster.NodeState.FAILED: "red", cluster.NodeState.DIED: "red", cluster.NodeState.JOINED: "red",
-    cluster.NodeState.REFUSED: "red",
+    NodeState.PATCHED: "green", NodeState.ALREADY: "green", NodeState.DONE: "green",
+    NodeState.REVERTED: "green",
+    NodeState.PLANNED: "yellow", NodeState.UNCHANGED: "yellow",
+    NodeState.ROLLED_BACK: "yellow", NodeState.ROLLBACK_FAILED: "red",
+    NodeState.FAILED: "red", NodeState.DIED: "red", NodeState.JOINED: "red",
+    NodeState.REFUSED: "red",
 }
-_PATCH_STYLE = dict(_OUTCOME_STYLE)
+_PATCH_STYLE = dict(OUTCOME_STYLE)
 _PATCH_STYLE.update({"patched": "green", "restored": "green", "edited": "red", "missing": "red",
                      "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"})
 
@@ -71,16 +72,16 @@ def run(command: str, address: str, *, target: str, site_packages: Optional[Path
     return _show(report, as_json)
 
 
-def _show(report: cluster.ClusterReport, as_json: bool) -> int:
+def _show(report: ClusterReport, as_json: bool) -> int:
     if as_json:
-        _emit_json(report.to_dict())
+        emit_json(report.to_dict())
     else:
         _render(report)
     return int(report.exit_code)
 
 
-def _render(report: cluster.ClusterReport) -> None:
-    out = _out()
+def _render(report: ClusterReport) -> None:
+    w = out()
     ids: list[str] = []
     for n in report.nodes:
         ids += [pid for pid in n.patches if pid not in ids]
@@ -90,36 +91,36 @@ def _render(report: cluster.ClusterReport) -> None:
         cells: list[Piece] = []
         for pid in ids:
             value = n.patches.get(pid, "-")
-            would = report.dry_run and value == Outcome.APPLIED.value
+            would = report.dry_run and n.outcome(pid) is Outcome.APPLIED
             label, style = ("would apply", "yellow") if would else (value, _PATCH_STYLE.get(value))
             cells.append((label, style))
         if report.command == "verify":
-            cells.append("-" if n.result is None else ("in effect", "green") if n.result["ok"]
+            cells.append("-" if n.result is None else ("in effect", "green") if n.answer.in_effect
                          else ("not in effect", "red"))
         rows.append([n.node_id[:8], f"{n.host} {n.address}", n.vllm_version or "-",
                      (n.state.value, _STATE_STYLE[n.state]), *cells, n.digest or "-"])
-    out.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
+    w.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
     for n in report.nodes:
         who = f"node {n.node_id[:8]}: "
         if n.error:
             hint: list[Piece] = [("  hint: " + n.error["hint"], "dim")] if n.error.get("hint") else []
-            out.line(who, (n.error["message"], "red"), *hint)
-        for p in (n.result or {}).get("patches", []):
-            if p["outcome"] == Outcome.REFUSED.value:
-                out.line(who, f"{p['id']} refused: {p['reason']}")
+            w.line(who, (n.error["message"], "red"), *hint)
+        for p in n.answer.patches:
+            if p.outcome is Outcome.REFUSED:
+                w.line(who, f"{p.id} refused: {p.reason}")
         if report.command == "verify" and n.result is not None:
             for line in n.result.get("missing", []):
-                out.line(who, f"missing: {line}")
+                w.line(who, f"missing: {line}")
         if report.command == "revert" and n.result is not None:
-            for f in n.result.get("files", []):
-                if not f["restored"]:
-                    out.line(who, f"{f['path']}: {f['reason']}")
-    out.line(*_summary(report))
+            for f in n.answer.files:
+                if not f.restored:
+                    w.line(who, f"{f.path}: {f.reason}")
+    w.line(*_summary(report))
     if report.command == "revert" and report.refused:
-        out.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
+        w.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
 
 
-def _summary(report: cluster.ClusterReport) -> tuple[Piece, ...]:
+def _summary(report: ClusterReport) -> tuple[Piece, ...]:
     count = len(report.nodes)
     if report.reason:
         return ((f"{'refused' if report.refused else 'failed'}:", "red"), f" {report.reason}")

