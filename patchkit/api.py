@@ -26,7 +26,6 @@ from patchkit.results import (
     ApplyReport,
     Check,
     FileChange,
-    InstallInfo,
     Outcome,
     PatchResult,
     Problem,
@@ -41,11 +40,13 @@ from patchkit.store.journal import Journal, journal_for, unfinished_check
 from patchkit.store.preflight import cache_problem, import_problem
 from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
+from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
-from patchkit.vllm.registry import Registry, Resolution
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
 
 if TYPE_CHECKING:
+    from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 
 # Start-up: the engine (libcst) is imported by the one function that plans rewrites, so the read-only
@@ -63,11 +64,6 @@ def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
     from patchkit.checks.verify import verify as chain_check  # lazy: start-up, 'status' and 'revert' load no chain check
 
     return chain_check(tree, registry, contract, architectures, model_types, requested)
-
-
-def _info(install: Install, contract: contract_mod.Contract) -> InstallInfo:
-    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native, install.distribution)
 
 
 def _late_signal(what: str) -> None:
@@ -248,7 +244,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     patches, gone, missing_files = missing.split(list(patches), tree, registry)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)
     results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order))) if gone else planned.results
-    vetoes, checked = gates(install, journal, planned, results, _info(install, contract), requested=requested, force=force,
+    vetoes, checked = gates(install, journal, planned, results, install_info(install, contract), requested=requested, force=force,
                             overrides=overrides, archs=archs, types=types, missing_files=missing_files,
                             chain_check=run_checks)
     final = outcomes.decide(results, vetoes)
@@ -260,7 +256,7 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     if write:
         journal.commit([PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
                         for path, new in sorted(planned.changed.items())], str(install.version))
-    return ApplyReport(_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
+    return ApplyReport(install_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
                        verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files)
 
 
@@ -308,7 +304,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
-    return VerifyReport(_info(install, contract), checks, runtime_error, journaled=patched)
+    return VerifyReport(install_info(install, contract), checks, runtime_error, journaled=patched)
 
 
 def scan(install: Install) -> ScanReport:
@@ -353,7 +349,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     """
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
-    info = _info(install, contract_mod.detect(tree))
+    info = install_info(install, contract_mod.detect(tree))
     if request:
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
@@ -426,7 +422,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     """
     journal = journal_for(install, target)
     tree = SourceTree(install.site_packages)
-    info = _info(install, contract_mod.detect(tree))
+    info = install_info(install, contract_mod.detect(tree))
     architectures = ()
     paths = sorted(journal.entries)
     if request:
@@ -457,86 +453,11 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
                         guard=guarded, reapply=reapply)
 
 
-@dataclass
-class ResolveReport:
-    """Result of ``resolve``.
+def resolve(install: Install, architecture: str) -> "ResolveReport":
+    """``patchkit resolve``: :func:`patchkit.checks.resolve.resolve` (read statically; see there)."""
+    from patchkit.checks import resolve as resolve_mod  # lazy: start-up, only 'resolve' reads platform branches
 
-    Attributes:
-        architecture: the name asked for.
-        resolution: the registry row and class, or None when the release does not register it.
-        bases: the class's bases, each ``"Name (file:line)"`` for vLLM classes or its source text.
-    """
-
-    install: InstallInfo
-    architecture: str
-    resolution: Resolution | None
-    bases: list[str]
-    registry_file: str = ""
-    suggestions: list[str] = field(default_factory=list)
-    alternatives: list[str] = field(default_factory=list)
-    branches: list[dict] = field(default_factory=list)
-    """Every platform branch (:func:`patchkit.vllm.platforms.branches`): ``class``, ``location``, ``first``,
-    ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
-
-    @property
-    def native(self) -> bool:
-        """True when the architecture resolves to a native vLLM model class."""
-        return self.resolution is not None and self.resolution.cls is not None
-
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        r = self.resolution
-        cls = r.cls if r else None
-        return {
-            "command": "resolve",
-            "install": vars(self.install),
-            "architecture": self.architecture,
-            "native": self.native,
-            "registry": None if r is None else {"module": r.entry.module, "class": r.entry.class_name,
-                                                "file": self.registry_file, "line": r.entry.lineno},
-            "file": cls.relpath if cls else None,
-            "line": cls.lineno if cls else None,
-            "class": cls.name if cls else None,
-            "bases": self.bases,
-            "aliases": list(r.aliases) if r else [],
-            # not in the registry: vLLM would load it through its Transformers backend too
-            "suggestions": self.suggestions,
-            "alternatives": self.alternatives,
-            "branches": self.branches,
-            "transformers_backend": r is None or r.transformers_backend,
-        }
+    return resolve_mod.resolve(install, architecture)
 
 
-def resolve(install: Install, architecture: str) -> ResolveReport:
-    """Resolve an architecture name through this vLLM's registry, read statically.
-
-    Returns:
-        A :class:`ResolveReport`; ``resolution`` is None when the architecture is not registered
-        (vLLM would then load it through its Transformers backend with ``trust_remote_code``).
-    Raises:
-        UsageError: ``architecture`` is empty or holds spaces (:func:`check_architecture`).
-        SourceError: the registry or the model file does not parse.
-    """
-    check_architecture(architecture)
-    tree = SourceTree(install.site_packages)
-    contract = contract_mod.detect(tree)
-    registry = Registry(tree)
-    resolution = registry.resolve(architecture)
-    bases: list[str] = []
-    if resolution is not None and resolution.cls is not None:
-        for b in tree.bases(resolution.cls):
-            bases.append(f"{b.name} ({b.location})" if isinstance(b, ClassRef) else b)
-    # a case slip or a one-letter typo, not every vaguely similar name
-    close = suggestions(registry, architecture) if resolution is None else []
-    alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
-    from patchkit.vllm import platforms  # lazy: start-up, only 'resolve' lists platform branches
-    from patchkit.vllm.chain import links  # lazy: start-up, only 'resolve' checks a branch's interface
-
-    branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
-                 "eagle3": links.has_interface(tree, registry, contract, b.cls)}
-                for b in platforms.branches(tree, resolution)]
-    return ResolveReport(_info(install, contract), architecture, resolution, bases, registry.relpath, close,
-                         alternatives, branches)
-
-
-__all__ = ["apply", "verify", "revert", "status", "resolve", "ResolveReport", "PatchResult"]
+__all__ = ["apply", "verify", "revert", "status", "resolve", "scan", "PatchResult"]

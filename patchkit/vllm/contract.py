@@ -30,6 +30,7 @@ from typing import Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from patchkit.results import InstallInfo
 from patchkit.vllm.source import ClassRef, SourceTree
 
 EAGLE3_FIRST = "0.10.2"
@@ -289,3 +290,10 @@ def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
             continue  # docstring or Ellipsis
         return False
     return True
+
+
+def install_info(install, contract: Contract) -> InstallInfo:
+    """What every report says about the install: ``install`` (a :class:`patchkit.vllm.install.Install`)
+    and its :class:`Contract` (its era, read from the release's files) as an :class:`InstallInfo`."""
+    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
+                       contract.patchable, contract.native, install.distribution)
