@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from patchkit.plan.arch_patches import PatchKind, parse_id
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.install import Install
 from patchkit.store.journal import Journal
@@ -66,8 +67,8 @@ def scan(install: Install) -> ScanReport:
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     journal = Journal(install.site_packages)
-    patched = {pid.split(":")[1] for e in journal.entries.values() for pid in e.patches
-               if pid.startswith("eagle3:") and pid.endswith(":interface")}
+    ids = [parse_id(pid) for e in journal.entries.values() for pid in e.patches]
+    patched = {name for kind, name in filter(None, ids) if kind is PatchKind.INTERFACE}
     rows = []
     for arch in registry.entries:
         group = registry.group_of(arch)
