@@ -16,12 +16,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from patchkit import interrupt
 from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
 from patchkit.guard import guard as guard_mod
-from patchkit.plan import missing, outcomes
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
-from patchkit.plan.gates import gates
-from patchkit.plan.request import Request, check_architecture, check_requested, suggestions
+from patchkit.plan.request import Request, check_requested
 from patchkit.plan.revert_plan import plan_revert
-from patchkit.plan.spec import load_patches, select, unknown_patch_ids
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -42,10 +39,10 @@ from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
-from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
 
 if TYPE_CHECKING:
+    from patchkit.vllm.registry import Registry
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 
@@ -153,6 +150,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
+    from patchkit.plan.spec import load_patches, select, unknown_patch_ids  # lazy: start-up, 'status' reads no patch definitions
+
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
     elsewhere = import_problem(install) or cache_problem(install)
@@ -220,12 +219,16 @@ def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, reques
     ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
     """
     from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+    from patchkit.plan import missing, outcomes  # lazy: start-up, 'status' loads no planning chain
+    from patchkit.plan.gates import gates  # lazy: start-up, 'status' loads no planning chain
     from patchkit.plan.engine import plan as make_plan  # lazy: libcst, imported only by commands that rewrite
     from patchkit.plan.selection import arch_selection  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
     overrides = dict(overrides or {})
     tree = SourceTree(install.site_packages, overrides=overrides)
     contract = contract_mod.detect(tree)
+    from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     decided: tuple[PatchResult, ...] = ()
@@ -281,6 +284,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
+    from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
@@ -351,6 +356,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     tree = SourceTree(install.site_packages)
     info = install_info(install, contract_mod.detect(tree))
     if request:
+        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
         if request:
@@ -428,6 +435,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     if request:
         from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
+        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+
         check_requested(Registry(tree), request, str(install.version))
         found = arch_scope.scope(install, journal, request)
         architectures = arch_scope.states(found, journal)
@@ -446,6 +455,8 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     reapply: tuple[tuple[str, ...], ...] = ()
     if replaced:
         from patchkit.plan.selection import reapply_runs  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+
+        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         reapply = reapply_runs(replaced, journal, Registry(tree))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),

@@ -35,6 +35,23 @@ class Outcome(str, Enum):
         return self in (Outcome.APPLIED, Outcome.ALREADY_APPLIED)
 
 
+class Coverage(str, Enum):
+    """How much of what one requested architecture needs the journal holds; the value is what
+    ``status --arch`` prints (and ``--json`` gives as ``state``)."""
+
+    PATCHED = "patched"
+    """Every patch it needs is journaled."""
+    PARTLY = "partly patched"
+    """Some of its patches are journaled, others not."""
+    NOT_PATCHED = "not patched"
+    """None of its patches is journaled."""
+    NOTHING_TO_PATCH = "nothing to patch"
+    """Native, or refused: apply would write nothing for it."""
+
+    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
+    __format__ = str.__format__
+
+
 @dataclass(frozen=True)
 class PatchResult:
     """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.plan.outcomes`).

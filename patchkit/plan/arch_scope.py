@@ -12,35 +12,18 @@ that keeps other architectures' patches (``revert --arch``) does.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from patchkit.errors import UsageError
 from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
 from patchkit.plan.request import Request
 from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
+from patchkit.results import Coverage
 from patchkit.store.journal import Journal
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.install import Install
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
-
-
-class Coverage(str, Enum):
-    """How much of what one requested architecture needs the journal holds; the value is what
-    ``status --arch`` prints (and ``--json`` gives as ``state``)."""
-
-    PATCHED = "patched"
-    """Every patch it needs is journaled."""
-    PARTLY = "partly patched"
-    """Some of its patches are journaled, others not."""
-    NOT_PATCHED = "not patched"
-    """None of its patches is journaled."""
-    NOTHING_TO_PATCH = "nothing to patch"
-    """Native, or refused: apply would write nothing for it."""
-
-    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
-    __format__ = str.__format__
 
 
 @dataclass(frozen=True)
@@ -246,5 +229,5 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
     return {p: planned.changed[p] for p in mixed if p in planned.changed}
 
 
-__all__ = ["ArchState", "Coverage", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
+__all__ = ["ArchState", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
            "pristine_tree", "rewritten", "same_class", "scope", "states"]

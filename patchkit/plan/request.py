@@ -12,10 +12,12 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit.errors import ConfigError, UsageError
-from patchkit.vllm.checkpoint import read_config
-from patchkit.vllm.registry import Registry
+
+if TYPE_CHECKING:
+    from patchkit.vllm.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def read_model_config(model_dir: Path) -> ModelConfig:
         ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
             no architectures (exit 4, as for ``doctor``).
     """
+    from patchkit.vllm.checkpoint import read_config  # lazy: start-up, 'status' without --model reads no config.json
+
     cfg = read_config(Path(model_dir), "--model")
     path, data = cfg.path, cfg.data
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}

@@ -237,7 +237,7 @@ def status(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
-        from patchkit.plan.arch_scope import Coverage  # lazy: as above
+        from patchkit.results import Coverage  # lazy: as above
         from patchkit.plan.file_states import FILE_STATES, FileState  # lazy: as above
 
         if ray is not None:
