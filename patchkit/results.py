@@ -1,7 +1,7 @@
 """Result values returned by the API; the CLI renders them as text or JSON.
 
 Every result converts to plain JSON-ready data with :meth:`to_dict`; that is the ``--json``
-schema (documented in the README).
+schema (documented in docs/json.md).
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class ClusterReport:
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (schema in the README)."""
+        """JSON-ready form (schema: docs/json.md)."""
         return {
             "command": self.command, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
             "refused": self.refused, "failed": self.failed, "reason": self.reason,

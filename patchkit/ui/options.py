@@ -24,7 +24,7 @@ TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only '
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model: "
                          "a path, a name on PATH (python3), or a venv folder.")
-JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema in the README).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema: docs/json.md).")
 ArchOpt = typer.Option(None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM.")
 ModelOpt = typer.Option(None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json.")
 RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
