@@ -25,13 +25,15 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.results import InstallInfo
 from patchkit.vllm.source import ClassRef, SourceTree
+
+if TYPE_CHECKING:
+    from patchkit.results import InstallInfo
 
 EAGLE3_FIRST = "0.10.2"
 """The first release with a ``SupportsEagle3`` Protocol (``interfaces.py``)."""
@@ -292,8 +294,10 @@ def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return True
 
 
-def install_info(install, contract: Contract) -> InstallInfo:
+def install_info(install, contract: Contract) -> "InstallInfo":
     """What every report says about the install: ``install`` (a :class:`patchkit.vllm.install.Install`)
     and its :class:`Contract` (its era, read from the release's files) as an :class:`InstallInfo`."""
+    from patchkit.results import InstallInfo  # lazy: start-up, 'list' loads patches/ (and so this module) but no result type
+
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
                        contract.patchable, contract.native, install.distribution)
