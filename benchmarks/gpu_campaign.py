@@ -89,6 +89,9 @@ def make_env(state: Path, name: str) -> str:
     subprocess.run(["cp", "-al", str(system / "vllm"), str(own / "vllm")], check=True)
     info = vllm_dist_info(system)
     shutil.copytree(info, own / info.name)
+    # transformers beside the copy too: on allow-list releases patchkit reads model types from it
+    for t in [system / "transformers", *system.glob("transformers-*.dist-info")]:
+        subprocess.run(["cp", "-al", str(t), str(own / t.name)], check=True)
     return str(python)
 
 
