@@ -140,8 +140,14 @@ class NextStep:
         return bool(self.argv) and self.argv[0] == "patchkit"
 
     def line(self) -> str:
-        """One line: ``run 'COMMAND' (WHY)``, or ``WHY`` for a step without a command."""
-        return f"run '{self.command}' ({self.why})" if self.argv else self.why
+        """One line: ``run 'COMMAND' (WHY)``; ``upgrade vLLM: WHY; run 'COMMAND'`` (and ``reinstall vLLM: ...``)
+        for a pip step; ``WHY`` for a step without a command."""
+        if not self.argv:
+            return self.why
+        if self.effect in (Effect.UPGRADE, Effect.REINSTALLS):
+            verb = "upgrade" if self.effect is Effect.UPGRADE else "reinstall"
+            return f"{verb} vLLM: {self.why}; run '{self.command}'"
+        return f"run '{self.command}' ({self.why})"
 
     def for_run(self, options: RunOptions) -> "NextStep":
         """This step with the running command's options added where it names none of their kind.

@@ -22,8 +22,6 @@ from patchkit.plan.revert_plan import plan_revert
 from patchkit.results import (
     ApplyReport,
     Check,
-    FileChange,
-    Outcome,
     PatchResult,
     Problem,
     RevertedFile,
@@ -32,10 +30,8 @@ from patchkit.results import (
     StatusReport,
     VerifyReport,
 )
-from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for, unfinished_check
 from patchkit.store.preflight import cache_problem, import_problem
-from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
@@ -170,7 +166,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                               force=force)
         if guard and not report.refused:
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
-        return report
+        return _with_steps(install, report, request, target, force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
@@ -207,6 +203,19 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                 report = replace(report, guard=found)
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
+    return _with_steps(install, report, request, target, force)
+
+
+def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool) -> ApplyReport:
+    """``report`` with its next steps: after a write, verify and revert; after a refusal of one of several
+    ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
+    if report.written:
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"),
+                                           NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES)))
+    if report.refused and len(request.architectures) > 1 and request.model is None:
+        from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
+
+        return replace(report, next_steps=next_steps.without_refused(install, request, target, run_checks, force))
     return report
 
 
@@ -266,7 +275,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
-    return VerifyReport(install_info(install, contract), checks, runtime_error, journaled=patched)
+    info = install_info(install, contract)
+    steps: tuple[NextStep, ...] = ()
+    if any(c.failures() for c in checks):
+        from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
+
+        steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
+                 next_steps.for_verify(install, info, request, patched, "vllm", run_checks))
+    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps)
 
 
 def scan(install: Install) -> ScanReport:
@@ -342,7 +358,13 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
-            return RevertReport(info, files, refused=True)
+            from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
+
+            again = _again("revert", target, request, True)
+            steps = (replace(again, why="writes the originals over the edits (the edits are lost)"),
+                     next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
+                                          "then 'patchkit status' shows the journal settled"))
+            return RevertReport(info, files, refused=True, next_steps=steps)
         try:
             if narrow is not None:
                 keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
@@ -417,9 +439,15 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         reapply = reapply_runs(replaced, journal, Registry(tree))
+    steps: tuple[NextStep, ...] = ()
+    if reapply:
+        from patchkit.plan import next_steps  # lazy: start-up, only after a reinstall or an upgrade
+
+        # the --model the guard's manifest recorded: status names the command the guard's line names
+        steps = next_steps.reapply(reapply, target=target, model=guard_mod.recorded_model(install))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, reapply=reapply)
+                        guard=guarded, reapply=reapply, next_steps=steps)
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

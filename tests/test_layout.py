@@ -38,7 +38,7 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "settings", "interrupt", "advice")
+BASE = ("__init__", "errors", "results", "settings", "interrupt", "advice", "pending")
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""

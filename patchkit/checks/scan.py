@@ -16,12 +16,15 @@ from patchkit.vllm.install import Install
 from patchkit.store.journal import Journal
 from patchkit.vllm.registry import Registry
 from patchkit.results import InstallInfo
+from patchkit.vllm.contract import install_info
 from patchkit.vllm.shapes import State, classify
 from patchkit.vllm.source import SourceTree
 
-GROUPS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
+GROUPS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS", "_TRANSFORMERS_SUPPORTED_MODELS")
 """The registry dicts scanned: text generation and multimodal models (vLLM 0.10.2 - 0.33.0,
-``model_executor/models/registry.py``); pooling, embedding and draft models are not EAGLE-3 targets."""
+``model_executor/models/registry.py``) and the text models vLLM serves only through its
+Transformers backend (``_TRANSFORMERS_SUPPORTED_MODELS``, 0.32.0 - 0.33.0: Seed-OSS, OLMo, ...,
+:mod:`patchkit.vllm.transformers_backend`); pooling, embedding and draft models are not EAGLE-3 targets."""
 
 
 @dataclass(frozen=True)
@@ -80,5 +83,4 @@ def scan(install: Install) -> ScanReport:
             state = State.PATCHED
         rows.append(ScanRow(arch, group, shape.cls.name if shape.cls else None, state.value,
                             shape.shape.value if shape.shape else None, shape.reason, shape.location))
-    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
-    return ScanReport(info, tuple(rows))
+    return ScanReport(install_info(install, contract), tuple(rows))

@@ -137,6 +137,7 @@ def doctor_cmd(
             report = doctor_mod.doctor(install, model, draft, distribution=target,
                                        command_options=hints.options_as_given(site_packages, python),
                                        pipeline_parallel_size=pipeline_parallel_size)
+        report.next_steps = hints.steps(report.next_steps)
         if as_json:
             emit_json(report.to_dict())
             return verdict(report.ready)
