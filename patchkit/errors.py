@@ -123,3 +123,23 @@ class Interrupted(PatchkitError):
 
 class ClusterError(PatchkitError):
     """``--ray``: Ray is not installed, or no Ray cluster answers at the address."""
+
+
+REQUIREMENTS = ("typer", "click", "rich", "libcst", "packaging")
+"""The import names of patchkit's requirements (``pyproject.toml``)."""
+
+
+def missing_requirement(exc: ModuleNotFoundError) -> PatchkitError | None:
+    """The error (exit 4) for a requirement of patchkit this interpreter cannot import, or None for another module.
+
+    ``python -m patchkit`` from a checkout's root imports the checkout's ``patchkit/`` with any
+    interpreter, also one where patchkit and its requirements are not installed.
+    """
+    import sys  # lazy: only when a requirement is missing
+
+    root = (exc.name or "").split(".")[0]
+    if root not in REQUIREMENTS:
+        return None
+    return PatchkitError(f"patchkit needs {root}, which {sys.executable} cannot import",
+                         f"install patchkit into that environment ({sys.executable} -m pip install /path/to/patchkit), "
+                         "or run the installed 'patchkit' script")
