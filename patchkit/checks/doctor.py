@@ -43,8 +43,6 @@ import shlex
 from pathlib import Path
 from typing import Any, Sequence
 
-from packaging.version import Version
-
 from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.checks import verify as verify_mod
 from patchkit.checks.doctor_report import DoctorReport
@@ -224,9 +222,7 @@ def _target_check(facts: TargetFacts, install: Install, distribution: str, actio
         known = next((p for p in load_patches(distribution)
                       if isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures), None)
         if known is not None:  # an architecture patchkit knows, from a later vLLM release
-            lower = [Version(spec.version) for spec in known.vllm if spec.operator in (">=", ">")]
-            fixed = loadpath.FIXED_IN.get(known.target.architecture)  # where the proposer can load a draft
-            first = str(max([*lower, *([Version(fixed)] if fixed else [])]))
+            first = next_steps.first_release(known)
             actions.append(next_steps.upgrade(install.distribution, first,
                                               f"vLLM {install.version} has no {known.target.architecture}: patchkit's "
                                               f"{known.id} is for vLLM {known.vllm}, and later releases support it natively"))

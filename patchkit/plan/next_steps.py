@@ -18,12 +18,16 @@ check that it does:
 from __future__ import annotations
 
 import os
+
+from packaging.version import Version
 from typing import TYPE_CHECKING, Sequence
 
 from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import ExitCode
 from patchkit.plan.request import Request
 from patchkit.results import ApplyReport, InstallInfo, Outcome
+from patchkit.plan.spec import ClassTarget, Patch, load_patches
+from patchkit.vllm import loadpath
 from patchkit.vllm.contract import EAGLE3_FIRST, Era
 
 if TYPE_CHECKING:
@@ -56,7 +60,7 @@ def after_dry_run(report: ApplyReport, apply_argv: Sequence[str]) -> tuple[NextS
         release = max(later, key=lambda p: p.upgrade_to).upgrade_to
         steps.append(upgrade(report.install.distribution, release,
                              f"{', '.join(p.id for p in later)}: not applicable to vLLM {report.install.version}; "
-                             f"from vLLM {release} on it works", later[0].target))
+                             f"from vLLM {release} on it works", later[0].target, [p.id for p in later]))
     return tuple(steps)
 
 
@@ -72,9 +76,12 @@ def for_verify(install: Install, info: InstallInfo, request: Request, journaled:
     """
     from patchkit.plan.run import dry_run  # lazy: libcst, only when verify fails and plans the fix
 
-    if info.era == Era.A0:
-        return (upgrade(info.distribution, EAGLE3_FIRST, f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
-                        f"({info.era_description}); 'patchkit list' shows the releases each patch is for"),)
+    if info.era == Era.A0:  # the first release where every patch of the default set works
+        shipped = load_patches(target)
+        release = str(max(Version(first_release(p)) for p in shipped))
+        return (upgrade(info.distribution, release, f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
+                        f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
+                        patches=[p.id for p in shipped]),)
     runs = [request] if request else [Request(), *([Request(tuple(journaled))] if journaled else [])]
     steps: list[NextStep] = []
     for run in runs:
@@ -118,9 +125,19 @@ def without_refused(install: Install, request: Request, target: str, chain_check
                      f"{reason.reason})", reason.target, Effect.PATCHES, would),)
 
 
-def upgrade(distribution: str, release: str, why: str, rests_on: str | None = None) -> NextStep:
-    """``pip install 'DIST>=RELEASE'`` in the serving environment (:attr:`Effect.UPGRADE`)."""
-    return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE)
+def first_release(patch: Patch) -> str:
+    """The first vLLM release where ``patch`` works: the lower bound of its range, or later where vLLM's
+    proposer cannot load a draft through its wrapper before (:data:`patchkit.vllm.loadpath.FIXED_IN`)."""
+    lower = [Version(s.version) for s in patch.vllm if s.operator in (">=", ">")] or [Version(EAGLE3_FIRST)]
+    fixed = loadpath.FIXED_IN.get(patch.target.architecture) if isinstance(patch.target, ClassTarget) else None
+    return str(max([*lower, *([Version(fixed)] if fixed else [])]))
+
+
+def upgrade(distribution: str, release: str, why: str, rests_on: str | None = None,
+            patches: Sequence[str] = ()) -> NextStep:
+    """``pip install 'DIST>=RELEASE'`` in the serving environment (:attr:`Effect.UPGRADE`); ``patches``:
+    the patch ids that work from ``RELEASE`` on (empty: EAGLE-3 as a whole)."""
+    return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE, tuple(patches))
 
 
 def reinstall(distribution: str, version: str, why: str) -> NextStep:
@@ -146,4 +163,4 @@ def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str |
     return tuple(steps)
 
 
-__all__ = ["after_dry_run", "for_verify", "reapply", "reinstall", "upgrade", "without_refused"]
+__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "reinstall", "upgrade", "without_refused"]
