@@ -34,12 +34,14 @@ from patchkit.results import (
 )
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for, unfinished_check
+from patchkit.store.plugin_dist import plugin_interrupted, plugin_step
 from patchkit.store.preflight import cache_problem, import_problem
 from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
 from patchkit.vllm.source import SourceTree
+from patchkit.watch import watch as watch_mod
 
 if TYPE_CHECKING:
     from patchkit.vllm.registry import Registry
@@ -86,27 +88,11 @@ def _again(command: str, target: str, request: Request, force: bool, *, command_
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _guard_interrupted(exc: Interrupted, done: str, step: str, hint: str) -> Interrupted:
-    """The :class:`Interrupted` of a signal that stopped the guard's step after the vLLM files were committed.
-
-    The journal's own message (about the guard's files only) would say "every file is as it was
-    before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
-    ``step`` is what the guard was not (``installed``/``refreshed``/``removed``), ``hint`` the
-    command that finishes the job.
-    """
-    put_back = "every file is as it was before this run" in exc.message
-    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
-              "removed": ": it is still installed"}[step]
-    what = (f"patchkit's guard was not {step} (its files were put back{stands})" if put_back else
-            f"patchkit's guard was not {step} ({exc.message.split(': ', 1)[-1]})")
-    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's guard step: "
-                                   f"{done}; {what}", hint)
-
-
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
           target: str = "vllm", force: bool = False, request: Request = Request(),
           on_wait: Callable[[Path, float], None] | None = None, guard: bool = False,
-          command_options: Sequence[str] | None = None) -> ApplyReport:
+          command_options: Sequence[str] | None = None, watch: bool = False, watch_drafts: int | None = None,
+          watch_threshold: float | None = None) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -128,6 +114,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             an installed guard is refreshed by every apply either way (``report.guard``).
         command_options: the environment options given (``["--python", PATH]``), for the
             ``patchkit apply`` command the guard's line names.
+        watch, watch_drafts, watch_threshold: also install the acceptance watch (:mod:`patchkit.watch.watch`)
+            with these settings; an installed watch is refreshed by every apply either way (``report.watch``).
 
     An unfinished earlier apply or revert (a killed run) is rolled back first, under the lock;
     a dry run plans from the bytes that rollback will leave (``report.recovered`` names the
@@ -146,7 +134,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
         RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`);
-            the install is inside a package cache (:func:`cache_problem`).
+            the install is inside a package cache (:func:`cache_problem`); ``watch`` on a release
+            without the stat-logger plugin group (:func:`patchkit.watch.watch.refusal`). Nothing written.
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -154,7 +143,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
-    elsewhere = import_problem(install) or cache_problem(install)
+    if watch:
+        watch_mod.check_settings(watch_drafts, watch_threshold)
+    elsewhere = import_problem(install) or cache_problem(install) or (watch_mod.refusal(install) if watch else None)
     if elsewhere is not None:
         raise elsewhere
     patches = select(everything, patch_ids) if not request else None
@@ -168,6 +159,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                         unfinished=journal.unfinished())
         if guard and not report.refused:
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
+        if watch and not report.refused:
+            report = replace(report, watch=watch_mod.would_install(install, watch_drafts, watch_threshold))
         return report
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
@@ -187,24 +180,22 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
         if not report.refused:
             where = "".join(" " + shlex.quote(o) for o in command_options or ())
-            had_guard = guard_mod.installed(install)
-            try:
-                # absolute: the guard's line is read from the server's working folder, not this one
-                found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
-                                       model=os.path.abspath(request.model) if request.model is not None else None,
-                                       target=target)
-            except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-                done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
-                        if report.written else "the patches were applied already (nothing to write)")
-                raise _guard_interrupted(exc, done, "refreshed" if had_guard else "installed",
-                                         f"run 'patchkit guard install{where}' to "
-                                         + ("refresh it" if had_guard else "install it")) from None
-            except StateError as exc:  # the vLLM files are written (committed) already: say so
-                message = exc.message.removesuffix("; nothing was written").removesuffix("; every file was put back")
-                raise StateError(f"the patches were applied, but patchkit's guard was not written ({message})",
-                                 f"{exc.hint}; then run 'patchkit guard install{where}'") from exc
-            if found is not None:
-                report = replace(report, guard=found)
+            done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
+                    if report.written else "the patches were applied already (nothing to write)")
+            for name, had, want, sync in (
+                    ("guard", guard_mod.installed(install), guard, lambda: guard_mod.sync(
+                        install, journal, command_options=command_options, want=guard, target=target,
+                        # absolute: the guard's line is read from the server's working folder, not this one
+                        model=os.path.abspath(request.model) if request.model is not None else None)),
+                    ("watch", watch_mod.installed(install), watch, lambda: watch_mod.sync(
+                        install, journal, want=watch, drafts=watch_drafts, threshold=watch_threshold,
+                        command_options=command_options))):
+                if not (had or want):
+                    continue
+                found = plugin_step(name, sync, done, "refreshed" if had else "installed", where,
+                                     f"run 'patchkit {name} install{where}' to " + ("refresh it" if had else "install it"))
+                if found is not None:
+                    report = replace(report, **{name: found})
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return report
@@ -301,6 +292,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         checks.insert(1, journal_check(install, journal))
     if guard_mod.installed(install):
         checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
+    if watch_mod.installed(install):
+        checks.insert(1, watch_mod.check(watch_mod.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
         from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs the probe
@@ -363,10 +356,11 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         if request:
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
                              f"{', '.join(request.architectures) or request.model}", "'patchkit status' shows it")
-        if guard_mod.installed(install):  # a guard left watching nothing: it goes with the rest
+        if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
-                removed = guard_mod.remove(install, locked=True)
-            return RevertReport(info, [], refused=False, guard=removed)
+                removed = guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None
+                watched = watch_mod.remove(install) if watch_mod.installed(install) else None
+            return RevertReport(info, [], refused=False, guard=removed, watch=watched)
         return RevertReport(info, [], refused=False)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
@@ -397,19 +391,22 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             # the journal's hint says 'patchkit revert' again, which would revert every patch: repeat --arch/--model
             again = _again("revert", target, request, force)
             raise Interrupted(exc.signum, exc.message, f"run '{again}' again to revert those patches") from None
-        # the guard goes with a full revert; after a partial one it watches what stays patched
+        # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
-        try:
-            guarded = (guard_mod.sync(install, journal, target=target) if refresh
-                       else guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None)
-        except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
-            done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
-            raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
-                                     "run 'patchkit guard install' to refresh it" if refresh else
-                                     "run 'patchkit guard remove' to remove it (or 'patchkit revert' again)") from None
+        done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
+        step = "refreshed" if refresh else "removed"
+        hint = ("run 'patchkit {} install' to refresh it" if refresh else
+                "run 'patchkit {} remove' to remove it (or 'patchkit revert' again)")
+        guarded = watched = None
+        if guard_mod.installed(install):
+            guarded = plugin_step("guard", lambda: guard_mod.sync(install, journal, target=target) if refresh
+                                  else guard_mod.remove(install, locked=True), done, step, "", hint.format("guard"), applied=False)
+        if watch_mod.installed(install):
+            watched = plugin_step("watch", lambda: watch_mod.sync(install, journal) if refresh
+                                  else watch_mod.remove(install), done, step, "", hint.format("watch"), applied=False)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
-    return RevertReport(info, files, refused=False, guard=guarded)
+    return RevertReport(info, files, refused=False, guard=guarded, watch=watched)
 
 
 def status(install: Install, *, target: str = "vllm", request: Request = Request()) -> StatusReport:
@@ -451,6 +448,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         for path in paths
     ]
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
+    watched = watch_mod.state(install, journal) if watch_mod.installed(install) else None
     replaced = [journal.entries[e.path] for e in entries if e.state in REPLACED]
     reapply: tuple[tuple[str, ...], ...] = ()
     if replaced:
@@ -461,7 +459,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         reapply = reapply_runs(replaced, journal, Registry(tree))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, reapply=reapply)
+                        guard=guarded, watch=watched, reapply=reapply)
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

@@ -356,11 +356,11 @@ def test_a_guard_that_cannot_be_written_says_the_patches_were_applied(release, c
 
 @pytest.mark.release
 def test_a_guard_written_by_another_patchkit_version_is_replaced_whole(release, cli, monkeypatch):
-    import patchkit.guard.guard
+    import patchkit.store.plugin_dist
 
     site = release("0.33.0")
     with monkeypatch.context() as m:
-        m.setattr(patchkit.guard.guard, "__version__", "0.0.9")
+        m.setattr(patchkit.store.plugin_dist, "__version__", "0.0.9")
         assert cli("apply", "--site-packages", str(site), "--arch", OLMOE, "--guard").exit_code == 0
     assert (site / "patchkit_guard-0.0.9.dist-info" / "entry_points.txt").is_file()
     code, data = cli.json("guard", "install", "--site-packages", str(site))

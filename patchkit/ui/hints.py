@@ -25,7 +25,7 @@ given: dict[str, Any] = {"where": "", "scope": "", "guard": False}
 the environment options, ``scope`` its ``--model``/``--arch`` (:func:`scope`), ``guard`` its
 ``--guard``; ``process`` is set when patchkit runs as its own process (:func:`patchkit.ui.cli.main`)."""
 
-_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor|guard install|guard remove)((?: [^']*)?)'")
+_SUGGESTED = re.compile(r"(?<!earlier )'patchkit (apply|verify|revert|status|scan|resolve|doctor|guard install|guard remove|watch install|watch remove)((?: [^']*)?)'")
 """A command a line suggests; not one it reports ("an earlier 'patchkit apply' stopped": its options are unknown)."""
 _ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
 _SCOPED = ("apply", "verify", "revert", "status")
