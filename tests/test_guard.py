@@ -370,3 +370,15 @@ def test_a_guard_written_by_another_patchkit_version_is_replaced_whole(release, 
     assert found["version"] == "0.1.0" and set(found["files"]) == GUARD_FILES
     assert cli("revert", "--site-packages", str(site)).exit_code == 0
     assert tree(site) == tree(pristine_site_packages("0.33.0"))
+
+
+@pytest.mark.release
+def test_a_guard_file_edited_then_refreshed_is_still_deleted_by_revert(olmoe_guarded, cli):
+    """An edited guard file, rewritten by ``guard install``, stays the guard's own (its original is
+    "absent"): ``revert`` deletes it. Before the fix the journal took the edited bytes as the new
+    original and ``revert`` put the edit back (a ``patchkit_guard/manifest.json`` left behind)."""
+    site = olmoe_guarded
+    (site / "patchkit_guard" / "manifest.json").write_text("{}\n")
+    assert cli("guard", "install", "--site-packages", str(site)).exit_code == 0
+    assert cli("revert", "--site-packages", str(site)).exit_code == 0
+    assert tree(site) == tree(pristine_site_packages("0.33.0"))

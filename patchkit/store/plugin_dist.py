@@ -124,7 +124,7 @@ class PluginDist:
         stale = [p for p in journal.entries if p not in files]
         if not dry_run:
             if changes:
-                journal.commit(changes, str(install.version))
+                journal.commit(changes, str(install.version), own=True)  # an edited file stays ours
             if stale:
                 journal.restore(sorted(stale))
         return Written(bool(changes or stale), fresh)

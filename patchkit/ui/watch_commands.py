@@ -44,7 +44,7 @@ def _watch_command(action: str, target: str, site_packages: Optional[Path], pyth
         w.line(f"vLLM {install.version} at {install.site_packages}")
         watch_line(w, report)
         if report.action is WatchAction.NO_PLUGIN_GROUP:
-            w.line(("hint:", "dim"), " upgrade vLLM to 0.11.1 or later for the watch; nothing was written "
+            w.line(("hint:", "dim"), " upgrade vLLM to 0.11.1 or later for the watch "
                    f"('patchkit guard install{hints.where(site_packages, python)}' works on every release)")
         elif report.action is WatchAction.NOT_INSTALLED:
             w.line("the watch is not installed here: nothing to remove")

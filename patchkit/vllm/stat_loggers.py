@@ -30,7 +30,8 @@ by shape (never from the version number). Facts, read on the real wheels of 0.10
   ``vllm_config.speculative_config.draft_model_config.hf_config`` (the object the model runner's
   ``_get_eagle3_aux_layers_from_config`` reads, ``v1/worker/gpu_model_runner.py``, 0.12.0 - 0.33.0);
   which of its fields each runner reads is :func:`patchkit.vllm.drafts.read_release`; the target's
-  default ids are :func:`patchkit.vllm.aux_defaults.vllm_default_ids`.
+  default ids are :func:`patchkit.vllm.aux_defaults.vllm_default_ids`. Which runner runs:
+  :data:`RUNNER_V2_PROPERTY` of the config where it exists, else :data:`RUNNER_V2_ENV`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ SPEC_STATS_MODULE = "vllm.v1.spec_decode.metrics"
 SPEC_STATS_CLASS = "SpecDecodingStats"
 SPEC_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 """The ``SpecDecodingStats`` fields the watch sums (0.10.2 - 0.33.0)."""
+RUNNER_V2_PROPERTY = "use_v2_model_runner"
+"""``VllmConfig``'s property saying the V2 model runner runs (``vllm/config/vllm.py``, 0.32.0 - 0.33.0;
+absent from 0.20.2, where only :data:`RUNNER_V2_ENV` chooses it)."""
+RUNNER_V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+"""The environment variable choosing the V2 model runner (``vllm/envs.py``, default ``"0"``: the V1
+runner; read on 0.14.1, 0.17.1 and 0.20.2)."""
 FIRST_RELEASE = "0.11.1"
 """The first release with the group (0.11.0 has none; read on the wheels named above)."""
 

@@ -62,7 +62,7 @@ DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's acceptance watch: says why 
 
 
 class Cause(str, Enum):
-    """The causes the watch's line names, in brackets, likeliest first (the plugin's ``CAUSES``)."""
+    """The causes the watch's line names (``(1) code: why``), likeliest first (the plugin's ``CAUSES``)."""
 
     OTHER_VOCABULARY = "other-vocabulary"
     """The draft's ``vocab_size`` is not the target's: a draft of another tokenizer."""
@@ -137,6 +137,8 @@ def data(install: Install, journal: Journal, drafts: int, threshold: float,
         "readers": [{"runner": r.runner, "location": r.location, "top_level": r.top_level, "nested": r.nested,
                      "nested_offset": r.nested_offset} for r in readers],
         "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
+        "runner_choice": {"property": stat_loggers.RUNNER_V2_PROPERTY, "env": stat_loggers.RUNNER_V2_ENV,
+                          "v1": drafts_mod.RUNNER_MODULES[0][1], "v2": drafts_mod.RUNNER_MODULES[1][1]},
         "patched": list(served),
         "patch_ids": _patch_ids(journal),
         "options": list(command_options or ()),

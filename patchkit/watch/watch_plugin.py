@@ -53,7 +53,7 @@ DEFAULT_IDS = "default-ids"
 PATCHED_CAPTURE = "patched-capture"
 UNKNOWN = "unknown"
 CAUSES = (OTHER_VOCABULARY, ID_CONVENTION, DEFAULT_IDS, PATCHED_CAPTURE, UNKNOWN)
-"""The cause codes the line names in brackets, in the order they are ranked (patchkit's
+"""The cause codes the line names (``(1) code: why; (2) ...``), in the order they are ranked (patchkit's
 ``patchkit.watch.watch.Cause`` has the same values)."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LOG = logging.getLogger("vllm.patchkit_watch")
@@ -113,6 +113,25 @@ def default_ids(data, n):
     return [n * m // d + a for m, d, a in data["default_ids"]["terms"]]
 
 
+def runner_in_use(data, config, environ=os.environ):
+    """The model runner this serve runs (``v1``/``v2`` of the install's ``runner_choice``), or None when unknown.
+
+    The config's property (``use_v2_model_runner``) where it exists, else the environment variable
+    (``VLLM_USE_V2_MODEL_RUNNER``, default ``0``).
+    """
+    choice = data.get("runner_choice")
+    if not isinstance(choice, dict):
+        return None
+    try:
+        flag = getattr(config, choice["property"])
+    except Exception:  # noqa: BLE001 - absent on older releases (or it raised): the environment decides
+        try:
+            flag = bool(int(environ.get(choice["env"], "0") or "0"))
+        except ValueError:
+            return None
+    return choice["v2"] if flag else choice["v1"]
+
+
 def _ids(value):
     if isinstance(value, (list, tuple)) and value and all(isinstance(i, int) for i in value):
         return [int(i) for i in value]
@@ -137,8 +156,12 @@ def reading(data, config):
     n = int(getattr(model.hf_text_config, "num_hidden_layers", 0) or 0)
     default = default_ids(data, n)
     runners, offsets = [], {}
-    for reader in data.get("readers") or [{"runner": "model runner", "top_level": False, "nested": False,
-                                           "nested_offset": 0}]:
+    readers = data.get("readers") or []
+    running = runner_in_use(data, config)
+    if any(r["runner"] == running for r in readers):
+        readers = [r for r in readers if r["runner"] == running]
+    for reader in readers or [{"runner": running or "model runner", "top_level": False, "nested": False,
+                               "nested_offset": 0}]:
         offsets[reader["runner"]] = reader["nested_offset"]
         if reader["top_level"] and top:
             runners.append((reader["runner"], top, "top level"))
@@ -222,7 +245,7 @@ def message(data, found, drafts, per_pos, threshold, python=None):
     draft = ("draft ids {} ({})".format(found["draft_ids"], found["draft_field"]) if found["draft_ids"]
              else "the draft records no ids")
     doctor, rehearse = next_commands(found, python)
-    listed = "; ".join("[{}] {}".format(code, text) for code, text in causes(data, found))
+    listed = "; ".join("({}) {}: {}".format(i, code, text) for i, (code, text) in enumerate(causes(data, found), 1))
     return ("{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); per position {}; {}; {}; "
             "likeliest causes: {}; next: '{}', then '{}'".format(
                 PREFIX, rates[0] if rates else 0.0, drafts, threshold, "[" + ", ".join("{:.2f}".format(r) for r in rates)
