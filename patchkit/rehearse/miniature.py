@@ -47,6 +47,8 @@ _WIDTH_FIELDS = {
     "intermediate_size": INTERMEDIATE, "ffn_hidden_size": INTERMEDIATE,
     "moe_intermediate_size": MOE_INTERMEDIATE, "shared_expert_intermediate_size": MOE_INTERMEDIATE,
     "expert_intermediate_size": MOE_INTERMEDIATE,
+    # LFM2's convolution blocks (LiquidAI's config.json): block_dim / conv_dim are the hidden width
+    "block_dim": HIDDEN, "conv_dim": HIDDEN, "conv_dim_out": HIDDEN, "block_ff_dim": INTERMEDIATE,
 }
 _EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 _TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
@@ -130,7 +132,7 @@ dense-first layers are ``first_k_dense_replace``: transformers' DeepseekV3Config
 8 / 4 / 3, which four experts and four layers cannot hold, so the miniature always sets them."""
 
 
-def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -> None:
+def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, head_dim: int = HEAD_DIM) -> None:
     """Shrink one text config in place (``m`` layers).
 
     Every field the shrunk widths, heads, experts and layers constrain is set explicitly, also when
@@ -184,10 +186,10 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -
             put(key, 1 if user[key] < heads else HEADS)
         if not kv_keys:  # absent: vLLM and transformers would take the class default (8 for Glm4Moe)
             put("num_key_value_heads", HEADS)
-        put("head_dim", HEAD_DIM)  # absent: Qwen3Config's default is 128, Gemma's 256
+        put("head_dim", head_dim)  # absent: Qwen3Config's default is 128, Gemma's 256
         if "kv_channels" in cfg:
-            put("kv_channels", HEAD_DIM)
-        _rescale_mrope(cfg, user_head_dim, put, refuse)
+            put("kv_channels", head_dim)
+        _rescale_mrope(cfg, user_head_dim, put, refuse, head_dim)
     experts_key = next((k for k in _EXPERT_FIELDS if isinstance(cfg.get(k), int)), None)
     for key in _EXPERT_FIELDS:
         if isinstance(cfg.get(key), int) and cfg[key] > EXPERTS:
@@ -247,7 +249,7 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str) -
 
 
 def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable[[str, Any], None],
-                   refuse: Callable[[str, str, str], None]) -> None:
+                   refuse: Callable[[str, str, str], None], head_dim: int = HEAD_DIM) -> None:
     """Rescale ``rope_scaling`` / ``rope_parameters`` ``mrope_section`` (its sum is the rotary half
     of the user's head size) onto :data:`HEAD_DIM`, or refuse naming it."""
     for holder in ("rope_scaling", "rope_parameters"):
@@ -256,10 +258,10 @@ def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable
         if not isinstance(section, list) or not section:
             continue
         total = sum(int(s) for s in section)
-        if not user_head_dim or (total * HEAD_DIM) % user_head_dim:
-            refuse(f"{holder}.mrope_section", f"{section} cannot be rescaled from head size {user_head_dim} to {HEAD_DIM}",
+        if not user_head_dim or (total * head_dim) % user_head_dim:
+            refuse(f"{holder}.mrope_section", f"{section} cannot be rescaled from head size {user_head_dim} to {head_dim}",
                    "rehearse a checkpoint whose mrope_section sums to half its rotary head size")
-        want = total * HEAD_DIM // user_head_dim
+        want = total * head_dim // user_head_dim
         scaled = [max(1, round(int(s) * want / total)) for s in section]
         scaled[-1] += want - sum(scaled)
         if scaled[-1] < 1:
@@ -268,12 +270,14 @@ def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable
         put(holder, {**rope, "mrope_section": scaled})
 
 
-def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
+def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM) -> Miniature:
     """Shrink the user's target and draft configs (nothing is written; the inputs are not changed).
 
     Args:
         target: the target's ``config.json`` (an object with ``architectures``).
         draft: the EAGLE-3 draft's ``config.json``.
+        head_dim: the miniature's attention head size (:data:`HEAD_DIM`; several families, OLMoE's
+            among them, need ``hidden_size == heads * head_dim``).
     Returns:
         The :class:`Miniature`.
     Raises:
@@ -313,7 +317,7 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
     changed: list[str] = []
     mini = copy.deepcopy(target)
     inner = text_config(mini)[0]
-    _shrink_text(inner, m, changed, "text_config." if inner is not mini else "")
+    _shrink_text(inner, m, changed, "text_config." if inner is not mini else "", head_dim)
     if inner is not mini:
         vision = mini.get("vision_config")
         if isinstance(vision, dict):
@@ -328,7 +332,7 @@ def shrink(target: dict[str, Any], draft: dict[str, Any]) -> Miniature:
     same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
     d = copy.deepcopy(draft)
     layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
-    layer.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": HEAD_DIM,
+    layer.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": head_dim,
               "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS, "torch_dtype": "float32"})
     if d.get("target_hidden_size") is not None:
         d["target_hidden_size"] = HIDDEN

