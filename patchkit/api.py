@@ -74,9 +74,10 @@ def _late_signal(what: str) -> None:
 
 
 def _again(command: str, target: str, request: Request, force: bool, *, command_options: Sequence[str] | None = None,
-           patch_ids: list[str] | None = None, guard: bool = False) -> str:
+           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> str:
     """The ``patchkit apply`` or ``patchkit revert`` command that repeats a run: its environment,
-    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force`` and ``--guard`` options."""
+    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``watch`` (the
+    ``--watch`` options given) options."""
     parts = ["patchkit", command, *(["--target", target] if target != "vllm" else []), *(command_options or ())]
     for pid in patch_ids or ():
         parts += ["--patch", pid]
@@ -84,7 +85,7 @@ def _again(command: str, target: str, request: Request, force: bool, *, command_
         parts += ["--arch", arch]
     if request.model is not None:
         parts += ["--model", os.path.abspath(request.model)]
-    parts += [*(["--force"] if force else []), *(["--guard"] if guard else [])]
+    parts += [*(["--force"] if force else []), *(["--guard"] if guard else []), *watch]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -175,8 +176,11 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             if "every file is as it was before this run" not in exc.message:
                 raise
             # the journal's hint says 'patchkit apply' again: repeat this run's options, --guard included
+            watching = [*(["--watch"] if watch else []),
+                        *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
+                        *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
             again = _again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
-                           guard=guard)
+                           guard=guard, watch=watching)
             raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
         if not report.refused:
             where = "".join(" " + shlex.quote(o) for o in command_options or ())
