@@ -251,6 +251,15 @@ def test_it_never_raises_into_vllm(plugin, caplog):
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_served_config_of_another_shape_still_gets_its_one_line(plugin, caplog):
+    cfg = config(top=[3, 6, 7], v2=False)
+    watch = plugin().AcceptanceWatch(cfg)
+    del cfg.model_config.hf_text_config  # read only when judging: a release that renamed it
+    watch.record(step(8, 0), None)
+    (line,) = lines(caplog)
+    assert "first-position acceptance 0.00 after 8 drafts" in line and "the served config could not be read" in line
+
+
 def test_an_unreadable_data_file_makes_the_import_fail_as_vllm_skips_it(tmp_path):
     """vLLM's load_plugins_by_group logs an exception raised while loading a plugin and skips it."""
     (tmp_path / "patchkit_watch").mkdir()

@@ -314,8 +314,13 @@ class AcceptanceWatch(_Base):
             self._reset()
             return
         self._on = False
-        found = reading(self._data, self._config)
-        _LOG.warning("%s", message(self._data, found, self._drafts, self._per_pos, self._threshold))
+        try:
+            line = message(self._data, reading(self._data, self._config), self._drafts, self._per_pos, self._threshold)
+        except Exception as exc:  # noqa: BLE001 - a config of another shape: the figures alone, still one line
+            line = ("{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); the served config "
+                    "could not be read ({}: {}); next: 'patchkit doctor --model TARGET --draft DRAFT --python {}'".format(
+                        PREFIX, first, self._drafts, self._threshold, type(exc).__name__, exc, sys.executable))
+        _LOG.warning("%s", line)
 
     def log_engine_initialized(self):
         return None
