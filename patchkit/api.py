@@ -8,12 +8,12 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
 from patchkit.guard import guard as guard_mod
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
@@ -22,8 +22,6 @@ from patchkit.plan.revert_plan import plan_revert
 from patchkit.results import (
     ApplyReport,
     Check,
-    FileChange,
-    Outcome,
     PatchResult,
     Problem,
     RevertedFile,
@@ -32,11 +30,8 @@ from patchkit.results import (
     StatusReport,
     VerifyReport,
 )
-from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for, unfinished_check
-from patchkit.store.plugin_dist import plugin_interrupted, plugin_step
 from patchkit.store.preflight import cache_problem, import_problem
-from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
@@ -69,24 +64,43 @@ def _late_signal(what: str) -> None:
     """A signal that arrived after the last safe point: say so (the run itself completed)."""
     signum = interrupt.received()
     if signum is not None:
-        raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}",
-                          "'patchkit status' shows the install as it is")
+        raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}", "",
+                          NextStep(patchkit_argv("status"), "it shows the install as it is"))
 
 
 def _again(command: str, target: str, request: Request, force: bool, *, command_options: Sequence[str] | None = None,
-           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> str:
-    """The ``patchkit apply`` or ``patchkit revert`` command that repeats a run: its environment,
-    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``watch`` (the
-    ``--watch`` options given) options."""
-    parts = ["patchkit", command, *(["--target", target] if target != "vllm" else []), *(command_options or ())]
-    for pid in patch_ids or ():
-        parts += ["--patch", pid]
-    for arch in request.architectures:
-        parts += ["--arch", arch]
-    if request.model is not None:
-        parts += ["--model", os.path.abspath(request.model)]
-    parts += [*(["--force"] if force else []), *(["--guard"] if guard else []), *watch]
-    return " ".join(shlex.quote(p) for p in parts)
+           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> NextStep:
+    """The ``patchkit apply`` or ``patchkit revert`` step that repeats a run: its environment,
+    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``--watch`` options."""
+    argv = patchkit_argv(command, target=target if target != "vllm" else None, environment=command_options or (),
+                         patch_ids=patch_ids or (), architectures=request.architectures,
+                         model=os.path.abspath(request.model) if request.model is not None else None,
+                         force=force, guard=guard, extra=watch)
+    return NextStep(argv, f"again, to {command} the patches",
+                    effect=Effect.PATCHES if command == "apply" else Effect.RESTORES)
+
+
+def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
+    """The :class:`Interrupted` of a signal that stopped the guard's (``name``: or the watch's) step
+    after the vLLM files were committed.
+
+    The journal's own message (about the plugin's files only) would say "every file is as it was
+    before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
+    ``step`` is what the plugin was not (``installed``/``refreshed``/``removed``), ``then`` the
+    step that finishes the job.
+    """
+    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
+              "removed": ": it is still installed"}[step]
+    what = (f"patchkit's {name} was not {step} (its files were put back{stands})" if exc.put_back else
+            f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
+    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
+                                   f"{done}; {what}", "", then)
+
+
+def _guard_step(command_options: Sequence[str] | None, why: str, remove: bool = False, name: str = "guard") -> NextStep:
+    """``patchkit guard install`` (or ``remove``; ``name``: or ``watch``) with the environment options given."""
+    return NextStep(patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
+                    why, effect=Effect.GUARD if name == "guard" else Effect.WATCH)
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
@@ -135,8 +149,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
         RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`);
-            the install is inside a package cache (:func:`cache_problem`); ``watch`` on a release
-            without the stat-logger plugin group (:func:`patchkit.watch.watch.refusal`). Nothing written.
+            the install is inside a package cache (:func:`cache_problem`).
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -154,15 +167,15 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
     journal = journal_for(install, target)
     if dry_run:
         # Plan exactly what the real run will: from the files as its rollback will leave them.
-        overrides, rolled = journal.rolled_back_view()
-        report = _apply(install, journal.without_pending(), patches, dry_run=True, requested=requested,
-                        force=force, request=request, overrides=overrides, recovered=rolled,
-                        unfinished=journal.unfinished())
+        from patchkit.plan.run import dry_run as plan_dry_run  # lazy: libcst, imported only by commands that plan
+
+        report = plan_dry_run(install, chain_check=run_checks, target=target, patch_ids=patch_ids, request=request,
+                              force=force)
         if guard and not report.refused:
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
         if watch and not report.refused:
             report = replace(report, watch=watch_mod.would_install(install, watch_drafts, watch_threshold))
-        return report
+        return _with_steps(install, report, request, target, force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
@@ -173,17 +186,16 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
                             request=request, recovered=recovered, unfinished=unfinished)
         except Interrupted as exc:
-            if "every file is as it was before this run" not in exc.message:
+            if not exc.put_back:
                 raise
-            # the journal's hint says 'patchkit apply' again: repeat this run's options, --guard included
+            # the journal's step is a bare 'patchkit apply': repeat this run's options, --guard included
             watching = [*(["--watch"] if watch else []),
                         *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
                         *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
             again = _again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
                            guard=guard, watch=watching)
-            raise Interrupted(exc.signum, exc.message, f"run '{again}' again to apply the patches") from None
+            raise Interrupted(exc.signum, exc.message, "", again, put_back=True) from None
         if not report.refused:
-            where = "".join(" " + shlex.quote(o) for o in command_options or ())
             done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
                     if report.written else "the patches were applied already (nothing to write)")
             for name, had, want, sync in (
@@ -196,66 +208,43 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                         command_options=command_options))):
                 if not (had or want):
                     continue
-                found = plugin_step(name, sync, done, "refreshed" if had else "installed", where,
-                                     f"run 'patchkit {name} install{where}' to " + ("refresh it" if had else "install it"))
+                try:
+                    found = sync()
+                except Interrupted as exc:  # the vLLM files are written (committed) already: say so
+                    raise _guard_interrupted(exc, done, "refreshed" if had else "installed", _guard_step(
+                        command_options, "refresh it" if had else "install it", name=name), name) from None
+                except StateError as exc:  # the vLLM files are written (committed) already: say so
+                    raise StateError(f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
+                                     exc.hint, _guard_step(command_options, f"then, to write the {name}", name=name)
+                                     ) from exc
                 if found is not None:
                     report = replace(report, **{name: found})
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
+    return _with_steps(install, report, request, target, force)
+
+
+def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool) -> ApplyReport:
+    """``report`` with its next steps: after a write, verify and revert; after a refusal of one of several
+    ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
+    if report.written:
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"),
+                                           NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES)))
+    if report.refused and len(request.architectures) > 1 and request.model is None:
+        from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
+
+        return replace(report, next_steps=next_steps.without_refused(install, request, target, run_checks, force))
     return report
 
 
 def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
            force: bool, request: Request, overrides: dict[str, bytes] | None = None,
            recovered: list[str] = (), unfinished=None) -> ApplyReport:
-    """Plan, run the gates (requested patches, symlinks, RECORD drift and absence, the chain on the
-    planned bytes), decide every outcome once (:func:`patchkit.plan.outcomes.decide`), then write unless dry.
+    """:func:`patchkit.plan.run.plan_run` with verify's chain check (the one planner ``apply``, doctor and verify share)."""
+    from patchkit.plan.run import plan_run  # lazy: start-up, 'status' loads no planning chain
 
-    ``overrides``: bytes to plan from instead of the disk's (a dry run's view after rollback).
-    """
-    from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
-    from patchkit.plan import missing, outcomes  # lazy: start-up, 'status' loads no planning chain
-    from patchkit.plan.gates import gates  # lazy: start-up, 'status' loads no planning chain
-    from patchkit.plan.engine import plan as make_plan  # lazy: libcst, imported only by commands that rewrite
-    from patchkit.plan.selection import arch_selection  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
-
-    overrides = dict(overrides or {})
-    tree = SourceTree(install.site_packages, overrides=overrides)
-    contract = contract_mod.detect(tree)
-    from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
-
-    registry = Registry(tree)
-    check_requested(registry, request, str(install.version))
-    decided: tuple[PatchResult, ...] = ()
-    archs: tuple[str, ...] | None = None
-    types: tuple[str, ...] | None = None
-    if request and contract.protocol is not None:
-        # shapes are read from the files as they were before patchkit: an architecture patched
-        # already gets the same patches planned again (and they are "already applied")
-        pristine = arch_scope.pristine_tree(install, journal, overrides) if journal.entries else tree
-        patches, decided, archs, types = arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
-                                                         contract, request)
-    elif request:
-        patches = []
-        decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
-    order = {p.id: i for i, p in enumerate(patches)}
-    patches, gone, missing_files = missing.split(list(patches), tree, registry)
-    planned = make_plan(install, tree, contract, registry, journal, patches, decided)
-    results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order))) if gone else planned.results
-    vetoes, checked = gates(install, journal, planned, results, install_info(install, contract), requested=requested, force=force,
-                            overrides=overrides, archs=archs, types=types, missing_files=missing_files,
-                            chain_check=run_checks)
-    final = outcomes.decide(results, vetoes)
-    files = [
-        FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
-        for path, new in sorted(planned.changed.items())
-    ]
-    write = not dry_run and bool(planned.changed) and not any(r.outcome is Outcome.REFUSED for r in final)
-    if write:
-        journal.commit([PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
-                        for path, new in sorted(planned.changed.items())], str(install.version))
-    return ApplyReport(install_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
-                       verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files)
+    return plan_run(install, journal, patches, dry_run=dry_run, requested=requested, force=force, request=request,
+                    overrides=overrides, recovered=recovered, unfinished=unfinished, chain_check=run_checks)
 
 
 def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
@@ -306,7 +295,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
         except PatchkitError as exc:
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
-    return VerifyReport(install_info(install, contract), checks, runtime_error, journaled=patched)
+    info = install_info(install, contract)
+    steps: tuple[NextStep, ...] = ()
+    if any(c.failures() for c in checks):
+        from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
+
+        steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
+                 next_steps.for_verify(install, info, request, patched, "vllm", run_checks))
+    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps)
 
 
 def scan(install: Install) -> ScanReport:
@@ -359,7 +355,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     if not journal.entries and not journal.pending and not journal.leftovers():
         if request:
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
-                             f"{', '.join(request.architectures) or request.model}", "'patchkit status' shows it")
+                             f"{', '.join(request.architectures) or request.model}", "",
+                             NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
         if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
                 removed = guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None
@@ -382,7 +379,13 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
-            return RevertReport(info, files, refused=True)
+            from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
+
+            again = _again("revert", target, request, True)
+            steps = (replace(again, why="writes the originals over the edits (the edits are lost)"),
+                     next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
+                                          "then 'patchkit status' shows the journal settled"))
+            return RevertReport(info, files, refused=True, next_steps=steps)
         try:
             if narrow is not None:
                 keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
@@ -390,24 +393,26 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             elif restore or forget:
                 journal.restore(restore, forget=forget)
         except Interrupted as exc:
-            if not request or "every file is as it was before this run" not in exc.message:
+            if not request or not exc.put_back:
                 raise
-            # the journal's hint says 'patchkit revert' again, which would revert every patch: repeat --arch/--model
-            again = _again("revert", target, request, force)
-            raise Interrupted(exc.signum, exc.message, f"run '{again}' again to revert those patches") from None
+            # the journal's step is a bare 'patchkit revert', which would revert every patch: repeat --arch/--model
+            raise Interrupted(exc.signum, exc.message, "", _again("revert", target, request, force),
+                              put_back=True) from None
         # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
         done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
-        step = "refreshed" if refresh else "removed"
-        hint = ("run 'patchkit {} install' to refresh it" if refresh else
-                "run 'patchkit {} remove' to remove it (or 'patchkit revert' again)")
         guarded = watched = None
-        if guard_mod.installed(install):
-            guarded = plugin_step("guard", lambda: guard_mod.sync(install, journal, target=target) if refresh
-                                  else guard_mod.remove(install, locked=True), done, step, "", hint.format("guard"), applied=False)
-        if watch_mod.installed(install):
-            watched = plugin_step("watch", lambda: watch_mod.sync(install, journal) if refresh
-                                  else watch_mod.remove(install), done, step, "", hint.format("watch"), applied=False)
+        for name, mod in (("guard", guard_mod), ("watch", watch_mod)):
+            if not mod.installed(install):
+                continue
+            try:
+                found = (guard_mod.sync(install, journal, target=target) if name == "guard" else
+                         watch_mod.sync(install, journal)) if refresh else mod.remove(install)
+            except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
+                raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
+                                         _guard_step((), "refresh it", name=name) if refresh else
+                                         _guard_step((), "remove it", remove=True, name=name), name) from None
+            guarded, watched = (found, watched) if name == "guard" else (guarded, found)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False, guard=guarded, watch=watched)
@@ -461,9 +466,15 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         reapply = reapply_runs(replaced, journal, Registry(tree))
+    steps: tuple[NextStep, ...] = ()
+    if reapply:
+        from patchkit.plan import next_steps  # lazy: start-up, only after a reinstall or an upgrade
+
+        # the --model the guard's manifest recorded: status names the command the guard's line names
+        steps = next_steps.reapply(reapply, target=target, model=guard_mod.recorded_model(install))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, watch=watched, reapply=reapply)
+                        guard=guarded, watch=watched, reapply=reapply, next_steps=steps)
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

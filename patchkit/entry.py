@@ -37,8 +37,16 @@ def main() -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
     try:
-        from patchkit.ui.cli import main as cli_main  # lazy: the signal handlers go in before Typer and the CLI load
+        try:
+            from patchkit.ui.cli import main as cli_main  # lazy: the signal handlers go in before Typer and the CLI load
+        except ModuleNotFoundError as exc:
+            from patchkit.errors import missing_requirement  # lazy: only when a requirement of patchkit is missing
 
+            problem = missing_requirement(exc)
+            if problem is None:
+                raise
+            print(f"error: {problem.message}\nhint: {problem.hint}", file=sys.stderr)
+            sys.exit(int(problem.exit_code))
         cli_main()
     except _Starting as exc:
         for s in (signal.SIGINT, signal.SIGTERM):  # a second signal now changes nothing

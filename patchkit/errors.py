@@ -9,6 +9,10 @@ The CLI maps each to its exit code in one place (:func:`patchkit.ui.cli.main`).
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from patchkit.advice import NextStep, RunOptions
 
 
 class ExitCode(IntEnum):
@@ -37,15 +41,25 @@ class PatchkitError(Exception):
 
     Args:
         message: one line saying what is wrong.
-        hint: one line saying what to do about it.
+        hint: one line saying what to do about it (without the command of ``step``).
+        step: the command to run about it, as a value (:class:`patchkit.advice.NextStep`); the
+            CLI adds the running command's options to it (:meth:`hint_for`).
     """
 
     exit_code: ExitCode = ExitCode.ENVIRONMENT
 
-    def __init__(self, message: str, hint: str = "") -> None:
+    def __init__(self, message: str, hint: str = "", step: "NextStep | None" = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.step = step
+
+    def hint_for(self, options: "RunOptions | None" = None) -> str:
+        """The hint as shown: :attr:`hint`, then the step's line with ``options`` added (:meth:`NextStep.for_run`)."""
+        if self.step is None:
+            return self.hint
+        step = self.step.for_run(options) if options is not None else self.step
+        return "; ".join(part for part in (self.hint, step.line()) if part)
 
 
 class UsageError(PatchkitError):
@@ -71,7 +85,16 @@ class ConfigError(PatchkitError):
 
 
 class StateError(PatchkitError):
-    """patchkit's journal cannot be read or written."""
+    """patchkit's journal cannot be read or written.
+
+    Args:
+        cause: what went wrong without what is on disk now (``message`` adds that: "nothing was
+            written", "every file was put back"); defaults to ``message``.
+    """
+
+    def __init__(self, message: str, hint: str = "", step: "NextStep | None" = None, cause: str | None = None) -> None:
+        super().__init__(message, hint, step)
+        self.cause = message if cause is None else cause
 
 
 class RefusedError(PatchkitError):
@@ -86,14 +109,37 @@ class Interrupted(PatchkitError):
     Args:
         signum: the signal (``signal.SIGINT`` or ``signal.SIGTERM``); the exit code is
             ``128 + signum`` (130 or 143, :class:`ExitCode`).
-        message, hint: as :class:`PatchkitError`.
+        message, hint, step: as :class:`PatchkitError`.
+        put_back: every file the run had written was put back (the install is as before the run).
     """
 
-    def __init__(self, signum: int, message: str, hint: str = "") -> None:
-        super().__init__(message, hint)
+    def __init__(self, signum: int, message: str, hint: str = "", step: "NextStep | None" = None,
+                 put_back: bool = False) -> None:
+        super().__init__(message, hint, step)
         self.signum = signum
+        self.put_back = put_back
         self.exit_code = ExitCode.TERMINATED if signum == 15 else ExitCode.INTERRUPTED
 
 
 class ClusterError(PatchkitError):
     """``--ray``: Ray is not installed, or no Ray cluster answers at the address."""
+
+
+REQUIREMENTS = ("typer", "click", "rich", "libcst", "packaging")
+"""The import names of patchkit's requirements (``pyproject.toml``)."""
+
+
+def missing_requirement(exc: ModuleNotFoundError) -> PatchkitError | None:
+    """The error (exit 4) for a requirement of patchkit this interpreter cannot import, or None for another module.
+
+    ``python -m patchkit`` from a checkout's root imports the checkout's ``patchkit/`` with any
+    interpreter, also one where patchkit and its requirements are not installed.
+    """
+    import sys  # lazy: only when a requirement is missing
+
+    root = (exc.name or "").split(".")[0]
+    if root not in REQUIREMENTS:
+        return None
+    return PatchkitError(f"patchkit needs {root}, which {sys.executable} cannot import",
+                         f"install patchkit into that environment ({sys.executable} -m pip install /path/to/patchkit), "
+                         "or run the installed 'patchkit' script")

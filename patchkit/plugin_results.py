@@ -10,18 +10,23 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from patchkit.advice import NextStep
 from patchkit.errors import ExitCode
 
 
 def _plain(report: Any) -> dict[str, Any]:
-    """A report's fields as JSON-ready data: enums as their values, tuples as lists."""
-    out = asdict(report)
-    for key, value in out.items():
+    """A report's fields as JSON-ready data: enums as their values, tuples as lists, nested values too."""
+
+    def plain(value: Any) -> Any:
         if isinstance(value, Enum):
-            out[key] = value.value
-        elif isinstance(value, tuple):
-            out[key] = list(value)
-    return out
+            return value.value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(asdict(report))
 
 
 class GuardAction(str, Enum):
@@ -69,9 +74,11 @@ class GuardReport:
     problems: tuple[str, ...] = ()
     install_command: str = ""
     """The ``patchkit guard install`` command (environment options included) that rewrites it."""
+    next_steps: tuple[NextStep, ...] = ()
+    """``guard install`` with nothing to guard: the ``apply --guard`` that patches and guards."""
 
     def __post_init__(self) -> None:
-        for name in ("files", "watched", "architectures", "problems"):
+        for name in ("files", "watched", "architectures", "problems", "next_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
@@ -135,9 +142,11 @@ class WatchReport:
     problems: tuple[str, ...] = ()
     install_command: str = ""
     missing: str | None = None
+    next_steps: tuple[NextStep, ...] = ()
+    """With :attr:`WatchAction.NO_PLUGIN_GROUP`: the upgrade to a release that has the group."""
 
     def __post_init__(self) -> None:
-        for name in ("files", "architectures", "readers", "problems"):
+        for name in ("files", "architectures", "readers", "problems", "next_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property

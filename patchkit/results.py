@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from patchkit.advice import NextStep
 from patchkit.errors import ExitCode
+from patchkit.pending import PendingFile, PendingRun  # noqa: F401 - part of the result types (StatusReport.unfinished)
 
 if TYPE_CHECKING:
     from patchkit.plugin_results import GuardReport, WatchReport
@@ -51,8 +53,7 @@ class Coverage(str, Enum):
     NOTHING_TO_PATCH = "nothing to patch"
     """Native, or refused: apply would write nothing for it."""
 
-    __str__ = str.__str__  # printed as its value, as the plain string it replaces was
-    __format__ = str.__format__
+    __str__, __format__ = str.__str__, str.__format__  # printed as its value, as the plain string it replaces was
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,10 @@ class PatchResult:
         id: the patch id.
         outcome: see :class:`Outcome`.
         reason: one line explaining the outcome.
-        files: files (relative to site-packages) the patch changes or would change.
-        target: where it lands, ``file:line Class`` when resolved.
+        files: files (relative to site-packages) the patch changes or would change; target: where
+            it lands, ``file:line Class`` when resolved.
         note: a remark that does not change the outcome (an already applied file edited since), or None.
+        upgrade_to: not applicable here, but works from this vLLM release on (natively or patched), or None.
     """
 
     id: str
@@ -74,6 +76,7 @@ class PatchResult:
     files: tuple[str, ...] = ()
     target: str | None = None
     note: str | None = None
+    upgrade_to: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
@@ -169,9 +172,12 @@ class ApplyReport:
     """With ``--guard``, or when the guard is installed: what this run did with it (else None)."""
     watch: "WatchReport | None" = None
     """With ``--watch``, or when the acceptance watch is installed: what this run did with it (else None)."""
+    next_steps: tuple[NextStep, ...] = ()
+    """What to run next (:class:`~patchkit.advice.NextStep`): after a write, verify and revert; after a
+    refusal of one of several ``--arch``, the apply without it."""
 
     def __post_init__(self) -> None:
-        for name in ("patches", "files", "recovered", "missing_files"):
+        for name in ("patches", "files", "recovered", "missing_files", "next_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
@@ -200,6 +206,7 @@ class ApplyReport:
         out["refused"] = self.refused
         out["verify"] = self.verify.to_dict() if self.verify is not None else None
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
+        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -241,6 +248,8 @@ class VerifyReport:
     journaled: tuple = ()
     """Without ``--arch``/``--model``: the architectures the journal says an ``--arch``/``--model`` run
     patched (checked with the default set; ``apply`` patches them again only with ``--arch``)."""
+    next_steps: tuple[NextStep, ...] = ()
+    """When EAGLE-3 is not in effect: what to run (planned, :func:`patchkit.plan.next_steps.for_verify`)."""
 
     @property
     def ok(self) -> bool:
@@ -259,6 +268,7 @@ class VerifyReport:
         """JSON-ready form, with ``missing``: the labels and details of failing checks."""
         out = _plain(asdict(self))
         out["command"] = "verify"
+        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["ok"] = self.ok
         out["missing"] = [f"{c.label}: {c.detail}" for top in self.checks for c in top.failures()]
         return out
@@ -314,9 +324,12 @@ class RevertReport:
     """What the revert did with patchkit's guard (removed, refreshed), or None when it is not installed."""
     watch: "WatchReport | None" = None
     """What the revert did with the acceptance watch (removed, refreshed), or None when it is not installed."""
+    next_steps: tuple[NextStep, ...] = ()
+    """When refused: ``revert --force`` and the reinstall that also gives the release's bytes back."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "files", tuple(self.files))
+        object.__setattr__(self, "next_steps", tuple(self.next_steps))
 
     @property
     def exit_code(self) -> ExitCode:
@@ -327,6 +340,7 @@ class RevertReport:
         """JSON-ready form."""
         out = _plain(asdict(self))
         out["command"] = "revert"
+        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -345,65 +359,6 @@ class StatusEntry:
     vllm_version: str
     state: str
     applied_at: str
-
-
-@dataclass(frozen=True)
-class PendingFile:
-    """One file of an unfinished run.
-
-    Attributes:
-        path: relative to site-packages.
-        state: ``"written"`` (holds what the run was writing: the next apply or revert puts the
-            bytes it had before back), ``"not reached"`` (still as before the run: left alone),
-            ``"changed since"`` (neither: left alone) or ``"missing"``.
-    """
-
-    path: str
-    state: str
-
-
-@dataclass(frozen=True)
-class PendingRun:
-    """An ``apply`` or ``revert`` that stopped while writing (killed), as the journal records it.
-
-    Attributes:
-        operation: ``"apply"`` or ``"revert"``.
-        files: the files that run was writing, each with its state now.
-        leftovers: temporary files and unused copies it left (relative to site-packages);
-            the next apply or revert removes them.
-    """
-
-    operation: str
-    files: tuple[PendingFile, ...]
-    leftovers: tuple[str, ...] = ()
-
-    @property
-    def to_roll_back(self) -> list[str]:
-        """Files the next apply or revert puts back to their bytes from before that run."""
-        return [f.path for f in self.files if f.state == "written"]
-
-    @property
-    def unfinished(self) -> bool:
-        """True when a run stopped midway (not only leftovers to clean)."""
-        return bool(self.files)
-
-    def summary(self) -> str:
-        """One line: what stopped, which files it had written, and what the next apply or revert does."""
-        if not self.files:
-            return (f"{len(self.leftovers)} leftover file(s) of an interrupted run ({', '.join(self.leftovers)}); "
-                    "the next 'patchkit apply' or 'patchkit revert' removes them")
-        written = self.to_roll_back
-        wrote = (f"it had written {', '.join(written)}" if written else "it had not changed any file yet")
-        rest = [f"{f.path} ({f.state})" for f in self.files if f.state != "written"]
-        return (f"an earlier 'patchkit {self.operation}' stopped while writing: {wrote}"
-                + (f"; not written: {', '.join(rest)}" if rest else "")
-                + f". The next 'patchkit apply' or 'patchkit revert' first puts back the {len(written)} written "
-                f"file(s) to their bytes from before that {self.operation}, then runs as usual")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"operation": self.operation, "files": [asdict(f) for f in self.files],
-                "leftovers": list(self.leftovers), "to_roll_back": self.to_roll_back, "summary": self.summary()}
 
 
 @dataclass
@@ -429,11 +384,14 @@ class StatusReport:
     """When a reinstall or an upgrade replaced journaled files: the ``--arch`` option lists that patch
     them again (``()`` for the default set, ``("Glm4MoeForCausalLM",)`` for what an ``--arch``/``--model``
     run patched, from the journal's patch ids); empty when no file was replaced."""
+    next_steps: tuple = ()
+    """The ``apply`` runs :attr:`reapply` names, as :class:`~patchkit.advice.NextStep` values."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         out = _plain(asdict(self))
         out["command"] = "status"
+        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
 

@@ -65,7 +65,8 @@ def test_verify_hint_for_a_chosen_architecture_on_a_native_era_release(release, 
     assert result.exit_code == 1
     hint = [line for line in result.stdout.splitlines() if line.startswith("hint:")]
     assert hint == [f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM' "
-                    "(it says what it writes, or why it refuses)"], hint
+                    "(writes eagle3:Glm4MoeModel:capture, eagle3:Glm4MoeForCausalLM:interface; add --dry-run to see "
+                    "the diff)"], hint
     applied = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")  # and that command works
     assert applied.exit_code == 0
     assert cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM").exit_code == 0
@@ -186,7 +187,7 @@ def test_status_hint_repeats_the_python_given(release, cli, tmp_path):
     (site / DEEPSEEK).write_bytes(pristine)  # what a reinstall of the same version does
     result = cli("status", "--python", str(python))
     assert result.exit_code == 0
-    assert f"hint: run 'patchkit apply --target vllm --python {python}' again" in result.stdout
+    assert f"hint: run 'patchkit apply --target vllm --python {python}' (again for this release" in result.stdout
 
 
 # -- verify --runtime without torch -----------------------------------------------------------

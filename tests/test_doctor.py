@@ -150,11 +150,11 @@ def test_unpatched_0_17_1_names_the_apply_to_run_and_writes_nothing(release, cli
     assert code == 1 and report["ready"] is False and report["verdict"] == "not ready"
     assert snapshot(sp) == before  # doctor (and its apply dry run) wrote nothing
     # apply --model: the command that fixes this target (a plain apply writes only the shipped set)
-    expected = shlex.join(["patchkit", "apply", "--target", "vllm", "--model", str(model.resolve()),
-                           "--site-packages", str(sp)])
+    expected = shlex.join(["patchkit", "apply", "--target", "vllm", "--site-packages", str(sp),
+                           "--model", str(model.resolve())])
     assert report["apply_command"] == expected
     assert report["apply_patches"] == ALL_PATCHES
-    assert report["actions"][0].startswith(f"run: {expected}")
+    assert report["actions"][0].startswith(f"run '{expected}' (writes ")
 
     allow = check(report, "EAGLE-3 start-up check admits text model type kimi_k2")
     assert allow["ok"] is False and "aux_hidden_states_supported" in allow["detail"]
@@ -169,7 +169,7 @@ def test_unpatched_0_17_1_names_the_apply_to_run_and_writes_nothing(release, cli
 
     text = cli("doctor", "--model", str(model), "--site-packages", str(sp))
     assert text.exit_code == 1
-    assert "verdict: not ready" in text.stdout and "next: run: patchkit apply --target vllm" in text.stdout
+    assert "verdict: not ready" in text.stdout and "next: run 'patchkit apply --target vllm" in text.stdout
 
     # the suggested command is the fix
     code, _ = cli.json(*shlex.split(expected)[1:])
@@ -185,8 +185,8 @@ def test_apply_suggestion_uses_the_python_option_given(release, cli, tmp_path):
     sp = release("0.16.0")
     model = checkpoint(tmp_path, "ds", DEEPSEEK_V3)
     report = run_doctor(from_site_packages(sp), model, command_options=["--python", "/opt/serve/bin/python"])
-    assert report.apply_command == shlex.join(["patchkit", "apply", "--target", "vllm", "--model", str(model.resolve()),
-                                               "--python", "/opt/serve/bin/python"])
+    assert report.apply_command == shlex.join(["patchkit", "apply", "--target", "vllm", "--python", "/opt/serve/bin/python",
+                                               "--model", str(model.resolve())])
     assert report.to_dict()["apply_command"] == report.apply_command
 
 

@@ -234,7 +234,7 @@ def test_every_hint_repeats_the_environment_options(release, cli, tmp_path, monk
     where = f"--site-packages {sp}"
     result = cli("apply", "--site-packages", str(sp))
     assert result.exit_code == 130, result.stdout + result.stderr
-    assert f"run 'patchkit apply {where}' again" in " ".join(result.stderr.split())
+    assert f"run 'patchkit apply {where}' (again, to apply the patches)" in " ".join(result.stderr.split())
     calls["n"] = 0
     code, data = cli.json("apply", "--site-packages", str(sp))
     monkeypatch.setattr(journal_mod, "write_atomic", real)

@@ -348,7 +348,7 @@ def test_a_guard_that_cannot_be_written_says_the_patches_were_applied(release, c
     assert result.exit_code == 4
     assert "error: the patches were applied, but patchkit's guard was not written (" in result.stderr
     assert "nothing was written" not in result.stderr
-    assert f"then run 'patchkit guard install --site-packages {site}'" in result.stderr
+    assert f"run 'patchkit guard install --site-packages {site}' (then, to write the guard)" in result.stderr
     code, data = cli.json("status", "--site-packages", str(site))
     assert [e["state"] for e in data["entries"]] == ["patched"] and data["guard"] is None
     assert not list(site.glob("patchkit_guard-*"))

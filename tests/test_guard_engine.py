@@ -10,7 +10,9 @@ the guard's decision does not depend on them) is started in a fresh subprocess e
 
 1. patched: it starts and generates;
 2. the patched file replaced by the release's bytes (a simulated upgrade; the bytes RECORD lists):
-   the next start stops in the engine core with the guard's line;
+   the next start stops in the front end, before any engine core starts, with the guard's line as
+   the last line, once and without a traceback, with the engine core in its own process and in
+   the front end's (``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
 3. the same, without a speculative config: it starts (the guard logs its line and does not stop);
 4. the ``patchkit apply`` the line names patches it again: it starts;
 5. ``patchkit revert`` removes the guard: the entry point is gone from the venv.
@@ -73,13 +75,18 @@ print("PATCHKIT-ENGINE-STARTED", json.dumps(list(out[0].outputs[0].token_ids)))
 """
 
 
-def start(python: Path, models: Path, eagle: bool) -> subprocess.CompletedProcess:
-    """Start vLLM's engine once in a fresh process; returns it finished (stdout and stderr together)."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+def start(python: Path, models: Path, eagle: bool, in_process: bool = False) -> subprocess.CompletedProcess:
+    """Start vLLM's engine once in a fresh process; returns it finished, stdout and stderr merged in
+    ``stdout`` in the order written (``stderr`` is ""). ``in_process``: the engine core runs in this
+    process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1"}
     env.pop("VLLM_PLUGINS", None)
-    return subprocess.run([str(python), "-c", textwrap.dedent(ENGINE), str(models / "target"), str(models / "draft"),
-                           "eagle3" if eagle else "none"], capture_output=True, text=True, env=env, timeout=900,
-                          cwd=models)
+    done = subprocess.run([str(python), "-c", textwrap.dedent(ENGINE), str(models / "target"), str(models / "draft"),
+                           "eagle3" if eagle else "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=env, timeout=900, cwd=models)
+    done.stderr = ""
+    return done
 
 
 def record_digest(site: Path, relpath: str) -> str:
@@ -115,14 +122,19 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
         release_bytes = journal.original(journal.entries[GEMMA3])
         assert hashlib.sha256(release_bytes).hexdigest() == record_digest(site, GEMMA3)
         (site / GEMMA3).write_bytes(release_bytes)
-        stopped = start(python, models, eagle=True)
-        output = stopped.stdout + stopped.stderr
-        assert stopped.returncode != 0 and "PATCHKIT-ENGINE-STARTED" not in stopped.stdout
         line = (f"patchkit guard: vLLM 0.32.0: {GEMMA3} no longer holds the bytes patchkit wrote, so EAGLE-3 is not "
                 f"in effect for Gemma3ForCausalLM; run 'patchkit apply --target vllm --python {python} "
                 f"--model {models / 'target'}' (stopped: this process serves Gemma3ForCausalLM with EAGLE-3)")
-        assert line in output, output[-4000:]
-        assert "GuardStop" in output  # raised in the engine core's load_general_plugins, before the model
+        # both ways: the engine core in its own process, and in the front end's (issue 25: the guard
+        # missed the in-process engine core, whose plugin call vLLM makes once per process, without a config)
+        for in_process in (False, True):
+            stopped = start(python, models, eagle=True, in_process=in_process)
+            output = stopped.stdout
+            assert stopped.returncode == 1 and "PATCHKIT-ENGINE-STARTED" not in output, output[-4000:]
+            lines = [x for x in output.splitlines() if x.strip()]
+            assert lines[-1] == line, (in_process, output[-4000:])  # the last line the user sees, alone
+            assert output.count("patchkit guard:") == 1, (in_process, output[-4000:])  # once, no traceback
+            assert "Traceback" not in output and "EngineCore" not in output, (in_process, output[-4000:])
 
         # 3. without EAGLE-3 the same install starts: the guard names the file and lets it run
         plain = start(python, models, eagle=False)

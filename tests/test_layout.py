@@ -1,6 +1,6 @@
 """The house keeps its layers: an import-graph check of ``patchkit/`` (issue 19), read with ``ast`` alone.
 
-The layering rule (the session brief, ``/work/team/BRIEF.md``), one test per rule:
+The layering rule (docs/development.md, "The layering rule"), one test per rule:
 
 1. A module imports only from its own group or from strictly lower ranks (:data:`RANKS`); the
    same-rank siblings (``store``/``codemods``, ``rehearse``/``guard``) do not import each other.
@@ -38,7 +38,7 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt")
+BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending")
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""
@@ -53,7 +53,7 @@ RANKS: dict[str, int] = {
     "ui": 7,
     "top": 8,
 }
-"""Rank of each group, as the brief lists them: a group imports only itself and lower ranks."""
+"""Rank of each group, as docs/development.md lists them: a group imports only itself and lower ranks."""
 
 MAX_LINES = 500
 """The issue's "no module over about 500 lines", taken as exactly 500."""
@@ -490,3 +490,16 @@ def test_an_unmarked_test_runs_with_the_network_shut():
         server.listen()
         with socket.create_connection(server.getsockname(), timeout=5):
             pass
+
+
+def test_the_tests_cite_their_rules_from_the_repository():
+    """Issue 25: this file cited its layering rule from a file outside the repository, by an absolute
+    path (the session's brief). A rule a test enforces is cited from the repository: the rule is
+    docs/development.md's "The layering rule", which must exist there."""
+    root = PACKAGE.parent
+    outside = [f"{path.relative_to(root)}:{n}" for path in sorted((root / "tests").glob("*.py"))
+               for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+               if re.search(r"(?<![\w.])/wor[k]/", text)]
+    assert not outside, f"absolute paths outside the repository: {outside}"
+    assert "docs/development.md" in (__doc__ or "")
+    assert "## The layering rule" in (root / "docs" / "development.md").read_text(encoding="utf-8")

@@ -253,7 +253,7 @@ def test_a_signal_whose_rollback_fails_names_the_files_and_the_command_that_fini
     assert caught.value.exit_code == 130
     assert "wrote vllm/config/speculative.py, vllm/model_executor/models/deepseek_v2.py and could not put every file back" \
         in caught.value.message
-    assert "run 'patchkit revert' (or 'patchkit apply') to finish" in caught.value.hint
+    assert "run 'patchkit revert' (it puts them back first" in caught.value.hint_for()
     monkeypatch.setattr(journal_mod, "write_atomic", real)
     code, status = cli.json("status", "--site-packages", str(sp))
     assert sorted(status["unfinished"]["to_roll_back"]) == ["vllm/config/speculative.py",

@@ -343,7 +343,8 @@ def test_watch_install_status_verify_remove_and_revert_leave_the_release_byte_fo
     node = next(c for c in verified["checks"] if c["kind"] == "watch")
     assert node["ok"] is None and "entry point vllm.stat_logger_plugins" in node["detail"]
     # an edited watch file: verify fails and names the command that rewrites it
-    (site / "patchkit_watch" / "watch.json").write_text("{}\n")
+    with (site / "patchkit_watch" / "watch.py").open("a") as fh:
+        fh.write("# edited\n")
     broken = cli("verify", "--site-packages", str(site))
     assert broken.exit_code == 1 and f"run 'patchkit watch install --site-packages {site}'" in broken.stdout
     assert cli("watch", "install", "--site-packages", str(site)).exit_code == 0

@@ -102,3 +102,45 @@ def test_wheel_install_applies_on_a_real_release(wheel, release, tmp_path):
     verified = subprocess.run([str(venv / "bin" / "python"), "-m", "patchkit", "verify", "--site-packages", str(sp)],
                               capture_output=True, text=True, cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout
+
+
+@pytest.mark.release
+def test_from_a_checkouts_root_verify_and_doctors_advice_work(wheel, release, tmp_path):
+    """Issue 25: from the root of a checkout, ``python -m patchkit`` imports the checkout's ``patchkit/``
+    (``-m`` puts the current folder first on ``sys.path``), which has no ``patchkit.patches``: verify
+    crashed with a traceback and exit 1 ("not in effect"), and doctor, which planned through a child
+    ``python -m patchkit``, said "could not plan on this install". Seen failing before the fix."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)], check=True)
+    python = str(venv / "bin" / "python")
+    sp = release("0.17.1")
+
+    verified = subprocess.run([python, "-m", "patchkit", "verify", "--site-packages", str(sp)],
+                              capture_output=True, text=True, cwd=REPO)
+    assert verified.returncode == 1 and "Traceback" not in verified.stderr, verified.stderr[-2000:]
+    assert "EAGLE-3 is not in effect" in verified.stdout
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+                                                    "num_hidden_layers": 61, "hidden_size": 7168}))
+    doctor = subprocess.run([python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp),
+                             "--json"], capture_output=True, text=True, cwd=REPO)
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 1 and report["apply_command"], report["actions"]
+    argv = report["next_steps"][0]["argv"]
+    assert argv[:2] == ["patchkit", "apply"]
+    applied = subprocess.run([python, "-m", *argv], capture_output=True, text=True, cwd=REPO)  # the advice, as printed
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    again = subprocess.run([python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp)],
+                           capture_output=True, text=True, cwd=REPO)
+    assert again.returncode == 0 and "verdict: ready" in again.stdout, again.stdout
+
+    # an interpreter without patchkit's requirements: one line and a hint, exit 4 (never 1, never a traceback)
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    crashed = subprocess.run([str(bare / "bin" / "python"), "-m", "patchkit", "verify"], capture_output=True, text=True,
+                             cwd=REPO)
+    assert crashed.returncode == 4 and "Traceback" not in crashed.stderr, crashed.stderr
+    assert crashed.stderr.splitlines()[0].startswith("error: patchkit needs ")

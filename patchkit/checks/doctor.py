@@ -11,7 +11,10 @@ them against the installed vLLM's files, read statically:
 3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.checks.verify`;
    "patched by patchkit" with the journaled patches of this architecture, before "natively"), and if
    not, the command that fixes this target on this release: ``patchkit apply --target vllm --model
-   DIR`` with the environment options given (0.10.2 - 0.33.0; planned by a dry run of that command);
+   DIR`` with the environment options given (0.10.2 - 0.33.0), planned in this process by the
+   planner ``apply`` uses (:func:`patchkit.plan.run.dry_run`) and advised from its outcomes
+   (:func:`patchkit.plan.next_steps.after_dry_run`); an architecture vLLM serves through its
+   Transformers backend is checked as that route (:mod:`patchkit.vllm.transformers_backend`);
 4. for a multimodal target, the EAGLE proposer's image-token mapping, and whether the proposer can
    load a draft through the target's ``get_language_model()`` (:mod:`patchkit.vllm.loadpath`);
 5. the draft (:mod:`patchkit.checks.drafts`): the class vLLM builds for it, whether this release loads
@@ -20,7 +23,7 @@ them against the installed vLLM's files, read statically:
    ``--pipeline-parallel-size``, and the draft's input width.
 
 It returns a :class:`DoctorReport` (checks as :class:`~patchkit.results.Check` trees, a verdict,
-next actions and warnings) and never prints.
+next steps as :class:`~patchkit.advice.NextStep` values and warnings) and never prints.
 
 Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.drafts` for the
 vLLM facts behind each):
@@ -37,94 +40,33 @@ from __future__ import annotations
 
 import json as _json
 import shlex
-import subprocess
-import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.checks import verify as verify_mod
+from patchkit.checks.doctor_report import DoctorReport
 from patchkit.checks.drafts.checklist import draft_checks, final_layer_capture
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.errors import ConfigError, UsageError
-from patchkit.plan import arch_scope
+from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.request import Request
 from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
-from patchkit.results import Check, InstallInfo, Outcome
+from patchkit.results import Check, Outcome
 from patchkit.store.journal import journal_for, unfinished_check
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm import loadpath
 from patchkit.vllm import platforms
 from patchkit.vllm.chain import kinds, links
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
-from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, Contract, NoAllowList, admits, is_multimodal, read_allow_list
+from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, SETTER as SETTER_NAME, Contract, NoAllowList, admits, is_multimodal, read_allow_list
 from patchkit.vllm.drafts import read_release
 from patchkit.vllm.install import Install
 from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree
-
-
-# -- results ---------------------------------------------------------------------------------
-
-
-@dataclass
-class DoctorReport:
-    """Result of :func:`doctor`.
-
-    Attributes:
-        install: the vLLM install checked against.
-        target: facts about the target checkpoint.
-        draft: facts about the draft, or None when no draft was given.
-        checks: the checklist, one :class:`Check` tree per item.
-        actions: what to do next, one line each (empty when ready).
-        apply_command: the exact ``patchkit apply --target vllm --model DIR ...`` command that fixes
-            the vLLM side for this target, or None.
-        apply_patches: the patches that command would write.
-        warnings: what may be wrong without failing the verdict, one line each.
-    """
-
-    install: InstallInfo
-    target: TargetFacts
-    draft: DraftFacts | None
-    checks: list[Check]
-    actions: list[str] = field(default_factory=list)
-    apply_command: str | None = None
-    apply_patches: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def ready(self) -> bool:
-        """True when no check fails."""
-        return not any(c.failures() for c in self.checks)
-
-    @property
-    def verdict(self) -> str:
-        """``"ready"`` or ``"not ready"``."""
-        return "ready" if self.ready else "not ready"
-
-    @property
-    def missing(self) -> list[str]:
-        """``"label: detail"`` of every failing check."""
-        return [f"{c.label}: {c.detail}" for top in self.checks for c in top.failures()]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the ``--json`` schema)."""
-        return {
-            "command": "doctor",
-            "install": asdict(self.install),
-            "ready": self.ready,
-            "verdict": self.verdict,
-            "target": self.target.to_dict(),
-            "draft": self.draft.to_dict() if self.draft else None,
-            "checks": [asdict(c) for c in self.checks],
-            "missing": self.missing,
-            "actions": self.actions,
-            "apply_command": self.apply_command,
-            "apply_patches": self.apply_patches,
-            "warnings": self.warnings,
-        }
+from patchkit.vllm.transformers_backend import BackendRoute, backend_route
 
 
 # -- doctor ----------------------------------------------------------------------------------
@@ -164,16 +106,20 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
-    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native)
+    info = contract_mod.install_info(install, contract)
     facts = _target_facts(target_cfg, tree, registry)
-    actions: list[str] = []
+    route = backend_route(tree, contract, facts.resolution) if facts.resolution is not None else None
+    options = tuple(command_options) if command_options else ("--site-packages", str(install.site_packages))
+    actions: list[NextStep | str] = []  # a str: an edit only the user can make (the draft checks' advice)
 
     model_dir = target_cfg.path.parent
     patched = _patched_ids(install, distribution, facts, model_dir, contract)
-    target_check = _target_check(facts, install, distribution, actions)
+    target_check = _target_check(facts, install, distribution, actions, route, options)
     allow_check = _allow_list_check(facts, tree, contract)
-    effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, actions, patched)
+    if route is not None and route.declares:
+        effect_check, chain = _backend_check(facts, route, install, pipeline_parallel_size, actions), None
+    else:
+        effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, actions, patched)
     proposer_check = _proposer_check(facts, tree, target_cfg.data)
     checks = [target_check, allow_check, effect_check, proposer_check]
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
@@ -183,7 +129,9 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     if pending is not None:  # the files are a mix of two runs until the next apply or revert
         checks.insert(0, pending)
         if pending.ok is False:
-            actions.append("finish the unfinished patchkit run: 'patchkit apply' (or 'patchkit revert') puts its files back first")
+            actions.append(NextStep(patchkit_argv("apply", target=distribution, environment=options),
+                                    "finish the unfinished patchkit run: apply puts its files back first",
+                                    effect=Effect.PATCHES))
 
     draft_facts = None
     warnings: list[str] = []
@@ -192,14 +140,20 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
                            pipeline_parallel_size, actions, warnings)
         draft_facts, more = draft_checks(draft_cfg, ctx)
         checks += more
+        if route is not None and route.declares and route.id_zero_breaks and 0 in (draft_facts.aux_layer_ids or ()):
+            checks.append(Check("aux id 0 through vLLM's Transformers backend", False,
+                                f"the backend's {SETTER_NAME}() indexes layer - 1, so id 0 (the embedding output) fails "
+                                "when the draft loads (KeyError: -1)", route.location))
+            actions.append("use a draft whose aux layer ids are 1 or more (the backend cannot capture id 0)")
     else:
         checks.append(Check("EAGLE-3 draft", None, "no --draft given: draft architecture, aux layer ids and width not checked"))
 
-    report = DoctorReport(info, facts, draft_facts, checks, actions, warnings=warnings)
+    steps = [a if isinstance(a, NextStep) else NextStep((), a, effect=Effect.EDIT) for a in actions]
+    report = DoctorReport(info, facts, draft_facts, checks, steps, warnings=warnings)
     vllm_side = [allow_check, effect_check, proposer_check]
     if (facts.cls is not None and contract.protocol is not None and load_check is None
             and any(c.failures() for c in vllm_side)):
-        _suggest_apply(report, install, distribution, command_options, model_dir)
+        _suggest_apply(report, install, distribution, options, model_dir)
     return report
 
 
@@ -257,7 +211,8 @@ def _target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -
     return facts
 
 
-def _target_check(facts: TargetFacts, install: Install, distribution: str, actions: list[str]) -> Check:
+def _target_check(facts: TargetFacts, install: Install, distribution: str, actions: list,
+                  route: BackendRoute | None, options: Sequence[str]) -> Check:
     if not facts.architectures:
         actions.append("the target's config.json must list its architecture (\"architectures\": [...])")
         return Check("target architecture", False, "config.json lists no architectures", facts.config)
@@ -267,17 +222,24 @@ def _target_check(facts: TargetFacts, install: Install, distribution: str, actio
         known = next((p for p in load_patches(distribution)
                       if isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures), None)
         if known is not None:  # an architecture patchkit knows, from a later vLLM release
-            actions.append(f"vLLM {install.version} has no {known.target.architecture}: patchkit's {known.id} is for "
-                           f"vLLM {known.vllm}, and later releases support it natively; upgrade vLLM")
+            first = next_steps.first_release(known)
+            actions.append(next_steps.upgrade(install.distribution, first,
+                                              f"vLLM {install.version} has no {known.target.architecture}: patchkit's "
+                                              f"{known.id} is for vLLM {known.vllm}, and later releases support it natively"))
         else:
-            actions.append(
-                "use a checkpoint whose config.json names a native vLLM architecture (Kimi-K2 text checkpoints list "
-                "DeepseekV3ForCausalLM, Kimi-K2.5 lists KimiK25ForConditionalGeneration); "
-                "'patchkit resolve NAME' shows how this vLLM resolves a name")
+            actions.append(NextStep(
+                patchkit_argv("resolve", environment=options, extra=(facts.architectures[0],)),
+                "it shows how this vLLM resolves the name; use a checkpoint whose config.json names a native vLLM "
+                "architecture (Kimi-K2 text checkpoints list DeepseekV3ForCausalLM, Kimi-K2.5 lists "
+                "KimiK25ForConditionalGeneration)", exit_code=1))
         return Check(
             f"target architecture {names}", False,
             f"not a native model: not in vLLM {install.version}'s model registry, so vLLM would load it through its "
             "Transformers backend (trust_remote_code) and no edit of vLLM's model files reaches it")
+    if route is not None and route.declares:
+        return Check(f"target architecture {facts.architecture}", True,
+                     f"served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}): no native model "
+                     "file, nothing for patchkit to patch; the backend declares SupportsEagle3", route.location)
     if r.transformers_backend:
         return Check(f"target architecture {facts.architecture}", False,
                      f"the registry maps it to vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}): "
@@ -330,7 +292,9 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     if cls is None or facts.resolution is None or facts.resolution.transformers_backend:
         return Check(label, None, "not checked: the target is not a native vLLM model"), None
     if contract.protocol is None:
-        actions.append("upgrade vLLM: EAGLE-3 needs vLLM >= 0.10.2 (DeepSeek/Kimi-K2.5 natively from 0.18.0)")
+        actions.append(next_steps.upgrade(install.distribution, contract_mod.EAGLE3_FIRST,
+                                          f"EAGLE-3 needs vLLM >= {contract_mod.EAGLE3_FIRST} "
+                                          f"(DeepSeek/Kimi-K2.5 natively from {contract_mod.NATIVE_FROM})"))
         return Check(label, False, contract_mod.no_protocol(install.version)), None
     # the whole chain (capture included) is checked for the classes patchkit's patches serve: the
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
@@ -343,7 +307,7 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
         if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support
             node.detail = f"patched by patchkit ({', '.join(patched)})"
         elif contract.native:
-            node.detail = f"natively (EAGLE-3 contract {contract.era}, vLLM >= 0.18.0)"
+            node.detail = f"natively (EAGLE-3 contract {contract.era}, vLLM >= {contract_mod.NATIVE_FROM})"
         else:
             node.detail = f"this release supports it (contract {contract.era})"
     else:
@@ -400,61 +364,67 @@ def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, 
     fault = loadpath.bare_language_model(tree, registry, cls)
     if fault is None:
         return None
-    actions.append(f"EAGLE-3 with {cls.name} cannot work on vLLM {install.version} (the proposer fails to load any draft); "
-                   f"patchkit does not patch it here: upgrade to vLLM >= {loadpath.FIRST_FIXED}")
+    actions.append(next_steps.upgrade(install.distribution, loadpath.FIXED_IN.get(cls.name, loadpath.FIRST_FIXED),
+                                      f"EAGLE-3 with {cls.name} cannot work on vLLM {install.version} (the proposer fails "
+                                      "to load any draft) and patchkit does not patch it here", fault.proposer_at))
     return Check("EAGLE proposer loads a draft for this target", False, fault.reason(), fault.proposer_at)
+
+
+# -- the Transformers backend ----------------------------------------------------------------
+
+
+def _backend_check(facts: TargetFacts, route: BackendRoute, install: Install, pipeline_parallel_size: int,
+                   actions: list) -> Check:
+    """EAGLE-3 through vLLM's Transformers backend (:mod:`patchkit.vllm.transformers_backend`): its own support, and its limits."""
+    label = f"EAGLE-3 in effect for {facts.architecture} (vLLM's Transformers backend)"
+    if route.usable is False:
+        actions.append(NextStep((), f"install a transformers the backend can use ({route.limits()}) in the serving "
+                                    "environment", route.location, Effect.EDIT))
+        return Check(label, False, route.reason(), route.location)
+    if pipeline_parallel_size > 1 and not route.over_pp:
+        actions.append(f"serve {facts.architecture} with --pipeline-parallel-size 1: the Transformers backend has no "
+                       "pipeline-parallel transport of aux states")
+        return Check(label, False, f"{route.reason()}; with --pipeline-parallel-size {pipeline_parallel_size} the aux "
+                                   "states of earlier stages never reach the draft", route.location)
+    return Check(label, route.usable, route.reason(), route.location)
 
 
 # -- the apply suggestion --------------------------------------------------------------------
 
 
-def _suggest_apply(report: DoctorReport, install: Install, distribution: str,
-                   command_options: Sequence[str] | None, model_dir: Path) -> None:
-    """Dry-run ``patchkit apply --model DIR`` for this target and phrase the next step.
+def _suggest_apply(report: DoctorReport, install: Install, distribution: str, options: Sequence[str],
+                   model_dir: Path) -> None:
+    """Plan ``patchkit apply --model DIR`` for this target, in this process, and put its next step first.
 
     The command suggested is the one that fixes THIS target on THIS release: ``apply --model DIR``
     plans the patches of the checkpoint's own architectures and model type (the shipped
     DeepSeek/Kimi set for those, :func:`patchkit.plan.selection.arch_selection`), on every release with the
     EAGLE-3 contract (0.10.2 - 0.33.0); a plain ``apply`` writes only the shipped set. The command
-    repeats ``command_options`` (the environment options given), so run as printed it patches the
-    install doctor checked.
-
-    The dry run is planned in a child ``python -m patchkit`` process: planning needs libcst, and
-    doctor, a read-only command, never imports it itself.
+    repeats ``options`` (the environment options given, else ``--site-packages``), so run as
+    printed it patches the install doctor checked. It is planned by :func:`patchkit.plan.run.dry_run`,
+    the planner ``apply`` itself uses (libcst is imported then, only when doctor is not ready),
+    and the step is :func:`patchkit.plan.next_steps.after_dry_run` of that plan.
     """
+    from patchkit.plan.run import dry_run  # lazy: libcst, only when the vLLM side fails and doctor plans the fix
+
     folder = str(Path(model_dir).resolve())
-    options = list(command_options) if command_options else ["--site-packages", str(install.site_packages)]
-    command = shlex.join(["patchkit", "apply", "--target", distribution, "--model", folder, *options])
+    argv = patchkit_argv("apply", target=distribution, environment=options, model=folder)
     if not (Path(model_dir) / "config.json").is_file():  # --model takes the folder of a config.json
-        report.actions.insert(0, f"'patchkit apply --model' reads DIR/config.json: copy {report.target.config} to "
-                                 f"DIR/config.json, then run: " + shlex.join(["patchkit", "apply", "--target", distribution,
-                                                                               "--model", "DIR", *options]))
+        report.next_steps.insert(0, NextStep((), f"'patchkit apply --model' reads DIR/config.json: copy "
+                                                 f"{report.target.config} to DIR/config.json, then run: "
+                                                 + shlex.join(patchkit_argv("apply", target=distribution,
+                                                                            environment=options, model="DIR")),
+                                             report.target.config, Effect.EDIT))
         return
-    dry = shlex.join(["patchkit", "apply", "--dry-run", "--target", distribution, "--model", folder, *options])
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--dry-run", "--json", "--target", distribution,
-                           "--model", folder, "--site-packages", str(install.site_packages)],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    try:
-        planned = _json.loads(proc.stdout)["patches"]
-    except (ValueError, KeyError, TypeError):
-        report.actions.insert(0, f"'{dry}' could not plan on this install; run it to see why")
-        return
-    refused = [p for p in planned if p["outcome"] == Outcome.REFUSED.value]
-    would = [p["id"] for p in planned if p["outcome"] == Outcome.APPLIED.value]
-    if refused:
-        report.actions.insert(0, f"'{command}' would refuse on this install ({refused[0]['id']}: {refused[0]['reason']}); "
-                                 f"'{dry}' shows why")
-        return
-    if not would:
-        done = [p["id"] for p in planned if p["outcome"] == Outcome.ALREADY_APPLIED.value]
+    planned = dry_run(install, chain_check=verify_mod.verify, target=distribution, request=Request(model=Path(folder)))
+    steps = next_steps.after_dry_run(planned, argv)
+    if not steps:
+        done = [p.id for p in planned.patches if p.outcome is Outcome.ALREADY_APPLIED]
         why = (f"its patches for this target are applied already ({', '.join(done)}), and the items above still fail"
                if done else "it plans no patch for the failing items above")
-        report.actions.insert(0, f"'{command}' writes nothing here: {why}; patchkit cannot fix them on vLLM {install.version}")
-        return
-    report.apply_command = command
-    report.apply_patches = would
-    report.actions.insert(0, f"run: {command}  (writes {', '.join(would)}; "
-                             "'--dry-run' shows the diff), then run doctor again")
+        steps = (NextStep((), f"'{shlex.join(argv)}' writes nothing here: {why}; patchkit cannot fix them on vLLM "
+                              f"{install.version}", effect=Effect.EDIT),)
+    report.next_steps[0:0] = list(steps)
 
 
 __all__ = ["CheckpointConfig", "DoctorReport", "DraftFacts", "TargetFacts", "doctor", "read_config", "text_config"]

@@ -14,14 +14,14 @@ from patchkit.plan.arch_patches import PatchKind, parse_id
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.install import Install
 from patchkit.store.journal import Journal
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.registry import TARGET_GROUPS, Registry
 from patchkit.results import InstallInfo
+from patchkit.vllm.contract import install_info
 from patchkit.vllm.shapes import State, classify
 from patchkit.vllm.source import SourceTree
 
-GROUPS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
-"""The registry dicts scanned: text generation and multimodal models (vLLM 0.10.2 - 0.33.0,
-``model_executor/models/registry.py``); pooling, embedding and draft models are not EAGLE-3 targets."""
+GROUPS = TARGET_GROUPS
+"""The registry dicts scanned (:data:`patchkit.vllm.registry.TARGET_GROUPS`)."""
 
 
 @dataclass(frozen=True)
@@ -80,5 +80,4 @@ def scan(install: Install) -> ScanReport:
             state = State.PATCHED
         rows.append(ScanRow(arch, group, shape.cls.name if shape.cls else None, state.value,
                             shape.shape.value if shape.shape else None, shape.reason, shape.location))
-    info = InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description)
-    return ScanReport(info, tuple(rows))
+    return ScanReport(install_info(install, contract), tuple(rows))

@@ -21,6 +21,7 @@ from patchkit.vllm.contract import Contract, Era, NoAllowList, admits, read_allo
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import ArchShape, State, classify
 from patchkit.vllm.source import SourceTree
+from patchkit.vllm.transformers_backend import backend_route
 
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,
@@ -57,6 +58,10 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         resolution = registry.resolve(arch)
         if resolution is None:
             checks.append(Check(arch, None, "not in this release's model registry; nothing to check"))
+            continue
+        route = backend_route(tree, contract, resolution)
+        if route is not None and route.declares:  # served by vLLM's Transformers backend: its own EAGLE-3
+            checks.append(Check(arch, None if route.usable is None else route.usable, route.reason(), route.location))
             continue
         if resolution.cls is None:
             checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))

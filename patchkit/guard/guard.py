@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from patchkit import __version__, interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import StateError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for
@@ -85,21 +87,16 @@ def journal_of(install: Install) -> Journal:
 
 def apply_command(command_options: Sequence[str] | None, architectures: Sequence[str] = (),
                   model: str | None = None, target: str = "vllm") -> str:
-    """The ``patchkit apply`` command that patches this install again.
+    """The ``patchkit apply`` command that patches this install again (:func:`patchkit.advice.patchkit_argv`).
 
     Args:
         command_options: the environment options given (``["--python", "/opt/venv/bin/python"]``), or None.
         architectures: ``--arch`` names to repeat (architectures an ``--arch``/``--model`` run patched).
-        model: a ``--model`` folder to repeat, or None.
+        model: a ``--model`` folder to repeat instead of the names, or None.
         target: the distribution.
     """
-    parts = ["patchkit", "apply", "--target", target, *(command_options or ())]
-    if model:
-        parts += ["--model", model]
-    else:
-        for arch in architectures:
-            parts += ["--arch", arch]
-    return " ".join(shlex.quote(p) for p in parts)
+    return shlex.join(patchkit_argv("apply", target=target, environment=command_options or (), model=model or None,
+                                    architectures=() if model else architectures))
 
 
 def watched_files(install: Install, journal: Journal) -> dict[str, str]:
@@ -165,6 +162,12 @@ def _read_manifest(install: Install) -> dict | None:
         return None
 
 
+def recorded_model(install: Install) -> str | None:
+    """The ``--model`` folder the installed guard's manifest repeats in its ``patchkit apply`` (None: none, or no guard)."""
+    model = (_read_manifest(install) or {}).get("model")
+    return model if isinstance(model, str) and model else None
+
+
 def sync(install: Install, journal: Journal, *, command_options: Sequence[str] | None = None,
          model: str | None = None, want: bool = False, dry_run: bool = False,
          target: str = "vllm") -> GuardReport | None:
@@ -201,7 +204,7 @@ def sync(install: Install, journal: Journal, *, command_options: Sequence[str] |
     action = (GuardAction.UNCHANGED if not written.changed else
               GuardAction.WOULD_INSTALL if dry_run else
               GuardAction.INSTALLED if written.fresh else GuardAction.REFRESHED)
-    again = " ".join(shlex.quote(p) for p in ["patchkit", "guard", "install", *data["options"]])
+    again = shlex.join(patchkit_argv("guard install", environment=data["options"]))
     return GuardReport(action, not dry_run or not written.fresh, tuple(files), tuple(data["files"]),
                        tuple(data["architectures"]), data["apply"], (), again)
 
@@ -238,7 +241,7 @@ def state(install: Install, journal: Journal) -> GuardReport:
     for path in sorted(set(watched_files(install, journal)) - set(watched)):
         problems.append(f"its manifest does not watch {path}, which patchkit patched")
     options = [str(o) for o in data.get("options") or ()]
-    again = " ".join(shlex.quote(p) for p in ["patchkit", "guard", "install", *options])
+    again = shlex.join(patchkit_argv("guard install", environment=options))
     return GuardReport(GuardAction.SHOWN, True, tuple(sorted(gj.entries)), tuple(sorted(watched)),
                        tuple(data.get("architectures") or ()), str(data.get("apply") or ""), tuple(problems), again)
 
@@ -286,11 +289,15 @@ def install_guard(install: Install, *, command_options: Sequence[str] | None = N
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         journal = journal_for(install, target)
         if journal.pending:
-            where = "".join(" " + shlex.quote(o) for o in command_options or ())
-            raise StateError("an apply or revert of this install did not finish, so its files are mixed",
-                             f"run 'patchkit apply --target {target}{where}' (or 'patchkit revert') first: "
-                             "it puts them back")
-        return sync(install, journal, command_options=command_options, want=True, target=target)
+            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
+                             NextStep(patchkit_argv("apply", target=target, environment=command_options or ()),
+                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
+        report = sync(install, journal, command_options=command_options, want=True, target=target)
+    if report is not None and report.action is GuardAction.NOTHING_TO_GUARD:
+        step = NextStep(patchkit_argv("apply", target=target, environment=command_options or (), guard=True),
+                        "patches (with the --arch/--model you patch) and installs the guard", effect=Effect.PATCHES)
+        report = replace(report, next_steps=(step,))
+    return report
 
 
 def remove_guard(install: Install, *, target: str = "vllm", on_wait=None) -> GuardReport:

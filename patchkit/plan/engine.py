@@ -89,7 +89,11 @@ class _Resolved:
 
 
 class _NotApplicable(Exception):
-    pass
+    """Not for this release; ``upgrade_to``: a release from which it works (:attr:`PatchResult.upgrade_to`)."""
+
+    def __init__(self, message: str, upgrade_to: str | None = None) -> None:
+        super().__init__(message)
+        self.upgrade_to = upgrade_to
 
 
 class _Refused(Exception):
@@ -135,7 +139,7 @@ def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Regi
         try:
             pr = _decide(patch, install, tree, contract, registry, journal, outcome_of, modules, written, result)
         except _NotApplicable as exc:
-            pr = PatchResult(patch.id, Outcome.NOT_APPLICABLE, str(exc))
+            pr = PatchResult(patch.id, Outcome.NOT_APPLICABLE, str(exc), upgrade_to=exc.upgrade_to)
         except _Refused as exc:
             pr = PatchResult(patch.id, Outcome.REFUSED, str(exc))
         result.results.append(pr)
@@ -204,7 +208,7 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
         if dep_result is None:
             continue
         if dep_result.outcome is Outcome.NOT_APPLICABLE:
-            raise _NotApplicable(f"needs {dep}, which is not applicable: {dep_result.reason}")
+            raise _NotApplicable(f"needs {dep}, which is not applicable: {dep_result.reason}", dep_result.upgrade_to)
         if dep_result.outcome is Outcome.REFUSED:
             raise _Refused(f"needs {dep}, which was refused")
 
@@ -271,7 +275,7 @@ def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry,
         cls: ClassRef = resolution.cls
         fault = loadpath.bare_language_model(tree, registry, cls)
         if fault is not None:  # EAGLE-3 cannot work through this wrapper here: patch nothing for it
-            raise _NotApplicable(f"not patched on this release: {fault.reason()}")
+            raise _NotApplicable(f"not patched on this release: {fault.reason()}", loadpath.FIXED_IN.get(fault.cls))
         try:
             for attr in target.held:
                 cls = held_class(tree, registry, cls, attr).cls

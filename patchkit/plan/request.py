@@ -10,10 +10,12 @@ commands load it without the planning modules.
 from __future__ import annotations
 
 import difflib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
@@ -90,14 +92,29 @@ def check_architecture(architecture: str) -> None:
 
 
 def suggestions(registry: Registry, architecture: str) -> list[str]:
-    """Registry names close to ``architecture``: a case slip, a one-letter typo or stray spaces.
+    """Registry names for what was given: a case slip or one-letter typo, a family or model type
+    (``gemma3``, ``glm4_moe``, ``deepseek_v3``), or stray spaces.
+
+    In order: the architectures of a shipped family whose model types include the name
+    (``patches/eagle3_families.py``: ``kimi_k2`` -> ``DeepseekV3ForCausalLM``), names that start with
+    (then contain) it with ``_``/``-`` dropped, then difflib's close matches (cutoff 0.9).
 
     Returns:
-        Up to three registered names, closest first (empty when none is that close).
+        Up to three registered names (empty when none fits).
     """
-    by_lower = {a.lower(): a for a in registry.entries}
-    close = difflib.get_close_matches(architecture.strip().lower(), list(by_lower), n=3, cutoff=0.9)
-    return [by_lower[c] for c in close]
+    from patchkit.plan.spec import load_families  # lazy: the patch definitions, only for a name the registry lacks
+    from patchkit.vllm.registry import TARGET_GROUPS  # lazy: as above
+
+    given = architecture.strip().lower()
+    bare = given.replace("_", "").replace("-", "")
+    by_lower = {a.lower(): a for a in registry.entries if registry.group_of(a) in TARGET_GROUPS}
+    found: list[str] = [by_lower[given]] if given in by_lower else []
+    found += [a for f in load_families() if given in f.model_types for a in f.architectures if a in registry.entries]
+    if len(bare) >= 3:
+        found += [a for low, a in by_lower.items() if low.startswith(bare)]
+        found += [a for low, a in by_lower.items() if bare in low]
+    found += [by_lower[c] for c in difflib.get_close_matches(given, list(by_lower), n=3, cutoff=0.9)]
+    return list(dict.fromkeys(found))[:3]
 
 
 def check_requested(registry: Registry, request: Request, version: str) -> None:
@@ -146,9 +163,9 @@ def not_registered(registry: Registry, name: str, version: str, given: str, env:
         A :class:`UsageError` naming ``name``, with the closest registered names (:func:`suggestions`).
     """
     close = suggestions(registry, name)
-    hint = (f"did you mean {' or '.join(close)}? " if close else "") + \
-        f"'patchkit scan{env}' lists the architectures this vLLM registers"
-    return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry", hint)
+    scan = NextStep(patchkit_argv("scan", environment=shlex.split(env)), "it lists the architectures this vLLM registers")
+    return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry",
+                      f"did you mean {' or '.join(close)}" if close else "", scan)
 
 
 __all__ = ["ModelConfig", "Request", "check_architecture", "check_requested", "not_registered", "read_model_config",

@@ -11,13 +11,17 @@ from __future__ import annotations
 import difflib
 import graphlib
 import importlib
+import importlib.util
 import pkgutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
+import patchkit
 from patchkit.codemods import CodemodRef
-from patchkit.errors import UsageError
+from patchkit.errors import PatchkitError, UsageError
 
 TARGETS = ("vllm",)
 """Distributions patchkit knows how to patch (``--target``)."""
@@ -114,9 +118,41 @@ class Family:
     model_types: tuple[str, ...]
 
 
+def patches_package():
+    """The package ``patchkit.patches``: the patch definitions (``pyproject.toml`` installs the
+    repository's top-level ``patches/`` under that name).
+
+    Run from a checkout's root (``python -m patchkit``, which puts the current folder first on
+    ``sys.path``), the checkout's ``patchkit/`` is imported and has no ``patches`` subpackage; the
+    checkout's own ``patches/`` beside it is then loaded as ``patchkit.patches``, the mapping
+    ``pyproject.toml`` makes (issue 25: this crashed with a traceback and exit 1).
+
+    Raises:
+        PatchkitError: neither exists (a damaged install): exit 4, one line.
+    """
+    try:
+        return importlib.import_module("patchkit.patches")
+    except ModuleNotFoundError as exc:
+        if exc.name != "patchkit.patches":
+            raise
+    folder = Path(patchkit.__file__).resolve().parent.parent / "patches"
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise PatchkitError(f"patchkit's patch definitions (patchkit.patches) are missing from "
+                                 f"{Path(patchkit.__file__).resolve().parent}",
+                                 "reinstall patchkit (pip install --force-reinstall /path/to/patchkit), or run "
+                                 "the installed 'patchkit' script instead of 'python -m patchkit' in a checkout")
+    spec = importlib.util.spec_from_file_location("patchkit.patches", init, submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["patchkit.patches"] = module
+    spec.loader.exec_module(module)
+    patchkit.patches = module
+    return module
+
+
 def load_families() -> tuple[Family, ...]:
     """Every :class:`Family` shipped in ``patches/`` (modules defining ``FAMILIES``)."""
-    package = importlib.import_module("patchkit.patches")
+    package = patches_package()
     found: list[Family] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"patchkit.patches.{info.name}")
@@ -141,7 +177,7 @@ def load_patches(distribution: str = "vllm") -> list[Patch]:
         UsageError: ``distribution`` is not one patchkit knows.
     """
     check_target(distribution)
-    package = importlib.import_module("patchkit.patches")
+    package = patches_package()
     found: dict[str, Patch] = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"patchkit.patches.{info.name}")

@@ -12,6 +12,10 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    device and dtype's tolerance and every other layer is at least ``separation`` tolerances away.
    Otherwise the cause is named from the whole matrix: the nearest layers are the ids shifted by one
    (early or late), another layer, or no layer at all (another tensor than the residual stream).
+   The first prompt position attends only to itself, so its states depend on no other position:
+   where they match the draft's layers (or their neighbours) but later positions do not, the capture
+   took those layers and vLLM's forward itself differs from transformers' after the first position
+   (seen on the H200: compiled bf16 OLMoE, with and without speculation), which is named as such.
 2. **Acceptance** (:func:`decide_acceptance`). vLLM's own counters, per draft position, against the
    same fitted draft replayed offline on transformers' hidden states along vLLM's tokens. A right
    capture gives a ratio of about 1 at position 1; the check fails below :data:`MIN_RATIO`.
@@ -86,6 +90,7 @@ class AuxCause(str, Enum):
     OTHER_LAYER = "another layer's stream"
     NO_LAYER = "no layer's residual stream"
     AMBIGUOUS = "layers too alike to tell apart"
+    MODEL_DIFFERS = "the right layers, from a forward that differs from transformers' after the first position"
     NO_STATES = "nothing"
 
 
@@ -198,6 +203,20 @@ def decide_aux(aux: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdic
             f"the states the draft receives are those of layers {delta:+d} from its ids"
         return Verdict(False, f"{head}: {what} ({found}; at the draft's ids: {_fmt(figures['distance'])}, tolerance "
                               f"{tol.aux:.0e} on {where})", cause, figures)
+    first = _first_position(aux, matches, tol)
+    if first is not None:
+        delta, worst = first
+        later = ("later positions differ from transformers' there by "
+                 f"{_fmt(max(m.distances[m.id + delta] for m in matches))} (median)")
+        if delta == 0:
+            return Verdict(False, f"{head}: at the first position the draft receives its layers' states (within "
+                                  f"{_fmt(worst)}), but {later}: vLLM's forward itself differs from transformers' after "
+                                  f"the first position, with or without the capture (compare --eager; tolerance "
+                                  f"{tol.aux:.0e} on {where})", AuxCause.MODEL_DIFFERS, figures)
+        return Verdict(False, f"{head}: the states the draft receives are those of the ids shifted by one: every capture "
+                              f"is one layer {'early' if delta < 0 else 'late'} (decided at the first position, within "
+                              f"{_fmt(worst)}; {later}, so vLLM's forward differs as well; tolerance {tol.aux:.0e} on "
+                              f"{where})", AuxCause.EARLY if delta < 0 else AuxCause.LATE, figures)
     if not offsets:
         return Verdict(False, f"{head}: the states the draft receives are no layer's residual stream (nearest: "
                               f"{found}; tolerance {tol.aux:.0e} on {where}): the capture took another tensor, such as "
@@ -205,6 +224,25 @@ def decide_aux(aux: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdic
                        AuxCause.NO_LAYER, figures)
     return Verdict(False, f"{head}: not the draft's layers ({found}; tolerance {tol.aux:.0e} on {where})",
                    AuxCause.OTHER_LAYER, figures)
+
+
+def _first_position(aux: dict[str, Any], matches: tuple[IdMatch, ...], tol: Tolerance) -> tuple[int, float] | None:
+    """Where no layer matches over the prompt: the one offset (0, -1 or +1) from the draft's ids to
+    the layers the first position's states match within ``tol.aux``, apart from every other layer, and
+    the largest such distance; None when the first position decides nothing."""
+    rows = [[tokens[0] for tokens in row] for row in aux["errors"]]
+    found = set()
+    worst = 0.0
+    for m, row in zip(matches, rows):
+        k = min(range(len(row)), key=row.__getitem__)
+        others = [d for i, d in enumerate(row) if i != k]
+        if row[k] > tol.aux or (others and min(others) < tol.separation * tol.aux):
+            return None
+        found.add(k - m.id)
+        worst = max(worst, row[k])
+    if len(found) == 1 and next(iter(found)) in (-1, 0, 1):
+        return next(iter(found)), worst
+    return None
 
 
 class AcceptanceCause(str, Enum):
@@ -251,8 +289,8 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
         rows.append(f"position {i + 1}: vLLM {v:.2f} ({per_pos[i]} of {drafts} drafts), offline {o:.2f}{ratio}")
     text = "; ".join(rows)
     if len(per_pos) > 1:
-        text += (" (in the miniature a later position repeats the first proposal, since its draft layer adds "
-                 "nothing: it is accepted only where the target repeats a token)")
+        text += (" (in the miniature a later position repeats the first proposal, up to a near-tie in the draft's "
+                 "logits, since its draft layer adds nothing: it is accepted mostly where the target repeats a token)")
     if off_rates[0] < MIN_OFFLINE:
         return Verdict(False, f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
                               "of the time offline, too rarely to compare", AcceptanceCause.DRAFT_TOO_WEAK, figures)

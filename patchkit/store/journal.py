@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from patchkit import interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import Interrupted, StateError
 from patchkit.results import Check
 from patchkit.store import lock as lock_mod
@@ -234,11 +235,14 @@ class Journal(JournalRecords):
                 if restored_all:
                     raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} during {operation}: "
                                               + (f"put back {written}; " if done else "")
-                                              + "every file is as it was before this run",
-                                      f"run 'patchkit {operation}' again to {operation} the patches") from None
+                                              + "every file is as it was before this run", "",
+                                      NextStep(patchkit_argv(operation), f"again, to {operation} the patches",
+                                               effect=Effect.PATCHES if operation == "apply" else Effect.RESTORES),
+                                      put_back=True) from None
                 raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} during {operation}: wrote {written} "
-                                          "and could not put every file back",
-                                  "run 'patchkit revert' (or 'patchkit apply') to finish: it puts them back first") from None
+                                          "and could not put every file back", "",
+                                  NextStep(patchkit_argv("revert"), "it puts them back first, then restores the originals",
+                                           effect=Effect.RESTORES)) from None
             if isinstance(exc, StateError):
                 problem, hint = exc.message, exc.hint or (
                     "check that you may write the vLLM install (its owner and permissions), then run the command again")
@@ -249,7 +253,7 @@ class Journal(JournalRecords):
             raise StateError(
                 f"{problem}; "
                 + ("every file was put back" if restored_all else "the next patchkit command will put the rest back"),
-                hint,
+                hint, cause=problem,
             ) from exc
 
     def _put_back(self, done: list[tuple[str, bytes | None, bytes | None]], saved) -> bool:

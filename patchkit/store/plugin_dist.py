@@ -23,10 +23,8 @@ import csv
 import hashlib
 import io
 from dataclasses import dataclass
-from typing import Callable
 
-from patchkit import __version__, interrupt
-from patchkit.errors import Interrupted, StateError
+from patchkit import __version__
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
 from patchkit.store.records import PlannedWrite
@@ -154,46 +152,4 @@ class PluginDist:
         return out
 
 
-def plugin_interrupted(exc: Interrupted, done: str, step: str, hint: str, name: str = "guard") -> Interrupted:
-    """The :class:`Interrupted` of a signal that stopped the guard's (or watch's) step after the vLLM files were committed.
-
-    The journal's own message (about the plugin's files only) would say "every file is as it was
-    before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
-    ``step`` is what the plugin was not (``installed``/``refreshed``/``removed``), ``hint`` the
-    command that finishes the job, ``name`` the plugin (``guard``, ``watch``).
-    """
-    put_back = "every file is as it was before this run" in exc.message
-    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
-              "removed": ": it is still installed"}[step]
-    what = (f"patchkit's {name} was not {step} (its files were put back{stands})" if put_back else
-            f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
-    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
-                                   f"{done}; {what}", hint)
-
-
-def plugin_step(name: str, run: Callable[[], object], done: str, step: str, where: str, hint: str,
-                *, applied: bool = True):
-    """Run a plugin's step (``name``: ``guard`` or ``watch``) after the vLLM files were committed.
-
-    Args:
-        run: the step; done: what stands of the vLLM files, in words; step: what the plugin is
-            (``installed``/``refreshed``/``removed``); where: the environment options, for the hint;
-            hint: the command that finishes the job; applied: the vLLM step was an apply (a failed
-            write then says the patches were applied).
-    Raises:
-        Interrupted: :func:`plugin_interrupted`'s, naming ``done`` (what stands) and ``hint``.
-        StateError: the plugin's files could not be written; after an apply it says the patches stand.
-    """
-    try:
-        return run()
-    except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-        raise plugin_interrupted(exc, done, step, hint, name) from None
-    except StateError as exc:  # the vLLM files are written (committed) already: say so
-        if not applied:
-            raise
-        message = exc.message.removesuffix("; nothing was written").removesuffix("; every file was put back")
-        raise StateError(f"the patches were applied, but patchkit's {name} was not written ({message})",
-                         f"{exc.hint}; then run 'patchkit {name} install{where}'") from exc
-
-
-__all__ = ["PluginDist", "Written", "plugin_interrupted", "plugin_step"]
+__all__ = ["PluginDist", "Written"]

@@ -111,7 +111,7 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
                     "(an NFS export that squashes root, chattr +i), then run the command again")
         else:
             hint = f"run patchkit as the owner of the vLLM install, {_user(owner[0])}, or as root"
-        raise StateError(f"{found[0]}{more}; nothing was written", hint)
+        raise StateError(f"{found[0]}{more}; nothing was written", hint, cause=f"{found[0]}{more}")
 
 
 def import_problem(install: Install) -> RefusedError | None:

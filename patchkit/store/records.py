@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.errors import StateError
-from patchkit.results import PendingFile, PendingRun
+from patchkit.pending import PendingFile, PendingRun
 from patchkit.store.files import TMP_SUFFIX, sha256
 
 STATE_DIR = ".patchkit"

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import patchkit
-import patchkit.patches
 from patchkit.errors import ClusterError, ExitCode
 from patchkit.plan.file_states import RevertAction, revert_action
+from patchkit.plan.spec import patches_package
 from patchkit.ui.cluster_node import run_on_node
 from patchkit.ui.cluster_report import ClusterReport, NodeAnswer, NodeResult, NodeState
 
@@ -79,7 +79,7 @@ def _ship(staging: Path, with_libcst: bool) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tests")
     dest = staging / "patchkit"
     shutil.copytree(Path(patchkit.__file__).parent, dest, ignore=ignore, dirs_exist_ok=True)
-    shutil.copytree(Path(patchkit.patches.__file__).parent, dest / "patches", ignore=ignore, dirs_exist_ok=True)
+    shutil.copytree(Path(patches_package().__file__).parent, dest / "patches", ignore=ignore, dirs_exist_ok=True)
     if with_libcst:
         import libcst  # lazy: only apply ships it; status/verify/revert --ray never import it
 

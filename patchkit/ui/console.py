@@ -1,16 +1,16 @@
 """The output console every command and the ``--ray`` view share: writers, styles, JSON, errors,
 and what happens when standard output cannot take the report.
 
-- :func:`out` / :func:`err`: a :class:`~patchkit.ui.render.Writer` on standard output / error whose
-  text goes through :func:`patchkit.ui.hints.with_options` (every suggested command repeats the
-  run's options).
+- :func:`out` / :func:`err`: a :class:`~patchkit.ui.render.Writer` on standard output / error;
+  :func:`next_lines` renders a report's next steps (:class:`~patchkit.advice.NextStep`) with the
+  run's options.
 - :data:`OUTCOME_STYLE`, :func:`emit_json`, :func:`error`: how outcomes, ``--json`` reports and a
   :class:`~patchkit.errors.PatchkitError` are shown.
 - :class:`GuardedStdout`, :class:`OutputFailed`, :func:`output_closed`: a report that cannot be
   written (a pipe closed early, ``> /dev/full``, ``>&-``) exits 141 with one line on stderr.
 
 This module imports only the standard library and the small :mod:`patchkit.errors`,
-:mod:`patchkit.ui.render` and :mod:`patchkit.ui.hints` (start-up, issue 11).
+:mod:`patchkit.advice`, :mod:`patchkit.ui.render` and :mod:`patchkit.ui.hints` (start-up, issue 11).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, PatchkitError
-from patchkit.ui.hints import with_options
+from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
 if TYPE_CHECKING:
@@ -43,17 +44,13 @@ OUTCOME_STYLE = {
 
 
 def out() -> Writer:
-    """A writer on standard output (as it is now) that repeats the run's options in suggested commands."""
-    writer = Writer.for_stream(sys.stdout)
-    writer.rewrite = with_options
-    return writer
+    """A writer on standard output (as it is now)."""
+    return Writer.for_stream(sys.stdout)
 
 
 def err() -> Writer:
-    """A writer on standard error (as it is now) that repeats the run's options in suggested commands."""
-    writer = Writer.for_stream(sys.stderr)
-    writer.rewrite = with_options
-    return writer
+    """A writer on standard error (as it is now)."""
+    return Writer.for_stream(sys.stderr)
 
 
 def emit_json(data: dict[str, Any]) -> None:
@@ -63,14 +60,21 @@ def emit_json(data: dict[str, Any]) -> None:
 
 def error(exc: PatchkitError, as_json: bool) -> None:
     """Show a patchkit error: ``error: ...`` and ``hint: ...`` on stderr, or one JSON object on stdout."""
+    hint = exc.hint_for(hints.run_options())
     if as_json:
-        print(json.dumps({"error": with_options(exc.message), "hint": with_options(exc.hint),
-                          "exit_code": int(exc.exit_code)}))
+        step = exc.step.for_run(hints.run_options()).to_dict() if exc.step is not None else None
+        print(json.dumps({"error": exc.message, "hint": hint, "next_step": step, "exit_code": int(exc.exit_code)}))
         return
     writer = err()
     writer.line(("error:", "red"), " ", exc.message)
-    if exc.hint:
-        writer.line(("hint:", "dim"), " ", exc.hint)
+    if hint:
+        writer.line(("hint:", "dim"), " ", hint)
+
+
+def next_lines(writer: Writer, steps, label: str = "hint:") -> None:
+    """One ``hint: run 'COMMAND' (why)`` line per next step, with the run's options (:func:`patchkit.ui.hints.steps`)."""
+    for step in hints.steps(steps):
+        writer.line((label, "dim"), " ", step.line())
 
 
 def working(message: str, as_json: bool):
@@ -133,7 +137,7 @@ def guard_line(writer: Writer, guard: GuardReport) -> None:
     label = "installed" if guard.action is GuardAction.SHOWN else guard.action.value
     writer.line(("guard:", style), f" {label}  ", (detail, "dim"))
     for problem in guard.problems:
-        writer.line(("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  ")
+        writer.line(("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  ")  # its own options
 
 
 class OutputFailed(Exception):
@@ -223,7 +227,7 @@ def output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> i
         what = f"standard output could not be written ({cause.strerror or cause}), so the report is incomplete"
     try:
         err().line(("error:", "red"), f" {what}; exit {code}. The command itself ran to its end: "
-                   "'patchkit status' shows the install")
+                   f"'{hints.command(NextStep(patchkit_argv('status'), 'shows the install'))}' shows the install")
     except (OSError, AttributeError):
         pass
     return code

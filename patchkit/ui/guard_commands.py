@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, guard_line, out, waiting
+from patchkit.ui.console import emit_json, guard_line, next_lines, out, waiting
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run
 
@@ -40,8 +40,7 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
         w.line(f"vLLM {install.version} at {install.site_packages}")
         guard_line(w, report)
         if report.action is GuardAction.NOTHING_TO_GUARD:
-            w.line(("hint:", "dim"), f" run 'patchkit apply --target {target}{hints.where(site_packages, python)} --guard' "
-                   "(with the --arch/--model you patch)")
+            next_lines(w, report.next_steps)
         elif report.action is GuardAction.NOT_INSTALLED:
             w.line("the guard is not installed here: nothing to remove")
         return code

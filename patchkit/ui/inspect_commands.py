@@ -120,8 +120,8 @@ def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
 def doctor_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
     draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1,
-                                               help="The --pipeline-parallel-size vLLM will serve with: names aux ids that would never reach the draft."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1, metavar="N",
+                                               help="Pipeline stages vLLM will serve with (names aux ids that never reach the draft)."),
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
@@ -137,6 +137,7 @@ def doctor_cmd(
             report = doctor_mod.doctor(install, model, draft, distribution=target,
                                        command_options=hints.options_as_given(site_packages, python),
                                        pipeline_parallel_size=pipeline_parallel_size)
+        report.next_steps = hints.steps(report.next_steps)
         if as_json:
             emit_json(report.to_dict())
             return verdict(report.ready)
@@ -174,10 +175,8 @@ def rehearse_cmd(
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in
-    this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing; the
-    user's checkpoints are only read.
-    """
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing; the user's checkpoints are only read.
+    """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence
 
     def body() -> int:
         from patchkit.rehearse import rehearsal  # lazy: the rehearsal, only when rehearse runs

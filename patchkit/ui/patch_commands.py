@@ -16,8 +16,8 @@ import typer
 
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
-from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, out,
-                                 print_checks, waiting, watch_line, working)
+from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
+                                 out, print_checks, waiting, watch_line, working)
 from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, SitePackagesOpt, TargetOpt,
                                  find_install, request)
 from patchkit.ui.render import MARKS
@@ -70,6 +70,7 @@ def apply(
             report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force,
                                request=request(arch, model), on_wait=waiting(as_json), guard=guard,
                                command_options=hints.command_options(site_packages, python), **watching)
+        report = _completed(report)
         if as_json:
             emit_json(report.to_dict())
             return _apply_code(report, dry_run, as_json)
@@ -106,8 +107,11 @@ def apply(
             watch_line(w, report.watch)
         if report.refused:
             w.line(("refused:", "red"), " nothing was written")
+            next_lines(w, report.next_steps)
         elif report.written:
-            w.line(f"wrote {len(report.files)} file(s); 'patchkit verify' shows the chain, 'patchkit revert' undoes it")
+            verify_, revert_ = report.next_steps[:2]
+            w.line(f"wrote {len(report.files)} file(s); '{verify_.command}' shows the chain, "
+                   f"'{revert_.command}' undoes it")
         elif dry_run:
             w.line("dry run: nothing was written")
         else:
@@ -115,6 +119,13 @@ def apply(
         return _apply_code(report, dry_run, as_json)
 
     run(as_json, body, site_packages, python, arch=arch, model=model, guard=guard)
+
+
+def _completed(report):
+    """``report`` with its next steps completed with the run's options (:func:`patchkit.ui.hints.steps`)."""
+    from dataclasses import replace  # lazy: only when a report is rendered
+
+    return replace(report, next_steps=tuple(hints.steps(report.next_steps))) if report.next_steps else report
 
 
 def _apply_code(report, dry_run: bool, as_json: bool) -> int:
@@ -144,7 +155,6 @@ def verify(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
-        from patchkit.store.preflight import import_problem  # lazy: as above
 
         if ray is not None:
             if runtime:
@@ -165,6 +175,7 @@ def verify(
             report = api.verify(install, runtime_python=runtime_python, request=request(arch, model))
         failed = report.runtime_error
         code = int(report.exit_code)
+        report.next_steps = tuple(hints.steps(report.next_steps))
         if as_json:
             emit_json(report.to_dict())
             return code
@@ -178,10 +189,7 @@ def verify(
             w.line(("EAGLE-3 is not in effect:", "red"))
             for line in failing_lines(report.checks):
                 w.line(line, indent="  ")
-            elsewhere = import_problem(install)
-            w.line(("hint:", "dim"), " ", elsewhere.hint if elsewhere is not None else
-                   hints.verify_hint(report.install, target, hints.where(site_packages, python),
-                                     hints.scope(arch, model), report.journaled))
+            next_lines(w, report.next_steps)
         if failed:
             error(PatchkitError(failed.message, failed.hint), False)
         return code
@@ -211,8 +219,8 @@ def revert(
             return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
                                     force=force, arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
-        report = api.revert(install, target=target, force=force, on_wait=waiting(as_json),
-                            request=request(arch, model))
+        report = _completed(api.revert(install, target=target, force=force, on_wait=waiting(as_json),
+                                       request=request(arch, model)))
         if as_json:
             emit_json(report.to_dict())
             return int(report.exit_code)
@@ -229,9 +237,7 @@ def revert(
             watch_line(w, report.watch)
         if report.refused:
             w.line(("refused:", "red"), " nothing was reverted")
-            w.line(("hint:", "dim"), f" 'patchkit revert --target {target}{hints.where(site_packages, python)} --force' "
-                   "writes the originals over the edits; or reinstall vLLM "
-                   f"(pip install --force-reinstall --no-deps {report.install.distribution}=={report.install.version})")
+            next_lines(w, report.next_steps)
         return int(report.exit_code)
 
     run(as_json, body, site_packages, python, arch=arch, model=model)
@@ -250,6 +256,7 @@ def status(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
+        from patchkit.advice import NextStep, patchkit_argv  # lazy: as above
         from patchkit.results import Coverage  # lazy: as above
         from patchkit.plan.file_states import FILE_STATES, FileState  # lazy: as above
 
@@ -260,23 +267,24 @@ def status(
                                     arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         report = api.status(install, target=target, request=request(arch, model))
+        report.next_steps = tuple(hints.steps(report.next_steps))
         if as_json:
             emit_json(report.to_dict())
             return int(ExitCode.OK)
         w = out()
-        where = hints.where(site_packages, python)
         header(w, report.install)
         if report.unfinished is not None:
             w.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
         if report.record_missing:
             w.line(("no RECORD:", "yellow"), " this vLLM has no RECORD file, so edits by others cannot be detected; "
                    "'patchkit apply' refuses such files unless --force")
+        scan_command = hints.command(NextStep(patchkit_argv("scan"), "why"))
         coverage_style = {Coverage.PATCHED: "green", Coverage.PARTLY: "yellow", Coverage.NOT_PATCHED: "yellow",
                           Coverage.NOTHING_TO_PATCH: "dim"}
         for a in report.architectures:
             detail = (f"missing {', '.join(a.missing)}" if a.missing and a.journaled else
                       ", ".join(a.journaled) if a.journaled else
-                      "apply writes nothing for it ('patchkit scan' says why)" if a.state is Coverage.NOTHING_TO_PATCH
+                      f"apply writes nothing for it ('{scan_command}' says why)" if a.state is Coverage.NOTHING_TO_PATCH
                       else f"needs {', '.join(a.missing)}")
             w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
         if report.guard is not None:
@@ -292,8 +300,7 @@ def status(
                       e.applied_at, ", ".join(e.patches)] for e in report.entries])
             for state in sorted({FileState(e.state) for e in report.entries} - {FileState.PATCHED}):
                 w.line((f"{state.value}:", "yellow"), f" {FILE_STATES[state]}")
-            if report.reapply:
-                w.line(("hint:", "dim"), hints.reapply_hint(report.reapply, target, where))
+            next_lines(w, report.next_steps)
         return int(ExitCode.OK)
 
     run(as_json, body, site_packages, python, arch=arch, model=model)

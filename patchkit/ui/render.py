@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Callable, Iterable, Sequence, Union
+from typing import IO, TYPE_CHECKING, Iterable, Sequence, Union
 
 if TYPE_CHECKING:
     from patchkit.results import Check
@@ -69,9 +69,6 @@ class Writer:
         self.stream = stream
         self.width = width
         self.color = color
-        self.rewrite: Callable[[str], str] | None = None
-        """Applied to the text of every piece before layout (the CLI adds the environment options
-        given to each ``'patchkit ...'`` command a line suggests); None: text as given."""
 
     @classmethod
     def for_stream(cls, stream: IO[str]) -> "Writer":
@@ -102,8 +99,6 @@ class Writer:
         """
         first_width = len(first) if first_width is None else first_width
         rest = " " * first_width if rest is None else rest
-        if self.rewrite is not None:
-            pieces = [self.rewrite(p) if isinstance(p, str) else (self.rewrite(p[0]), p[1]) for p in pieces]
         words = _words(pieces)
         lines: list[str] = []
         current, used = first, first_width

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import typer
 
 from patchkit import interrupt, settings
-from patchkit.errors import ExitCode, PatchkitError
+from patchkit.errors import ExitCode, PatchkitError, missing_requirement
 from patchkit.ui import hints
 from patchkit.ui.console import GuardedStdout, OutputFailed, err, error, output_closed
 
@@ -100,6 +100,12 @@ def _run_body(as_json: bool, body: Callable[[], int], site_packages: Optional[Pa
     except PatchkitError as exc:
         error(exc, as_json)
         raise typer.Exit(int(exc.exit_code))
+    except ModuleNotFoundError as exc:  # a requirement imported late (libcst when a command plans)
+        problem = missing_requirement(exc)
+        if problem is None:
+            raise
+        error(problem, as_json)
+        raise typer.Exit(int(problem.exit_code))
     finally:
         for s, handler in previous.items():
             # the command has said what it did: in patchkit's own process a signal now changes nothing

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, out, waiting, watch_line
+from patchkit.ui.console import emit_json, next_lines, out, waiting, watch_line
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run
 
@@ -44,8 +44,7 @@ def _watch_command(action: str, target: str, site_packages: Optional[Path], pyth
         w.line(f"vLLM {install.version} at {install.site_packages}")
         watch_line(w, report)
         if report.action is WatchAction.NO_PLUGIN_GROUP:
-            w.line(("hint:", "dim"), " upgrade vLLM to 0.11.1 or later for the watch "
-                   f"('patchkit guard install{hints.where(site_packages, python)}' works on every release)")
+            next_lines(w, report.next_steps)
         elif report.action is WatchAction.NOT_INSTALLED:
             w.line("the watch is not installed here: nothing to remove")
         return code

@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 EAGLE3_FIRST = "0.10.2"
 """The first release with a ``SupportsEagle3`` Protocol (``interfaces.py``)."""
-A1_RELEASES = SpecifierSet(f">={EAGLE3_FIRST},<0.18.0", prereleases=True)
+NATIVE_FROM = "0.18.0"
+"""The first release of the A2 contract, where DeepSeek-V2/V3 and Kimi-K2.5 support EAGLE-3 natively
+(``model_executor/models/deepseek_v2.py``, ``kimi_k25.py``, ``interfaces.py`` ``EagleModelMixin``)."""
+A1_RELEASES = SpecifierSet(f">={EAGLE3_FIRST},<{NATIVE_FROM}", prereleases=True)
 """Releases with the A1 EAGLE-3 contract (stub Protocol methods; inline capture in each backbone)."""
 EAGLE3_RELEASES = SpecifierSet(f">={EAGLE3_FIRST}", prereleases=True)
 """Releases with a ``SupportsEagle3`` Protocol at all (A1 and later)."""

@@ -19,6 +19,11 @@ from patchkit.vllm.source import ClassRef, SourceTree
 
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
 MODELS_PACKAGE = "vllm.model_executor.models"
+TARGET_GROUPS = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS", "_TRANSFORMERS_SUPPORTED_MODELS")
+"""The registry dicts whose architectures can be EAGLE-3 targets (``model_executor/models/registry.py``,
+vLLM 0.10.2 - 0.33.0): text generation, multimodal, and the text models vLLM serves only through its
+Transformers backend (``_TRANSFORMERS_SUPPORTED_MODELS``, 0.32.0 - 0.33.0). Pooling, embedding and
+draft models are not targets."""
 ALL_MODELS_DICT = "_VLLM_MODELS"
 TRANSFORMERS_BACKEND_MODULES = frozenset({"transformers", f"{MODELS_PACKAGE}.transformers"})
 

@@ -40,6 +40,7 @@ from patchkit.vllm.loops import Loop, decoder_loop, final_return_count
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.transformers_backend import backend_route
 
 
 class Shape(Enum):
@@ -119,6 +120,10 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     if resolution is None:
         return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
                          "not in this release's model registry (vLLM would load it through its Transformers backend)")
+    route = backend_route(tree, contract, resolution)
+    if route is not None and route.declares:  # vLLM's Transformers backend serves it: a route, not a patch
+        return ArchShape(architecture, group, State.NOT_PATCHABLE if route.usable is False else State.NATIVE, None,
+                         route.reason(), route.cls, location=route.location)
     if resolution.transformers_backend or resolution.cls is None:
         return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
                          f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "

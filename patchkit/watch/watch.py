@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from patchkit import __version__, interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import RefusedError, StateError, UsageError
 from patchkit.plugin_results import WatchAction, WatchReport
 from patchkit.results import Check
@@ -104,8 +105,14 @@ def refusal(install: Install) -> RefusedError | None:
     return RefusedError(f"vLLM {install.version} has no '{stat_loggers.GROUP}' entry-point group "
                         f"({found.missing.value}; the first release with one is {stat_loggers.FIRST_RELEASE}), "
                         "so the acceptance watch cannot run there; nothing was written",
-                        f"upgrade vLLM to {stat_loggers.FIRST_RELEASE} or later for the watch; the guard "
-                        "('patchkit guard install') works on every release")
+                        "the guard works on every release", upgrade_step(install, found))
+
+
+def upgrade_step(install: Install, found: stat_loggers.Support) -> NextStep:
+    """The upgrade to the first release with the stat-logger plugin group (:attr:`Effect.UPGRADE`)."""
+    return NextStep(("pip", "install", f"{install.distribution}>={stat_loggers.FIRST_RELEASE}"),
+                    f"the acceptance watch needs vLLM's '{stat_loggers.GROUP}' ({found.missing.value} in "
+                    f"{install.version})", None, Effect.UPGRADE)
 
 
 def data(install: Install, journal: Journal, drafts: int, threshold: float,
@@ -183,7 +190,7 @@ def _readers(content: dict) -> tuple[str, ...]:
 
 
 def _again(options: Sequence[str]) -> str:
-    return " ".join(shlex.quote(p) for p in ["patchkit", "watch", "install", *options])
+    return shlex.join(patchkit_argv("watch install", environment=options))
 
 
 def _report(action: WatchAction, now_installed: bool, paths: Sequence[str], content: dict,
@@ -299,14 +306,14 @@ def install_watch(install: Install, *, drafts: int | None = None, threshold: flo
     check_settings(drafts, threshold)
     problem = refusal(install)
     if problem is not None:
-        return WatchReport(WatchAction.NO_PLUGIN_GROUP, installed(install), missing=problem.message)
+        return WatchReport(WatchAction.NO_PLUGIN_GROUP, installed(install), missing=problem.message,
+                           next_steps=(problem.step,) if problem.step is not None else ())
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         journal = journal_for(install, target)
         if journal.pending:
-            where = "".join(" " + shlex.quote(o) for o in command_options or ())
-            raise StateError("an apply or revert of this install did not finish, so its files are mixed",
-                             f"run 'patchkit apply --target {target}{where}' (or 'patchkit revert') first: "
-                             "it puts them back")
+            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
+                             NextStep(patchkit_argv("apply", target=target, environment=command_options or ()),
+                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
         found = sync(install, journal, want=True, drafts=drafts, threshold=threshold, command_options=command_options)
         assert found is not None
         return found

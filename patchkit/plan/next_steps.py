@@ -1,0 +1,166 @@
+"""What to run next, decided from a planned ``apply`` (a dry run) and from the journal: the next
+steps doctor, verify, status and apply advise (:class:`patchkit.advice.NextStep`, issue 25).
+
+Each step is decided from result fields (outcomes, patch ids, ``upgrade_to``), never from message
+text, and each says what it will change, so ``tests/test_advised_commands.py`` can run it and
+check that it does:
+
+- :func:`after_dry_run`: after a dry run of ``apply`` with the options a command would advise,
+  the ``apply`` that writes the patches it plans, or (when it would refuse) its dry run, which
+  shows why and exits 3, or the release to upgrade to (a patch not applicable here that works
+  from a later release, :attr:`patchkit.results.PatchResult.upgrade_to`);
+- :func:`reinstall`: ``pip install --force-reinstall --no-deps DIST==VERSION`` (the release's own
+  files back);
+- :func:`reapply`: after a reinstall or an upgrade replaced journaled files, the ``apply`` runs
+  that patch them again.
+"""
+
+from __future__ import annotations
+
+import os
+
+from packaging.version import Version
+from typing import TYPE_CHECKING, Sequence
+
+from patchkit.advice import Effect, NextStep, patchkit_argv
+from patchkit.errors import ExitCode
+from patchkit.plan.request import Request
+from patchkit.results import ApplyReport, InstallInfo, Outcome
+from patchkit.plan.spec import ClassTarget, Patch, load_patches
+from patchkit.vllm import loadpath
+from patchkit.vllm.contract import EAGLE3_FIRST, Era
+
+if TYPE_CHECKING:
+    from patchkit.plan.gates import ChainCheck
+    from patchkit.vllm.install import Install
+
+
+def after_dry_run(report: ApplyReport, apply_argv: Sequence[str]) -> tuple[NextStep, ...]:
+    """The next step after ``report``, a dry run of ``apply_argv`` (the ``patchkit apply ...`` to advise).
+
+    Returns:
+        One step: ``apply_argv`` when it would write patches (:attr:`Effect.PATCHES`, their ids);
+        ``apply_argv --dry-run`` when it would refuse (:attr:`Effect.SHOWS`, exit 3, the first
+        refusal's reason and place); an upgrade (:attr:`Effect.UPGRADE`) when a patch that is not
+        applicable here works from a later release; else ``()`` (nothing to write).
+    """
+    argv = tuple(apply_argv)
+    refused = [p for p in report.patches if p.outcome is Outcome.REFUSED]
+    if refused:
+        first = refused[0]
+        return (NextStep((*argv, "--dry-run"), f"apply would refuse, writing nothing: {first.id}: {first.reason}",
+                         first.target, Effect.SHOWS, (first.id,), int(ExitCode.REFUSED)),)
+    steps = []
+    would = [p for p in report.patches if p.outcome is Outcome.APPLIED]
+    if would:
+        steps.append(NextStep(argv, f"writes {', '.join(p.id for p in would)}; add --dry-run to see the diff",
+                              would[0].target, Effect.PATCHES, tuple(p.id for p in would)))
+    later = [p for p in report.patches if p.outcome is Outcome.NOT_APPLICABLE and p.upgrade_to]
+    if later:
+        release = max(later, key=lambda p: p.upgrade_to).upgrade_to
+        steps.append(upgrade(report.install.distribution, release,
+                             f"{', '.join(p.id for p in later)}: not applicable to vLLM {report.install.version}; "
+                             f"from vLLM {release} on it works", later[0].target, [p.id for p in later]))
+    return tuple(steps)
+
+
+def for_verify(install: Install, info: InstallInfo, request: Request, journaled: Sequence[str], target: str,
+               chain_check: ChainCheck) -> tuple[NextStep, ...]:
+    """What ``verify`` advises when EAGLE-3 is not in effect: planned, not guessed.
+
+    Without the ``SupportsEagle3`` Protocol (vLLM <= 0.10.1): upgrade. Else the ``apply`` with
+    verify's own scope (``--arch``/``--model``; without them the default set, and ``--arch`` for
+    the architectures the journal shows an ``--arch``/``--model`` run patched) is planned by
+    :func:`patchkit.plan.run.dry_run` and advised by :func:`after_dry_run`. A native release
+    whose plan writes nothing (its files differ from the release): reinstall.
+    """
+    from patchkit.plan.run import dry_run  # lazy: libcst, only when verify fails and plans the fix
+
+    if info.era == Era.A0:  # the first release where every patch of the default set works
+        shipped = load_patches(target)
+        release = str(max(Version(first_release(p)) for p in shipped))
+        return (upgrade(info.distribution, release, f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
+                        f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
+                        patches=[p.id for p in shipped]),)
+    runs = [request] if request else [Request(), *([Request(tuple(journaled))] if journaled else [])]
+    steps: list[NextStep] = []
+    for run in runs:
+        model = os.path.abspath(run.model) if run.model is not None else None
+        argv = patchkit_argv("apply", target=target, architectures=run.architectures, model=model)
+        steps += after_dry_run(dry_run(install, chain_check=chain_check, target=target, request=run), argv)
+    if not steps and info.native:
+        steps.append(reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these "
+                               "models natively and patchkit has nothing to apply; the files above differ from the release"))
+    return tuple(steps)
+
+
+def without_refused(install: Install, request: Request, target: str, chain_check: ChainCheck,
+                    force: bool = False) -> tuple[NextStep, ...]:
+    """After a refused ``apply`` of several ``--arch``: the ``apply`` of the ones that do not refuse.
+
+    A run is all or nothing, so one refused architecture stops the others. Each architecture is
+    planned alone (:func:`patchkit.plan.run.dry_run`); those that refuse alone are dropped, and the
+    rest is planned together: when that plan refuses nothing, the step is its ``apply``
+    (:attr:`Effect.PATCHES`, the patches it writes). ``()`` when every architecture refuses, when
+    none refuses alone (they refuse together), or with ``--model`` (its architectures come from
+    its config.json).
+    """
+    from patchkit.plan.run import dry_run  # lazy: libcst, only after a refused apply of several --arch
+
+    if request.model is not None or len(request.architectures) < 2:
+        return ()
+    alone = {a: dry_run(install, chain_check=chain_check, target=target, request=Request((a,)), force=force)
+             for a in request.architectures}
+    bad = [a for a, r in alone.items() if r.refused]
+    rest = tuple(a for a in request.architectures if a not in bad)
+    if not bad or not rest:
+        return ()
+    together = dry_run(install, chain_check=chain_check, target=target, request=Request(rest), force=force)
+    if together.refused:
+        return ()
+    would = tuple(p.id for p in together.patches if p.outcome is Outcome.APPLIED)
+    reason = next(p for p in alone[bad[0]].patches if p.outcome is Outcome.REFUSED)
+    return (NextStep(patchkit_argv("apply", target=target, architectures=rest, force=force),
+                     f"applies the rest without --arch {' --arch '.join(bad)}, which refuses alone ({reason.id}: "
+                     f"{reason.reason})", reason.target, Effect.PATCHES, would),)
+
+
+def first_release(patch: Patch) -> str:
+    """The first vLLM release where ``patch`` works: the lower bound of its range, or later where vLLM's
+    proposer cannot load a draft through its wrapper before (:data:`patchkit.vllm.loadpath.FIXED_IN`)."""
+    lower = [Version(s.version) for s in patch.vllm if s.operator in (">=", ">")] or [Version(EAGLE3_FIRST)]
+    fixed = loadpath.FIXED_IN.get(patch.target.architecture) if isinstance(patch.target, ClassTarget) else None
+    return str(max([*lower, *([Version(fixed)] if fixed else [])]))
+
+
+def upgrade(distribution: str, release: str, why: str, rests_on: str | None = None,
+            patches: Sequence[str] = ()) -> NextStep:
+    """``pip install 'DIST>=RELEASE'`` in the serving environment (:attr:`Effect.UPGRADE`); ``patches``:
+    the patch ids that work from ``RELEASE`` on (empty: EAGLE-3 as a whole)."""
+    return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE, tuple(patches))
+
+
+def reinstall(distribution: str, version: str, why: str) -> NextStep:
+    """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`)."""
+    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
+                    effect=Effect.REINSTALLS)
+
+
+def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str | None = None) -> tuple[NextStep, ...]:
+    """The ``apply`` runs that patch replaced files again (:attr:`patchkit.results.StatusReport.reapply`).
+
+    Args:
+        runs: the ``--arch`` lists of the runs (``()``: the default set).
+        model: the ``--model`` folder the guard's manifest recorded for the ``--arch`` run, which
+            ``apply`` repeats instead of the ``--arch`` names (the guard's line names the same command).
+    """
+    steps = []
+    for archs in runs:
+        chosen = {"model": model} if archs and model else {"architectures": tuple(archs)}
+        why = ("again for this release: the architectures patchkit's journal says an --arch/--model run patched"
+               if archs else "again for this release: the default set")
+        steps.append(NextStep(patchkit_argv("apply", target=target, **chosen), why, effect=Effect.PATCHES))
+    return tuple(steps)
+
+
+__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "reinstall", "upgrade", "without_refused"]

@@ -1,0 +1,108 @@
+"""Plan an ``apply`` run, pass its gates, decide its outcomes and (unless dry) write it: the one
+planner ``apply``, ``apply --dry-run``, ``doctor`` and ``verify`` share (issue 25: doctor planned
+through a child ``python -m patchkit`` before).
+
+:func:`plan_run` is the run itself (the API calls it under the install's lock); :func:`dry_run`
+plans what ``patchkit apply --dry-run`` with the same options would, from the bytes an unfinished
+run's rollback will leave, and writes nothing. Both import libcst (through :mod:`patchkit.plan.engine`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from patchkit.plan import arch_scope, missing, outcomes
+from patchkit.plan.engine import plan as make_plan
+from patchkit.plan.gates import ChainCheck, gates
+from patchkit.plan.request import Request, check_requested
+from patchkit.plan.selection import arch_selection
+from patchkit.plan.spec import load_patches, select, unknown_patch_ids
+from patchkit.results import ApplyReport, FileChange, Outcome, PatchResult
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal, journal_for
+from patchkit.store.records import PlannedWrite
+from patchkit.vllm import contract as contract_mod
+from patchkit.vllm.contract import install_info
+from patchkit.vllm.install import Install
+from patchkit.vllm.registry import Registry
+from patchkit.vllm.source import SourceTree
+
+
+def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
+             force: bool, request: Request, chain_check: ChainCheck, overrides: dict[str, bytes] | None = None,
+             recovered: Sequence[str] = (), unfinished=None) -> ApplyReport:
+    """Plan, run the gates (requested patches, symlinks, RECORD drift and absence, the chain on the
+    planned bytes), decide every outcome once (:func:`patchkit.plan.outcomes.decide`), then write unless dry.
+
+    Args:
+        patches: the patches to plan (None with ``request``: :func:`patchkit.plan.selection.arch_selection` picks them).
+        requested: ``--patch`` ids asked for; request: ``--arch``/``--model``.
+        chain_check: the chain check the last gate runs (:func:`patchkit.checks.verify.verify`).
+        overrides: bytes to plan from instead of the disk's (a dry run's view after rollback).
+    Returns:
+        The :class:`ApplyReport`; ``written`` is True only when files were committed.
+    Raises:
+        UsageError: an ``--arch`` the registry does not hold. SourceError: a file does not parse.
+    """
+    overrides = dict(overrides or {})
+    tree = SourceTree(install.site_packages, overrides=overrides)
+    contract = contract_mod.detect(tree)
+    registry = Registry(tree)
+    check_requested(registry, request, str(install.version))
+    decided: tuple[PatchResult, ...] = ()
+    archs: tuple[str, ...] | None = None
+    types: tuple[str, ...] | None = None
+    if request and contract.protocol is not None:
+        # shapes are read from the files as they were before patchkit: an architecture patched
+        # already gets the same patches planned again (and they are "already applied")
+        pristine = arch_scope.pristine_tree(install, journal, overrides) if journal.entries else tree
+        patches, decided, archs, types = arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
+                                                         contract, request)
+    elif request:
+        patches = []
+        decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
+    order = {p.id: i for i, p in enumerate(patches)}
+    patches, gone, missing_files = missing.split(list(patches), tree, registry)
+    planned = make_plan(install, tree, contract, registry, journal, patches, decided)
+    results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order))) if gone else planned.results
+    vetoes, checked = gates(install, journal, planned, results, install_info(install, contract), requested=requested, force=force,
+                            overrides=overrides, archs=archs, types=types, missing_files=missing_files,
+                            chain_check=chain_check)
+    final = outcomes.decide(results, vetoes)
+    files = [
+        FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
+        for path, new in sorted(planned.changed.items())
+    ]
+    write = not dry_run and bool(planned.changed) and not any(r.outcome is Outcome.REFUSED for r in final)
+    if write:
+        journal.commit([PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
+                        for path, new in sorted(planned.changed.items())], str(install.version))
+    return ApplyReport(install_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
+                       verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files)
+
+
+def dry_run(install: Install, *, chain_check: ChainCheck, target: str = "vllm", patch_ids: Sequence[str] | None = None,
+            request: Request = Request(), force: bool = False) -> ApplyReport:
+    """What ``patchkit apply --dry-run`` with these options reports, planned in this process; writes nothing.
+
+    Args:
+        install: the vLLM install.
+        chain_check: verify's chain check (:func:`patchkit.checks.verify.verify`).
+        target, patch_ids, request, force: as ``apply``'s ``--target``, ``--patch``, ``--arch``/``--model``, ``--force``.
+    Returns:
+        The dry run's :class:`ApplyReport` (planned from the bytes an unfinished run's rollback leaves).
+    Raises:
+        UsageError: an unknown ``--patch`` or ``--arch``. ConfigError: ``--model`` without a readable
+        ``config.json``. SourceError: a file does not parse. StateError: the journal cannot be read.
+    """
+    everything = load_patches(target)
+    unknown_patch_ids(list(patch_ids) if patch_ids else None, [p.id for p in everything])
+    patches = select(everything, list(patch_ids) if patch_ids else None) if not request else None
+    journal = journal_for(install, target)
+    overrides, rolled = journal.rolled_back_view()
+    return plan_run(install, journal.without_pending(), patches, dry_run=True, requested=set(patch_ids or ()),
+                    force=force, request=request, chain_check=chain_check, overrides=overrides, recovered=rolled,
+                    unfinished=journal.unfinished())
+
+
+__all__ = ["dry_run", "plan_run"]
