@@ -15,8 +15,9 @@ the watch installed in the venv by ``patchkit watch install --drafts 24``:
    [2, 4, 5] (vllm#50170): the line names ``default-ids`` first.
 
 Then ``patchkit revert`` leaves the venv's site-packages as it was before ``watch install``.
-Measured on the shared 2-core development machine: about 8 minutes for the whole module (the
-build about 100 s, each engine case 60 - 140 s), most of it vLLM's start-up.
+Measured on the shared 2-core development machine under load (load average 5 - 6): 6 min 29 s
+for the whole module (the build about 100 s, each engine case 60 - 140 s, most of it vLLM's
+start-up), plus any wait for the venv's lock.
 """
 
 from __future__ import annotations
