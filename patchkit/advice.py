@@ -30,6 +30,8 @@ class Effect(str, Enum):
     """``patchkit revert``: writes the bytes patchkit journaled as original back."""
     GUARD = "guard"
     """``patchkit guard install|remove``: writes or deletes patchkit's guard only."""
+    WATCH = "watch"
+    """``patchkit watch install|remove``: writes or deletes patchkit's acceptance watch only."""
     REINSTALLS = "reinstalls"
     """``pip install --force-reinstall``: replaces vLLM's files with the release's, outside patchkit's journal."""
     UPGRADE = "upgrade"
@@ -129,6 +131,7 @@ class NextStep:
         if self.effect is Effect.RESTORES:
             return f"takes out {', '.join(self.patches)}" if self.patches else "restores the files patchkit changed"
         return {Effect.GUARD: "writes or removes patchkit's guard only",
+                Effect.WATCH: "writes or removes patchkit's acceptance watch only",
                 Effect.REINSTALLS: "replaces vLLM's files with the release's own",
                 Effect.UPGRADE: "another vLLM release replaces this one",
                 Effect.SHOWS: "nothing: it only reads",

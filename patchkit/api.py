@@ -36,6 +36,7 @@ from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
 from patchkit.vllm.source import SourceTree
+from patchkit.watch import watch as watch_mod
 
 if TYPE_CHECKING:
     from patchkit.vllm.registry import Registry
@@ -68,43 +69,45 @@ def _late_signal(what: str) -> None:
 
 
 def _again(command: str, target: str, request: Request, force: bool, *, command_options: Sequence[str] | None = None,
-           patch_ids: list[str] | None = None, guard: bool = False) -> NextStep:
+           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> NextStep:
     """The ``patchkit apply`` or ``patchkit revert`` step that repeats a run: its environment,
-    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force`` and ``--guard`` options."""
+    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``--watch`` options."""
     argv = patchkit_argv(command, target=target if target != "vllm" else None, environment=command_options or (),
                          patch_ids=patch_ids or (), architectures=request.architectures,
                          model=os.path.abspath(request.model) if request.model is not None else None,
-                         force=force, guard=guard)
+                         force=force, guard=guard, extra=watch)
     return NextStep(argv, f"again, to {command} the patches",
                     effect=Effect.PATCHES if command == "apply" else Effect.RESTORES)
 
 
-def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep) -> Interrupted:
-    """The :class:`Interrupted` of a signal that stopped the guard's step after the vLLM files were committed.
+def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
+    """The :class:`Interrupted` of a signal that stopped the guard's (``name``: or the watch's) step
+    after the vLLM files were committed.
 
-    The journal's own message (about the guard's files only) would say "every file is as it was
+    The journal's own message (about the plugin's files only) would say "every file is as it was
     before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
-    ``step`` is what the guard was not (``installed``/``refreshed``/``removed``), ``then`` the
+    ``step`` is what the plugin was not (``installed``/``refreshed``/``removed``), ``then`` the
     step that finishes the job.
     """
     stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
               "removed": ": it is still installed"}[step]
-    what = (f"patchkit's guard was not {step} (its files were put back{stands})" if exc.put_back else
-            f"patchkit's guard was not {step} ({exc.message.split(': ', 1)[-1]})")
-    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's guard step: "
+    what = (f"patchkit's {name} was not {step} (its files were put back{stands})" if exc.put_back else
+            f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
+    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
                                    f"{done}; {what}", "", then)
 
 
-def _guard_step(command_options: Sequence[str] | None, why: str, remove: bool = False) -> NextStep:
-    """``patchkit guard install`` (or ``remove``) with the environment options given."""
-    return NextStep(patchkit_argv("guard remove" if remove else "guard install", environment=command_options or ()),
-                    why, effect=Effect.GUARD)
+def _guard_step(command_options: Sequence[str] | None, why: str, remove: bool = False, name: str = "guard") -> NextStep:
+    """``patchkit guard install`` (or ``remove``; ``name``: or ``watch``) with the environment options given."""
+    return NextStep(patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
+                    why, effect=Effect.GUARD if name == "guard" else Effect.WATCH)
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
           target: str = "vllm", force: bool = False, request: Request = Request(),
           on_wait: Callable[[Path, float], None] | None = None, guard: bool = False,
-          command_options: Sequence[str] | None = None) -> ApplyReport:
+          command_options: Sequence[str] | None = None, watch: bool = False, watch_drafts: int | None = None,
+          watch_threshold: float | None = None) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -126,6 +129,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             an installed guard is refreshed by every apply either way (``report.guard``).
         command_options: the environment options given (``["--python", PATH]``), for the
             ``patchkit apply`` command the guard's line names.
+        watch, watch_drafts, watch_threshold: also install the acceptance watch (:mod:`patchkit.watch.watch`)
+            with these settings; an installed watch is refreshed by every apply either way (``report.watch``).
 
     An unfinished earlier apply or revert (a killed run) is rolled back first, under the lock;
     a dry run plans from the bytes that rollback will leave (``report.recovered`` names the
@@ -152,7 +157,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
-    elsewhere = import_problem(install) or cache_problem(install)
+    if watch:
+        watch_mod.check_settings(watch_drafts, watch_threshold)
+    elsewhere = import_problem(install) or cache_problem(install) or (watch_mod.refusal(install) if watch else None)
     if elsewhere is not None:
         raise elsewhere
     patches = select(everything, patch_ids) if not request else None
@@ -166,6 +173,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                               force=force)
         if guard and not report.refused:
             report = replace(report, guard=guard_mod.would_install(install, report, journal))
+        if watch and not report.refused:
+            report = replace(report, watch=watch_mod.would_install(install, watch_drafts, watch_threshold))
         return _with_steps(install, report, request, target, force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
@@ -180,27 +189,36 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             if not exc.put_back:
                 raise
             # the journal's step is a bare 'patchkit apply': repeat this run's options, --guard included
+            watching = [*(["--watch"] if watch else []),
+                        *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
+                        *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
             again = _again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
-                           guard=guard)
+                           guard=guard, watch=watching)
             raise Interrupted(exc.signum, exc.message, "", again, put_back=True) from None
         if not report.refused:
-            had_guard = guard_mod.installed(install)
-            try:
-                # absolute: the guard's line is read from the server's working folder, not this one
-                found = guard_mod.sync(install, journal, command_options=command_options, want=guard,
-                                       model=os.path.abspath(request.model) if request.model is not None else None,
-                                       target=target)
-            except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-                done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
-                        if report.written else "the patches were applied already (nothing to write)")
-                raise _guard_interrupted(exc, done, "refreshed" if had_guard else "installed",
-                                         _guard_step(command_options, "refresh it" if had_guard else "install it")
-                                         ) from None
-            except StateError as exc:  # the vLLM files are written (committed) already: say so
-                raise StateError(f"the patches were applied, but patchkit's guard was not written ({exc.cause})",
-                                 exc.hint, _guard_step(command_options, "then, to write the guard")) from exc
-            if found is not None:
-                report = replace(report, guard=found)
+            done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
+                    if report.written else "the patches were applied already (nothing to write)")
+            for name, had, want, sync in (
+                    ("guard", guard_mod.installed(install), guard, lambda: guard_mod.sync(
+                        install, journal, command_options=command_options, want=guard, target=target,
+                        # absolute: the guard's line is read from the server's working folder, not this one
+                        model=os.path.abspath(request.model) if request.model is not None else None)),
+                    ("watch", watch_mod.installed(install), watch, lambda: watch_mod.sync(
+                        install, journal, want=watch, drafts=watch_drafts, threshold=watch_threshold,
+                        command_options=command_options))):
+                if not (had or want):
+                    continue
+                try:
+                    found = sync()
+                except Interrupted as exc:  # the vLLM files are written (committed) already: say so
+                    raise _guard_interrupted(exc, done, "refreshed" if had else "installed", _guard_step(
+                        command_options, "refresh it" if had else "install it", name=name), name) from None
+                except StateError as exc:  # the vLLM files are written (committed) already: say so
+                    raise StateError(f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
+                                     exc.hint, _guard_step(command_options, f"then, to write the {name}", name=name)
+                                     ) from exc
+                if found is not None:
+                    report = replace(report, **{name: found})
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _with_steps(install, report, request, target, force)
@@ -267,6 +285,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         checks.insert(1, journal_check(install, journal))
     if guard_mod.installed(install):
         checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
+    if watch_mod.installed(install):
+        checks.insert(1, watch_mod.check(watch_mod.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
         from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs the probe
@@ -337,10 +357,11 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
                              f"{', '.join(request.architectures) or request.model}", "",
                              NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
-        if guard_mod.installed(install):  # a guard left watching nothing: it goes with the rest
+        if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
-                removed = guard_mod.remove(install, locked=True)
-            return RevertReport(info, [], refused=False, guard=removed)
+                removed = guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None
+                watched = watch_mod.remove(install) if watch_mod.installed(install) else None
+            return RevertReport(info, [], refused=False, guard=removed, watch=watched)
         return RevertReport(info, [], refused=False)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
@@ -377,19 +398,24 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             # the journal's step is a bare 'patchkit revert', which would revert every patch: repeat --arch/--model
             raise Interrupted(exc.signum, exc.message, "", _again("revert", target, request, force),
                               put_back=True) from None
-        # the guard goes with a full revert; after a partial one it watches what stays patched
+        # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
-        try:
-            guarded = (guard_mod.sync(install, journal, target=target) if refresh
-                       else guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None)
-        except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
-            done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
-            raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
-                                     _guard_step((), "refresh it") if refresh else
-                                     _guard_step((), "remove it", remove=True)) from None
+        done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
+        guarded = watched = None
+        for name, mod in (("guard", guard_mod), ("watch", watch_mod)):
+            if not mod.installed(install):
+                continue
+            try:
+                found = (guard_mod.sync(install, journal, target=target) if name == "guard" else
+                         watch_mod.sync(install, journal)) if refresh else mod.remove(install)
+            except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
+                raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
+                                         _guard_step((), "refresh it", name=name) if refresh else
+                                         _guard_step((), "remove it", remove=True, name=name), name) from None
+            guarded, watched = (found, watched) if name == "guard" else (guarded, found)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
-    return RevertReport(info, files, refused=False, guard=guarded)
+    return RevertReport(info, files, refused=False, guard=guarded, watch=watched)
 
 
 def status(install: Install, *, target: str = "vllm", request: Request = Request()) -> StatusReport:
@@ -431,6 +457,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         for path in paths
     ]
     guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
+    watched = watch_mod.state(install, journal) if watch_mod.installed(install) else None
     replaced = [journal.entries[e.path] for e in entries if e.state in REPLACED]
     reapply: tuple[tuple[str, ...], ...] = ()
     if replaced:
@@ -447,7 +474,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         steps = next_steps.reapply(reapply, target=target, model=guard_mod.recorded_model(install))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, reapply=reapply, next_steps=steps)
+                        guard=guarded, watch=watched, reapply=reapply, next_steps=steps)
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.advice import NextStep
 from patchkit.errors import ExitCode
 from patchkit.pending import PendingFile, PendingRun  # noqa: F401 - part of the result types (StatusReport.unfinished)
+
+if TYPE_CHECKING:
+    from patchkit.plugin_results import GuardReport, WatchReport
 
 
 class Outcome(str, Enum):
@@ -140,68 +143,6 @@ class Problem:
     exit_code: int
 
 
-class GuardAction(str, Enum):
-    """What a command did with patchkit's guard (:mod:`patchkit.guard.guard`)."""
-
-    INSTALLED = "installed"
-    """The guard's distribution was written into site-packages (journaled)."""
-    REFRESHED = "refreshed"
-    """It was installed already; its manifest was rewritten for the files patchkit journals now."""
-    UNCHANGED = "unchanged"
-    """It was installed already, byte for byte as this run would write it."""
-    WOULD_INSTALL = "would install"
-    """``--dry-run``: it would be written (or refreshed)."""
-    REMOVED = "removed"
-    """Its files were deleted (``revert``, ``guard remove``)."""
-    NOTHING_TO_GUARD = "nothing to guard"
-    """patchkit has not patched any file of this install, so there is nothing to watch; not installed."""
-    NOT_INSTALLED = "not installed"
-    """``status``/``verify``/``guard remove``: the guard is not in this install."""
-    SHOWN = "shown"
-    """``status``/``verify``: the guard is installed; nothing was written."""
-
-
-@dataclass(frozen=True)
-class GuardReport:
-    """patchkit's guard in one install, after a command.
-
-    Attributes:
-        action: what the command did (:class:`GuardAction`).
-        installed: True when the guard is in site-packages after the command.
-        files: the guard's files, relative to site-packages (its package and ``.dist-info``).
-        watched: the vLLM files its manifest checks at every vLLM start (relative paths).
-        architectures: the patched architectures it stops when served with EAGLE-3.
-        apply_command: the ``patchkit apply`` command its line names (environment options included).
-        problems: what is wrong with it (its files edited or gone, its manifest out of date with
-            patchkit's journal); empty when it is as patchkit wrote it.
-    """
-
-    action: GuardAction
-    installed: bool
-    files: tuple[str, ...] = ()
-    watched: tuple[str, ...] = ()
-    architectures: tuple[str, ...] = ()
-    apply_command: str = ""
-    problems: tuple[str, ...] = ()
-    install_command: str = ""
-    """The ``patchkit guard install`` command (environment options included) that rewrites it."""
-    next_steps: tuple[NextStep, ...] = ()
-    """``guard install`` with nothing to guard: the ``apply --guard`` that patches and guards."""
-
-    def __post_init__(self) -> None:
-        for name in ("files", "watched", "architectures", "problems", "next_steps"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """``guard install``/``guard remove``: 3 when patchkit has patched nothing here (nothing to watch), else 0."""
-        return ExitCode.REFUSED if self.action is GuardAction.NOTHING_TO_GUARD else ExitCode.OK
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return _plain(asdict(self))
-
-
 @dataclass(frozen=True)
 class ApplyReport:
     """Result of ``apply`` (also with ``--dry-run``).
@@ -229,6 +170,8 @@ class ApplyReport:
     missing_files: tuple[str, ...] = ()
     guard: "GuardReport | None" = None
     """With ``--guard``, or when the guard is installed: what this run did with it (else None)."""
+    watch: "WatchReport | None" = None
+    """With ``--watch``, or when the acceptance watch is installed: what this run did with it (else None)."""
     next_steps: tuple[NextStep, ...] = ()
     """What to run next (:class:`~patchkit.advice.NextStep`): after a write, verify and revert; after a
     refusal of one of several ``--arch``, the apply without it."""
@@ -379,6 +322,8 @@ class RevertReport:
     refused: bool
     guard: "GuardReport | None" = None
     """What the revert did with patchkit's guard (removed, refreshed), or None when it is not installed."""
+    watch: "WatchReport | None" = None
+    """What the revert did with the acceptance watch (removed, refreshed), or None when it is not installed."""
     next_steps: tuple[NextStep, ...] = ()
     """When refused: ``revert --force`` and the reinstall that also gives the release's bytes back."""
 
@@ -433,6 +378,8 @@ class StatusReport:
     entries are then only the files holding their patches); empty otherwise."""
     guard: "GuardReport | None" = None
     """patchkit's guard in this install (:class:`GuardReport`), or None when it is not installed."""
+    watch: "WatchReport | None" = None
+    """The acceptance watch in this install (:class:`~patchkit.plugin_results.WatchReport`), or None."""
     reapply: tuple = ()
     """When a reinstall or an upgrade replaced journaled files: the ``--arch`` option lists that patch
     them again (``()`` for the default set, ``("Glm4MoeForCausalLM",)`` for what an ``--arch``/``--model``

@@ -196,22 +196,29 @@ def test_apply_verify_status_revert_on_three_fresh_nodes(ray_cluster, cli):
         assert pristine(n, "0.17.1")
 
 
-def test_apply_guard_installs_the_guard_on_every_node_and_revert_removes_it(ray_cluster, cli):
+def test_apply_guard_installs_the_guard_and_the_watch_on_every_node_and_revert_removes_them(ray_cluster, cli):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
-    code, data = cli.json("apply", "--site-packages", SITE, "--guard", "--ray", ray_cluster.address)
+    code, data = cli.json("apply", "--site-packages", SITE, "--guard", "--watch", "--watch-drafts", "64", "--ray",
+                          ray_cluster.address)
     assert code == 0, data
     for n in ray_cluster.nodes:
         row = by_node(data)[n.node_id]
         assert row["result"]["guard"]["action"] == "installed"
         assert row["plan"]["guard"]["action"] == "would install"
+        assert row["result"]["watch"]["action"] == "installed" and row["plan"]["watch"]["action"] == "would install"
         manifest = json.loads((n.site / "patchkit_guard" / "manifest.json").read_text())
         # each node's guard names that node's own install, as it expanded the option
         assert manifest["apply"] == f"patchkit apply --target vllm --site-packages {n.site}"
         assert len(manifest["files"]) == 4
+        watched = json.loads((n.site / "patchkit_watch" / "watch.json").read_text())
+        assert watched["options"] == ["--site-packages", str(n.site)] and watched["drafts"] == 64
+        assert "DeepseekV3ForCausalLM" in watched["patched"]
     code, data = cli.json("status", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert [row["result"]["guard"]["installed"] for row in data["nodes"]] == [True] * 3
+    assert [row["result"]["watch"]["installed"] for row in data["nodes"]] == [True] * 3
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 0 and [row["result"]["guard"]["action"] for row in data["nodes"]] == ["removed"] * 3
+    assert [row["result"]["watch"]["action"] for row in data["nodes"]] == ["removed"] * 3
     for n in ray_cluster.nodes:
         assert pristine(n, "0.17.1")
 

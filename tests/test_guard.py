@@ -356,11 +356,11 @@ def test_a_guard_that_cannot_be_written_says_the_patches_were_applied(release, c
 
 @pytest.mark.release
 def test_a_guard_written_by_another_patchkit_version_is_replaced_whole(release, cli, monkeypatch):
-    import patchkit.guard.guard
+    import patchkit.store.plugin_dist
 
     site = release("0.33.0")
     with monkeypatch.context() as m:
-        m.setattr(patchkit.guard.guard, "__version__", "0.0.9")
+        m.setattr(patchkit.store.plugin_dist, "__version__", "0.0.9")
         assert cli("apply", "--site-packages", str(site), "--arch", OLMOE, "--guard").exit_code == 0
     assert (site / "patchkit_guard-0.0.9.dist-info" / "entry_points.txt").is_file()
     code, data = cli.json("guard", "install", "--site-packages", str(site))
@@ -368,5 +368,17 @@ def test_a_guard_written_by_another_patchkit_version_is_replaced_whole(release, 
     assert not (site / "patchkit_guard-0.0.9.dist-info").exists()
     found = json.loads(run_python(Path(sys.executable), ENTRY_POINTS, site).stdout)
     assert found["version"] == "0.1.0" and set(found["files"]) == GUARD_FILES
+    assert cli("revert", "--site-packages", str(site)).exit_code == 0
+    assert tree(site) == tree(pristine_site_packages("0.33.0"))
+
+
+@pytest.mark.release
+def test_a_guard_file_edited_then_refreshed_is_still_deleted_by_revert(olmoe_guarded, cli):
+    """An edited guard file, rewritten by ``guard install``, stays the guard's own (its original is
+    "absent"): ``revert`` deletes it. Before the fix the journal took the edited bytes as the new
+    original and ``revert`` put the edit back (a ``patchkit_guard/manifest.json`` left behind)."""
+    site = olmoe_guarded
+    (site / "patchkit_guard" / "manifest.json").write_text("{}\n")
+    assert cli("guard", "install", "--site-packages", str(site)).exit_code == 0
     assert cli("revert", "--site-packages", str(site)).exit_code == 0
     assert tree(site) == tree(pristine_site_packages("0.33.0"))

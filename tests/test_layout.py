@@ -38,7 +38,7 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "settings", "interrupt", "advice", "pending")
+BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending")
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""
@@ -48,7 +48,7 @@ RANKS: dict[str, int] = {
     "store": 2, "codemods": 2,
     "plan": 3,
     "checks": 4,
-    "rehearse": 5, "guard": 5,
+    "rehearse": 5, "guard": 5, "watch": 5,
     "api": 6,
     "ui": 7,
     "top": 8,

@@ -28,10 +28,6 @@ leave empty). The vLLM journal stays about vLLM's files.
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import shlex
 from dataclasses import replace
@@ -43,8 +39,9 @@ from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import StateError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for
-from patchkit.store.records import PlannedWrite
-from patchkit.results import Check, GuardAction, GuardReport
+from patchkit.store.plugin_dist import PluginDist
+from patchkit.plugin_results import GuardAction, GuardReport
+from patchkit.results import Check
 
 if TYPE_CHECKING:
     from patchkit.vllm.install import Install
@@ -63,9 +60,14 @@ PATCH_ID = "guard"
 MANIFEST_FORMAT = 1
 
 
+DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's guard: checks at every vLLM start that the files patchkit "
+                  "patched still hold its bytes", ((ENTRY_POINT_GROUP, ENTRY_POINT),), PATCH_ID)
+"""The guard's distribution (:mod:`patchkit.store.plugin_dist` writes, journals and removes it)."""
+
+
 def dist_info() -> str:
     """The guard's ``.dist-info`` folder name (the version is patchkit's)."""
-    return f"{PACKAGE}-{__version__}.dist-info"
+    return DIST.dist_info
 
 
 def module_path() -> str:
@@ -80,7 +82,7 @@ def manifest_path() -> str:
 
 def journal_of(install: Install) -> Journal:
     """The journal of the guard's files in ``install``'s site-packages."""
-    return Journal(install.site_packages, DISTRIBUTION, install.pycache_prefix, install.spellings)
+    return DIST.journal(install)
 
 
 def apply_command(command_options: Sequence[str] | None, architectures: Sequence[str] = (),
@@ -111,26 +113,6 @@ def watched_files(install: Install, journal: Journal) -> dict[str, str]:
     return out
 
 
-def patched_architectures(install: Install, journal: Journal) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(served, chosen)``: the architectures the journaled patches serve, and those an ``--arch`` run chose.
-
-    ``served``: the architectures of the shipped patches journaled (their ``architectures``, from
-    ``patches/``) and every registry architecture whose class got an interface patch
-    (:func:`patchkit.plan.selection.journaled_architectures`); ``chosen``: the latter alone (they need
-    ``--arch`` to be patched again).
-    """
-    # status and verify import this module; the planning chain costs them ~45 ms (21 modules)
-    from patchkit.plan.selection import journaled_architectures  # lazy: keeps status's start-up (planning chain)
-    from patchkit.plan.spec import load_patches  # lazy: keeps status's start-up (patch definitions)
-    from patchkit.vllm.registry import Registry  # lazy: keeps status's start-up
-    from patchkit.vllm.source import SourceTree  # lazy: keeps status's start-up
-
-    ids = {pid for e in journal.entries.values() for pid in e.patches}
-    shipped = [a for p in load_patches() if p.id in ids for a in p.architectures]
-    chosen = journaled_architectures(journal, Registry(SourceTree(install.site_packages)))
-    return tuple(dict.fromkeys([*shipped, *chosen])), tuple(chosen)
-
-
 def manifest(install: Install, journal: Journal, command_options: Sequence[str] | None,
              model: str | None = None, target: str = "vllm") -> dict:
     """The manifest the guard reads (format :data:`MANIFEST_FORMAT`); see the module docstring.
@@ -141,6 +123,9 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
         command_options: the environment options given, for the line's ``patchkit apply``.
         model: the ``--model`` folder of the run (or of the previous manifest), to repeat.
     """
+    # status and verify import this module; the planning chain costs them ~45 ms (21 modules)
+    from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
+
     served, chosen = patched_architectures(install, journal)
     return {
         "format": MANIFEST_FORMAT,
@@ -154,44 +139,19 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
     }
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def distribution(data: dict) -> dict[str, bytes]:
-    """The guard's files, ``{path relative to site-packages: bytes}``, in the order they are written.
-
-    The package first and ``entry_points.txt``/``RECORD`` last, so a vLLM process starting
-    while they are written finds either no entry point or one whose module is complete.
-    """
-    info = dist_info()
-    files: dict[str, bytes] = {
+    """The guard's files, ``{path relative to site-packages: bytes}``, in the order they are written
+    (:meth:`patchkit.store.plugin_dist.PluginDist.files`: the package first, ``RECORD`` last)."""
+    return DIST.files({
         f"{PACKAGE}/__init__.py": b'"""patchkit\'s guard (written by patchkit; its code is in guard.py)."""\n',
         module_path(): (Path(__file__).with_name("guard_plugin.py")).read_bytes(),
         manifest_path(): (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-        f"{info}/METADATA": (
-            "Metadata-Version: 2.1\n"
-            f"Name: {DISTRIBUTION}\n"
-            f"Version: {__version__}\n"
-            "Summary: patchkit's guard: checks at every vLLM start that the files patchkit patched still hold its bytes\n"
-            "Requires-Python: >=3.8\n"
-        ).encode(),
-        f"{info}/INSTALLER": b"patchkit\n",
-        f"{info}/top_level.txt": f"{PACKAGE}\n".encode(),
-        f"{info}/entry_points.txt": f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT}\n".encode(),
-    }
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    for path, content in files.items():
-        writer.writerow([path, _record_hash(content), len(content)])
-    writer.writerow([f"{info}/RECORD", "", ""])
-    files[f"{info}/RECORD"] = out.getvalue().encode()
-    return files
+    })
 
 
 def installed(install: Install) -> bool:
     """True when the guard's journal lists its files in this install."""
-    return bool(journal_of(install).entries)
+    return DIST.installed(install)
 
 
 def _read_manifest(install: Install) -> dict | None:
@@ -240,23 +200,12 @@ def sync(install: Install, journal: Journal, *, command_options: Sequence[str] |
             return remove(install, dry_run=dry_run, locked=True)
         return GuardReport(GuardAction.NOTHING_TO_GUARD, False)
     files = distribution(data)
-    changes = []
-    for path, content in files.items():
-        current = install.site_packages / path
-        before = current.read_bytes() if current.is_file() else None
-        if before != content:
-            changes.append(PlannedWrite(path, before, content, [PATCH_ID]))
-    stale = [p for p in gj.entries if p not in files]  # files of a guard from another patchkit version
-    action = (GuardAction.UNCHANGED if not changes and not stale else
+    written = DIST.write(install, files, dry_run=dry_run)
+    action = (GuardAction.UNCHANGED if not written.changed else
               GuardAction.WOULD_INSTALL if dry_run else
-              GuardAction.REFRESHED if gj.entries else GuardAction.INSTALLED)
-    if not dry_run and (changes or stale):
-        if changes:
-            gj.commit(changes, str(install.version))
-        if stale:
-            gj.restore(sorted(stale))
+              GuardAction.INSTALLED if written.fresh else GuardAction.REFRESHED)
     again = shlex.join(patchkit_argv("guard install", environment=data["options"]))
-    return GuardReport(action, not dry_run or bool(gj.entries), tuple(files), tuple(data["files"]),
+    return GuardReport(action, not dry_run or not written.fresh, tuple(files), tuple(data["files"]),
                        tuple(data["architectures"]), data["apply"], (), again)
 
 
@@ -266,14 +215,10 @@ def remove(install: Install, *, dry_run: bool = False, locked: bool = False) -> 
     A guard file edited or deleted since is deleted as well (it is the guard's own file, not a
     user's). Returns ``removed`` (``not installed`` when there was none).
     """
-    gj = journal_of(install)
-    if not gj.entries:
+    paths = DIST.remove(install, dry_run=dry_run)
+    if not paths:
         return GuardReport(GuardAction.NOT_INSTALLED, False)
-    paths = sorted(gj.entries)
-    if not dry_run:
-        present = [p for p in paths if (install.site_packages / p).exists()]
-        gj.narrow(present, {}, {}, str(install.version), forget=[p for p in paths if p not in present])
-    return GuardReport(GuardAction.REMOVED, dry_run, tuple(paths))
+    return GuardReport(GuardAction.REMOVED, dry_run, paths)
 
 
 def state(install: Install, journal: Journal) -> GuardReport:
@@ -286,13 +231,7 @@ def state(install: Install, journal: Journal) -> GuardReport:
     gj = journal_of(install)
     if not gj.entries:
         return GuardReport(GuardAction.NOT_INSTALLED, False)
-    problems = []
-    for path, entry in sorted(gj.entries.items()):
-        file = install.site_packages / path
-        if not file.is_file():
-            problems.append(f"{path} is gone")
-        elif sha256(file.read_bytes()) != entry.sha256_after:
-            problems.append(f"{path} was changed since patchkit wrote it")
+    problems = DIST.problems(install)
     data = _read_manifest(install) or {}
     watched = data.get("files") if isinstance(data.get("files"), dict) else {}
     journaled = {p: e.sha256_after for p, e in journal.entries.items()}

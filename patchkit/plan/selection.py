@@ -143,4 +143,23 @@ def reapply_runs(replaced: Sequence[Entry], journal: JournalRecords, registry: R
     return tuple(runs)
 
 
-__all__ = ["arch_selection", "architectures_of", "journaled_architectures", "reapply_runs", "verify_scope"]
+def patched_architectures(install, journal: JournalRecords) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(served, chosen)``: the architectures the journaled patches serve, and those an ``--arch`` run chose.
+
+    ``served``: the architectures of the shipped patches journaled (their ``architectures``, from
+    ``patches/``) and every registry architecture whose class got an interface patch
+    (:func:`journaled_architectures`); ``chosen``: the latter alone (they need ``--arch`` to be
+    patched again). Read by the guard's manifest and the watch's data file.
+
+    Args:
+        install: the :class:`~patchkit.vllm.install.Install` (its site-packages holds the registry).
+        journal: its vLLM journal.
+    """
+    ids = {pid for e in journal.entries.values() for pid in e.patches}
+    shipped = [a for p in load_patches() if p.id in ids for a in p.architectures]
+    chosen = journaled_architectures(journal, Registry(SourceTree(install.site_packages)))
+    return tuple(dict.fromkeys([*shipped, *chosen])), tuple(chosen)
+
+
+__all__ = ["arch_selection", "architectures_of", "journaled_architectures", "patched_architectures",
+           "reapply_runs", "verify_scope"]

@@ -272,12 +272,16 @@ class Journal(JournalRecords):
             pass
         return restored_all
 
-    def commit(self, writes: list[PlannedWrite], vllm_version: str) -> None:
+    def commit(self, writes: list[PlannedWrite], vllm_version: str, *, own: bool = False) -> None:
         """Write every planned file, or none: on any error or signal all files get their bytes back.
 
         Every file and folder is checked writable (keeping owners) first. Before the first file
         is replaced, the bytes each file has now are stored and a ``pending`` record is saved, so
         a run killed midway is rolled back by the next command (:meth:`recover`).
+
+        A journaled file whose bytes changed since patchkit wrote them gets those bytes as its new
+        original (a reinstall or an upgrade put them there), unless ``own``: the files are patchkit's
+        own (the guard's, the watch's), whose original stays the journaled one ("absent").
 
         Raises:
             StateError: a file or the journal could not be written (nothing is left changed).
@@ -290,7 +294,7 @@ class Journal(JournalRecords):
             for w in writes:
                 entry = self._state.entries.get(w.path)
                 before = sha256(w.before) if w.before is not None else None
-                if entry is not None and before != entry.sha256_after:
+                if entry is not None and before != entry.sha256_after and not own:
                     entry = None  # reinstalled or upgraded since: these bytes are the new original
                 self._state.entries[w.path] = Entry(
                     path=w.path,

@@ -3,7 +3,8 @@
 This module is the Typer app: it registers the commands, which live by kind in
 :mod:`patchkit.ui.patch_commands` (``apply``, ``verify``, ``revert``, ``status``),
 :mod:`patchkit.ui.inspect_commands` (``resolve``, ``scan``, ``list``, ``doctor``, ``rehearse``,
-``explain``) and :mod:`patchkit.ui.guard_commands` (``guard install``/``remove``). They share the
+``explain``), :mod:`patchkit.ui.guard_commands` (``guard install``/``remove``) and
+:mod:`patchkit.ui.watch_commands` (``watch install``/``remove``). They share the
 options (:mod:`patchkit.ui.options`), the runner that maps errors and signals to exit codes
 (:mod:`patchkit.ui.runner`, which lists the codes), the output console (:mod:`patchkit.ui.console`)
 and the hint scope (:mod:`patchkit.ui.hints`).
@@ -24,6 +25,7 @@ import typer
 from patchkit import __version__
 from patchkit.ui import hints
 from patchkit.ui.guard_commands import guard_install, guard_remove
+from patchkit.ui.watch_commands import watch_install, watch_remove
 from patchkit.ui.inspect_commands import doctor_cmd, explain_cmd, list_patches, rehearse_cmd, resolve, scan_cmd
 from patchkit.ui.options import Command, RayCommand
 from patchkit.ui.patch_commands import apply, revert, status, verify
@@ -66,6 +68,12 @@ guard_app = typer.Typer(name="guard", no_args_is_help=True, help="Install or rem
 app.add_typer(guard_app, name="guard")
 guard_app.command("install", cls=Command)(guard_install)
 guard_app.command("remove", cls=Command)(guard_remove)
+
+watch_app = typer.Typer(name="watch", no_args_is_help=True, help="Install or remove patchkit's acceptance watch (a vLLM "
+                        "stat-logger plugin that says why EAGLE-3 acceptance collapsed in a serve).")
+app.add_typer(watch_app, name="watch")
+watch_app.command("install", cls=Command)(watch_install)
+watch_app.command("remove", cls=Command)(watch_remove)
 
 
 def main() -> None:

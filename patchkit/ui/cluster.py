@@ -309,7 +309,8 @@ def _failure_reason(rows: list[NodeResult]) -> str:
 def apply(address: str | None, *, site_packages: Path | str | None = None, python: Path | str | None = None,
           dry_run: bool = False, patch_ids: list[str] | None = None, target: str = "vllm",
           force: bool = False, architectures: list[str] | tuple[str, ...] | None = None,
-          model: Path | str | None = None, guard: bool = False) -> ClusterReport:
+          model: Path | str | None = None, guard: bool = False, watch: bool = False,
+          watch_drafts: int | None = None, watch_threshold: float | None = None) -> ClusterReport:
     """Apply the patches on every alive node of the cluster, all nodes or none.
 
     1. Plan (``apply --dry-run``) on every node at once. Nothing is written anywhere when a node
@@ -327,13 +328,17 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
             every node; the folder is read there, expanded like ``site_packages``.
         guard: ``--guard``: install patchkit's guard on every node too (:mod:`patchkit.guard.guard`; it
             names the node's own expanded ``--python``/``--site-packages`` in its line).
+        watch, watch_drafts, watch_threshold: ``--watch``: install the acceptance watch on every node too
+            (:mod:`patchkit.watch.watch`); a node whose vLLM lacks the plugin group refuses in the plan step,
+            so nothing is written anywhere.
     Returns:
         A :class:`ClusterReport`.
     Raises:
         ClusterError: Ray is missing or the cluster cannot be reached.
     """
     opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids,
-                    architectures=architectures, model=model, guard=guard)
+                    architectures=architectures, model=model, guard=guard, watch=watch, watch_drafts=watch_drafts,
+                    watch_threshold=watch_threshold)
     with connect(address, with_libcst=True) as session:
         start = session.alive()
         plans = _ask(session, start, "plan", opts)

@@ -83,7 +83,8 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
                                                                           ("--site-packages", "site_packages"))]
             report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
                                target=target, force=bool(options.get("force")), request=request,
-                               guard=bool(options.get("guard")),
+                               guard=bool(options.get("guard")), watch=bool(options.get("watch")),
+                               watch_drafts=options.get("watch_drafts"), watch_threshold=options.get("watch_threshold"),
                                command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
         elif command == "verify":
             report = api.verify(install, request=request)

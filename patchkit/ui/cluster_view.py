@@ -47,7 +47,8 @@ def _check(target: str, site_packages: Optional[Path], python: Optional[Path],
 
 def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
           patch: Optional[list[str]], force: bool, arch: Optional[list[str]] = None, model: Optional[Path] = None,
-          as_json: bool, guard: bool = False) -> int:
+          as_json: bool, guard: bool = False, watch: bool = False, watch_drafts: Optional[int] = None,
+          watch_threshold: Optional[float] = None) -> int:
     """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code.
 
     The CLI has checked the ``--patch`` ids already; ``arch``/``model`` are ``--arch``/``--model``,
@@ -56,7 +57,8 @@ def apply(address: str, *, target: str, site_packages: Optional[Path], python: O
     _check(target, site_packages, python, model)
     report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
                            dry_run=dry_run, patch_ids=patch, target=target, force=force,
-                           architectures=arch, model=model, guard=guard)
+                           architectures=arch, model=model, guard=guard, watch=watch, watch_drafts=watch_drafts,
+                           watch_threshold=watch_threshold)
     return _show(report, as_json)
 
 

@@ -29,7 +29,8 @@ from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
 if TYPE_CHECKING:
-    from patchkit.results import Check, GuardReport, InstallInfo
+    from patchkit.plugin_results import GuardReport, WatchReport
+    from patchkit.results import Check, InstallInfo
 
 OUTCOME_STYLE = {
     "applied": "green",
@@ -119,8 +120,8 @@ def failing_lines(checks: list[Check], prefix: str = "missing: ") -> list[str]:
 
 
 def guard_line(writer: Writer, guard: GuardReport) -> None:
-    """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.results.GuardReport`)."""
-    from patchkit.results import GuardAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+    """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.plugin_results.GuardReport`)."""
+    from patchkit.plugin_results import GuardAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
     style = "red" if guard.problems else "green" if guard.installed else "yellow"
     if guard.action is GuardAction.NOTHING_TO_GUARD:
@@ -177,6 +178,28 @@ class GuardedStdout:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+def watch_line(writer: Writer, watch: WatchReport) -> None:
+    """One line about the acceptance watch after apply, revert, status or ``watch install``
+    (:class:`~patchkit.plugin_results.WatchReport`)."""
+    from patchkit.plugin_results import WatchAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+
+    style = "red" if watch.problems or watch.action is WatchAction.NO_PLUGIN_GROUP else (
+        "green" if watch.installed else "yellow")
+    if watch.action is WatchAction.NO_PLUGIN_GROUP:
+        detail = watch.missing or "this vLLM loads no stat-logger plugins"
+    elif watch.action is WatchAction.REMOVED:
+        detail = f"its {len(watch.files)} file(s) deleted"
+    elif watch.action is WatchAction.NOT_INSTALLED:
+        detail = "no acceptance watch in this install"
+    else:
+        detail = (f"after {watch.drafts} drafts, logs one line in the serve when first-position acceptance is below "
+                  f"{watch.threshold:.2f}")
+    label = "installed" if watch.action is WatchAction.SHOWN else watch.action.value
+    writer.line(("watch:", style), f" {label}  ", (detail, "dim"))
+    for problem in watch.problems:
+        writer.line(("watch problem:", "red"), f" {problem}; run '{watch.install_command}'", indent="  ")
 
 
 def output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> int:

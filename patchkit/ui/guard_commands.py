@@ -24,7 +24,7 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
 
     def body() -> int:
         from patchkit.guard import guard as guard_mod  # lazy: the guard layer, only when a guard command runs
-        from patchkit.results import GuardAction  # lazy: the result types cost start-up time (list needs none)
+        from patchkit.plugin_results import GuardAction  # lazy: the result types cost start-up time (list needs none)
 
         install = find_install(target, site_packages, python)
         if action == "install":

@@ -17,7 +17,7 @@ import typer
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
 from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
-                                 out, print_checks, waiting, working)
+                                 out, print_checks, waiting, watch_line, working)
 from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, SitePackagesOpt, TargetOpt,
                                  find_install, request)
 from patchkit.ui.render import MARKS
@@ -37,6 +37,12 @@ def apply(
     ray: Optional[str] = RayOpt,
     guard: bool = typer.Option(False, "--guard", help="Also install patchkit's guard: a vLLM plugin that checks, in "
                                "every vLLM process, that the patched files still hold patchkit's bytes."),
+    watch: bool = typer.Option(False, "--watch", help="Also install the acceptance watch: a vLLM stat-logger plugin that "
+                               "logs one line naming the likeliest cause when EAGLE-3 acceptance collapses (docs/watch.md)."),
+    watch_drafts: Optional[int] = typer.Option(None, "--watch-drafts", help="With --watch: drafts to count before judging "
+                                               "(default 200)."),
+    watch_threshold: Optional[float] = typer.Option(None, "--watch-threshold", help="With --watch: first-position "
+                                                    "acceptance below which it speaks (default 0.2)."),
 ) -> None:
     """Apply every patch that applies to this vLLM release, all or nothing."""
 
@@ -46,6 +52,9 @@ def apply(
         from patchkit.results import Outcome  # lazy: the result types cost start-up time (list needs none)
 
         check_patch_ids(patch, target)
+        if (watch_drafts is not None or watch_threshold is not None) and not watch:
+            raise UsageError("--watch-drafts and --watch-threshold set the acceptance watch", "add --watch")
+        watching = {"watch": True, "watch_drafts": watch_drafts, "watch_threshold": watch_threshold} if watch else {}
         if ray is not None:
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
@@ -53,14 +62,14 @@ def apply(
 
             return cluster_view.apply(ray, target=target, site_packages=site_packages, python=python,
                                       dry_run=dry_run, patch=patch, force=force, arch=arch, model=model,
-                                      as_json=as_json, **({"guard": True} if guard else {}))
+                                      as_json=as_json, **({"guard": True} if guard else {}), **watching)
         install = find_install(target, site_packages, python)
         with working("planning and checking the patches...", as_json):
             if patch and (arch or model):
                 raise UsageError("give --patch or --arch/--model, not both", "--arch plans every patch that architecture needs")
             report = api.apply(install, dry_run=dry_run, patch_ids=patch, target=target, force=force,
                                request=request(arch, model), on_wait=waiting(as_json), guard=guard,
-                               command_options=hints.command_options(site_packages, python))
+                               command_options=hints.command_options(site_packages, python), **watching)
         report = _completed(report)
         if as_json:
             emit_json(report.to_dict())
@@ -94,6 +103,8 @@ def apply(
             print_checks(w, report.verify.checks)
         if report.guard is not None:
             guard_line(w, report.guard)
+        if report.watch is not None:
+            watch_line(w, report.watch)
         if report.refused:
             w.line(("refused:", "red"), " nothing was written")
             next_lines(w, report.next_steps)
@@ -222,6 +233,8 @@ def revert(
             w.line(mark, " ", f.path, "  ", (f.reason, "dim"))
         if report.guard is not None:
             guard_line(w, report.guard)
+        if report.watch is not None:
+            watch_line(w, report.watch)
         if report.refused:
             w.line(("refused:", "red"), " nothing was reverted")
             next_lines(w, report.next_steps)
@@ -276,6 +289,8 @@ def status(
             w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
         if report.guard is not None:
             guard_line(w, report.guard)
+        if report.watch is not None:
+            watch_line(w, report.watch)
         if not report.entries and not report.pending:
             w.line("no patchkit changes in this install" if not report.architectures else
                    "no patchkit changes for these architectures")

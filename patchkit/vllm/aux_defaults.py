@@ -15,14 +15,19 @@ from patchkit.vllm.proposer_paths import derive
 from patchkit.vllm.source import ClassRef, SourceTree
 
 
-def vllm_default_ids(n: int) -> list[int]:
-    """vLLM's default aux ids for a target of ``n`` layers, in vLLM's convention: ``[2, n // 2, n - 3]``.
+DEFAULT_ID_TERMS = ((0, 1, 2), (1, 2, 0), (1, 1, -3))
+"""vLLM's default aux ids as ``(mult, div, add)`` terms, id = ``n * mult // div + add``: ``(2, n // 2, n - 3)``.
 
-    Fact: ``get_eagle3_aux_hidden_state_layers`` (A1) / ``get_eagle3_default_aux_hidden_state_layers``
-    (A2/A3) of native models, vLLM 0.10.2 - 0.33.0 (e.g. ``model_executor/models/llama.py``), and
-    patchkit's DeepSeek patch.
-    """
-    return [2, n // 2, n - 3]
+Fact: ``get_eagle3_aux_hidden_state_layers`` (A1) / ``get_eagle3_default_aux_hidden_state_layers``
+(A2/A3) of native models, vLLM 0.10.2 - 0.33.0 (e.g. ``model_executor/models/llama.py``), and
+patchkit's DeepSeek patch. Kept as data so the acceptance watch (:mod:`patchkit.watch`), which runs
+without patchkit, computes the same ids from its data file."""
+
+
+def vllm_default_ids(n: int) -> list[int]:
+    """vLLM's default aux ids for a target of ``n`` layers, in vLLM's convention: ``[2, n // 2, n - 3]``
+    (:data:`DEFAULT_ID_TERMS`)."""
+    return [n * mult // div + add for mult, div, add in DEFAULT_ID_TERMS]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,325 @@
+"""patchkit's acceptance watch: a tiny distribution in the serving environment that reads vLLM's
+spec-decode counters as the serve runs and, when first-position acceptance collapses, logs one
+line saying why (issue 26).
+
+``patchkit apply --watch`` and ``patchkit watch install`` write, into the site-packages of the vLLM
+install, without pip (so it works offline), a real distribution (:mod:`patchkit.store.plugin_dist`):
+
+- ``patchkit_watch/watch.py``: :mod:`patchkit.watch.watch_plugin`, byte for byte (the standard
+  library and vLLM's ``StatLoggerBase``; runs without patchkit), and a one-line ``__init__.py``;
+- ``patchkit_watch/watch.json``: what patchkit knows at install time (:func:`data`): the release,
+  the plugin base class, the fields each model runner of this release reads the draft's aux ids
+  from (:func:`patchkit.vllm.drafts.read_release`), the target's default ids
+  (:data:`patchkit.vllm.aux_defaults.DEFAULT_ID_TERMS`), the architectures whose capture patchkit
+  wrote (from its journal), the drafts to count and the threshold, and the environment options;
+- ``patchkit_watch-<version>.dist-info/``: ``entry_points.txt`` with group ``vllm.stat_logger_plugins``
+  (:data:`patchkit.vllm.stat_loggers.GROUP`) naming ``AcceptanceWatch``, and ``RECORD``.
+
+Every file is journaled (``.patchkit/patchkit-watch/``, same transaction and lock as vLLM's files);
+``revert`` and ``watch remove`` delete them, byte-exact. ``apply`` and ``revert --arch`` rewrite
+``watch.json`` whenever the watch is installed (what patchkit patched changed). A release without
+the group (before 0.11.1, :func:`patchkit.vllm.stat_loggers.support`) gets nothing: vLLM is never
+patched for the watch. The line's causes are the :class:`Cause` values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from patchkit import __version__, interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
+from patchkit.errors import RefusedError, StateError, UsageError
+from patchkit.plugin_results import WatchAction, WatchReport
+from patchkit.results import Check
+from patchkit.store.journal import Journal, journal_for
+from patchkit.store.plugin_dist import PluginDist
+from patchkit.vllm import stat_loggers
+from patchkit.vllm.source import SourceTree
+
+if TYPE_CHECKING:
+    from patchkit.vllm.install import Install
+
+DISTRIBUTION = "patchkit-watch"
+"""The watch's distribution name (``pip list`` shows it); also the name of its journal."""
+PACKAGE = "patchkit_watch"
+ENTRY_POINT = f"{PACKAGE} = {PACKAGE}.watch:AcceptanceWatch"
+"""The entry point: its name is what ``VLLM_PLUGINS`` must list when that variable is set."""
+PATCH_ID = "watch"
+DATA_FORMAT = 1
+"""The format of ``watch.json`` (the plugin's ``DATA_FORMAT`` is the same; tests/test_watch.py checks it)."""
+DEFAULT_DRAFTS = 200
+"""Drafts counted before the watch judges (``--drafts``; ``PATCHKIT_WATCH_DRAFTS`` at serve time)."""
+DEFAULT_THRESHOLD = 0.2
+"""First-position acceptance below which it speaks (``--threshold``; ``PATCHKIT_WATCH_THRESHOLD``).
+A working draft is accepted at the first position 45 - 60% of the time in upstream reports
+(vllm#43671, #50170); the broken ones there were at 1 - 10%."""
+DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's acceptance watch: says why EAGLE-3 acceptance collapsed in a "
+                  "vLLM serve", ((stat_loggers.GROUP, ENTRY_POINT),), PATCH_ID)
+
+
+class Cause(str, Enum):
+    """The causes the watch's line names (``(1) code: why``), likeliest first (the plugin's ``CAUSES``)."""
+
+    OTHER_VOCABULARY = "other-vocabulary"
+    """The draft's ``vocab_size`` is not the target's: a draft of another tokenizer."""
+    ID_CONVENTION = "id-convention"
+    """The draft's ids count a layer's output (SpecForge) and the runner reads them as vLLM's: one layer early."""
+    DEFAULT_IDS = "default-ids"
+    """The runner fell back to the target's default ids (the draft records none, or where it does is ignored)."""
+    PATCHED_CAPTURE = "patched-capture"
+    """patchkit wrote the served architecture's capture (``patchkit rehearse`` checks it)."""
+    UNKNOWN = "unknown"
+    """Nothing patchkit knows explains it."""
+
+
+def data_path() -> str:
+    """``watch.json``'s path relative to site-packages."""
+    return f"{PACKAGE}/watch.json"
+
+
+def module_path() -> str:
+    """The plugin module's path relative to site-packages."""
+    return f"{PACKAGE}/watch.py"
+
+
+def check_settings(drafts: int | None, threshold: float | None) -> None:
+    """Raise :class:`UsageError` (exit 2) for ``--drafts`` below 1 or a ``--threshold`` outside 0 - 1."""
+    if drafts is not None and drafts < 1:
+        raise UsageError(f"--drafts {drafts}: the watch needs at least one draft to judge",
+                         f"give a positive number (the default is {DEFAULT_DRAFTS})")
+    if threshold is not None and not (0.0 <= threshold <= 1.0 and math.isfinite(threshold)):
+        raise UsageError(f"--threshold {threshold}: first-position acceptance is a fraction from 0 to 1",
+                         f"give e.g. --threshold {DEFAULT_THRESHOLD}")
+
+
+def refusal(install: Install) -> RefusedError | None:
+    """The refusal of a release without the ``vllm.stat_logger_plugins`` group (None: it has it)."""
+    found = stat_loggers.support(SourceTree(install.site_packages))
+    if found.available:
+        return None
+    return RefusedError(f"vLLM {install.version} has no '{stat_loggers.GROUP}' entry-point group "
+                        f"({found.missing.value}; the first release with one is {stat_loggers.FIRST_RELEASE}), "
+                        "so the acceptance watch cannot run there; nothing was written",
+                        "the guard works on every release", upgrade_step(install, found))
+
+
+def upgrade_step(install: Install, found: stat_loggers.Support) -> NextStep:
+    """The upgrade to the first release with the stat-logger plugin group (:attr:`Effect.UPGRADE`)."""
+    return NextStep(("pip", "install", f"{install.distribution}>={stat_loggers.FIRST_RELEASE}"),
+                    f"the acceptance watch needs vLLM's '{stat_loggers.GROUP}' ({found.missing.value} in "
+                    f"{install.version})", None, Effect.UPGRADE)
+
+
+def data(install: Install, journal: Journal, drafts: int, threshold: float,
+         command_options: Sequence[str] | None) -> dict:
+    """The data file the plugin reads (format :data:`DATA_FORMAT`); see the module docstring.
+
+    Args:
+        install: the vLLM install; journal: its vLLM journal, as it is after the command.
+        drafts, threshold: the watch's settings; command_options: the environment options given.
+    """
+    # status and verify import this module; the release readers and the planning chain cost them start-up
+    from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
+    from patchkit.vllm import drafts as drafts_mod  # lazy: keeps status's start-up (the draft readers)
+    from patchkit.vllm.aux_defaults import DEFAULT_ID_TERMS  # lazy: keeps status's start-up (proposer paths)
+
+    tree = SourceTree(install.site_packages)
+    readers = drafts_mod.read_release(tree, install).readers
+    served, _ = patched_architectures(install, journal) if journal.entries else ((), ())
+    return {
+        "format": DATA_FORMAT,
+        "written_by": f"patchkit {__version__}",
+        "vllm_version": str(install.version),
+        "distribution": install.distribution,
+        "base_class": f"{stat_loggers.LOGGERS_MODULE}:{stat_loggers.BASE_CLASS}",
+        "drafts": drafts,
+        "threshold": threshold,
+        "ids_field": drafts_mod.IDS_FIELD,
+        "eagle_config": drafts_mod.EAGLE_CONFIG,
+        "readers": [{"runner": r.runner, "location": r.location, "top_level": r.top_level, "nested": r.nested,
+                     "nested_offset": r.nested_offset} for r in readers],
+        "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
+        "runner_choice": {"property": stat_loggers.RUNNER_V2_PROPERTY, "env": stat_loggers.RUNNER_V2_ENV,
+                          "v1": drafts_mod.RUNNER_MODULES[0][1], "v2": drafts_mod.RUNNER_MODULES[1][1]},
+        "patched": list(served),
+        "patch_ids": _patch_ids(journal),
+        "options": list(command_options or ()),
+    }
+
+
+def _patch_ids(journal: Journal) -> list[str]:
+    """The patch ids the vLLM journal holds (``state`` compares them with the data file's, cheaply)."""
+    return sorted({pid for e in journal.entries.values() for pid in e.patches})
+
+
+def files(content: dict) -> dict[str, bytes]:
+    """The watch's files, ``{path relative to site-packages: bytes}``, in the order they are written."""
+    return DIST.files({
+        f"{PACKAGE}/__init__.py": b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n',
+        module_path(): Path(__file__).with_name("watch_plugin.py").read_bytes(),
+        data_path(): (json.dumps(content, indent=2, sort_keys=True) + "\n").encode(),
+    })
+
+
+def installed(install: Install) -> bool:
+    """True when the watch's journal lists its files in this install."""
+    return DIST.installed(install)
+
+
+def _read_data(install: Install) -> dict:
+    try:
+        found = json.loads((install.site_packages / data_path()).read_text(encoding="utf-8"))
+        return found if isinstance(found, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _readers(content: dict) -> tuple[str, ...]:
+    out = []
+    for r in content.get("readers") or ():
+        fields = [f for f, on in (("top level", r.get("top_level")),
+                                  (f"eagle_config {'+ 1' if r.get('nested_offset') else 'verbatim'}", r.get("nested")))
+                  if on] or ["none: the target's default ids"]
+        out.append(f"{r.get('runner')}: {', '.join(fields)} ({r.get('location')})")
+    return tuple(out)
+
+
+def _again(options: Sequence[str]) -> str:
+    return shlex.join(patchkit_argv("watch install", environment=options))
+
+
+def _report(action: WatchAction, now_installed: bool, paths: Sequence[str], content: dict,
+            problems: Sequence[str] = ()) -> WatchReport:
+    return WatchReport(action, now_installed, tuple(paths), int(content.get("drafts") or 0),
+                       float(content.get("threshold") or 0.0), tuple(content.get("patched") or ()),
+                       _readers(content), str(content.get("vllm_version") or ""), tuple(problems),
+                       _again([str(o) for o in content.get("options") or ()]))
+
+
+def sync(install: Install, journal: Journal, *, want: bool = False, drafts: int | None = None,
+         threshold: float | None = None, command_options: Sequence[str] | None = None,
+         dry_run: bool = False) -> WatchReport | None:
+    """Install or refresh the watch for the install as it is now; call it under the install's lock.
+
+    Args:
+        install: the vLLM install; journal: its vLLM journal (after the command's writes).
+        want: install it when it is not installed (``--watch``); otherwise only an installed watch
+            is refreshed.
+        drafts, threshold, command_options: kept from the installed data file when None.
+        dry_run: say what would be written; write nothing.
+    Returns:
+        A :class:`WatchReport`, or None when the watch is neither installed nor wanted.
+    Raises:
+        RefusedError: ``want`` on a release without the plugin group (:func:`refusal`); nothing written.
+        StateError: a file cannot be written (every file written is put back).
+    """
+    if not installed(install) and not want:
+        return None
+    problem = refusal(install)
+    if problem is not None:
+        if want:
+            raise problem
+        return state(install, journal)  # an installed watch on a release that cannot run it: say so
+    previous = _read_data(install)
+    content = data(install, journal, drafts if drafts is not None else int(previous.get("drafts") or DEFAULT_DRAFTS),
+                   threshold if threshold is not None else float(previous.get("threshold", DEFAULT_THRESHOLD)),
+                   command_options if command_options is not None else previous.get("options") or ())
+    planned = files(content)
+    written = DIST.write(install, planned, dry_run=dry_run)
+    action = (WatchAction.UNCHANGED if not written.changed else WatchAction.WOULD_INSTALL if dry_run else
+              WatchAction.INSTALLED if written.fresh else WatchAction.REFRESHED)
+    return _report(action, not dry_run or not written.fresh, tuple(planned), content)
+
+
+def remove(install: Install, *, dry_run: bool = False) -> WatchReport:
+    """Delete the watch's files (journaled: their original is "absent"); call it under the lock.
+
+    Returns ``removed`` (``not installed`` when there was none).
+    """
+    content = _read_data(install)
+    paths = DIST.remove(install, dry_run=dry_run)
+    if not paths:
+        return WatchReport(WatchAction.NOT_INSTALLED, False)
+    return _report(WatchAction.REMOVED, dry_run, paths, content)
+
+
+def state(install: Install, journal: Journal) -> WatchReport:
+    """The watch in this install, for ``status`` and ``verify``; writes nothing.
+
+    ``problems`` names a watch file that no longer holds patchkit's bytes (or is gone), a data
+    file written for another vLLM release (what each runner reads may differ: ``watch install``
+    again), one whose patched architectures differ from the journal's, and a release that no
+    longer has the plugin group.
+    """
+    if not installed(install):
+        return WatchReport(WatchAction.NOT_INSTALLED, False)
+    problems = DIST.problems(install)
+    content = _read_data(install)
+    if content.get("vllm_version") and content["vllm_version"] != str(install.version):
+        problems.append(f"its data was written for vLLM {content['vllm_version']}, this is {install.version}")
+    if content.get("patch_ids") != _patch_ids(journal):
+        problems.append("its data does not list the patches patchkit's journal holds now")
+    if refusal(install) is not None:
+        problems.append(f"this vLLM has no '{stat_loggers.GROUP}' group: vLLM will not load it")
+    return _report(WatchAction.SHOWN, True, sorted(DIST.journal(install).entries), content, problems)
+
+
+def would_install(install: Install, drafts: int | None, threshold: float | None) -> WatchReport:
+    """What ``apply --watch --dry-run`` would do with the watch (nothing is written)."""
+    previous = _read_data(install)
+    content = {"drafts": drafts or previous.get("drafts") or DEFAULT_DRAFTS,
+               "threshold": threshold if threshold is not None else previous.get("threshold", DEFAULT_THRESHOLD),
+               "vllm_version": str(install.version)}
+    return _report(WatchAction.WOULD_INSTALL, installed(install), tuple(files({"format": DATA_FORMAT})), content)
+
+
+WATCH_CHECK = "patchkit watch"
+"""The label of ``verify``'s node about the watch."""
+
+
+def check(report: WatchReport) -> Check:
+    """``verify``'s node for an installed watch: fails when :attr:`WatchReport.problems` is not empty."""
+    if report.problems:
+        return Check(WATCH_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
+                     kind="watch")
+    return Check(WATCH_CHECK, None, f"installed ({PACKAGE}, entry point {stat_loggers.GROUP}): after "
+                 f"{report.drafts} drafts, logs one line when first-position acceptance is below "
+                 f"{report.threshold:.2f}", kind="watch")
+
+
+def install_watch(install: Install, *, drafts: int | None = None, threshold: float | None = None,
+                  command_options: Sequence[str] | None = None, target: str = "vllm", on_wait=None) -> WatchReport:
+    """``patchkit watch install``: install (or refresh) the watch, under the install's lock.
+
+    Returns:
+        A :class:`WatchReport`: ``installed``, ``refreshed``, ``unchanged``, or ``no plugin group``
+        (this vLLM loads no stat-logger plugins; nothing is written; exit 3).
+    Raises:
+        UsageError: ``drafts``/``threshold`` out of range (:func:`check_settings`).
+        StateError: an apply or revert did not finish, or a file cannot be written (nothing is left changed).
+    """
+    check_settings(drafts, threshold)
+    problem = refusal(install)
+    if problem is not None:
+        return WatchReport(WatchAction.NO_PLUGIN_GROUP, installed(install), missing=problem.message,
+                           next_steps=(problem.step,) if problem.step is not None else ())
+    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
+        journal = journal_for(install, target)
+        if journal.pending:
+            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
+                             NextStep(patchkit_argv("apply", target=target, environment=command_options or ()),
+                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
+        found = sync(install, journal, want=True, drafts=drafts, threshold=threshold, command_options=command_options)
+        assert found is not None
+        return found
+
+
+def remove_watch(install: Install, *, target: str = "vllm", on_wait=None) -> WatchReport:
+    """``patchkit watch remove``: delete the watch's files (the vLLM patches stay), under the lock."""
+    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
+        return remove(install)
