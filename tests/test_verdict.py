@@ -58,7 +58,8 @@ def test_the_records_cover_what_the_tests_claim():
     assert right >= {"mixtral", "qwen15-moe", "glm45-air", "olmoe", "gemma3"}, right
     assert shifted >= {"mixtral", "olmoe", "qwen15-moe", "glm45-air"}, shifted
     assert {(r["path"], r["dtype"]) for r in gpu} == {("compiled", "bf16"), ("eager", "bf16")}
-    assert {r["env"] for r in load(CPU)} == {"right", "shift", "residual"}
+    assert {r["env"] for r in load(CPU)} == {"unpatched", "right", "shift", "residual"}
+    assert {r["path"] for r in load(CPU)} == {"compiled", "eager"}
 
 
 @pytest.mark.parametrize("record", ENGINE_RUNS, ids=["/".join(key(r)) + "@" + r["report"]["device"] for r in ENGINE_RUNS])
