@@ -212,6 +212,10 @@ def main(spec_path: str, report_path: str) -> int:
         # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
         model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))
         reference, _logits = layer_states(model, prompt, device)
+        # transformers' states along its own greedy tokens, taken before vLLM runs in this process:
+        # vLLM's Transformers backend rebinds transformers' classes when it loads (0.32.0: after it,
+        # SeedOssModel's forward asks for vLLM's 'do_not_compile'), so a forward after the engine can fail
+        hf_states, _logits = layer_states(model, prompt + hf_greedy, device)
         report["timings"]["build"] = round(time.monotonic() - started, 2)
     except Exception as exc:  # noqa: BLE001 - every failure is a step in the report
         steps.append(failure("miniature checkpoints", exc))
@@ -269,19 +273,22 @@ def main(spec_path: str, report_path: str) -> int:
         _release()
         report["timings"]["plain"] = round(time.monotonic() - t0, 2)
     if spec_tokens is not None:
+        progress("replaying the same draft on transformers' hidden states (offline acceptance)")
+        raw["greedy"] = {"tokens": spec_tokens, "plain_tokens": plain_tokens, "transformers_tokens": hf_greedy,
+                         "difference": None}
         try:
-            progress("replaying the same draft on transformers' hidden states (offline acceptance)")
-            seq = prompt + spec_tokens
-            states, _logits = layer_states(model, seq, device)
+            seq, states = prompt + hf_greedy, hf_states
+            if spec_tokens != hf_greedy:  # along vLLM's own tokens, where they are not transformers'
+                seq = prompt + spec_tokens
+                states, _logits = layer_states(model, seq, device)
             eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
             proposals = draft_proposals(states, ids, trained["weights"], eps)
             raw["offline"] = offline_acceptance(seq, len(prompt), proposals,
                                                 int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"])
-            raw["greedy"] = {"tokens": spec_tokens, "plain_tokens": plain_tokens, "transformers_tokens": hf_greedy,
-                             "difference": (first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
-                                            if plain_tokens is not None else None)}
+            if plain_tokens is not None and plain_tokens != spec_tokens:
+                raw["greedy"]["difference"] = first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
         except Exception as exc:  # noqa: BLE001
-            steps.append(failure("miniature checkpoints", exc))
+            steps.append(failure("offline replay", exc))
     report["timings"]["total"] = round(time.monotonic() - started, 2)
     write()
     return 0 if all(s["ok"] for s in steps) else 1

@@ -147,7 +147,7 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
 def _from_step(step: dict) -> RehearsalCheck:
     names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
              "engine without speculation": CheckName.PLAIN, "miniature checkpoints": CheckName.BUILD,
-             "speculative generation": CheckName.GENERATION}
+             "speculative generation": CheckName.GENERATION, "offline replay": CheckName.REPLAY}
     figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
     return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
 

@@ -20,6 +20,7 @@ class CheckName(str, Enum):
     ACCEPTANCE = "acceptance per draft position: vLLM's counters against the same draft offline"
     BUILD = "miniature checkpoints built"
     GENERATION = "speculative generation"
+    REPLAY = "the same draft replayed offline on transformers' hidden states"
 
 
 @dataclass(frozen=True)
