@@ -22,6 +22,7 @@ from patchkit.plan.revert_plan import plan_revert
 from patchkit.results import (
     ApplyReport,
     Check,
+    InstallInfo,
     PatchResult,
     Problem,
     RevertedFile,
@@ -77,6 +78,24 @@ def _again(command: str, target: str, request: Request, force: bool, *, command_
                          force=force, guard=guard)
     return NextStep(argv, f"again, to {command} the patches",
                     effect=Effect.PATCHES if command == "apply" else Effect.RESTORES)
+
+
+def _revert_refused(info: InstallInfo, target: str, request: Request, files: Sequence[RevertedFile],
+                    guard_edits: dict[str, tuple[str, ...]]) -> tuple[NextStep, ...]:
+    """The next steps of a refused revert: the same revert with ``--force``, and, when a vLLM file
+    blocked it, the reinstall that gives the release's own bytes back (an edited guard file is
+    patchkit's, which no reinstall of vLLM touches)."""
+    from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
+
+    vllm_edits = [f for f in files if f.blocking and f.path not in guard_edits]
+    why = ("writes the originals over the edits (the edits are lost)" if not guard_edits else
+           "deletes patchkit's guard, its edited file(s) included" if not vllm_edits else
+           "writes the originals over the edits and deletes patchkit's guard (the edits are lost)")
+    steps = [replace(_again("revert", target, request, True), why=why)]
+    if vllm_edits:
+        steps.append(next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
+                                          "then 'patchkit status' shows the journal settled"))
+    return tuple(steps)
 
 
 def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep) -> Interrupted:
@@ -305,6 +324,9 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
     writing nothing, unless ``force``: then its original bytes are written back over the edit.
+    So does a file of patchkit's installed guard changed since patchkit wrote it
+    (:func:`patchkit.guard.guard.edited`), which every revert deletes or rewrites: with ``force`` it
+    goes with the rest.
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
     ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
@@ -339,6 +361,11 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
                              NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
         if guard_mod.installed(install):  # a guard left watching nothing: it goes with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
+                edits = {} if force else guard_mod.edited(install)
+                if edits:
+                    done = plan_revert(install, journal, force, guard_edits=edits)
+                    return RevertReport(info, done.files, refused=True,
+                                        next_steps=_revert_refused(info, target, request, done.files, edits))
                 removed = guard_mod.remove(install, locked=True)
             return RevertReport(info, [], refused=False, guard=removed)
         return RevertReport(info, [], refused=False)
@@ -354,17 +381,14 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
             narrow = arch_scope.narrowing(install, journal, request)
             rewrite = arch_scope.rewritten(install, journal, narrow)
-        done = plan_revert(install, journal, force, narrow, rewrite)
+        # every revert deletes or rewrites an installed guard's files: one edited by hand blocks it too
+        edits = {} if force or not guard_mod.installed(install) else guard_mod.edited(install)
+        done = plan_revert(install, journal, force, narrow, rewrite, edits)
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
-            from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
-
-            again = _again("revert", target, request, True)
-            steps = (replace(again, why="writes the originals over the edits (the edits are lost)"),
-                     next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
-                                          "then 'patchkit status' shows the journal settled"))
-            return RevertReport(info, files, refused=True, next_steps=steps)
+            return RevertReport(info, files, refused=True,
+                                next_steps=_revert_refused(info, target, request, done.files, edits))
         try:
             if narrow is not None:
                 keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}

@@ -190,7 +190,8 @@ def revert(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
-    force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
+    force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since, and delete "
+                               "patchkit's guard with edits to it (the edits are lost)."),
     arch: Optional[list[str]] = typer.Option(None, "--arch", help="Revert only what this architecture needs and "
                                              "no other patched one does (repeatable)."),
     model: Optional[Path] = typer.Option(None, "--model", help="Revert only the architectures in this checkpoint's config.json."),
