@@ -274,7 +274,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
-    archs, types, patched = verify_scope(tree, registry, contract, request, journal)
+    archs, types, patched, requested = verify_scope(tree, registry, contract, request, journal)
     checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())
     pending = unfinished_check(journal)
     if pending is not None:
@@ -301,7 +301,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
         steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
                  next_steps.for_verify(install, info, request, patched, "vllm", run_checks))
-    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps)
+    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps, architectures=tuple(archs),
+                        requested=requested)
 
 
 def scan(install: Install) -> ScanReport:

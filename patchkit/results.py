@@ -307,6 +307,12 @@ class VerifyReport:
     patched (checked with the default set; ``apply`` patches them again only with ``--arch``)."""
     next_steps: tuple[NextStep, ...] = ()
     """When EAGLE-3 is not in effect: what to run (planned, :func:`patchkit.plan.next_steps.for_verify`)."""
+    architectures: tuple[str, ...] = ()
+    """The registry architectures checked: the ``--arch``/``--model`` ones, or the default set's and
+    :attr:`journaled`."""
+    requested: bool = False
+    """True when ``--arch``/``--model`` chose :attr:`architectures`; False for the default set (plain
+    ``verify``, or a release without the ``SupportsEagle3`` Protocol, where the request is moot)."""
 
     @property
     def ok(self) -> bool:
