@@ -6,7 +6,11 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    same-rank siblings (``store``/``codemods``, ``rehearse``/``guard``) do not import each other.
    Every module must belong to a group of the map.
 2. No import cycle between any two modules, counting imports inside functions
-   (:class:`graphlib.TopologicalSorter` finds them).
+   (:class:`graphlib.TopologicalSorter` finds them); and no module imports its own subpackage's
+   ``__init__`` (:func:`own_package_imports`): that ``__init__`` is the subpackage's face to the
+   layers above and names its modules (by import, or by string as the codemod catalogue does), so a
+   module reading from it closes a cycle the graph cannot always see (issue 25: ``codemods/base.py``
+   read the catalogue from ``patchkit.codemods``, whose entries load ``base``'s subclasses).
 3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
 4. No module over :data:`MAX_LINES` lines.
 
@@ -266,6 +270,15 @@ def cycles(root: Path) -> list[str]:
             del edges[(ring[-2], ring[-1])]
 
 
+def own_package_imports(root: Path) -> list[str]:
+    """Rule 2: a module of a subpackage importing that subpackage's own ``__init__`` (or an enclosing
+    one's below the root). The root package's ``__init__`` (rank 0: the version) is not a subpackage."""
+    top = next(iter(_modules_cached(root))).split(".")[0]
+    return [f"{imp.where(root)}: {imp.importer} imports its own package's __init__ ({imp.target}); "
+            "import the module that holds the name" for imp in _imports(root)
+            if imp.target != top and imp.importer.startswith(imp.target + ".") and not imp.type_checking]
+
+
 def unmarked_lazy_imports(root: Path) -> list[str]:
     """Rule 3: imports inside a function without a trailing ``# lazy: <why>`` on one of their lines."""
     out = []
@@ -324,6 +337,11 @@ def test_no_import_cycle():
     assert not found, _report(found)
 
 
+def test_no_module_imports_its_own_package():
+    found = own_package_imports(PACKAGE)
+    assert not found, _report(found)
+
+
 def test_every_import_inside_a_function_says_why():
     found = unmarked_lazy_imports(PACKAGE)
     assert not found, _report(found)
@@ -379,8 +397,8 @@ CLEAN = {
 def test_rules_pass_on_a_clean_synthetic_package(tmp_path):
     root = _package(tmp_path, CLEAN)
     assert len(imports(root)) == 11
-    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), unmarked_lazy_imports(root),
-            long_modules(root)) == ([], [], [], [], [], [])
+    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), own_package_imports(root),
+            unmarked_lazy_imports(root), long_modules(root)) == ([], [], [], [], [], [], [])
 
 
 def test_rule_unranked_can_fail(tmp_path):
@@ -432,6 +450,20 @@ def test_rule_cycles_can_fail(tmp_path):
     assert "patchkit/plan/__init__.py:1 patchkit.plan -> patchkit.checks.a" in plan
     assert "patchkit/checks/a.py:1 patchkit.checks.a -> patchkit.plan" in plan
     assert not any("typed" in c for c in found), "an import under TYPE_CHECKING never runs"
+
+
+def test_rule_own_package_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "codemods/capture.py": (
+        "from patchkit import errors\nfrom patchkit.codemods import tree\n"
+        "def f():\n    from patchkit.codemods import CATALOGUE  # lazy: a test\n"),
+        "codemods/deep/x.py": "from .. import y\n",
+        "codemods/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n"})
+    assert own_package_imports(root) == [
+        "patchkit/codemods/capture.py:4: patchkit.codemods.capture imports its own package's __init__ "
+        "(patchkit.codemods); import the module that holds the name",
+        "patchkit/codemods/deep/x.py:1: patchkit.codemods.deep.x imports its own package's __init__ "
+        "(patchkit.codemods); import the module that holds the name",
+    ]
 
 
 def test_rule_lazy_comment_can_fail(tmp_path):
