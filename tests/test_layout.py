@@ -13,6 +13,11 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    read the catalogue from ``patchkit.codemods``, whose entries load ``base``'s subclasses).
 3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
 4. No module over :data:`MAX_LINES` lines.
+5. A vLLM release number written in a string of a code line (not a docstring) appears only in
+   ``vllm/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
+   "0.18.0" was written in 19 code lines across 9 files). ``patches/`` is held to it too: its
+   declarative modules restate contract facts (native from 0.18.0, Kimi-K2.5 from 0.15.1), so they
+   name them (``vllm=KIMI_K25_RELEASES, upstream_from=NATIVE_FROM``) rather than copy them.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
@@ -310,6 +315,36 @@ def long_modules(root: Path) -> list[str]:
     return out
 
 
+RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
+"""A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
+RELEASES_AT_HOME = ("vllm/contract.py",)
+"""Where release boundaries are named (relative to the package folder)."""
+MEASURED_ON = ("rehearse/verdict.py",)
+"""Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
+0.20.2"): provenance of a measurement, not a boundary any decision rests on."""
+
+
+def release_literals(root: Path) -> list[str]:
+    """Rule 5: release numbers in the strings of code lines (f-string parts included) outside
+    :data:`RELEASES_AT_HOME` and :data:`MEASURED_ON`. Docstrings (a string alone as a statement) are
+    words about the code and may cite releases; ``__version__`` is patchkit's own version."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in RELEASES_AT_HOME or rel in MEASURED_ON:
+            continue
+        tree = _parsed(path)
+        words = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        words |= {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and [getattr(t, "id", None) for t in n.targets] == ["__version__"]}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in words:
+                for found in RELEASE.findall(node.value):
+                    out.append(f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
+                               "name it in vllm/contract.py and use the name")
+    return sorted(out)
+
+
 def _report(violations: list[str]) -> str:
     return f"{len(violations)} violation(s):\n  " + "\n  ".join(violations)
 
@@ -349,6 +384,11 @@ def test_every_import_inside_a_function_says_why():
 
 def test_no_module_is_over_the_limit():
     found = long_modules(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_release_boundaries_are_named_in_the_contract():
+    found = release_literals(PACKAGE) + release_literals(PACKAGE.parent / "patches")
     assert not found, _report(found)
 
 
@@ -463,6 +503,22 @@ def test_rule_own_package_can_fail(tmp_path):
         "(patchkit.codemods); import the module that holds the name",
         "patchkit/codemods/deep/x.py:1: patchkit.codemods.deep.x imports its own package's __init__ "
         "(patchkit.codemods); import the module that holds the name",
+    ]
+
+
+def test_rule_release_literals_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "__init__.py": '__version__ = "0.1.0"\n',
+                               "vllm/contract.py": 'NATIVE_FROM = "0.18.0"\n',
+                               "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
+                               "plan/engine.py": ('"""Native from 0.18.0 (a docstring may cite it)."""\n'
+                                                  'X = Version("0.18.0")\n'
+                                                  'def f(v):\n    """On 0.10.2."""\n'
+                                                  '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n')})
+    assert release_literals(root) == [
+        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/contract.py and use the name",
     ]
 
 
