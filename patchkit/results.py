@@ -6,7 +6,7 @@ schema (documented in docs/json.md).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any
 
@@ -80,7 +80,7 @@ class PatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (as in ``apply --json``'s ``patches``)."""
-        return _plain(asdict(self))
+        return _json(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PatchResult":
@@ -199,7 +199,7 @@ class GuardReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _plain(asdict(self))
+        return _json(self)
 
 
 @dataclass(frozen=True)
@@ -258,12 +258,11 @@ class ApplyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "apply"
         out["refused"] = self.refused
         out["verify"] = self.verify.to_dict() if self.verify is not None else None
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -329,9 +328,8 @@ class VerifyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``missing``: the labels and details of failing checks."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "verify"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["ok"] = self.ok
         out["missing"] = [f"{c.label}: {c.detail}" for top in self.checks for c in top.failures()]
         return out
@@ -399,9 +397,8 @@ class RevertReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "revert"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -448,18 +445,25 @@ class StatusReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "status"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
 
 
-def _plain(value: Any) -> Any:
+def _json(value: Any) -> Any:
+    """The JSON-ready form of a result value, at any depth: a :class:`~patchkit.advice.NextStep` as
+    :meth:`~patchkit.advice.NextStep.to_dict` gives it (so every report's ``next_steps``, the guard's
+    nested in apply, revert and status included, has one shape: docs/json.md), another dataclass as
+    its fields, an :class:`Enum` as its value, tuples as lists."""
+    if isinstance(value, NextStep):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _json(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_json(v) for v in value]
     return value

@@ -213,6 +213,12 @@ def test_guard_install_with_nothing_patched_is_refused_and_writes_nothing(releas
     assert "nothing to watch" in result.stdout
     assert f"'patchkit apply --target vllm --site-packages {site} --guard'" in result.stdout
     assert tree(site) == before
+    # its --json step has the shape of every report's (issue 25: it lacked command and changes)
+    code, data = cli.json("guard", "install", "--site-packages", str(site))
+    (step,) = data["next_steps"]
+    assert code == 3 and step["command"] == f"patchkit apply --target vllm --site-packages {site} --guard"
+    assert step["changes"] and step["effect"] == "patches"
+    assert tree(site) == before
     # a release that needs no patch: apply --guard writes nothing either
     code, data = cli.json("apply", "--site-packages", str(site), "--guard")
     assert code == 0 and data["guard"]["action"] == "nothing to guard"
