@@ -16,6 +16,7 @@ time keeps what it did; the next call with the same ``--state`` carries on), and
 ``--finish``, every environment is reverted and its ``vllm/**/*.py`` compared with RECORD.
 
     python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --deadline 540 [--jobs 8] [--finish]
+    python benchmarks/gpu_campaign.py --table tests/engine_records/h200-vllm-0.20.2.jsonl   # docs/engine.md's table
 
 This script is not part of patchkit (it is how the GPU figures were made); it runs patchkit's CLI
 as a user would and imports nothing of vLLM or torch itself.
@@ -193,8 +194,42 @@ def stop_running() -> None:
             proc.kill()
 
 
+def table(path: Path) -> str:
+    """The markdown table of a ``results.jsonl`` (docs/engine.md), each run decided again by patchkit's
+    verdicts (:func:`patchkit.rehearse.rehearsal.decided_checks`) on its recorded figures."""
+    from patchkit.rehearse.rehearsal import decided_checks
+    from patchkit.rehearse.rehearsal_result import CheckName
+    from patchkit.rehearse.verdict import Device, Dtype
+
+    rows = ["| case | path | dtype | capture | rehearse | aux: at the draft's ids / nearest other layer "
+            "| position 1: vLLM / offline (drafts) | seconds |", "|---|---|---|---|---|---|---|---|"]
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        rep = r["report"]
+        if not rep.get("raw"):
+            failed = next((c for c in rep.get("checks", []) if c["ok"] is False), None)
+            what = f"fails: {failed['name']} ({failed['where']})" if failed else "no report"
+            rows.append(f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {what} | - | - | {r['seconds']:.0f} |")
+            continue
+        checks = {c.name: c for c in decided_checks(rep["raw"], Device(rep["device"]), Dtype(rep["dtype"]))}
+        aux, acc = checks[CheckName.AUX], checks[CheckName.ACCEPTANCE]
+        failed = [c for c in checks.values() if c.ok is False]
+        verdict = "**passes**" if not failed and rep["ok"] else "fails: " + ", ".join(
+            f"{c.name.name.lower()} ({c.figures.get('cause', '').lower().replace('_', ' ')})".replace(" ()", "")
+            for c in failed)
+        drafts = acc.figures.get("counters", {}).get("vllm:spec_decode_num_drafts")
+        rates = (f"{acc.figures['vllm_rates'][0]:.2f} / {acc.figures['offline_rates'][0]:.2f} ({drafts})"
+                 if acc.figures.get("vllm_rates") else "-")
+        rows.append(f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {verdict} | "
+                    f"{aux.figures['distance']:.1e} / {aux.figures['nearest_other']:.2f} | {rates} | {r['seconds']:.0f} |")
+    return "\n".join(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    if sys.argv[1:2] == ["--table"]:
+        print(table(Path(sys.argv[2])))
+        return 0
     ap.add_argument("--state", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds: start nothing after deadline - 120")

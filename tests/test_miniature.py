@@ -187,3 +187,25 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
         rehearsal.rehearse(install, write_checkpoint(tmp_path / "none", {**GLM45_AIR, "architectures": []}), draft)
     assert "lists no architectures" in err.value.message
     assert sorted(p.name for p in model.iterdir()) == ["config.json"]
+
+
+@pytest.mark.release
+def test_an_interpreter_without_torch_is_the_environment_exit_4(release, tmp_path, cli):
+    """rehearse with a --python that cannot import torch exited 3 ('refused'), which says patchkit
+    declined to touch the install; it is the environment's problem (exit 4), named, nothing built."""
+    import dataclasses
+    import sys
+
+    from engine_models import write_checkpoint
+    from patchkit.errors import ExitCode, InterpreterError
+    from patchkit.rehearse import rehearsal
+    from patchkit.vllm.install import from_site_packages
+
+    install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
+    model = write_checkpoint(tmp_path / "model", GLM45_AIR)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_ONLY)
+    with pytest.raises(InterpreterError) as err:
+        rehearsal.rehearse(install, model, draft)
+    assert err.value.exit_code == ExitCode.ENVIRONMENT
+    assert "cannot import torch" in err.value.message and "environment that serves the model" in err.value.hint
+    assert sorted(p.name for p in model.iterdir()) == ["config.json"]

