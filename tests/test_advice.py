@@ -295,6 +295,16 @@ def test_plain_verify_says_what_it_checked_and_how_to_check_any_other_architectu
     assert not [x for x in result.stdout.splitlines() if x.startswith("checked:")]
 
 
+@pytest.mark.release
+def test_plain_verify_on_a_release_without_the_protocol_offers_no_arch(release, cli):
+    """On 0.9.2 (A0) no architecture can be patched: no 'checked: ... add --arch' line, only the upgrade."""
+    sp = release("0.9.2")
+    result = cli("verify", "--site-packages", str(sp))
+    assert result.exit_code == 1
+    assert not [x for x in result.stdout.splitlines() if x.startswith("checked:")]
+    assert "upgrade vLLM" in result.stdout
+
+
 def test_help_says_any_registered_architecture_is_patched_with_arch_or_model(cli):
     for args in ([], ["apply"], ["verify"]):
         result = cli(*args, "--help")

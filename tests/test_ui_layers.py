@@ -116,3 +116,21 @@ def test_every_reports_next_steps_have_one_json_shape():
         for where, steps in found:
             assert [set(s) for s in steps] == [shape], f"{name}: {where}"
             assert steps[0]["command"] == "patchkit apply --target vllm --guard" and steps[0]["changes"], where
+
+
+def test_a_next_step_line_quotes_its_command_so_a_shell_reads_it_whole():
+    """``run 'pip install 'vllm>=0.16.0''`` (seen in verify on 0.9.2 and 0.15.1 while regenerating
+    docs/output.md) pasted into a shell drops the quotes around the specifier: ``>=`` redirects."""
+    import shlex
+
+    from patchkit.advice import Effect, NextStep
+
+    upgrade = NextStep(("pip", "install", "vllm>=0.16.0"), "Kimi-K2.5 from 0.16.0", effect=Effect.UPGRADE)
+    line = upgrade.line()
+    assert line.endswith('''run "pip install 'vllm>=0.16.0'"'''), line
+    assert shlex.split(line.split("run ", 1)[1]) == ["pip install 'vllm>=0.16.0'"]
+    plain = NextStep(("patchkit", "verify", "--site-packages", "/tmp/sp"), "shows the chain")
+    assert plain.line() == "run 'patchkit verify --site-packages /tmp/sp' (shows the chain)"
+    spaced = NextStep(("patchkit", "verify", "--site-packages", "/tmp/my sp"), "shows the chain")
+    inner = spaced.line().split("run ", 1)[1].rsplit(" (", 1)[0]
+    assert shlex.split(shlex.split(inner)[0]) == list(spaced.argv)

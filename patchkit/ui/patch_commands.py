@@ -192,10 +192,13 @@ def verify(
 
 def _scope_line(w, report) -> None:
     """Plain ``verify``: which architectures it checked (the default set, and what the journal shows
-    patched), and that any other is checked with ``--arch``/``--model``; nothing with ``--arch``/``--model``."""
-    if report.requested:
-        return
+    patched), and that any other is checked with ``--arch``/``--model``; nothing with ``--arch``/``--model``,
+    nor on a release without the ``SupportsEagle3`` Protocol (era A0: no architecture can be patched there)."""
     from patchkit.advice import NextStep, patchkit_argv  # lazy: only when a report is rendered
+    from patchkit.vllm.contract import Era  # lazy: as above
+
+    if report.requested or Era(report.install.era) is Era.A0:
+        return
 
     scan = hints.command(NextStep(patchkit_argv("scan"), "lists every registered architecture"))
     whose = "patchkit's default set" + (" and what the journal shows patched" if report.journaled else "")
