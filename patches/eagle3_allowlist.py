@@ -1,7 +1,7 @@
 """DeepSeek and Kimi model types on the speculative config's EAGLE-3 allow-list."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import A1_RELEASES, ALLOW_LIST_MODULES, ALLOW_LIST_NAMES
+from patchkit.vllm.contract import A1_RELEASES, ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, NATIVE_FROM
 from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(
@@ -12,9 +12,9 @@ PATCH = Patch(
         "the allow-list's entries: 'ValueError: Eagle3 is only supported for [...] models'. DeepSeek-V3 "
         "text configs report deepseek_v3 and Kimi-K2 reports kimi_k2."
     ),
-    reference="vllm-project/vllm #31254 (Kimi-K2 blocked by the allow-list); entries native from v0.18.0",
+    reference=f"vllm-project/vllm #31254 (Kimi-K2 blocked by the allow-list); entries native from v{NATIVE_FROM}",
     vllm=A1_RELEASES,
-    upstream_from="0.18.0",
+    upstream_from=NATIVE_FROM,
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"),
     target=ModuleTarget(modules=ALLOW_LIST_MODULES),
     codemod=CodemodRef.of(

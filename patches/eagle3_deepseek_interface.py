@@ -1,7 +1,7 @@
 """``SupportsEagle3`` and its two methods on ``DeepseekV2ForCausalLM`` (V3 and aliases inherit it)."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import A1_RELEASES
+from patchkit.vllm.contract import A1_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(
@@ -14,9 +14,9 @@ PATCH = Patch(
         "aux_hidden_state_layers, the getter returns the default ids (2, n // 2, n - 3). "
         "DeepseekV3ForCausalLM, DeepseekForCausalLM and the registry's aliases inherit the change."
     ),
-    reference="vllm-project/vllm, native from v0.18.0; the Protocol: #22642",
+    reference=f"vllm-project/vllm, native from v{NATIVE_FROM}; the Protocol: #22642",
     vllm=A1_RELEASES,
-    upstream_from="0.18.0",
+    upstream_from=NATIVE_FROM,
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
     target=ClassTarget(architecture="DeepseekV2ForCausalLM", forwards_to="model"),
     codemod=CodemodRef.of("interface", patch_id="eagle3-deepseek-interface", methods=True),

@@ -1,8 +1,7 @@
 """The EAGLE proposer maps Kimi-K2.5's image token (``media_placeholder_token_id``)."""
 
-from packaging.specifiers import SpecifierSet
-
 from patchkit.codemods import CodemodRef
+from patchkit.vllm.contract import KIMI_K25_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(
@@ -13,9 +12,9 @@ PATCH = Patch(
         "target_model.config.image_token_index; Kimi-K2.5's config has media_placeholder_token_id "
         "instead, so loading the draft fails with an AttributeError."
     ),
-    reference="vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v0.18.0 (v1/spec_decode/eagle.py)",
-    vllm=SpecifierSet(">=0.15.1,<0.18.0", prereleases=True),
-    upstream_from="0.18.0",
+    reference=f"vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v{NATIVE_FROM} (v1/spec_decode/eagle.py)",
+    vllm=KIMI_K25_RELEASES,
+    upstream_from=NATIVE_FROM,
     architectures=("KimiK25ForConditionalGeneration",),
     target=ModuleTarget(modules=("vllm.v1.spec_decode.eagle",)),
     codemod=CodemodRef.of(

@@ -144,13 +144,16 @@ class NextStep:
 
     def line(self) -> str:
         """One line: ``run 'COMMAND' (WHY)``; ``upgrade vLLM: WHY; run 'COMMAND'`` (and ``reinstall vLLM: ...``)
-        for a pip step; ``WHY`` for a step without a command."""
+        for a pip step; ``WHY`` for a step without a command. A command that holds a single quote
+        itself (``pip install 'vllm>=0.16.0'``, a path with a space) is set in double quotes, so
+        what is between the quotes is the command a shell reads."""
         if not self.argv:
             return self.why
+        quoted = f'"{self.command}"' if "'" in self.command else f"'{self.command}'"
         if self.effect in (Effect.UPGRADE, Effect.REINSTALLS):
             verb = "upgrade" if self.effect is Effect.UPGRADE else "reinstall"
-            return f"{verb} vLLM: {self.why}; run '{self.command}'"
-        return f"run '{self.command}' ({self.why})"
+            return f"{verb} vLLM: {self.why}; run {quoted}"
+        return f"run {quoted} ({self.why})"
 
     def for_run(self, options: RunOptions) -> "NextStep":
         """This step with the running command's options added where it names none of their kind.

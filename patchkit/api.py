@@ -16,6 +16,7 @@ from patchkit import interrupt
 from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
 from patchkit.guard import guard as guard_mod
+from patchkit.plan import run_steps
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
 from patchkit.plan.request import Request, check_requested
 from patchkit.plan.revert_plan import plan_revert
@@ -68,18 +69,6 @@ def _late_signal(what: str) -> None:
                           NextStep(patchkit_argv("status"), "it shows the install as it is"))
 
 
-def _again(command: str, target: str, request: Request, force: bool, *, command_options: Sequence[str] | None = None,
-           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> NextStep:
-    """The ``patchkit apply`` or ``patchkit revert`` step that repeats a run: its environment,
-    ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``--watch`` options."""
-    argv = patchkit_argv(command, target=target if target != "vllm" else None, environment=command_options or (),
-                         patch_ids=patch_ids or (), architectures=request.architectures,
-                         model=os.path.abspath(request.model) if request.model is not None else None,
-                         force=force, guard=guard, extra=watch)
-    return NextStep(argv, f"again, to {command} the patches",
-                    effect=Effect.PATCHES if command == "apply" else Effect.RESTORES)
-
-
 def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
     """The :class:`Interrupted` of a signal that stopped the guard's (``name``: or the watch's) step
     after the vLLM files were committed.
@@ -95,12 +84,6 @@ def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, n
             f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
     return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
                                    f"{done}; {what}", "", then)
-
-
-def _guard_step(command_options: Sequence[str] | None, why: str, remove: bool = False, name: str = "guard") -> NextStep:
-    """``patchkit guard install`` (or ``remove``; ``name``: or ``watch``) with the environment options given."""
-    return NextStep(patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
-                    why, effect=Effect.GUARD if name == "guard" else Effect.WATCH)
 
 
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
@@ -192,7 +175,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
             watching = [*(["--watch"] if watch else []),
                         *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
                         *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
-            again = _again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
+            again = run_steps.again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
                            guard=guard, watch=watching)
             raise Interrupted(exc.signum, exc.message, "", again, put_back=True) from None
         if not report.refused:
@@ -211,11 +194,11 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                 try:
                     found = sync()
                 except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-                    raise _guard_interrupted(exc, done, "refreshed" if had else "installed", _guard_step(
+                    raise _guard_interrupted(exc, done, "refreshed" if had else "installed", run_steps.plugin_step(
                         command_options, "refresh it" if had else "install it", name=name), name) from None
                 except StateError as exc:  # the vLLM files are written (committed) already: say so
                     raise StateError(f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
-                                     exc.hint, _guard_step(command_options, f"then, to write the {name}", name=name)
+                                     exc.hint, run_steps.plugin_step(command_options, f"then, to write the {name}", name=name)
                                      ) from exc
                 if found is not None:
                     report = replace(report, **{name: found})
@@ -273,7 +256,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
-    archs, types, patched = verify_scope(tree, registry, contract, request, journal)
+    archs, types, patched, requested = verify_scope(tree, registry, contract, request, journal)
     checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())
     pending = unfinished_check(journal)
     if pending is not None:
@@ -302,7 +285,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
         steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
                  next_steps.for_verify(install, info, request, patched, "vllm", run_checks))
-    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps)
+    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps, architectures=tuple(archs),
+                        requested=requested)
 
 
 def scan(install: Install) -> ScanReport:
@@ -325,6 +309,9 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
     writing nothing, unless ``force``: then its original bytes are written back over the edit.
+    So does a file of patchkit's installed guard changed since patchkit wrote it
+    (:func:`patchkit.guard.guard.edited`), which every revert deletes or rewrites: with ``force`` it
+    goes with the rest.
     A file a reinstall or an upgrade already replaced is only dropped from the journal.
     ``on_wait`` is called as in :func:`apply` when another run holds the lock.
 
@@ -359,6 +346,11 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
                              NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
         if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
+                edits = {} if force else guard_mod.edited(install)
+                if edits:
+                    done = plan_revert(install, journal, force, guard_edits=edits)
+                    return RevertReport(info, done.files, refused=True,
+                                        next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
                 removed = guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None
                 watched = watch_mod.remove(install) if watch_mod.installed(install) else None
             return RevertReport(info, [], refused=False, guard=removed, watch=watched)
@@ -375,17 +367,14 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
             narrow = arch_scope.narrowing(install, journal, request)
             rewrite = arch_scope.rewritten(install, journal, narrow)
-        done = plan_revert(install, journal, force, narrow, rewrite)
+        # every revert deletes or rewrites an installed guard's files: one edited by hand blocks it too
+        edits = {} if force or not guard_mod.installed(install) else guard_mod.edited(install)
+        done = plan_revert(install, journal, force, narrow, rewrite, edits)
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
-            from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
-
-            again = _again("revert", target, request, True)
-            steps = (replace(again, why="writes the originals over the edits (the edits are lost)"),
-                     next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
-                                          "then 'patchkit status' shows the journal settled"))
-            return RevertReport(info, files, refused=True, next_steps=steps)
+            return RevertReport(info, files, refused=True,
+                                next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
         try:
             if narrow is not None:
                 keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
@@ -396,7 +385,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             if not request or not exc.put_back:
                 raise
             # the journal's step is a bare 'patchkit revert', which would revert every patch: repeat --arch/--model
-            raise Interrupted(exc.signum, exc.message, "", _again("revert", target, request, force),
+            raise Interrupted(exc.signum, exc.message, "", run_steps.again("revert", target, request, force),
                               put_back=True) from None
         # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
@@ -410,8 +399,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
                          watch_mod.sync(install, journal)) if refresh else mod.remove(install)
             except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
                 raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
-                                         _guard_step((), "refresh it", name=name) if refresh else
-                                         _guard_step((), "remove it", remove=True, name=name), name) from None
+                                         run_steps.plugin_step((), "refresh it", name=name) if refresh else
+                                         run_steps.plugin_step((), "remove it", remove=True, name=name), name) from None
             guarded, watched = (found, watched) if name == "guard" else (guarded, found)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")

@@ -6,27 +6,13 @@ Result values like those of :mod:`patchkit.results` (which holds them in its rep
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from patchkit.advice import NextStep
+from patchkit.jsonable import jsonable
 from patchkit.errors import ExitCode
-
-
-def _plain(report: Any) -> dict[str, Any]:
-    """A report's fields as JSON-ready data: enums as their values, tuples as lists, nested values too."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Enum):
-            return value.value
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    return plain(asdict(report))
 
 
 class GuardAction(str, Enum):
@@ -88,7 +74,7 @@ class GuardReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _plain(self)
+        return jsonable(self)
 
 
 class WatchAction(str, Enum):
@@ -156,4 +142,4 @@ class WatchReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _plain(self)
+        return jsonable(self)

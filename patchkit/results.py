@@ -6,11 +6,12 @@ schema (documented in docs/json.md).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from patchkit.advice import NextStep
+from patchkit.jsonable import jsonable as _json
 from patchkit.errors import ExitCode
 from patchkit.pending import PendingFile, PendingRun  # noqa: F401 - part of the result types (StatusReport.unfinished)
 
@@ -83,7 +84,7 @@ class PatchResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (as in ``apply --json``'s ``patches``)."""
-        return _plain(asdict(self))
+        return _json(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PatchResult":
@@ -201,12 +202,11 @@ class ApplyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "apply"
         out["refused"] = self.refused
         out["verify"] = self.verify.to_dict() if self.verify is not None else None
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -250,6 +250,12 @@ class VerifyReport:
     patched (checked with the default set; ``apply`` patches them again only with ``--arch``)."""
     next_steps: tuple[NextStep, ...] = ()
     """When EAGLE-3 is not in effect: what to run (planned, :func:`patchkit.plan.next_steps.for_verify`)."""
+    architectures: tuple[str, ...] = ()
+    """The registry architectures checked: the ``--arch``/``--model`` ones, or the default set's and
+    :attr:`journaled`."""
+    requested: bool = False
+    """True when ``--arch``/``--model`` chose :attr:`architectures`; False for the default set (plain
+    ``verify``, or a release without the ``SupportsEagle3`` Protocol, where the request is moot)."""
 
     @property
     def ok(self) -> bool:
@@ -266,9 +272,8 @@ class VerifyReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with ``missing``: the labels and details of failing checks."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "verify"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["ok"] = self.ok
         out["missing"] = [f"{c.label}: {c.detail}" for top in self.checks for c in top.failures()]
         return out
@@ -338,9 +343,8 @@ class RevertReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "revert"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         return out
 
 
@@ -389,18 +393,9 @@ class StatusReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        out = _plain(asdict(self))
+        out = _json(self)
         out["command"] = "status"
-        out["next_steps"] = [s.to_dict() for s in self.next_steps]
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

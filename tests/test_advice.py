@@ -269,3 +269,46 @@ def test_waiting_for_the_lock_is_said(release, cli, monkeypatch):
     assert lines[0].startswith(f"waiting for another patchkit run on {sp} to finish")
     assert "(up to 0.5 s;" in lines[0]  # the timeout in effect, not rounded to 0
     assert lines[1].startswith("error: another patchkit run is changing")
+
+
+# -- what plain verify and --help say patchkit checks (issue 25) --------------------------------
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version, code", [("0.33.0", 0), ("0.17.1", 1)])
+def test_plain_verify_says_what_it_checked_and_how_to_check_any_other_architecture(release, cli, version, code):
+    """Plain ``verify`` checks the default set only: it names those architectures and says that
+    any other registered architecture is checked with ``--arch``/``--model`` (before issue 25 it
+    said "in effect for the resolved classes", and a GLM user read that as their model)."""
+    sp = release(version)
+    got, report = cli.json("verify", "--site-packages", str(sp))
+    assert got == code
+    default = ["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"]
+    assert report["requested"] is False and report["architectures"] == default
+    result = cli("verify", "--site-packages", str(sp))
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("checked:")]
+    assert all(a in line for a in default) and "--arch ARCH" in line and "--model DIR" in line
+    assert f"'patchkit scan --site-packages {sp}'" in line
+    got, report = cli.json("verify", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert report["requested"] is True and report["architectures"] == ["OlmoeForCausalLM"]
+    result = cli("verify", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
+    assert not [x for x in result.stdout.splitlines() if x.startswith("checked:")]
+
+
+@pytest.mark.release
+def test_plain_verify_on_a_release_without_the_protocol_offers_no_arch(release, cli):
+    """On 0.9.2 (A0) no architecture can be patched: no 'checked: ... add --arch' line, only the upgrade."""
+    sp = release("0.9.2")
+    result = cli("verify", "--site-packages", str(sp))
+    assert result.exit_code == 1
+    assert not [x for x in result.stdout.splitlines() if x.startswith("checked:")]
+    assert "upgrade vLLM" in result.stdout
+
+
+def test_help_says_any_registered_architecture_is_patched_with_arch_or_model(cli):
+    for args in ([], ["apply"], ["verify"]):
+        result = cli(*args, "--help")
+        assert result.exit_code == 0
+        text = " ".join(result.stdout.split())
+        assert "--arch" in text and "--model" in text, args
+        assert "any architecture" in text or "any registered architecture" in text, args

@@ -135,6 +135,34 @@ def test_revert_removes_the_guard_and_leaves_the_release_byte_for_byte(olmoe_gua
 
 
 @pytest.mark.release
+@pytest.mark.parametrize("scope", [[], ["--arch", OLMOE]])
+def test_revert_refuses_to_delete_a_hand_edited_guard_file_unless_forced(olmoe_guarded, cli, scope):
+    """A guard file edited since patchkit wrote it is someone's work: ``revert`` (whole, or ``--arch``,
+    which takes the guard's last watched file away) refuses, exit 3, writing nothing, and names
+    ``--force``; ``revert --force`` deletes it with the rest (issue 25: it was deleted without asking)."""
+    site = olmoe_guarded
+    module = site / "patchkit_guard/guard.py"
+    module.write_bytes(module.read_bytes() + b"# a local debugging line\n")
+    before = tree(site)
+    code, data = cli.json("revert", "--site-packages", str(site), *scope)
+    assert code == 3, data
+    assert data["refused"] is True
+    assert tree(site) == before
+    (blocking,) = [f for f in data["files"] if f["action"] == "blocking"]
+    assert blocking["path"] == "patchkit_guard/guard.py"
+    assert [f["action"] for f in data["files"] if f["path"] == OLMOE_FILE] == ["held back"]
+    (force,) = [s for s in data["next_steps"] if "--force" in s["argv"]]
+    assert force["effect"] == "restores" and force["argv"][-len(scope) - 1:] == [*scope, "--force"]
+    result = cli("revert", "--site-packages", str(site), *scope)
+    assert result.exit_code == 3
+    assert "patchkit_guard/guard.py" in result.stdout and "--force" in result.stdout
+    assert tree(site) == before
+    code, data = cli.json(*force["argv"][1:])
+    assert code == 0 and data["guard"]["action"] == "removed"
+    assert tree(site) == tree(pristine_site_packages("0.33.0"))
+
+
+@pytest.mark.release
 def test_status_and_verify_show_the_guard_and_verify_fails_on_an_edited_guard(olmoe_guarded, cli):
     site = olmoe_guarded
     code, data = cli.json("status", "--site-packages", str(site))
@@ -184,6 +212,12 @@ def test_guard_install_with_nothing_patched_is_refused_and_writes_nothing(releas
     assert result.exit_code == 3
     assert "nothing to watch" in result.stdout
     assert f"'patchkit apply --target vllm --site-packages {site} --guard'" in result.stdout
+    assert tree(site) == before
+    # its --json step has the shape of every report's (issue 25: it lacked command and changes)
+    code, data = cli.json("guard", "install", "--site-packages", str(site))
+    (step,) = data["next_steps"]
+    assert code == 3 and step["command"] == f"patchkit apply --target vllm --site-packages {site} --guard"
+    assert step["changes"] and step["effect"] == "patches"
     assert tree(site) == before
     # a release that needs no patch: apply --guard writes nothing either
     code, data = cli.json("apply", "--site-packages", str(site), "--guard")

@@ -6,9 +6,18 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    same-rank siblings (``store``/``codemods``, ``rehearse``/``guard``) do not import each other.
    Every module must belong to a group of the map.
 2. No import cycle between any two modules, counting imports inside functions
-   (:class:`graphlib.TopologicalSorter` finds them).
+   (:class:`graphlib.TopologicalSorter` finds them); and no module imports its own subpackage's
+   ``__init__`` (:func:`own_package_imports`): that ``__init__`` is the subpackage's face to the
+   layers above and names its modules (by import, or by string as the codemod catalogue does), so a
+   module reading from it closes a cycle the graph cannot always see (issue 25: ``codemods/base.py``
+   read the catalogue from ``patchkit.codemods``, whose entries load ``base``'s subclasses).
 3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
 4. No module over :data:`MAX_LINES` lines.
+5. A vLLM release number written in a string of a code line (not a docstring) appears only in
+   ``vllm/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
+   "0.18.0" was written in 19 code lines across 9 files). ``patches/`` is held to it too: its
+   declarative modules restate contract facts (native from 0.18.0, Kimi-K2.5 from 0.15.1), so they
+   name them (``vllm=KIMI_K25_RELEASES, upstream_from=NATIVE_FROM``) rather than copy them.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
@@ -38,7 +47,7 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending")
+BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending", "jsonable")
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""
@@ -266,6 +275,15 @@ def cycles(root: Path) -> list[str]:
             del edges[(ring[-2], ring[-1])]
 
 
+def own_package_imports(root: Path) -> list[str]:
+    """Rule 2: a module of a subpackage importing that subpackage's own ``__init__`` (or an enclosing
+    one's below the root). The root package's ``__init__`` (rank 0: the version) is not a subpackage."""
+    top = next(iter(_modules_cached(root))).split(".")[0]
+    return [f"{imp.where(root)}: {imp.importer} imports its own package's __init__ ({imp.target}); "
+            "import the module that holds the name" for imp in _imports(root)
+            if imp.target != top and imp.importer.startswith(imp.target + ".") and not imp.type_checking]
+
+
 def unmarked_lazy_imports(root: Path) -> list[str]:
     """Rule 3: imports inside a function without a trailing ``# lazy: <why>`` on one of their lines."""
     out = []
@@ -297,6 +315,36 @@ def long_modules(root: Path) -> list[str]:
     return out
 
 
+RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
+"""A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
+RELEASES_AT_HOME = ("vllm/contract.py",)
+"""Where release boundaries are named (relative to the package folder)."""
+MEASURED_ON = ("rehearse/verdict.py",)
+"""Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
+0.20.2"): provenance of a measurement, not a boundary any decision rests on."""
+
+
+def release_literals(root: Path) -> list[str]:
+    """Rule 5: release numbers in the strings of code lines (f-string parts included) outside
+    :data:`RELEASES_AT_HOME` and :data:`MEASURED_ON`. Docstrings (a string alone as a statement) are
+    words about the code and may cite releases; ``__version__`` is patchkit's own version."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in RELEASES_AT_HOME or rel in MEASURED_ON:
+            continue
+        tree = _parsed(path)
+        words = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        words |= {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                  and [getattr(t, "id", None) for t in n.targets] == ["__version__"]}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in words:
+                for found in RELEASE.findall(node.value):
+                    out.append(f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
+                               "name it in vllm/contract.py and use the name")
+    return sorted(out)
+
+
 def _report(violations: list[str]) -> str:
     return f"{len(violations)} violation(s):\n  " + "\n  ".join(violations)
 
@@ -324,6 +372,11 @@ def test_no_import_cycle():
     assert not found, _report(found)
 
 
+def test_no_module_imports_its_own_package():
+    found = own_package_imports(PACKAGE)
+    assert not found, _report(found)
+
+
 def test_every_import_inside_a_function_says_why():
     found = unmarked_lazy_imports(PACKAGE)
     assert not found, _report(found)
@@ -331,6 +384,11 @@ def test_every_import_inside_a_function_says_why():
 
 def test_no_module_is_over_the_limit():
     found = long_modules(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_release_boundaries_are_named_in_the_contract():
+    found = release_literals(PACKAGE) + release_literals(PACKAGE.parent / "patches")
     assert not found, _report(found)
 
 
@@ -379,8 +437,8 @@ CLEAN = {
 def test_rules_pass_on_a_clean_synthetic_package(tmp_path):
     root = _package(tmp_path, CLEAN)
     assert len(imports(root)) == 11
-    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), unmarked_lazy_imports(root),
-            long_modules(root)) == ([], [], [], [], [], [])
+    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), own_package_imports(root),
+            unmarked_lazy_imports(root), long_modules(root)) == ([], [], [], [], [], [], [])
 
 
 def test_rule_unranked_can_fail(tmp_path):
@@ -432,6 +490,36 @@ def test_rule_cycles_can_fail(tmp_path):
     assert "patchkit/plan/__init__.py:1 patchkit.plan -> patchkit.checks.a" in plan
     assert "patchkit/checks/a.py:1 patchkit.checks.a -> patchkit.plan" in plan
     assert not any("typed" in c for c in found), "an import under TYPE_CHECKING never runs"
+
+
+def test_rule_own_package_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "codemods/capture.py": (
+        "from patchkit import errors\nfrom patchkit.codemods import tree\n"
+        "def f():\n    from patchkit.codemods import CATALOGUE  # lazy: a test\n"),
+        "codemods/deep/x.py": "from .. import y\n",
+        "codemods/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n"})
+    assert own_package_imports(root) == [
+        "patchkit/codemods/capture.py:4: patchkit.codemods.capture imports its own package's __init__ "
+        "(patchkit.codemods); import the module that holds the name",
+        "patchkit/codemods/deep/x.py:1: patchkit.codemods.deep.x imports its own package's __init__ "
+        "(patchkit.codemods); import the module that holds the name",
+    ]
+
+
+def test_rule_release_literals_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "__init__.py": '__version__ = "0.1.0"\n',
+                               "vllm/contract.py": 'NATIVE_FROM = "0.18.0"\n',
+                               "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
+                               "plan/engine.py": ('"""Native from 0.18.0 (a docstring may cite it)."""\n'
+                                                  'X = Version("0.18.0")\n'
+                                                  'def f(v):\n    """On 0.10.2."""\n'
+                                                  '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n')})
+    assert release_literals(root) == [
+        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+    ]
 
 
 def test_rule_lazy_comment_can_fail(tmp_path):

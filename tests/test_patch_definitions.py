@@ -91,8 +91,8 @@ def test_catalogue_entry(kind):
         ref = CodemodRef.of(kind, **case.options)
         codemod = ref.load()
         assert type(codemod) is cls and ref.name == entry.cls
-        assert codemod.description == ref.description == entry.description
-        assert len(ref.expects) > 40 and codemod.expects == ref.expects, f"{kind}: 'expects' names the anchors"
+        assert ref.description == entry.description
+        assert len(ref.expects) > 40 and ref.expects == entry.expects(codemod.options), f"{kind}: 'expects' names the anchors"
         assert getattr(codemod, "patch_id", "p") == "p", "comments in vLLM files name the right patch"
 
 

@@ -79,3 +79,59 @@ def test_exit_codes_are_the_reports_own():
     assert VerifyReport(INFO, [], runtime_error=problem).exit_code == ExitCode.ENVIRONMENT
     assert RevertReport(INFO, (), True).exit_code is ExitCode.REFUSED
     assert RevertReport(INFO, (), False).exit_code is ExitCode.OK
+
+
+def _steps_in(value, where="report"):
+    """Every ``next_steps`` list anywhere in a JSON report, with where it was found."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "next_steps":
+                yield where, item
+            yield from _steps_in(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _steps_in(item, f"{where}[{i}]")
+
+
+def test_every_reports_next_steps_have_one_json_shape():
+    """Issue 25: the guard's ``next_steps`` (``guard install`` alone, and nested in apply, revert and
+    status) lacked ``command`` and ``changes``; every report renders a step with NextStep.to_dict."""
+    from patchkit.advice import Effect, NextStep, patchkit_argv
+    from patchkit.plugin_results import GuardAction, GuardReport
+    from patchkit.results import StatusReport
+
+    step = NextStep(patchkit_argv("apply", target="vllm", guard=True), "patches and guards", effect=Effect.PATCHES)
+    shape = set(step.to_dict())
+    assert {"argv", "command", "why", "effect", "changes"} <= shape
+    guard = GuardReport(GuardAction.NOTHING_TO_GUARD, False, next_steps=(step,))
+    reports = {
+        "guard install": guard.to_dict(),
+        "apply": ApplyReport(INFO, False, RESULTS, (), True, guard=guard, next_steps=(step,)).to_dict(),
+        "verify": VerifyReport(INFO, [], next_steps=(step,)).to_dict(),
+        "revert": RevertReport(INFO, (), True, guard=guard, next_steps=(step,)).to_dict(),
+        "status": StatusReport(INFO, [], guard=guard, next_steps=(step,)).to_dict(),
+    }
+    for name, report in reports.items():
+        found = list(_steps_in(report))
+        assert found, name
+        for where, steps in found:
+            assert [set(s) for s in steps] == [shape], f"{name}: {where}"
+            assert steps[0]["command"] == "patchkit apply --target vllm --guard" and steps[0]["changes"], where
+
+
+def test_a_next_step_line_quotes_its_command_so_a_shell_reads_it_whole():
+    """``run 'pip install 'vllm>=0.16.0''`` (seen in verify on 0.9.2 and 0.15.1 while regenerating
+    docs/output.md) pasted into a shell drops the quotes around the specifier: ``>=`` redirects."""
+    import shlex
+
+    from patchkit.advice import Effect, NextStep
+
+    upgrade = NextStep(("pip", "install", "vllm>=0.16.0"), "Kimi-K2.5 from 0.16.0", effect=Effect.UPGRADE)
+    line = upgrade.line()
+    assert line.endswith('''run "pip install 'vllm>=0.16.0'"'''), line
+    assert shlex.split(line.split("run ", 1)[1]) == ["pip install 'vllm>=0.16.0'"]
+    plain = NextStep(("patchkit", "verify", "--site-packages", "/tmp/sp"), "shows the chain")
+    assert plain.line() == "run 'patchkit verify --site-packages /tmp/sp' (shows the chain)"
+    spaced = NextStep(("patchkit", "verify", "--site-packages", "/tmp/my sp"), "shows the chain")
+    inner = spaced.line().split("run ", 1)[1].rsplit(" (", 1)[0]
+    assert shlex.split(shlex.split(inner)[0]) == list(spaced.argv)

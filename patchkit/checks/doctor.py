@@ -364,7 +364,7 @@ def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, 
     fault = loadpath.bare_language_model(tree, registry, cls)
     if fault is None:
         return None
-    actions.append(next_steps.upgrade(install.distribution, loadpath.FIXED_IN.get(cls.name, loadpath.FIRST_FIXED),
+    actions.append(next_steps.upgrade(install.distribution, loadpath.FIXED_IN.get(cls.name, contract_mod.KIMI_K25_LOADABLE_FROM),
                                       f"EAGLE-3 with {cls.name} cannot work on vLLM {install.version} (the proposer fails "
                                       "to load any draft) and patchkit does not patch it here", fault.proposer_at))
     return Check("EAGLE proposer loads a draft for this target", False, fault.reason(), fault.proposer_at)

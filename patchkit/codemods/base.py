@@ -53,26 +53,15 @@ class Site:
 class Codemod(ABC):
     """One structural rewrite with an exact anchor and a checkable post-condition.
 
-    Subclasses set ``kind`` (a key of :data:`patchkit.codemods.CATALOGUE`, which holds their texts)
-    and keep their constructor options in ``self.options``.
+    Subclasses set ``kind`` (a key of :data:`patchkit.codemods.CATALOGUE`) and keep their
+    constructor options in ``self.options``. Their texts (what the codemod changes, the file shape
+    it expects) are the catalogue's, read through the patch's :class:`patchkit.codemods.CodemodRef`
+    (``description``, ``expects``): this module does not import its package's catalogue, which
+    names this module's subclasses (issue 25: that was the last import cycle).
     """
 
     kind: str = ""
     options: dict
-
-    @property
-    def description(self) -> str:
-        """One line on what the codemod changes (from the catalogue)."""
-        from patchkit.codemods import CATALOGUE  # lazy: the catalogue's package imports this module
-
-        return CATALOGUE[self.kind].description
-
-    @property
-    def expects(self) -> str:
-        """The file shape the transform needs, in words (each anchor and how often it must occur)."""
-        from patchkit.codemods import CATALOGUE  # lazy: the catalogue's package imports this module
-
-        return CATALOGUE[self.kind].expects(self.options)
 
     @abstractmethod
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:

@@ -154,6 +154,21 @@ def installed(install: Install) -> bool:
     return DIST.installed(install)
 
 
+def edited(install: Install) -> dict[str, tuple[str, ...]]:
+    """``{path: patch ids}`` of the guard's files that are there but no longer hold the bytes patchkit wrote.
+
+    Someone changed them (a debugging line in ``guard.py``, a hand-edited manifest): ``revert``
+    refuses to delete or rewrite them without ``--force`` (:func:`patchkit.api.revert`). A guard
+    file that is gone is not listed: deleting the rest loses nothing.
+    """
+    out = {}
+    for path, entry in sorted(journal_of(install).entries.items()):
+        file = install.site_packages / path
+        if file.is_file() and sha256(file.read_bytes()) != entry.sha256_after:
+            out[path] = tuple(entry.patches)
+    return out
+
+
 def _read_manifest(install: Install) -> dict | None:
     try:
         data = json.loads((install.site_packages / manifest_path()).read_text(encoding="utf-8"))
@@ -212,8 +227,9 @@ def sync(install: Install, journal: Journal, *, command_options: Sequence[str] |
 def remove(install: Install, *, dry_run: bool = False, locked: bool = False) -> GuardReport:
     """Delete the guard's files (journaled: their original is "absent"); call under the lock when ``locked``.
 
-    A guard file edited or deleted since is deleted as well (it is the guard's own file, not a
-    user's). Returns ``removed`` (``not installed`` when there was none).
+    A guard file edited or deleted since is deleted as well: ``guard remove`` removes only the
+    guard, and ``revert`` checks :func:`edited` first (it refuses without ``--force``). Returns
+    ``removed`` (``not installed`` when there was none).
     """
     paths = DIST.remove(install, dry_run=dry_run)
     if not paths:

@@ -209,7 +209,8 @@ def _alias_patch(pid: str, kind: str, arch: str, held: tuple[str, ...], cls: Cla
         id=pid,
         summary=f"{cls.name}.{names[0]} names its {attribute}",
         why=why,
-        reference="vLLM v1/spec_decode/eagle.py (0.10.2 - 0.18.0), llm_base_proposer.py (0.20 - 0.33.0)",
+        reference="vLLM v1/spec_decode/eagle.py EagleProposer.load_model, later v1/spec_decode/llm_base_proposer.py "
+                  "_maybe_share_embeddings / _maybe_share_lm_head",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, held=held, defining="__init__"),
         codemod=CodemodRef.of(kind, alias=names[0], attribute=attribute, patch_id=pid),

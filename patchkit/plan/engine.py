@@ -258,7 +258,7 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
     modules[relpath] = new_module
     written.add(relpath)
     result.patches_by_file.setdefault(relpath, []).append(patch.id)
-    return PatchResult(patch.id, Outcome.APPLIED, codemod.description, [relpath], resolved.where)
+    return PatchResult(patch.id, Outcome.APPLIED, patch.codemod.description, [relpath], resolved.where)
 
 
 def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry, load) -> _Resolved:

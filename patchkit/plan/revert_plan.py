@@ -39,7 +39,8 @@ class RevertPlan:
 
 
 def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: Narrowing | None = None,
-                rewrite: dict[str, bytes] | None = None) -> RevertPlan:
+                rewrite: dict[str, bytes] | None = None, guard_edits: dict[str, tuple[str, ...]] | None = None
+                ) -> RevertPlan:
     """Decide, per journaled file in scope, what the revert does (nothing is written here).
 
     Args:
@@ -48,6 +49,9 @@ def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: 
         force: restore files edited or deleted by hand too.
         narrow: ``revert --arch``'s scope (:func:`patchkit.plan.arch_scope.narrowing`), or None for every file.
         rewrite: the new bytes of the files that keep patches (:func:`patchkit.plan.arch_scope.rewritten`).
+        guard_edits: ``{path: patch ids}`` of patchkit's guard files edited since it wrote them, which
+            the revert would delete or rewrite (:func:`patchkit.guard.guard.edited`; the caller leaves
+            it empty under ``--force``): each blocks the revert like an edited vLLM file.
     """
     scope = narrow.files if narrow is not None else sorted(journal.entries)
     record = record_sha256(install, list(scope))
@@ -56,7 +60,10 @@ def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: 
     forget: list[str] = []
     files: list[RevertedFile] = []
     planned: list[tuple[str, FileState, list[str]]] = []  # path, state, patches: the files to write
-    refused = False
+    refused = bool(guard_edits)
+    for path, patches in sorted((guard_edits or {}).items()):
+        files.append(RevertedFile(path, False, "a file of patchkit's guard, changed since patchkit wrote it; not touched",
+                                  patches, "blocking"))
     for path in scope:
         entry = journal.entries[path]
         state = file_state(install, entry, record)

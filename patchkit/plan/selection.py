@@ -81,14 +81,15 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
 
 
 def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, request: Request,
-                 journal: JournalRecords) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """What ``verify`` checks: ``(architectures, model_types, journaled)``.
+                 journal: JournalRecords) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool]:
+    """What ``verify`` checks: ``(architectures, model_types, journaled, requested)``.
 
     With ``request`` (on a release with the ``SupportsEagle3`` Protocol): its architectures and model
     types (:func:`arch_selection`), ``journaled`` empty. Otherwise the default set's architectures and
     model types (:func:`patchkit.plan.spec.default_architectures`, ``TEXT_MODEL_TYPES``) plus every
     architecture the journal shows an ``--arch`` run patched (:func:`journaled_architectures`), which
-    ``journaled`` names.
+    ``journaled`` names. ``requested``: the request chose the architectures (False for the default
+    set, and on a release without the Protocol, where the request is moot).
 
     Raises:
         ConfigError: ``--model`` folder without a readable ``config.json`` (exit 4).
@@ -96,7 +97,8 @@ def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, reque
     """
     archs, types = default_architectures(), TEXT_MODEL_TYPES
     patched: list[str] = []
-    if request and contract.protocol is not None:
+    requested = bool(request) and contract.protocol is not None
+    if requested:
         _, _, archs, types = arch_selection(tree, registry, contract, request)
     else:
         patched = journaled_architectures(journal, registry)
@@ -104,7 +106,7 @@ def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, reque
             _, _, extra, extra_types = arch_selection(tree, registry, contract, Request(tuple(patched)))
             archs = tuple(dict.fromkeys([*archs, *extra]))
             types = tuple(dict.fromkeys([*types, *extra_types]))
-    return archs, types, tuple(patched)
+    return archs, types, tuple(patched), requested
 
 
 def journaled_architectures(journal: JournalRecords, registry: Registry) -> list[str]:

@@ -30,9 +30,13 @@ from patchkit.ui.inspect_commands import doctor_cmd, explain_cmd, list_patches, 
 from patchkit.ui.options import Command, RayCommand
 from patchkit.ui.patch_commands import apply, revert, status, verify
 
+HELP = ("Patch an installed vLLM so EAGLE-3 works: for DeepSeek-V2/V3 and Kimi-K2.5 by default, for any "
+        "architecture its registry holds with --arch/--model; verify; revert exactly.")
+"""``patchkit --help``'s description."""
+
 app = typer.Typer(
     name="patchkit",
-    help="Patch an installed vLLM so EAGLE-3 works for DeepSeek-V2/V3 and Kimi-K2.5; verify; revert exactly.",
+    help=HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -49,7 +53,7 @@ def _root(
     version: bool = typer.Option(False, "--version", help="Print patchkit's version and exit.",
                                  callback=_version, is_eager=True),
 ) -> None:
-    """Patch an installed vLLM so EAGLE-3 works for DeepSeek-V2/V3 and Kimi-K2.5; verify; revert exactly."""
+    """The root command (its help is :data:`HELP`)."""
 
 
 app.command(cls=RayCommand)(apply)

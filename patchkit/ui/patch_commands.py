@@ -44,7 +44,8 @@ def apply(
     watch_threshold: Optional[float] = typer.Option(None, "--watch-threshold", help="With --watch: first-position "
                                                     "acceptance below which it speaks (default 0.2)."),
 ) -> None:
-    """Apply every patch that applies to this vLLM release, all or nothing."""
+    """Apply every patch this vLLM release needs, all or nothing: for DeepSeek-V2/V3 and Kimi-K2.5 by default,
+    for any registered architecture with --arch/--model."""
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
@@ -151,7 +152,8 @@ def verify(
     as_json: bool = JsonOpt,
     ray: Optional[str] = RayOpt,
 ) -> None:
-    """Exit 0 only when EAGLE-3 is in effect for the resolved classes (patched or native)."""
+    """Exit 0 only when EAGLE-3 is in effect (patched or native): for DeepSeek-V2/V3 and Kimi-K2.5 (and what
+    patchkit patched) by default, for any registered architecture with --arch/--model."""
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
@@ -185,10 +187,12 @@ def verify(
         if report.ok:
             w.line(("EAGLE-3 is in effect", "green"), " for the resolved classes"
                    + (" (static checks; the runtime checks could not run)" if failed else ""))
+            _scope_line(w, report)
         else:
             w.line(("EAGLE-3 is not in effect:", "red"))
             for line in failing_lines(report.checks):
                 w.line(line, indent="  ")
+            _scope_line(w, report)
             next_lines(w, report.next_steps)
         if failed:
             error(PatchkitError(failed.message, failed.hint), False)
@@ -197,11 +201,28 @@ def verify(
     run(as_json, body, site_packages, python, arch=arch, model=model)
 
 
+def _scope_line(w, report) -> None:
+    """Plain ``verify``: which architectures it checked (the default set, and what the journal shows
+    patched), and that any other is checked with ``--arch``/``--model``; nothing with ``--arch``/``--model``,
+    nor on a release without the ``SupportsEagle3`` Protocol (era A0: no architecture can be patched there)."""
+    from patchkit.advice import NextStep, patchkit_argv  # lazy: only when a report is rendered
+    from patchkit.vllm.contract import Era  # lazy: as above
+
+    if report.requested or Era(report.install.era) is Era.A0:
+        return
+
+    scan = hints.command(NextStep(patchkit_argv("scan"), "lists every registered architecture"))
+    whose = "patchkit's default set" + (" and what the journal shows patched" if report.journaled else "")
+    w.line(f"checked: {', '.join(report.architectures)} ({whose}); for any other registered architecture add "
+           f"--arch ARCH or --model DIR ('{scan}' lists them)")
+
+
 def revert(
     target: str = TargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
-    force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since (the edit is lost)."),
+    force: bool = typer.Option(False, "--force", help="Also restore files edited by hand since, and delete "
+                               "patchkit's guard with edits to it (the edits are lost)."),
     arch: Optional[list[str]] = typer.Option(None, "--arch", help="Revert only what this architecture needs and "
                                              "no other patched one does (repeatable)."),
     model: Optional[Path] = typer.Option(None, "--model", help="Revert only the architectures in this checkpoint's config.json."),

@@ -44,6 +44,26 @@ A1_RELEASES = SpecifierSet(f">={EAGLE3_FIRST},<{NATIVE_FROM}", prereleases=True)
 """Releases with the A1 EAGLE-3 contract (stub Protocol methods; inline capture in each backbone)."""
 EAGLE3_RELEASES = SpecifierSet(f">={EAGLE3_FIRST}", prereleases=True)
 """Releases with a ``SupportsEagle3`` Protocol at all (A1 and later)."""
+KIMI_K25_FROM = "0.15.1"
+"""The first release with ``model_executor/models/kimi_k25.py`` (``KimiK25ForConditionalGeneration`` in the
+registry; 0.14.1 has neither, 0.15.0 has no x86-64 wheel)."""
+KIMI_K25_LOADABLE_FROM = "0.16.0"
+"""The first release whose Kimi-K2.5 wrapper holds a causal LM vLLM's EAGLE proposer can load a draft
+through (0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(..., architectures=["DeepseekV2ForCausalLM"])``;
+0.15.1 holds a bare ``DeepseekV2Model``, :mod:`patchkit.vllm.loadpath`)."""
+KIMI_K25_RELEASES = SpecifierSet(f">={KIMI_K25_FROM},<{NATIVE_FROM}", prereleases=True)
+"""The A1 releases that have Kimi-K2.5 (its two shipped patches are for these)."""
+DRAFT_IDS_READ_FROM = "0.14.1"
+"""The first release whose model runner reads a draft's own aux layer ids
+(``v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``) and whose speculators converter
+(``transformers_utils/configs/speculators/algos.py``) forwards them; 0.10.2 has neither
+(:data:`patchkit.vllm.drafts.RUNNER_MODULES`)."""
+MLA_DRAFTS_FROM = "0.18.0"
+"""The first release whose registry holds the DeepSeek-architecture (MLA) EAGLE-3 draft classes
+(:data:`patchkit.vllm.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from 0.17.1)."""
+STAT_LOGGER_PLUGINS_FROM = "0.11.1"
+"""The first release with the ``vllm.stat_logger_plugins`` entry-point group the acceptance watch
+uses (``v1/metrics/loggers.py``; 0.11.0 has none): :mod:`patchkit.vllm.stat_loggers`."""
 
 
 class Era(str, Enum):

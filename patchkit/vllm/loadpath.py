@@ -22,16 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patchkit.vllm import class_attrs, composition, proposer_paths
-from patchkit.vllm.contract import is_multimodal
+from patchkit.vllm.contract import KIMI_K25_LOADABLE_FROM, is_multimodal
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
 LANGUAGE_MODEL_VAR = "target_language_model"
 """Name the proposer gives ``target_model.get_language_model()`` (vLLM 0.15.1 - 0.18.0), used in the reason."""
 GETTER = proposer_paths.GETTER
-FIRST_FIXED = "0.16.0"
-"""First release whose Kimi-K2.5 wrapper holds a causal LM (``DeepseekV2ForCausalLM``) the proposer can load from."""
-FIXED_IN = {"KimiK25ForConditionalGeneration": FIRST_FIXED}
+FIXED_IN = {"KimiK25ForConditionalGeneration": KIMI_K25_LOADABLE_FROM}
 """Wrappers whose later release holds a causal LM (vLLM 0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(...,
 architectures=["DeepseekV2ForCausalLM"])``); a fact across releases, so it cannot be derived from one tree."""
 

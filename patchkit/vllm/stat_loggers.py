@@ -40,6 +40,7 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
+from patchkit.vllm.contract import STAT_LOGGER_PLUGINS_FROM
 from patchkit.vllm.source import SourceTree
 
 GROUP = "vllm.stat_logger_plugins"
@@ -67,7 +68,7 @@ absent from 0.20.2, where only :data:`RUNNER_V2_ENV` chooses it)."""
 RUNNER_V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 """The environment variable choosing the V2 model runner (``vllm/envs.py``, default ``"0"``: the V1
 runner; read on 0.14.1, 0.17.1 and 0.20.2)."""
-FIRST_RELEASE = "0.11.1"
+FIRST_RELEASE = STAT_LOGGER_PLUGINS_FROM
 """The first release with the group (0.11.0 has none; read on the wheels named above)."""
 
 

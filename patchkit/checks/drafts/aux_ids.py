@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 from patchkit.checks.drafts.context import DraftContext, DraftFacts, ids_text
 from patchkit.results import Check
 from patchkit.vllm.checkpoint import as_int_list
+from patchkit.vllm.contract import DRAFT_IDS_READ_FROM
 from patchkit.vllm.aux_defaults import DefaultIds, default_ids
 from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD, backbone_transport, last_stage_start
 
@@ -114,17 +115,17 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     if wrong and intended is not None:
         if top is not None and top_seen is not None:
             ctx.actions.append(f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "
-                               f"runner reads them (0.14.1 and later)")
+                               f"runner reads them ({DRAFT_IDS_READ_FROM} and later)")
         elif top is not None:
             ctx.actions.append(f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
-                               "whose converter forwards them (0.14.1 and later)")
+                               f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)")
         elif reading.readers and any(r.top_level for r in reading.readers):
             ctx.actions.append(f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
                                f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "
                                f"{EAGLE_CONFIG}'s ids unchanged)")
         else:
             ctx.actions.append(f"vLLM {ctx.install.version} captures {ids_text(default or [])}, the draft was trained on "
-                               f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} (0.14.1 and later) "
+                               f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} ({DRAFT_IDS_READ_FROM} and later) "
                                f"and add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json")
 
     if facts.declared_aux_layer_ids is None and source == "default" and fallback is not None:

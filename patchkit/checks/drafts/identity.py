@@ -6,6 +6,7 @@ from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.results import Check
+from patchkit.vllm.contract import MLA_DRAFTS_FROM
 from patchkit.vllm.drafts import (
     MLA_DRAFT_ARCHITECTURES, SPECULATORS_MODEL_TYPE, SPECULATORS_TYPE, TRANSFORMERS_CHECKED, TRANSFORMERS_MODEL_TYPES,
     eagle3_draft_architecture, transformers_has,
@@ -42,7 +43,7 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         else:
             detail = f"vLLM {ctx.install.version} does not register {name}: it cannot build this draft"
             if name in MLA_DRAFT_ARCHITECTURES:
-                detail += " (MLA EAGLE-3 drafts are registered from vLLM 0.18.0)"
+                detail += f" (MLA EAGLE-3 drafts are registered from vLLM {MLA_DRAFTS_FROM})"
             node.children.append(Check(f"{arch} -> {name}", False, detail, ctx.registry.relpath))
     node.ok = bool(registered)
     if registered:
@@ -57,7 +58,7 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         node.detail = "no EAGLE-3 draft class for it in this release"
         mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
         ctx.actions.append("use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
-                           + (", or vLLM >= 0.18.0, which registers MLA (DeepSeek-architecture) drafts" if mla else ""))
+                           + (f", or vLLM >= {MLA_DRAFTS_FROM}, which registers MLA (DeepSeek-architecture) drafts" if mla else ""))
     return node
 
 

@@ -1,0 +1,28 @@
+"""The JSON-ready form of patchkit's result values (``--json``: docs/json.md), shared by
+:mod:`patchkit.results` and :mod:`patchkit.plugin_results`."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from typing import Any
+
+from patchkit.advice import NextStep
+
+
+def jsonable(value: Any) -> Any:
+    """The JSON-ready form of a result value, at any depth: a :class:`~patchkit.advice.NextStep` as
+    :meth:`~patchkit.advice.NextStep.to_dict` gives it (so every report's ``next_steps``, the guard's
+    nested in apply, revert and status included, has one shape: docs/json.md), another dataclass as
+    its fields, an :class:`Enum` as its value, tuples as lists."""
+    if isinstance(value, NextStep):
+        return value.to_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
