@@ -1,5 +1,5 @@
-"""The JSON-ready form of patchkit's result values (``--json``: docs/json.md), shared by
-:mod:`patchkit.results` and :mod:`patchkit.plugin_results`."""
+"""The JSON-ready form of patchkit's result values, shared by :mod:`patchkit.results` and
+:mod:`patchkit.plugin_results` (the ``--json`` schema is docs/json.md)."""
 
 from __future__ import annotations
 
