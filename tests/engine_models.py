@@ -221,9 +221,9 @@ CASES = [
     EngineCase("gemma3", GEMMA3_1B, GEMMA3_SPECULATORS_DRAFT, "standard-loop"),
     EngineCase("olmoe", OLMOE, vllm_draft(OLMOE, [2, 8, 13], draft_vocab=None), "standard-loop"),
     EngineCase("seed-oss", SEED_OSS, vllm_draft(SEED_OSS, [2, 32, 61]), "native", native=True,
-               notes="vLLM 0.32.0 serves Seed-OSS through its Transformers backend, which declares SupportsEagle3; "
-                     "patchkit's apply refuses it (the registry row names no native model file), writing nothing",
-               apply_exit=3),
+               notes="vLLM 0.32.0 serves Seed-OSS through its Transformers backend, which declares SupportsEagle3: "
+                     "apply --model says 'supported upstream' (the backend route, its limits named) and writes "
+                     "nothing, verify --model passes, and the engine confirms it (rehearse passes before and after)"),
     EngineCase("exaone4", EXAONE4_1B, vllm_draft(EXAONE4_1B, [2, 15, 27]), "standard-loop"),
     EngineCase("gemma2", GEMMA2_2B, vllm_draft(GEMMA2_2B, [2, 13, 23]), "standard-loop"),
     EngineCase("glm4", GLM4_9B, vllm_draft(GLM4_9B, [2, 20, 37]), "interface-only"),

@@ -229,7 +229,7 @@ def test_an_architecture_typo_is_refused_at_once_as_arch_refuses_it(engine_pytho
     result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(engine_python))
     assert result.exit_code == 2, result.stdout + result.stderr
     assert "'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry" in result.stderr
-    assert "did you mean Glm4MoeForCausalLM?" in result.stderr and "verdict" not in result.stdout
+    assert "did you mean Glm4MoeForCausalLM" in result.stderr and "verdict" not in result.stdout
     arch = cli("verify", "--arch", "Glm4MoeForCausalLn", "--python", str(engine_python))
     assert arch.exit_code == 2 and "'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry" in arch.stderr
 
