@@ -373,7 +373,9 @@ def test_kimi_k25_on_0_15_1_doctor_agrees_with_verify(release, cli, tmp_path):
     assert load["ok"] is False and load["location"] == "vllm/v1/spec_decode/eagle.py:1145"
     assert "bare DeepseekV2Model" in load["detail"] and "vLLM >= 0.16.0" in load["detail"]
     assert report["apply_command"] is None  # patchkit has nothing that fixes it on this release
-    assert any("upgrade to vLLM >= 0.16.0" in a for a in report["actions"])
+    upgrade = [s for s in report["next_steps"] if s["effect"] == "upgrade"]
+    assert [s["argv"] for s in upgrade] == [["pip", "install", "vllm>=0.16.0"]], report["next_steps"]
+    assert any(a.startswith("upgrade vLLM: ") and "run \"pip install 'vllm>=0.16.0'\"" in a for a in report["actions"])
     code, verified = cli.json("verify", "--site-packages", str(sp))
     kimi = next(c for c in verified["checks"] if c["label"] == "KimiK25ForConditionalGeneration")
     assert kimi["location"] == load["location"] and kimi["detail"].endswith(load["detail"])

@@ -14,6 +14,7 @@ number of aux ids x the target's hidden size), ``norm.weight``, ``lm_head.weight
 from __future__ import annotations
 
 import json
+import math
 import os
 
 
@@ -117,7 +118,8 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
 
     The midlayer's attention and MLP outputs are zero (``o_proj``, ``down_proj``), so the draft's
     logits are ``lm_head(norm(fc(aux)))`` (llama_eagle3.py: the fused ``norm(hidden, residual)``
-    with ``residual = fc(aux)``); ``fc`` and ``lm_head`` are fitted for a few hundred Adam steps to
+    with ``residual = fc(aux)``); ``fc`` and the rows of ``lm_head`` for the tokens named below (the
+    others are zero) are fitted for a few hundred Adam steps to
     predict the target's greedy token two positions ahead from the aux states at the draft's ids,
     on the target's own greedy rollouts (the test prompt and a few random ones), and to predict a
     token the target never emits there (``sink``) from the states of the ids shifted by one. A
@@ -178,26 +180,38 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
         x_wrong = torch.cat(shifted).float()
         x = torch.cat([x, x_wrong])
         y_draft = torch.cat([y_draft, torch.full((len(x_wrong),), sink, dtype=y_draft.dtype)])
+    # Only the tokens the fit names (the targets, and the sink) get trained rows of lm_head; every other
+    # row is zero, so its logit is 0. Over the whole vocabulary (128256 rows for Llama 3) the fit was
+    # most of a rehearsal's time on a CPU; the loss below is exactly the full softmax under that
+    # constraint: the V - |C| zero logits enter it as one column whose logit is log(V - |C|).
+    cols = sorted(set(y_draft.tolist()))
+    column = {t: i for i, t in enumerate(cols)}
+    y_cols = torch.tensor([column[t] for t in y_draft.tolist()])
+    rest = draft_vocab - len(cols)
     torch.manual_seed(spec.get("seed", 0) + 2)
     fc = torch.nn.Linear(x.shape[1], hidden, bias=False)
-    head = torch.nn.Linear(hidden, draft_vocab, bias=False)
+    head = torch.nn.Linear(hidden, len(cols), bias=False)
+    zeros = torch.full((len(x), 1), math.log(rest)) if rest else torch.zeros(len(x), 0)
     eps = cfg.get("rms_norm_eps", 1e-6)
     opt = torch.optim.Adam(list(fc.parameters()) + list(head.parameters()), lr=3e-2)
     for _ in range(int(spec.get("train_steps", 300))):
         h = fc(x)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        loss = torch.nn.functional.cross_entropy(head(h), y_draft)
+        loss = torch.nn.functional.cross_entropy(torch.cat([head(h), zeros], dim=-1), y_cols)
         opt.zero_grad()
         loss.backward()
         opt.step()
+    lm_head = torch.zeros(draft_vocab, hidden)
     with torch.no_grad():
-        def picks(inputs):
-            h = fc(inputs)
-            return head(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).argmax(-1)
+        lm_head[cols] = head.weight
 
-        fit = float((picks(x_right) == y_right).float().mean())
-        apart = float((picks(x[len(x_right):]) == sink).float().mean()) if len(x) > len(x_right) else None
-    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": head.weight.detach().clone(),
+        def picks(inputs):  # over the whole draft vocabulary, zero rows included
+            h = fc(inputs)
+            return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head.T
+
+        fit = float((picks(x_right).argmax(-1) == y_right).float().mean())
+        apart = float((picks(x[len(x_right):]).argmax(-1) == sink).float().mean()) if len(x) > len(x_right) else None
+    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": lm_head,
                "norm.weight": torch.ones(hidden)}
     heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     head_dim = cfg.get("head_dim") or hidden // heads
