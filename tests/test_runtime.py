@@ -219,3 +219,18 @@ def test_draft_loading_and_wrapper_faults_are_caught(cli, vllm_python):
                 assert check.detail.endswith(f"{PROPOSER}:{raise_line}"), check.detail
             others = [c for c in report.checks[-1].children if c.label != label]
             assert all(c.ok for c in others), (name, [c for c in others if not c.ok])  # only that check fails
+
+
+def test_cuda_device_on_a_cuda_build_without_gpu_is_refused(cli, tmp_path):
+    """--device cuda on the real CUDA build of vLLM 0.33.0 on this GPU-less machine: exit 3, named
+    (here, beside the other users of the 0.33.0 venv, not in test_engine.py: one xdist group each)."""
+    from engine_models import LLAMA, vllm_draft, write_checkpoint
+    from vllm_release import runtime_venv
+
+    model = write_checkpoint(tmp_path / "model", LLAMA)
+    draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
+    with runtime_venv("0.33.0") as python:
+        result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python),
+                     "--device", "cuda")
+    assert result.exit_code == 3, result.stdout + result.stderr
+    assert "no GPU is visible" in result.stderr and "CUDA" in result.stderr and "--python" in result.stderr
