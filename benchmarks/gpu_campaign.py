@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from engine_models import GPU_CASES, write_checkpoint  # noqa: E402
+from engine_models import CASES, GPU_CASES, write_checkpoint  # noqa: E402
 from wrong_captures import mutate  # noqa: E402
 
 MODES = [("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager", "fp32")]
@@ -248,7 +248,8 @@ def main() -> int:
     state.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     wanted = args.cases.split(",") if args.cases else CAMPAIGN
-    cases = sorted((c for c in GPU_CASES if c.name in wanted), key=lambda c: wanted.index(c.name))
+    known = {c.name: c for c in CASES + GPU_CASES}  # --cases may name any case (CPU: the tier's extended set)
+    cases = sorted((c for c in known.values() if c.name in wanted), key=lambda c: wanted.index(c.name))
     for c in cases:
         write_checkpoint(state / "cases" / c.name / "model", c.target)
         write_checkpoint(state / "cases" / c.name / "draft", c.draft)

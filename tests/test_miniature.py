@@ -182,7 +182,9 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
         rehearsal.rehearse(install, model, draft)
     assert err.value.exit_code == 2
     assert err.value.message == "--model's config.json architecture 'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry"
-    assert "did you mean Glm4MoeForCausalLM" in err.value.hint and f"--python {sys.executable}" in err.value.hint
+    assert err.value.hint == "did you mean Glm4MoeForCausalLM"  # and the scan to run, as a value:
+    assert err.value.step.argv == ("patchkit", "scan", "--python", sys.executable)
+    assert f"run 'patchkit scan --python {sys.executable}'" in err.value.hint_for()
     with pytest.raises(UsageError) as err:
         rehearsal.rehearse(install, write_checkpoint(tmp_path / "none", {**GLM45_AIR, "architectures": []}), draft)
     assert "lists no architectures" in err.value.message
