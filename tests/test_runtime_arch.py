@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,13 +75,18 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
         # before: vLLM itself says no (and some architectures cannot even be loaded in this environment)
         code, checks = runtime(cli, python, archs)
         assert code == 1
-        unloadable = {c["label"].rsplit(" ", 1)[1] for c in checks
+        unloadable = {c["label"].rsplit(" ", 1)[1]: c["detail"] for c in checks
                       if c["label"].startswith("vLLM's supports_eagle3 accepts") and "could not load" in c["detail"]}
         refused = {c["label"].rsplit(" ", 1)[1] for c in checks
                    if c["label"].startswith("vLLM's supports_eagle3 accepts") and c["ok"] is False}
-        assert "Glm4MoeForCausalLM" in refused - unloadable
-        # classes whose module needs what this environment lacks (0.16.0: transformers without Jais2Config)
-        assert len(unloadable) <= (3 if version == "0.33.0" else 6), unloadable
+        assert "Glm4MoeForCausalLM" in refused - set(unloadable)
+        # before apply nothing of patchkit's is there: a class the registry cannot load is one whose
+        # module needs what this environment lacks (0.33.0: timm for Kanana-V; 0.16.0: transformers
+        # without Jais2Config), and the probe says which import failed. How many depends on what
+        # the resolver installed beside vLLM; the coverage bounds below keep the checks broad.
+        not_imports = {a: d for a, d in unloadable.items() if not re.search(r": (ModuleNotFoundError|ImportError)\(", d)}
+        assert not not_imports, not_imports
+        assert len(unloadable) <= (6 if version == "0.33.0" else 8), unloadable
 
         if version == "0.33.0":
             code, applied = cli.json("apply", "--python", str(python), *[a for x in archs for a in ("--arch", x)])

@@ -22,13 +22,33 @@ def check_registry(archs, results):
             results.append({"label": label, "ok": False, "detail": f"the registry could not load it: {exc!r}"})
             continue
         if cls is None:
-            results.append({"label": label, "ok": False, "detail": "the registry could not load it"})
+            results.append({"label": label, "ok": False,
+                            "detail": "the registry could not load it" + _load_error(ModelRegistry, arch)})
             continue
         classes[arch] = cls
         ok = bool(interfaces.supports_eagle3(cls))
         results.append({"label": label, "ok": ok,
                         "detail": f"{cls.__module__}.{cls.__qualname__}" + ("" if ok else ": supports_eagle3 is False")})
     return classes
+
+
+def _load_error(registry, arch):
+    """Why vLLM's registry gave None for ``arch``: ``": <exception repr>"``, or ``""`` when that
+    cannot be found out.
+
+    vLLM's ``_try_load_model_cls`` (``model_executor/models/registry.py``, 0.10.2 to 0.33.0 at
+    least) catches the import's exception, logs it and returns None; the entry in
+    ``registry.models`` has ``load_model_cls()``, which imports the module again and raises it.
+    """
+    entry = getattr(registry, "models", {}).get(arch)
+    load = getattr(entry, "load_model_cls", None)
+    if load is None:
+        return ""
+    try:
+        load()
+    except Exception as exc:  # noqa: BLE001 - report whatever the import raised
+        return f": {exc!r}"[:500]
+    return ""
 
 
 def check_methods(classes, chains, results, getter=GETTER):
