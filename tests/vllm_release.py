@@ -160,6 +160,56 @@ def _build_cpu_venv(venv: Path, version: str) -> None:
         subprocess.run([*install, "-r", str(req_file)], check=True)
 
 
+CLASH_WINNERS = {"cuda-bindings"}
+"""Distributions whose copy of a file must win where another installed distribution ships the same
+path. A ``vllm==0.33.0`` resolution installs cuda-bindings 13.x (torch 2.14.0 requires
+``cuda-bindings>=13.0.3``) and cuda-python 12.6.2.post1 (flashinfer-python 0.7.2.post1 requires
+``cuda-python>=12.0``; that release still ships CUDA 12.6's ``cuda/bindings/`` files itself). uv
+installs wheels in parallel, so which copy landed varied between builds: with 12.6's,
+``import vllm.model_executor.models.bailing_moe_v3`` (and OLMo-Hybrid's, openPangu-VL's) raised
+``AttributeError: module 'cuda.bindings.runtime' has no attribute 'cudaLibrary_t'`` (the cold run
+of 2026-12-02 and CI's run at d99fbee; the build before it got 13.x's and loaded them)."""
+
+
+_SETTLED: set[Path] = set()
+"""The venvs :func:`_settle_file_clashes` has run on in this process."""
+
+
+def _settle_file_clashes(python: Path) -> list[str]:
+    """Make a venv's clashing files deterministic: where two installed distributions' RECORDs name the
+    same path with different hashes and one of them is in :data:`CLASH_WINNERS`, that one is
+    reinstalled (``--reinstall --no-deps``) when the file on disk is not its copy. Returns the
+    ``name==version`` reinstalled (empty when nothing clashed or the winner's copy was in place)."""
+    import base64
+    import hashlib
+    from importlib import metadata
+
+    from patchkit.vllm.install import from_python
+
+    site = from_python(python).site_packages
+    claims: dict[str, list[tuple[str, str, str]]] = {}
+    for d in metadata.distributions(path=[str(site)]):
+        name, version = d.metadata["Name"].lower(), d.version  # each .metadata reads METADATA again
+        for f in d.files or ():
+            if f.hash is not None and f.hash.mode == "sha256":
+                claims.setdefault(f.as_posix(), []).append((name, version, f.hash.value))
+    reinstall: set[str] = set()
+    for path, owners in claims.items():
+        if len(owners) < 2 or len({h for _, _, h in owners}) < 2:
+            continue
+        winners = [o for o in owners if o[0] in CLASH_WINNERS]
+        if len(winners) != 1 or not (site / path).is_file():
+            continue
+        name, version, digest = winners[0]
+        on_disk = base64.urlsafe_b64encode(hashlib.sha256((site / path).read_bytes()).digest()).rstrip(b"=").decode()
+        if on_disk != digest:
+            reinstall.add(f"{name}=={version}")
+    if reinstall:
+        subprocess.run([*_uv(), "pip", "install", "--quiet", "--python", str(python), *_pip_sources(),
+                        "--reinstall", "--no-deps", *sorted(reinstall)], check=True)
+    return sorted(reinstall)
+
+
 def _build_venv_once(venv: Path, version: str, dist: str) -> None:
     """Build ``venv`` with ``dist==version`` unless a finished build is there (the caller holds its lock)."""
     if (venv / ".complete").exists():
@@ -169,6 +219,7 @@ def _build_venv_once(venv: Path, version: str, dist: str) -> None:
     else:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
+    _settle_file_clashes(venv / "bin" / "python")
     (venv / ".complete").touch()
 
 
@@ -193,6 +244,9 @@ def runtime_venv(version: str, dist: str = "vllm"):
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
 
     def pristine() -> None:
+        if venv not in _SETTLED:  # once per process: a cache built before the clash fix gets it too
+            _settle_file_clashes(python)
+            _SETTLED.add(venv)
         install = from_python(python)
         api.revert(install, force=True)
         record = record_sha256(install)
