@@ -72,6 +72,60 @@ def build(cases: list[str], out: Path) -> None:
         print(json.dumps({"built": name, "ids": list(mini.ids), "fit": trained["fit"]}), flush=True)
 
 
+def _router_gates(state: dict, experts: int) -> list[str]:
+    """The router weights of a MoE checkpoint: ``...gate.weight`` tensors with one row per expert."""
+    return [k for k, v in state.items() if k.endswith("gate.weight") and "proj" not in k and v.shape[0] == experts]
+
+
+def decisive(src: Path, dst: Path, factor: float) -> None:
+    """A copy of ``src``'s miniature whose MoE router weights are multiplied by ``factor``: the top-k
+    experts win by a wide margin, so a rounding difference between two kernels flips no expert."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    experts = json.loads((src / "target" / "config.json").read_text()).get("num_local_experts")
+    for f in (dst / "target").glob("*.safetensors"):
+        state = load_file(str(f))
+        for k in _router_gates(state, experts):
+            state[k] = state[k] * factor
+        save_file(state, str(f), metadata={"format": "pt"})
+    case = json.loads((dst / "case.json").read_text())
+    (dst / "case.json").write_text(json.dumps({**case, "case": dst.name, "router_scale": factor}))
+
+
+def router_margins(folder: Path, dtype: str) -> dict:
+    """transformers' router logits over each prompt, on the GPU in ``dtype``: per layer, the smallest gap
+    between the k-th and the (k+1)-th expert's logit (a near-tie flips an expert on a rounding)."""
+    import torch
+    import transformers
+
+    cfg = json.loads((folder / "target" / "config.json").read_text())
+    k, experts = cfg.get("num_experts_per_tok", 2), cfg.get("num_local_experts")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder / "target"),
+                                                              torch_dtype=getattr(torch, dtype)).to("cuda").eval()
+    gaps: dict[str, float] = {}
+
+    def hook(name):
+        def fn(_mod, _inp, out):
+            outs = out if isinstance(out, tuple) else (out,)
+            logits = next(o for o in outs if torch.is_tensor(o) and o.shape[-1] == experts).float().reshape(-1, experts)
+            top = logits.topk(k + 1, dim=-1).values
+            g = float((top[:, k - 1] - top[:, k]).min())
+            gaps[name] = min(gaps.get(name, g), g)
+        return fn
+
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if name.endswith(".gate") and w is not None and w.dim() == 2 and w.shape[0] == experts:
+            mod.register_forward_hook(hook(name))
+    with torch.no_grad():
+        for p in json.loads((folder / "prompts.json").read_text()):
+            model(torch.tensor([p], device="cuda"))
+    return {"case": folder.name, "dtype": dtype, "min_router_gap": gaps}
+
+
 def _digest(worker):
     runner = worker.model_runner
     model = runner.get_model() if hasattr(runner, "get_model") else runner.model
@@ -153,7 +207,7 @@ def campaign(args) -> int:
 
     out = Path(args.out)
     cases = json.loads(args.plan)
-    envs = {"unpatched": sys.executable, "patched": make_env(out, "patched")}
+    envs = {"unpatched": make_env(out, "unpatched"), "patched": make_env(out, "patched")}
     archs = sorted({json.loads((out / c / "case.json").read_text())["arch"] for c in {j[1] for j in cases}
                     if (out / c / "case.json").exists()})
     marker = out / "patched-for.json"
@@ -169,7 +223,7 @@ def campaign(args) -> int:
         env, case, method, runner, dtype, path = j
         if time.monotonic() > deadline:
             return None
-        env_vars = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(out / "cache" / "-".join(j))}
+        env_vars = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(out / "cache" / ("-".join(j) + f"-{os.urandom(3).hex()}"))}
         env_vars.pop("VLLM_USE_V2_MODEL_RUNNER", None)
         if runner == "v2":
             env_vars["VLLM_USE_V2_MODEL_RUNNER"] = "1"
@@ -217,6 +271,13 @@ def main() -> int:
     c.add_argument("--jobs", type=int, default=10)
     c.add_argument("--deadline", type=float, default=480)
     c.add_argument("--tie", type=float, default=0.05)
+    d = sub.add_parser("decisive")
+    d.add_argument("--src", required=True)
+    d.add_argument("--dst", required=True)
+    d.add_argument("--factor", type=float, default=30.0)
+    g = sub.add_parser("router")
+    g.add_argument("--dir", required=True)
+    g.add_argument("--dtype", default="bfloat16")
     m = sub.add_parser("compare")
     m.add_argument("runs")
     m.add_argument("--tie", type=float, default=0.05)
@@ -235,6 +296,10 @@ def main() -> int:
             return 1
     elif args.cmd == "campaign":
         return campaign(args)
+    elif args.cmd == "decisive":
+        decisive(Path(args.src), Path(args.dst), args.factor)
+    elif args.cmd == "router":
+        print(json.dumps(router_margins(Path(args.dir), args.dtype)), flush=True)
     else:
         rows = [json.loads(l) for l in Path(args.runs).read_text().splitlines()]
         for row in compare(rows, args.tie):
