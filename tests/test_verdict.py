@@ -152,3 +152,20 @@ def test_greedy_outputs_that_differ_at_a_near_tie_pass_and_elsewhere_fail():
     assert verdict.decide_greedy(greedy, tol).ok is False
     tie = {**greedy, "difference": {**greedy["difference"], "gap": tol.logit_tie / 2}}
     assert verdict.decide_greedy(tie, tol).ok is True
+
+
+def test_greedy_outputs_that_differ_after_a_routing_near_tie_are_not_decided():
+    """A MoE router that chose its experts by less than the dtype's rounding before the first difference
+    (transformers' margin, measured by the driver) leaves the comparison undecided: never a pass, never a
+    blame on the capture. A decisive router leaves the failure as it was."""
+    record = next(r for r in load(GPU) if key(r) == ("right", "olmoe", "compiled", "bf16"))
+    greedy = record["report"]["raw"]["greedy"]
+    tol = verdict.tolerance(Device.CUDA, Dtype.BF16)
+    tied = {**greedy, "difference": {**greedy["difference"],
+                                     "router": {"margin": tol.router_tie / 4, "router": "model.layers.0.mlp.gate",
+                                                "position": 3}}}
+    decided = verdict.decide_greedy(tied, tol)
+    assert decided.ok is None and "model.layers.0.mlp.gate" in decided.detail and "not decided" in decided.detail
+    decisive = {**greedy, "difference": {**greedy["difference"], "router": {"margin": tol.router_tie * 4,
+                                                                             "router": "model.layers.0.mlp.gate"}}}
+    assert verdict.decide_greedy(decisive, tol).ok is False

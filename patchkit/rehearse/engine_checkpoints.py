@@ -39,11 +39,6 @@ def build_target(spec: dict) -> tuple[object, str]:
             for name, p in model.named_parameters():
                 if p.dim() >= 2:
                     p.mul_(scale)
-    router = float(spec.get("router_scale", 1.0))
-    if router != 1.0:
-        with torch.no_grad():
-            for p in routers(model, cfg):
-                p.mul_(router)
     path = os.path.join(spec["workdir"], "target")
     model.save_pretrained(path, safe_serialization=True)
     with open(os.path.join(path, "config.json")) as fh:
@@ -52,31 +47,6 @@ def build_target(spec: dict) -> tuple[object, str]:
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(saved, fh, indent=2)
     return model, path
-
-
-EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-"""The config fields that give a MoE target's number of routed experts (Mixtral, OLMoE / Qwen-MoE,
-DeepSeek / GLM-4.5, ERNIE-4.5 checkpoints)."""
-
-
-def routers(model, cfg: dict) -> list:
-    """The weights of a MoE target's routers: a module named ``gate`` or ``router`` whose 2-D weight has
-    one row per routed expert (an ``EXPERT_COUNTS`` field of ``cfg``). Empty for a dense target.
-
-    Why they matter: with random weights the top-k experts of a token often win by a hair, and a
-    rounding difference between two kernels (bf16, compiled against eager, two CUDA graphs) then
-    picks another expert and another token, with no speculation involved: measured on the H200
-    (vLLM 0.20.2, bf16, Mixtral's miniature), two plain runs of one install gave different first
-    tokens. Scaling the routers (``router_scale``) makes each choice decisive, so the rehearsal's
-    greedy comparison judges the capture, not the rounding."""
-    text = cfg.get("text_config", cfg)
-    counts = {int(text[k]) for k in EXPERT_COUNTS if isinstance(text.get(k), int)}
-    out = []
-    for name, mod in model.named_modules():
-        w = getattr(mod, "weight", None)
-        if name.rsplit(".", 1)[-1] in ("gate", "router") and w is not None and w.dim() == 2 and w.shape[0] in counts:
-            out.append(w)
-    return out
 
 
 def decoder_layers(model) -> list:

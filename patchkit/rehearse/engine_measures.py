@@ -4,7 +4,8 @@ Part of the script :mod:`patchkit.rehearse.engine_driver` (torch is imported ins
 patchkit never imports this module in its own process): the id-distance matrix
 (:func:`aux_errors`), the fitted draft's acceptance replayed offline on transformers' hidden states
 (:func:`draft_proposals`, :func:`offline_acceptance`) and, where two greedy outputs differ,
-transformers' logit gap there (:func:`first_difference_gap`). Nothing here decides a verdict:
+transformers' logit gap there and, for a MoE target, how close its routers came to another expert
+on the way (:func:`first_difference_gap`, :func:`router_margin`). Nothing here decides a verdict:
 :mod:`patchkit.rehearse.verdict` does, in patchkit's process.
 """
 
@@ -84,9 +85,65 @@ def offline_acceptance(tokens: list[int], prompt_len: int, proposals: list[int],
     return {"num_drafts": drafts, "accepted_per_pos": accepted}
 
 
+EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""The config fields that give a MoE target's number of routed experts (Mixtral; OLMoE, Qwen-MoE;
+DeepSeek, GLM-4.5; ERNIE-4.5 checkpoints)."""
+TOP_K = ("num_experts_per_tok", "moe_k", "top_k")
+"""The config fields that give how many experts a token is routed to."""
+
+
+def router_margin(model, device: str, tokens: list[int]) -> dict | None:
+    """How close a MoE target's routers came to picking another expert, over ``tokens``, in transformers
+    on the engine's device and dtype: per token and router, the gap between the k-th and the (k+1)-th
+    expert's logit relative to that token's largest router logit; the smallest of them, and where.
+
+    A router is a module named ``gate`` or ``router`` whose 2-D weight has one row per routed expert.
+    Why it matters: where that gap is within the dtype's rounding, two correct engines (compiled and
+    eager, two compiled graphs) may route the token to different experts and emit different tokens from
+    then on, with no speculation involved (the H200's plain compiled bf16 runs of one Mixtral miniature:
+    tests/engine_records/h200-vllm-0.20.2-spec-lossless-1.jsonl). None for a dense target.
+    """
+    import torch  # lazy: target interpreter only
+
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    experts = {int(getattr(text, f)) for f in EXPERT_COUNTS if isinstance(getattr(text, f, None), int)}
+    k = next((int(getattr(text, f)) for f in TOP_K if isinstance(getattr(text, f, None), int)), None)
+    if not experts or not k:
+        return None
+    found: dict = {}
+
+    def hook(name):
+        def fn(_module, _args, output):
+            outs = output if isinstance(output, tuple) else (output,)
+            logits = next((o for o in outs if torch.is_tensor(o) and o.shape[-1] in experts), None)
+            if logits is None or logits.shape[-1] <= k:
+                return
+            logits = logits.detach().float().reshape(-1, logits.shape[-1])
+            top = logits.topk(k + 1, dim=-1).values
+            rel = (top[:, k - 1] - top[:, k]) / logits.abs().max(dim=-1).values.clamp_min(1e-12)
+            j = int(rel.argmin())
+            if "margin" not in found or float(rel[j]) < found["margin"]:
+                found.update(margin=float(rel[j]), router=name, position=j)
+        return fn
+
+    handles = [mod.register_forward_hook(hook(name)) for name, mod in model.named_modules()
+               if name.rsplit(".", 1)[-1] in ("gate", "router") and getattr(mod, "weight", None) is not None
+               and mod.weight.dim() == 2 and mod.weight.shape[0] in experts]
+    if not handles:
+        return None
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([tokens], dtype=torch.long, device=device))
+    finally:
+        for h in handles:
+            h.remove()
+    return found or None
+
+
 def first_difference_gap(model, device: str, prompt: list[int], a: list[int], b: list[int]) -> dict | None:
     """Where two greedy outputs first differ: transformers' logits there (same device and dtype),
-    and the gap between the two chosen tokens relative to the largest logit (a near-tie is small)."""
+    the gap between the two chosen tokens relative to the largest logit (a near-tie is small) and, for
+    a MoE target, the smallest router margin over the tokens that decide it (:func:`router_margin`)."""
     i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if i is None:
         return None
@@ -96,4 +153,5 @@ def first_difference_gap(model, device: str, prompt: list[int], a: list[int], b:
     scale = float(last.abs().max().clamp_min(1e-12))
     return {"index": i, "tokens": [a[i], b[i]], "gap": abs(float(last[a[i]] - last[b[i]])) / scale,
             "top2_gap": float(top.values[0] - top.values[1]) / scale,
-            "transformers_token": int(top.indices[0])}
+            "transformers_token": int(top.indices[0]),
+            "router": router_margin(model, device, prompt + a[:i])}

@@ -53,9 +53,6 @@ GPU's total free (``v1/worker/utils.py`` ``request_memory``, 0.20.2), so that fr
 KV_CACHE_BYTES = 256 * 1024 ** 2
 """The miniature's KV cache on a GPU, fixed (``kv_cache_memory_bytes``): vLLM then skips its
 free-memory profiling, which fails when another process on the GPU frees memory meanwhile."""
-ROUTER_SCALE = 30.0
-"""How much more decisive a MoE miniature's routers are made than the random init (see
-:func:`patchkit.rehearse.engine_checkpoints.routers`)."""
 PROMPT_TOKENS = 24
 """Tokens each engine generates."""
 
@@ -238,7 +235,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
                 "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
                 "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
-                "init_scale": 5.0, "router_scale": ROUTER_SCALE, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None)}
+                "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None)}
         if where is Device.CUDA:
             total = max(found.get("total") or [GPU_BYTES * 10])
             spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
