@@ -62,7 +62,7 @@ from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read
 from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, SETTER as SETTER_NAME, Contract, NoAllowList, admits, is_multimodal, read_allow_list
 from patchkit.vllm.drafts import read_release
 from patchkit.vllm.install import Install
-from patchkit.vllm.proposer_paths import derive
+from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree

@@ -10,7 +10,7 @@ to share the head. A wrapper whose ``get_language_model()`` returns a bare decod
 ``DeepseekV2Model``) crashes there as soon as any draft loads, after ``supports_eagle3`` passed; and
 the head is never shared. From 0.16.0 that wrapper holds a registry-built ``DeepseekV2ForCausalLM``.
 
-Those reads are not listed here: :func:`patchkit.vllm.proposer_paths.derive` reads them from the release.
+Those reads are not listed here: :func:`patchkit.vllm.runner.draft_reads.derive` reads them from the release.
 :func:`bare_language_model` is the refusal that derivation implies for one class: a *required* read
 (one that raises when the attribute is missing) that the class ``get_language_model()`` returns
 cannot satisfy. ``apply`` (not applicable), ``verify`` and ``doctor`` all report the same
@@ -21,14 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm import class_attrs, composition, proposer_paths
+from patchkit.vllm import class_attrs, composition
+from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.contract import KIMI_K25_LOADABLE_FROM, is_multimodal
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
 LANGUAGE_MODEL_VAR = "target_language_model"
 """Name the proposer gives ``target_model.get_language_model()`` (vLLM 0.15.1 - 0.18.0), used in the reason."""
-GETTER = proposer_paths.GETTER
+GETTER = draft_reads.GETTER
 FIXED_IN = {"KimiK25ForConditionalGeneration": KIMI_K25_LOADABLE_FROM}
 """Wrappers whose later release holds a causal LM (vLLM 0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(...,
 architectures=["DeepseekV2ForCausalLM"])``); a fact across releases, so it cannot be derived from one tree."""
@@ -67,12 +68,12 @@ class LoadPathFault:
 def proposer_reads_inner_model(tree: SourceTree) -> str | None:
     """``file:line`` of the proposer's first required read of ``target_language_model.model`` (None: it has none).
 
-    Derived by :func:`patchkit.vllm.proposer_paths.derive`.
+    Derived by :func:`patchkit.vllm.runner.draft_reads.derive`.
 
     Raises:
         SourceError: the proposer module does not parse.
     """
-    derivation = proposer_paths.derive(tree, with_aux=False)
+    derivation = draft_reads.derive(tree, with_aux=False)
     if derivation.language_model is None:
         return None
     return next((r.location for r in derivation.reads if r.path == ("model",) and r.required), None)
@@ -84,7 +85,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     A fault needs all of: ``cls`` is multimodal (the proposer calls ``get_language_model()``), that
     call returns ``self.X`` (:func:`patchkit.vllm.class_attrs.language_model_attr`) that ``__init__``
     builds as one vLLM class, and a required read the proposer makes off it (derived from the
-    release, :func:`patchkit.vllm.proposer_paths.derive`) names an attribute that class lacks.
+    release, :func:`patchkit.vllm.runner.draft_reads.derive`) names an attribute that class lacks.
 
     Raises:
         SourceError: a file on the way does not parse.
@@ -99,7 +100,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
         held = composition.held_class(tree, registry, cls, attr)
     except composition.CompositionError:
         return None
-    derivation = proposer_paths.derive(tree, with_aux=False)
+    derivation = draft_reads.derive(tree, with_aux=False)
     if derivation.language_model is None:
         return None
     broken = [r for r in derivation.reads if r.required and len(r.path) == 1

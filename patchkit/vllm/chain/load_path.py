@@ -1,5 +1,5 @@
 """The load-path link check: the runner's and EAGLE proposer's paths (derived by
-:mod:`patchkit.vllm.proposer_paths`) followed through one target class, one
+:mod:`patchkit.vllm.runner.draft_reads`) followed through one target class, one
 :class:`~patchkit.results.Check` node per link, each with ``file:line`` evidence.
 """
 
@@ -12,7 +12,7 @@ from patchkit.vllm import composition
 from patchkit.vllm.class_attrs import assigned_at, config_class, language_model_attr
 from patchkit.vllm.contract import is_multimodal
 from patchkit.vllm.contract import is_stub
-from patchkit.vllm.proposer_paths import GETTER, Derivation, Read, derive
+from patchkit.vllm.runner.draft_reads import GETTER, Derivation, Read, derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
@@ -58,7 +58,7 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
     Args:
         tree, registry: the install's sources and registry.
         cls: the target class (a registry architecture's class).
-        derivation: :func:`patchkit.vllm.proposer_paths.derive` of ``tree`` (computed when None).
+        derivation: :func:`patchkit.vllm.runner.draft_reads.derive` of ``tree`` (computed when None).
     Returns:
         A :class:`Check` ``"load path (runner and proposer) for <class>"`` (:data:`LABEL`); it fails when a link is broken: a
         required read of an attribute the class does not have (a ``hasattr``-guarded one that is

@@ -20,7 +20,7 @@ Nothing here is a per-release list: the paths are derived with :mod:`ast` from t
   ``gpu/model_runner.py``): ``ids`` comes from ``X.<getter>()`` (``get_eagle3_aux_hidden_state_layers``
   to 0.17.1, ``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0) or from a config reader.
 
-Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner_aux` (which cuts the
+Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner.aux_reads` (which cuts the
 setter's functions out of the runner's bytes); what a target class holds along each path by
 :mod:`patchkit.vllm.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
 through one target class with :mod:`patchkit.vllm.composition` and returns one
@@ -34,7 +34,7 @@ import dataclasses
 import weakref
 from dataclasses import dataclass
 
-from patchkit.vllm.runner_aux import AuxSource, aux_sources
+from patchkit.vllm.runner.aux_reads import AuxSource, aux_sources
 from patchkit.vllm.source import ClassRef, SourceTree
 
 PROPOSER_MODULE = "vllm.v1.spec_decode.eagle"
