@@ -46,6 +46,7 @@ class LoadPathFault:
         held_at: ``file:line`` of the assignment in the wrapper's ``__init__``.
         proposer_at: ``file:line`` where the proposer reads it (derived from the release).
         missing: the attribute the proposer requires and the held class lacks (``"model"``).
+        loader: who reads it, in words (V1: ``"EAGLE proposer"``; V2: ``"V2 runner's load_eagle_model"``).
     """
 
     cls: str
@@ -54,11 +55,12 @@ class LoadPathFault:
     held_at: str
     proposer_at: str
     missing: str = "model"
+    loader: str = "EAGLE proposer"
 
     def reason(self) -> str:
         """One line: what breaks, where, and (for a class in :data:`FIXED_IN`) the release that fixes it."""
         text = (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
-                f".{self.missing}; vLLM's EAGLE proposer reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
+                f".{self.missing}; vLLM's {self.loader} reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
                 f"draft ({self.proposer_at}: AttributeError)")
         fixed = FIXED_IN.get(self.cls)
         return text + (f"; vLLM {fixed} and later hold a causal LM there: use vLLM >= {fixed}" if fixed else
@@ -107,7 +109,9 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
               and class_attrs.assigned_at(tree, held.cls, r.path[0]) is None]
     if not broken:
         return None
-    return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0])
+    loader = "EAGLE proposer" if derivation.reader == "proposer" else f"{derivation.runner} runner's load_eagle_model"
+    return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0],
+                         loader)
 
 
 __all__ = ["LoadPathFault", "bare_language_model", "proposer_reads_inner_model"]
