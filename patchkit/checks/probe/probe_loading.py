@@ -126,7 +126,9 @@ def check_load_model(classes, chains, results, loader=None):
             self.has_own_lm_head = False
 
     for arch, cls in classes.items():
-        label = (f"{arch}: vLLM's {name} ({loader['runner']} runner) loads a draft and shares embeddings and head "
+        # V1's label is the one earlier reports carry; V2's names its runner (the run's header names it too)
+        runner = "" if loader["runner"] == "V1" else f" ({loader['runner']} runner)"
+        label = (f"{arch}: vLLM's {name}{runner} loads a draft and shares embeddings and head "
                  "(consistency check on stand-ins)")
         draft = Draft()
         own_embed, own_head = draft.model.embed_tokens, draft.lm_head
