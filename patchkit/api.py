@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 # Start-up: the engine (libcst) is imported by the one function that plans rewrites, so the read-only
 # commands ('status', 'verify', 'list') start without libcst (tests/test_startup.py). The planning
-# chain (plan.selection, plan.arch_scope: arch_patches, vllm.shapes, proposer_paths, stream,
+# chain (plan.selection, plan.arch_scope: arch_patches, vllm.shapes, runner.draft_reads, stream,
 # model_types) and the checks (chain check, scan, runtime probe, platform branches) are imported by the
 # functions that use them, so 'status' and 'revert' start without them (about 50 ms of imports, half
 # of what 'import patchkit.api' costs, measured with -X importtime).

@@ -58,7 +58,7 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
 
 LOAD_PATH_BROKEN = {
     # vLLM's own EAGLE proposer raises AttributeError loading any draft for these: get_language_model()
-    # returns a bare backbone with no .model (patchkit.vllm.proposer_paths); scan calls them not patchable
+    # returns a bare backbone with no .model (patchkit.vllm.runner.draft_reads); scan calls them not patchable
     "0.33.0": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM", "DiffusionGemmaForBlockDiffusion"},
     "0.17.1": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
 }

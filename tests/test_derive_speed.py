@@ -13,42 +13,42 @@ import textwrap
 import pytest
 from vllm_release import pristine_site_packages
 
-from patchkit.vllm import proposer_paths, runner_aux
+from patchkit.vllm.runner import aux_reads, draft_reads
 from patchkit.vllm.source import SourceTree
 
 RELEASES = ["0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.33.0"]
-SETTER = runner_aux.SETTER
+SETTER = aux_reads.SETTER
 
 
-def whole(source: bytes) -> tuple[runner_aux.AuxSource, ...]:
+def whole(source: bytes) -> tuple[aux_reads.AuxSource, ...]:
     """What the reading gives from a parse of the whole file (the reference)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return ()
-    return runner_aux._aux_in_trees([tree], "f.py")
+    return aux_reads._aux_in_trees([tree], "f.py")
 
 
 @pytest.mark.release
 @pytest.mark.parametrize("version", RELEASES)
 def test_runner_files_give_what_a_whole_parse_gives(version):
     site = pristine_site_packages(version)
-    files = [p for p in sorted((site / runner_aux.WORKER_PACKAGE).rglob("*.py")) if SETTER.encode() in p.read_bytes()]
+    files = [p for p in sorted((site / aux_reads.WORKER_PACKAGE).rglob("*.py")) if SETTER.encode() in p.read_bytes()]
     assert files
     for path in files:
         source = path.read_bytes()
-        found = runner_aux._aux_in_file(source, "f.py")
+        found = aux_reads._aux_in_file(source, "f.py")
         assert found == whole(source), path
         assert found, path  # every release's runners take the ids from somewhere
     for path in files:  # the runner's setter method, and (0.17.1 on) eagle3_utils.py's function
-        assert runner_aux._setter_functions(path.read_bytes()), path
+        assert aux_reads._setter_functions(path.read_bytes()), path
 
 
 @pytest.mark.release
 @pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
 def test_derive_does_not_parse_the_whole_runner(version, monkeypatch):
     site = pristine_site_packages(version)
-    runner = (site / runner_aux.WORKER_PACKAGE / "gpu_model_runner.py").read_bytes()
+    runner = (site / aux_reads.WORKER_PACKAGE / "gpu_model_runner.py").read_bytes()
     parsed: list[bytes] = []
     real = ast.parse
 
@@ -57,8 +57,8 @@ def test_derive_does_not_parse_the_whole_runner(version, monkeypatch):
         return real(source, *args, **kwargs)
 
     monkeypatch.setattr(ast, "parse", spy)
-    runner_aux._AUX_BY_FILE.clear()
-    d = proposer_paths.derive(SourceTree(site))
+    aux_reads._AUX_BY_FILE.clear()
+    d = draft_reads.derive(SourceTree(site))
     assert {a.kind for a in d.aux} >= {"target"}
     assert runner not in parsed
     cut = [s for s in parsed if SETTER.encode() in s and b"class GPUModelRunner" not in s]
@@ -156,7 +156,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(set(CASES) - {"broken elsewhere"}))
 def test_hand_written_sources_give_what_a_whole_parse_gives(case):
     source = textwrap.dedent(CASES[case]).encode()
-    assert runner_aux._aux_in_file(source, "f.py") == whole(source)
+    assert aux_reads._aux_in_file(source, "f.py") == whole(source)
 
 
 def test_a_file_that_does_not_parse_elsewhere_still_gives_its_setter_method():
@@ -164,7 +164,7 @@ def test_a_file_that_does_not_parse_elsewhere_still_gives_its_setter_method():
     function no longer hides that function's reading (the whole parse gave nothing)."""
     source = textwrap.dedent(CASES["broken elsewhere"]).encode()
     assert whole(source) == ()
-    assert [a.name for a in runner_aux._aux_in_file(source, "f.py")] == ["get_ids"]
+    assert [a.name for a in aux_reads._aux_in_file(source, "f.py")] == ["get_ids"]
 
 
 @pytest.mark.parametrize("case,cut", [("method", True), ("nested def", True), ("two methods", True),
@@ -174,4 +174,4 @@ def test_a_file_that_does_not_parse_elsewhere_still_gives_its_setter_method():
                                       ("tabs", False)])
 def test_what_is_cut_out_and_what_is_parsed_whole(case, cut):
     source = textwrap.dedent(CASES[case]).encode()
-    assert (runner_aux._setter_functions(source) is not None) is cut
+    assert (aux_reads._setter_functions(source) is not None) is cut

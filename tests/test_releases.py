@@ -97,7 +97,7 @@ def test_apply_verify_reapply_revert(release, cli, version):
     assert "SupportsEagle3 in its bases" in missing
     assert "allow-list" in missing
     assert "set_aux_hidden_state_layers(): not defined anywhere in its MRO" in missing
-    # the proposer's image-token read, derived from the release (patchkit.vllm.proposer_paths)
+    # the proposer's image-token read, derived from the release (patchkit.vllm.runner.draft_reads)
     assert "proposer reads target config.image_token_index: no branch for KimiK25ForConditionalGeneration" in missing
 
 

@@ -61,8 +61,9 @@ from patchkit.vllm.chain import kinds, links
 from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
 from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, SETTER as SETTER_NAME, Contract, NoAllowList, admits, is_multimodal, read_allow_list
 from patchkit.vllm.drafts import read_release
+from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.install import Install
-from patchkit.vllm.proposer_paths import derive
+from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import classify
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -121,7 +122,7 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     else:
         effect_check, chain = _in_effect_check(facts, tree, registry, contract, install, actions, patched)
     proposer_check = _proposer_check(facts, tree, target_cfg.data)
-    checks = [target_check, allow_check, effect_check, proposer_check]
+    checks = [target_check, allow_check, effect_check, proposer_check, _runner_check(tree)]
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
     if load_check is not None:
         checks.append(load_check)
@@ -155,6 +156,18 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
             and any(c.failures() for c in vllm_side)):
         _suggest_apply(report, install, distribution, options, model_dir)
     return report
+
+
+def _runner_check(tree: SourceTree) -> Check:
+    """The model runner the serve uses (:func:`patchkit.vllm.runner.serving.serving_runner`): passed when
+    every fact of it patchkit rests on is in the install, failed with "not checked: ..." when one is not
+    (then no verdict of this report rests on what patchkit could not find)."""
+    choice = serving_runner(tree)
+    label = f"model runner {choice.name}"
+    missing = choice.not_checked()
+    if missing is not None:
+        return Check(label, False, f"{missing}; {choice.reason}")
+    return Check(label, True, choice.reason, choice.generation.runner if choice.generation else None)
 
 
 def _patched_ids(install: Install, distribution: str, facts: TargetFacts, model_dir: Path,

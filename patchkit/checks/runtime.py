@@ -22,6 +22,7 @@ from patchkit.vllm.composition import chain
 from patchkit.vllm.contract import PP_FLAG, Contract, read_allow_list
 from patchkit.vllm.loops import decoder_loop
 from patchkit.vllm.registry import Registry
+from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.source import SourceTree
 from patchkit.vllm.stream import Stream, StreamVerdict
 
@@ -49,7 +50,10 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: model types the start-up allow-list must admit (checked only where the
             release has an allow-list).
     Returns:
-        ``{"architectures", "chains", "backbones", "getter", "model_types", "pp_flag"}`` (see :mod:`patchkit.checks.probe`).
+        ``{"architectures", "chains", "backbones", "getter", "model_types", "pp_flag", "loader", "runner"}``
+        (see :mod:`patchkit.checks.probe`): ``loader`` is the draft loader of the runner the serve uses
+        (:func:`patchkit.vllm.runner.serving.serving_runner`), None when the install lacks it; ``runner``
+        says which runner and why, or "not checked: ..." (then :func:`run_probe` fails the run).
     """
     archs: list[str] = []
     chains: dict[str, list[list[str]]] = {}
@@ -76,8 +80,13 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             pair = loop.tuple_target if read else True  # the call unpacks two values (stablelm.py keeps the residual inside)
             backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
+    choice = serving_runner(tree)
+    missing = choice.not_checked("the draft loader", "the model runner")
+    loader = None if missing is not None or choice.generation is None else {
+        "runner": choice.name, "module": choice.generation.loader_module, "cls": choice.generation.loader_class,
+        "name": choice.generation.loader}
     return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
-            "model_types": types, "pp_flag": PP_FLAG}
+            "model_types": types, "pp_flag": PP_FLAG, "loader": loader, "runner": missing or choice.reason}
 
 
 def run_probe(python: Path, spec: dict) -> Check:
@@ -92,7 +101,11 @@ def run_probe(python: Path, spec: dict) -> Check:
     node = Check(f"runtime: vLLM's own code, run by {python}", True,
                  "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
                  f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
-                 "layer contract: they show the written code consistent with it, not that it is right")
+                 "layer contract: they show the written code consistent with it, not that it is right; "
+                 f"model runner {spec.get('runner', '?')}")
+    if spec.get("loader") is None:  # the runner's draft loader is not in the install: that check cannot run
+        node.children.append(Check("vLLM's draft loading", False, spec.get("runner") or "not checked: no draft loader"))
+        spec = {**spec, "skip_loading": True}
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
     try:
         proc = subprocess.run([str(python), str(PROBE), json.dumps(spec)], capture_output=True, text=True,
@@ -119,3 +132,4 @@ def run_probe(python: Path, spec: dict) -> Check:
         node.children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
     node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
     return node
+

@@ -13,7 +13,8 @@ import ast
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
-from patchkit.vllm import loadpath, proposer_paths
+from patchkit.vllm import loadpath
+from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.chain.load_path import link_check
@@ -35,7 +36,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         model_types: the ``hf_text_config.model_type`` values the start-up allow-list must admit
             (default: :data:`TEXT_MODEL_TYPES`).
         requested: architectures the user asked for (``--arch`` / ``--model``): one that patchkit
-            does not serve on this release fails, with the broken link (:mod:`patchkit.vllm.proposer_paths`);
+            does not serve on this release fails, with the broken link (:mod:`patchkit.vllm.runner.draft_reads`);
             in the default set it is shown as not supported.
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
@@ -53,7 +54,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
     ]
     if contract.protocol is None:
         return checks
-    derivation = proposer_paths.derive(tree)
+    derivation = draft_reads.derive(tree)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:

@@ -29,7 +29,7 @@ from patchkit.vllm.composition import CompositionError, held_class, self_assignm
 from patchkit.vllm.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
                                     GETTER_A2, Contract, admits, is_multimodal)
 from patchkit.vllm.class_attrs import assigned_at
-from patchkit.vllm.proposer_paths import derive
+from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -169,7 +169,7 @@ def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: s
 def embedding_names(tree: SourceTree) -> tuple[str, ...]:
     """The names vLLM's EAGLE proposer requires the target backbone's embedding under, in order
     (``("embed_tokens", "embedding")``; 0.10.2: ``("embed_tokens",)``), derived from the release's
-    ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: a required read ``model.<name>``, with
+    ``load_model`` (:func:`patchkit.vllm.runner.draft_reads.derive`: a required read ``model.<name>``, with
     its ``hasattr`` alternatives); empty when the proposer requires none."""
     for read in derive(tree, with_aux=False).reads:
         if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
@@ -180,7 +180,7 @@ def embedding_names(tree: SourceTree) -> tuple[str, ...]:
 
 def head_names(tree: SourceTree) -> tuple[str, ...]:
     """The names vLLM's EAGLE proposer reads the target's head under (``("lm_head",)``), derived
-    from the release's ``load_model`` (:func:`patchkit.vllm.proposer_paths.derive`: the reads of
+    from the release's ``load_model`` (:func:`patchkit.vllm.runner.draft_reads.derive`: the reads of
     ``target_language_model.<name>`` other than its backbone)."""
     return tuple(dict.fromkeys(r.path[0] for r in derive(tree, with_aux=False).reads
                                if len(r.path) == 1 and r.path[0] != BACKBONE_ATTR))

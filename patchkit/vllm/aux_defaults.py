@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from patchkit.vllm import contract as contract_mod
 from patchkit.vllm.contract import is_stub
-from patchkit.vllm.proposer_paths import derive
+from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.source import ClassRef, SourceTree
 
 
@@ -57,7 +57,7 @@ def default_ids(tree: SourceTree, cls: ClassRef | None, n: int) -> DefaultIds:
 
     Facts, read from the release: the runner calls ``<getter>()`` on the target when the draft
     config gives no ids (``v1/worker/gpu_model_runner.py``, 0.10.2 - 0.33.0, and the V2 runner of
-    0.33.0; :func:`patchkit.vllm.proposer_paths.derive`, ``aux`` sources of kind ``"target"``); the getter
+    0.33.0; :func:`patchkit.vllm.runner.draft_reads.derive`, ``aux`` sources of kind ``"target"``); the getter
     is ``get_eagle3_aux_hidden_state_layers`` on the A1 releases (0.10.2 - 0.17.1), defined on each
     model class (``llama.py``: ``num_layers = len(self.model.layers); return (2, num_layers // 2,
     num_layers - 3)``), and ``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0, defined once

@@ -1,7 +1,7 @@
 """What a target model class holds, read without importing vLLM: where an attribute is assigned,
 which attribute is its language model, whether it is multimodal, and its vLLM config class.
 
-These are the class reads the proposer's paths (:mod:`patchkit.vllm.proposer_paths`) are followed
+These are the class reads the proposer's paths (:mod:`patchkit.vllm.runner.draft_reads`) are followed
 through (:mod:`patchkit.vllm.chain.load_path`); each function names the release and file its fact
 comes from.
 """
@@ -12,7 +12,7 @@ import ast
 import weakref
 
 from patchkit.vllm import composition
-from patchkit.vllm.proposer_paths import CONFIGS_PACKAGE, GETTER, const_str
+from patchkit.vllm.runner.draft_reads import CONFIGS_PACKAGE, GETTER, const_str
 from patchkit.vllm.source import ClassRef, SourceTree
 
 

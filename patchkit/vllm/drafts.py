@@ -41,6 +41,7 @@ from patchkit.vllm.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.install import Install
 from patchkit.vllm.model_types import config_registry
 from patchkit.vllm.registry import Registry
+from patchkit.vllm.runner.generations import V1, V2
 from patchkit.vllm.source import ClassRef, SourceTree
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
@@ -50,8 +51,8 @@ EAGLE_CONFIG = "eagle_config"
 SPECULATORS_TYPE = "speculators_model_type"
 """Top-level field that marks a speculators-format (RedHatAI) draft config."""
 RUNNER_MODULES = (
-    ("vllm.v1.worker.gpu_model_runner", "model runner"),
-    ("vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils", "model runner V2"),
+    (V1.aux_setter[:-3].replace("/", "."), "model runner"),
+    (V2.aux_setter[:-3].replace("/", "."), "model runner V2"),
 )
 """Modules whose ``*eagle3_aux_layers_from_config`` function picks the ids the target captures.
 
@@ -62,6 +63,12 @@ vLLM 0.33.0's default where Triton is available; V1 is its fallback), and the tw
 fields (see :class:`IdReader`).
 """
 READER_SUFFIX = "eagle3_aux_layers_from_config"
+LAYER_IDS = "layer_ids"
+"""Key of ``eagle_config`` that vLLM 0.34.0's V2 runner reads verbatim when the top level names no ids
+(``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``)."""
+TARGET_LAYER_IDS = "target_layer_ids"
+"""Top-level draft config field vLLM 0.34.0's V2 runner reads next, adding 1 to each id (DSpark's
+"output of layer k" convention; same function)."""
 """Name ending of the runner function that reads the draft's ids."""
 SPECULATORS_ALGOS_MODULE = "vllm.transformers_utils.configs.speculators.algos"
 """Module converting a speculators config; it forwards the top-level ids from vLLM 0.14.1 (not 0.10.2)."""
@@ -119,6 +126,8 @@ class IdReader:
         top_level: it reads a top-level ``eagle_aux_hidden_state_layer_ids``.
         nested: it reads ``eagle_config["eagle_aux_hidden_state_layer_ids"]`` when the top level has none.
         nested_offset: what it adds to the nested ids (0: used verbatim, as vLLM 0.33.0's V1 runner does).
+        layer_ids: it reads ``eagle_config["layer_ids"]`` verbatim (:data:`LAYER_IDS`; 0.34.0's V2 runner).
+        target_layer_ids: it reads a top-level :data:`TARGET_LAYER_IDS`, adding 1 (0.34.0's V2 runner).
     """
 
     runner: str
@@ -126,6 +135,8 @@ class IdReader:
     top_level: bool
     nested: bool
     nested_offset: int
+    layer_ids: bool = False
+    target_layer_ids: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,7 +216,13 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
                            and isinstance(b.right, ast.Constant) and b.right.value == 1 for b in ast.walk(stmt)):
                         offset = 1
     top = any(isinstance(c, ast.Constant) and c.value == IDS_FIELD and id(c) not in in_get for c in ast.walk(fn))
-    return IdReader(runner, location, top, nested, offset)
+    gets = {id(call.args[0]) for call in ast.walk(fn) if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "get" and call.args and isinstance(call.args[0], ast.Constant)}
+    layer_ids = EAGLE_CONFIG in names and any(isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets
+                                              for c in ast.walk(fn))
+    target_ids = any(isinstance(c, ast.Constant) and c.value == TARGET_LAYER_IDS and id(c) not in gets
+                     for c in ast.walk(fn))
+    return IdReader(runner, location, top, nested, offset, layer_ids, target_ids)
 
 
 def _assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:

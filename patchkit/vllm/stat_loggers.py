@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from patchkit.vllm.contract import STAT_LOGGER_PLUGINS_FROM
+from patchkit.vllm.runner.generations import SELECTOR
 from patchkit.vllm.source import SourceTree
 
 GROUP = "vllm.stat_logger_plugins"
@@ -65,9 +66,9 @@ SPEC_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_acc
 RUNNER_V2_PROPERTY = "use_v2_model_runner"
 """``VllmConfig``'s property saying the V2 model runner runs (``vllm/config/vllm.py``, 0.32.0 - 0.33.0;
 absent from 0.20.2, where only :data:`RUNNER_V2_ENV` chooses it)."""
-RUNNER_V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
-"""The environment variable choosing the V2 model runner (``vllm/envs.py``, default ``"0"``: the V1
-runner; read on 0.14.1, 0.17.1 and 0.20.2)."""
+RUNNER_V2_ENV = SELECTOR
+"""The environment variable choosing the V2 model runner, declared with the runners
+(:data:`patchkit.vllm.runner.generations.SELECTOR`)."""
 FIRST_RELEASE = STAT_LOGGER_PLUGINS_FROM
 """The first release with the group (0.11.0 has none; read on the wheels named above)."""
 

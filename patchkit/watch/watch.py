@@ -142,14 +142,28 @@ def data(install: Install, journal: Journal, drafts: int, threshold: float,
         "ids_field": drafts_mod.IDS_FIELD,
         "eagle_config": drafts_mod.EAGLE_CONFIG,
         "readers": [{"runner": r.runner, "location": r.location, "top_level": r.top_level, "nested": r.nested,
-                     "nested_offset": r.nested_offset} for r in readers],
+                     "nested_offset": r.nested_offset, "layer_ids": r.layer_ids,
+                     "target_layer_ids": r.target_layer_ids} for r in readers],
         "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
         "runner_choice": {"property": stat_loggers.RUNNER_V2_PROPERTY, "env": stat_loggers.RUNNER_V2_ENV,
-                          "v1": drafts_mod.RUNNER_MODULES[0][1], "v2": drafts_mod.RUNNER_MODULES[1][1]},
+                          "v1": drafts_mod.RUNNER_MODULES[0][1], "v2": drafts_mod.RUNNER_MODULES[1][1],
+                          # one runner in the install (0.34.0: V2 alone, no flag): it serves, whatever the env says
+                          "only": _only_runner(tree, drafts_mod.RUNNER_MODULES)},
         "patched": list(served),
         "patch_ids": _patch_ids(journal),
         "options": list(command_options or ()),
     }
+
+
+def _only_runner(tree: SourceTree, labels: tuple[tuple[str, str], ...]) -> str | None:
+    """The watch's label of the install's one model runner (:mod:`patchkit.vllm.runner.serving`), None
+    when it holds both (the serve's config or environment picks then) or none."""
+    from patchkit.vllm.runner.serving import serving_runner  # lazy: keeps status's start-up (the runner wing)
+
+    present = serving_runner(tree).present
+    if len(present) != 1:
+        return None
+    return labels[0][1] if present == ("V1",) else labels[1][1]
 
 
 def _patch_ids(journal: Journal) -> list[str]:

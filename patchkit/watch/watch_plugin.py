@@ -116,12 +116,15 @@ def default_ids(data, n):
 def runner_in_use(data, config, environ=os.environ):
     """The model runner this serve runs (``v1``/``v2`` of the install's ``runner_choice``), or None when unknown.
 
-    The config's property (``use_v2_model_runner``) where it exists, else the environment variable
-    (``VLLM_USE_V2_MODEL_RUNNER``, default ``0``).
+    The install's one runner where it holds one (``only``: 0.34.0's V2), else the config's property
+    (``use_v2_model_runner``) where it exists, else the environment variable (``VLLM_USE_V2_MODEL_RUNNER``,
+    default ``0``).
     """
     choice = data.get("runner_choice")
     if not isinstance(choice, dict):
         return None
+    if choice.get("only"):  # the install holds one runner (0.34.0: V2 alone): no flag or property decides
+        return choice["only"]
     try:
         flag = getattr(config, choice["property"])
     except Exception:  # noqa: BLE001 - absent on older releases (or it raised): the environment decides
@@ -153,6 +156,8 @@ def reading(data, config):
     top = _ids(getattr(hf, field, None))
     nested_config = getattr(hf, data["eagle_config"], None)
     nested = _ids(nested_config.get(field)) if isinstance(nested_config, dict) else None
+    layer_ids = _ids(nested_config.get("layer_ids")) if isinstance(nested_config, dict) else None
+    target_ids = _ids(getattr(hf, "target_layer_ids", None))
     n = int(getattr(model.hf_text_config, "num_hidden_layers", 0) or 0)
     default = default_ids(data, n)
     runners, offsets = [], {}
@@ -167,6 +172,10 @@ def reading(data, config):
             runners.append((reader["runner"], top, "top level"))
         elif reader["nested"] and nested:
             runners.append((reader["runner"], [i + reader["nested_offset"] for i in nested], "eagle_config"))
+        elif reader.get("target_layer_ids") and target_ids and not top:  # 0.33.0 - 0.34.0's V2: ids + 1
+            runners.append((reader["runner"], [i + 1 for i in target_ids], "top level"))
+        elif reader.get("layer_ids") and layer_ids and not top:  # 0.33.0 - 0.34.0's V2: verbatim
+            runners.append((reader["runner"], layer_ids, "eagle_config"))
         else:
             runners.append((reader["runner"], default, "default"))
     try:

@@ -12,7 +12,8 @@ from patchkit.results import Check
 from patchkit.vllm.checkpoint import as_int_list
 from patchkit.vllm.contract import DRAFT_IDS_READ_FROM
 from patchkit.vllm.aux_defaults import DefaultIds, default_ids
-from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD, backbone_transport, last_stage_start
+from patchkit.vllm.drafts import (EAGLE_CONFIG, IDS_FIELD, LAYER_IDS, TARGET_LAYER_IDS, backbone_transport,
+                                  last_stage_start)
 
 
 class _Pick(NamedTuple):
@@ -47,7 +48,10 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
             return Check("aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config)
     top = as_int_list(data.get(IDS_FIELD)) or None  # vLLM treats an empty list as "not given"
     nested = as_int_list(eagle_config.get(IDS_FIELD)) or None
-    facts.declared_aux_layer_ids = top or nested
+    # the fields only some runners read (0.33.0 - 0.34.0's V2: patchkit.vllm.drafts.IdReader)
+    layer_ids = as_int_list(eagle_config.get(LAYER_IDS)) or None
+    target_ids = as_int_list(data.get(TARGET_LAYER_IDS)) or None
+    facts.declared_aux_layer_ids = top or nested or target_ids or layer_ids
     # the top-level ids of a speculators config reach vLLM only through a converter that forwards them
     top_seen = top if (facts.kind != "speculators" or reading.speculators_ids) else None
 
@@ -59,6 +63,13 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
         intended = [k + 1 for k in nested]
         intended_why = (f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
                         f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+    elif target_ids is not None:
+        intended = [k + 1 for k in target_ids]
+        intended_why = (f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
+                        f"entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+    elif layer_ids is not None:
+        intended = layer_ids
+        intended_why = f"{EAGLE_CONFIG}.{LAYER_IDS}, which the runners that read it use verbatim (vLLM's convention)"
     else:
         intended = default
         intended_why = "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers"
@@ -73,6 +84,12 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
             how = ("adds 1 to eagle_config's ids" if r.nested_offset else
                    f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention")
             picks.append(_Pick(r.runner, r.location, [k + r.nested_offset for k in nested], "draft eagle_config", how))
+        elif r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
+            picks.append(_Pick(r.runner, r.location, [k + 1 for k in target_ids], "draft config",
+                               f"reads the top-level {TARGET_LAYER_IDS} and adds 1"))
+        elif r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
+            picks.append(_Pick(r.runner, r.location, layer_ids, "draft eagle_config",
+                               f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim"))
         else:
             if r is None:
                 how = "this release's runner reads no ids from the draft: the target's default decides"
@@ -98,9 +115,9 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
         node.detail = (f"the target's default (2, n // 2, n - 3) with n = {n}" if same_everywhere
                        else "the runners pick different ids (below)")
     elif source == "draft config":
-        node.detail = f"explicit: {IDS_FIELD} in the draft's config.json"
+        node.detail = f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
     else:
-        node.detail = f"explicit: {EAGLE_CONFIG}.{IDS_FIELD} in the draft's config.json"
+        node.detail = f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if nested is not None else LAYER_IDS} in the draft's config.json"
 
     # does every runner capture the layers the draft was trained on?
     wrong = []
@@ -119,6 +136,9 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
         elif top is not None:
             ctx.actions.append(f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
                                f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)")
+        elif reading.readers and any(r.top_level for r in reading.readers) and nested is None:
+            ctx.actions.append(f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
+                               "(every runner of this release that reads draft ids reads it there)")
         elif reading.readers and any(r.top_level for r in reading.readers):
             ctx.actions.append(f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
                                f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "

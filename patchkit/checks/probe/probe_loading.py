@@ -1,5 +1,7 @@
 """Checks 5 and 6 of the runtime probe: the wrappers' installed ``forward`` and vLLM's own draft loading
-(``EagleProposer.load_model``) on stand-ins (see this folder's ``__init__.py``).
+on stand-ins (see this folder's ``__init__.py``): V1's ``EagleProposer.load_model`` or V2's
+``load_eagle_model`` (``v1/worker/gpu/spec_decode/eagle/utils.py``), whichever the spec's ``loader``
+names (patchkit's runner declarations, :mod:`patchkit.vllm.runner.generations`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from probe_standins import NUM_LAYERS, SETTER, _Anything, load, stand_in_target
 
 
 PROPOSER = "vllm.v1.spec_decode.eagle:EagleProposer"
-"""vLLM's EAGLE proposer (0.10.2 - 0.33.0; from 0.2x its ``load_model`` is inherited from
-``SpecDecodeBaseProposer`` in ``v1/spec_decode/llm_base_proposer.py``)."""
+"""vLLM's EAGLE proposer (V1, 0.10.2 - 0.33.0; from 0.2x its ``load_model`` is inherited from
+``SpecDecodeBaseProposer`` in ``v1/spec_decode/llm_base_proposer.py``): the loader when the spec names none."""
+V1_LOADER = {"runner": "V1", "module": "vllm.v1.spec_decode.eagle", "cls": "EagleProposer", "name": "load_model"}
 BUILT = re.compile(r"self\.(\w+)\s*(?::[^=\n]*)?=\s*(VocabParallelEmbedding|ParallelLMHead)\(")
 """An ``__init__`` line building a vocabulary embedding or head (vLLM's layer classes, 0.10.2 - 0.33.0)."""
 PARTS = re.compile(r"self\.(embed_tokens|embedding|lm_head)\s*(?::[^=\n]*)?=(?!=)")
@@ -83,23 +86,34 @@ class _TokenIds:
         return 7
 
 
-def check_load_model(classes, chains, results):
-    """Run vLLM's own ``EagleProposer.load_model(target)`` on CPU for each class, with stand-ins.
+def check_load_model(classes, chains, results, loader=None):
+    """Run vLLM's own draft loader on CPU for each class, with stand-ins.
+
+    ``loader`` (the spec's, from patchkit's runner declarations): ``runner``, ``module``, ``cls`` and
+    ``name``; V1 (default): ``EagleProposer.load_model(target)``; V2 (``cls`` empty):
+    ``load_eagle_model(target, vllm_config)``.
 
     The target is a stand-in of the class (no attribute fallback: a missing attribute must fail as
     it would in vLLM) whose holders get a tiny embedding / head where their ``__init__`` builds one.
     The draft stand-in has neither of its own (``has_own_embed_tokens``/``has_own_lm_head`` False,
-    the flags the proposer's sharing code reads), so the release must hand it the target's objects:
+    the flags the loader's sharing code reads), so the release must hand it the target's objects:
     the backbone's embedding, and the target's head when it has one. Inside this child only, the
-    proposer's module gets ``get_model`` (and the proposer ``_get_model``) returning the draft,
-    ``get_layers_from_vllm_config`` returning no layers, and a single-stage ``get_pp_group``.
+    loader's module gets ``get_model`` (and the V1 proposer ``_get_model``) returning the draft,
+    ``get_layers_from_vllm_config`` returning no layers, a single-stage ``get_pp_group``, and (V2) the
+    draft's load config left as the engine's (``get_draft_load_config`` / ``get_pp_safe_draft_load_config``).
     A crash is a failed check: the exception's first line and the vLLM ``file:line`` it came from.
     """
     import torch  # lazy: torch exists only in the target environment (__main__ reports its absence)
 
-    proposer_cls = load(PROPOSER)
-    module = sys.modules[proposer_cls.load_model.__module__]
-    where = short(module.__file__, proposer_cls.load_model.__code__.co_firstlineno)
+    loader = loader or V1_LOADER
+    if loader["cls"]:
+        proposer_cls = load(f"{loader['module']}:{loader['cls']}")
+        function = getattr(proposer_cls, loader["name"])
+    else:
+        proposer_cls, function = None, load(f"{loader['module']}:{loader['name']}")
+    module = sys.modules[function.__module__]
+    where = short(module.__file__, function.__code__.co_firstlineno)
+    name = f"{loader['cls']}.{loader['name']}" if loader["cls"] else loader["name"]
 
     class Draft(torch.nn.Module):
         def __init__(self):
@@ -112,42 +126,53 @@ def check_load_model(classes, chains, results):
             self.has_own_lm_head = False
 
     for arch, cls in classes.items():
-        label = f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
+        # V1's label is the one earlier reports carry; V2's names its runner (the run's header names it too)
+        runner = "" if loader["runner"] == "V1" else f" ({loader['runner']} runner)"
+        label = (f"{arch}: vLLM's {name}{runner} loads a draft and shares embeddings and head "
+                 "(consistency check on stand-ins)")
         draft = Draft()
         own_embed, own_head = draft.model.embed_tokens, draft.lm_head
-
-        class Proposer(proposer_cls):
-            def __getattr__(self, name):  # proposer state __init__ would set: falsy stand-ins
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                return _Anything()
-
-            def _get_model(self, *args, **kwargs):
-                return draft
-
-        proposer = object.__new__(Proposer)
-        proposer.supports_mm_inputs = False
-        proposer.parallel_drafting = False
-        proposer.input_ids = torch.zeros(1, dtype=torch.int32)
+        single_stage = types.SimpleNamespace(world_size=1, is_first_rank=True, is_last_rank=True, rank_in_group=0)
         patches = {"get_model": lambda *a, **k: draft, "get_layers_from_vllm_config": lambda *a, **k: {},
-                   "get_pp_group": lambda: types.SimpleNamespace(world_size=1, is_first_rank=True, is_last_rank=True,
-                                                                 rank_in_group=0)}
-        saved = {name: module.__dict__[name] for name in patches if name in module.__dict__}
+                   "get_pp_group": lambda: single_stage}
+        if proposer_cls is not None:
+            class Proposer(proposer_cls):
+                def __getattr__(self, name):  # proposer state __init__ would set: falsy stand-ins
+                    if name.startswith("__"):
+                        raise AttributeError(name)
+                    return _Anything()
+
+                def _get_model(self, *args, **kwargs):
+                    return draft
+
+            proposer = object.__new__(Proposer)
+            proposer.supports_mm_inputs = False
+            proposer.parallel_drafting = False
+            proposer.input_ids = torch.zeros(1, dtype=torch.int32)
+            run = lambda target: proposer.load_model(target)  # noqa: E731
+        else:
+            load_config = object()
+            speculative = types.SimpleNamespace(draft_model_config=types.SimpleNamespace(), draft_lm_head_quantization=None)
+            vllm_config = types.SimpleNamespace(speculative_config=speculative, load_config=load_config)
+            speculative.apply_draft_overrides = lambda config: config
+            patches.update({"get_draft_load_config": lambda config: config.load_config,
+                            "get_pp_safe_draft_load_config": lambda config: config})
+            run = lambda target: function(target, vllm_config)  # noqa: E731
+        present = {n for n in patches if n in module.__dict__}
+        saved = {n: module.__dict__[n] for n in present}
         try:
             target, holders = stand_in_target(cls, chains.get(arch, []))
             target.config = _TokenIds()
             placed = give_parts(holders)
-            module.__dict__.update(patches)
+            module.__dict__.update({n: patches[n] for n in present})
             try:
-                proposer.load_model(target)
+                run(target)
             finally:
-                for name in patches:
-                    module.__dict__.pop(name, None)
                 module.__dict__.update(saved)
         except Exception as exc:  # noqa: BLE001 - what vLLM raised is the finding
             frames = traceback.extract_tb(exc.__traceback__)
             results.append({"label": label, "ok": False,
-                            "detail": f"load_model raised {one_line(exc)} at {vllm_site(frames)}"})
+                            "detail": f"{loader['name']} raised {one_line(exc)} at {vllm_site(frames)}"})
             continue
         problems, shared = [], []
         backbone_index = len(holders) - 1
@@ -168,8 +193,8 @@ def check_load_model(classes, chains, results):
                             f"head on {type(holders[heads[-1][0]]).__name__} was not shared)")
         elif got_head is not own_head:
             problems.append(f"the target has no lm_head, yet the draft's became {type(got_head).__name__}")
-        detail = (f"{where}: load_model ran through; the draft (no embeddings or head of its own) now uses the target's "
-                  + " and ".join(shared) + ("" if heads else " (the target has no lm_head: the draft keeps its own)"))
+        detail = (f"{where}: {loader['name']} ran through; the draft (no embeddings or head of its own) now uses the "
+                  "target's " + " and ".join(shared) + ("" if heads else " (the target has no lm_head: the draft keeps its own)"))
         results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or detail})
 
 

@@ -17,7 +17,7 @@ from patchkit.vllm.chain.load_path import link_check
 from patchkit.vllm.composition import CompositionError, held_class, kind_of, registry_built, self_attr
 from patchkit.vllm.contract import ATTR, MAYBE_ADD, MIXIN, SETTER, Contract, is_stub
 from patchkit.vllm.platforms import branches
-from patchkit.vllm.proposer_paths import Derivation
+from patchkit.vllm.runner.draft_reads import Derivation
 from patchkit.vllm.registry import Registry, Resolution
 from patchkit.vllm.source import ClassRef, SourceTree
 
@@ -31,7 +31,7 @@ def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract,
     Args:
         tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
         resolution: the architecture's :class:`patchkit.vllm.registry.Resolution` (its ``cls`` is not None).
-        derivation: :func:`patchkit.vllm.proposer_paths.derive` of ``tree`` (computed when None).
+        derivation: :func:`patchkit.vllm.runner.draft_reads.derive` of ``tree`` (computed when None).
     Returns:
         A :class:`Check` named after the class; ``ok`` is False when any link fails. The classifier
         (:func:`patchkit.vllm.shapes.classify`) calls a natively declared class broken when this fails.

@@ -1,5 +1,5 @@
 """The load-path link check: the runner's and EAGLE proposer's paths (derived by
-:mod:`patchkit.vllm.proposer_paths`) followed through one target class, one
+:mod:`patchkit.vllm.runner.draft_reads`) followed through one target class, one
 :class:`~patchkit.results.Check` node per link, each with ``file:line`` evidence.
 """
 
@@ -12,7 +12,7 @@ from patchkit.vllm import composition
 from patchkit.vllm.class_attrs import assigned_at, config_class, language_model_attr
 from patchkit.vllm.contract import is_multimodal
 from patchkit.vllm.contract import is_stub
-from patchkit.vllm.proposer_paths import GETTER, Derivation, Read, derive
+from patchkit.vllm.runner.draft_reads import GETTER, Derivation, Read, derive
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 
@@ -20,12 +20,13 @@ LABEL = "load path (runner and proposer)"
 """Start of the label of :func:`link_check`'s node (the class name follows: one node per class)."""
 
 
-def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, label_root: str) -> list[Check]:
-    """One node per link of ``read.path`` starting at ``root``."""
+def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, label_root: str,
+            reader: str = "proposer") -> list[Check]:
+    """One node per link of ``read.path`` starting at ``root`` (``reader``: the loader's word in labels)."""
     out: list[Check] = []
     cls: ClassRef | None = root
     for i, attr in enumerate(read.path):
-        label = f"proposer reads {label_root}.{'.'.join(read.path[:i + 1])}"
+        label = f"{reader} reads {label_root}.{'.'.join(read.path[:i + 1])}"
         if cls is None:
             out.append(Check(label, None, "not followed: the class before it is not one vLLM class", read.location))
             break
@@ -42,7 +43,7 @@ def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, la
                                                "draft loads", read.location))
             else:
                 out.append(Check(label, None, f"{cls.name} ({cls.location}) has no {attr}: the read is hasattr-guarded, "
-                                              "so the proposer skips sharing it without a word", read.location))
+                                              f"so the {reader} skips sharing it without a word", read.location))
             break
         out.append(Check(label, True, f"{cls.name}: {at}" + ("" if read.required else " (hasattr-guarded)"), read.location))
         try:
@@ -58,17 +59,23 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
     Args:
         tree, registry: the install's sources and registry.
         cls: the target class (a registry architecture's class).
-        derivation: :func:`patchkit.vllm.proposer_paths.derive` of ``tree`` (computed when None).
+        derivation: :func:`patchkit.vllm.runner.draft_reads.derive` of ``tree`` (computed when None).
     Returns:
         A :class:`Check` ``"load path (runner and proposer) for <class>"`` (:data:`LABEL`); it fails when a link is broken: a
         required read of an attribute the class does not have (a ``hasattr``-guarded one that is
         absent is shown, not failed: the proposer skips that sharing), a missing aux-id getter, or an image-token field the target's config class lacks.
-        It also fails when nothing could be derived from the release (so it never passes silently).
+        It also fails when nothing could be derived from the release (so it never passes silently), and
+        says "not checked: <what is missing, where patchkit looked>" (failed, never passed) when the
+        install lacks a fact of the runner it follows (:mod:`patchkit.vllm.runner.generations`: the
+        runner, its draft loader, its aux-id setter). Its detail names the runner followed.
     Raises:
         SourceError: a file on the way does not parse.
     """
     d = derivation if derivation is not None else derive(tree)
-    node = Check(f"{LABEL} for {cls.name}", True, "", d.loader)
+    node = Check(f"{LABEL} for {cls.name}", True, f"runner {d.runner_reason}", d.loader)
+    if d.not_checked is not None:
+        node.ok, node.detail = False, f"{d.not_checked} (runner {d.runner_reason})"
+        return node
     if d.empty:
         node.ok, node.detail = False, "patchkit found no path the runner or the proposer takes through the target"
         return node
@@ -87,7 +94,7 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
     label_root = cls.name
     if multimodal and d.language_model is not None:
         held = language_model_attr(tree, cls)
-        label = f"proposer calls {cls.name}.{GETTER}()"
+        label = f"{d.reader} calls {cls.name}.{GETTER}()"
         if held is None:
             node.children.append(Check(label, None, "what it returns is not read statically; its paths are not followed",
                                        d.language_model))
@@ -105,16 +112,16 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
     if root is not None:
         seen: set[str] = set()
         for read in d.reads:
-            links = _follow(tree, registry, root, read, label_root)
+            links = _follow(tree, registry, root, read, label_root, d.reader)
             for link in links:
                 if link.label not in seen:
                     seen.add(link.label)
                     node.children.append(link)
-    if multimodal:
+    if multimodal and (d.image_token or d.reader == "proposer"):  # V2's loader sets no image token
         node.children.append(_image_token_check(tree, cls, d))
     node.ok = not any(c.failures() for c in node.children)
     if not node.ok:
-        node.detail = "broken: " + "; ".join(c.label for c in node.failures())
+        node.detail = "broken: " + "; ".join(c.label for c in node.failures()) + f" (runner {d.runner_reason})"
     return node
 
 

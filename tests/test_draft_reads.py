@@ -1,4 +1,4 @@
-"""Static verify follows the release's own runner and proposer (patchkit.vllm.proposer_paths), and every
+"""Static verify follows the release's own runner and proposer (patchkit.vllm.runner.draft_reads), and every
 platform branch of a registry name (patchkit.vllm.platforms). Real release trees only."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from patchkit.vllm import proposer_paths
+from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.chain import load_path
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
@@ -34,7 +34,7 @@ def test_every_release_yields_the_paths(release, version):
     """The derivation finds the proposer's reads and the runner's aux-id source on each release; an
     empty derivation would let verify pass on nothing, so each kind is asserted here."""
     tree = SourceTree(release(version))
-    d = proposer_paths.derive(tree)
+    d = draft_reads.derive(tree)
     reads = {r.path: r for r in d.reads}
     assert d.language_model is not None
     assert reads[("model",)].required  # AttributeError when missing, on every release
@@ -54,7 +54,7 @@ def test_nothing_derived_fails(release):
     tree = SourceTree(release("0.17.1"))
     registry = Registry(tree)
     cls = registry.resolve("DeepseekV3ForCausalLM").cls
-    empty = proposer_paths.Derivation(None, None, (), (), ())
+    empty = draft_reads.Derivation(None, None, (), (), ())
     check = load_path.link_check(tree, registry, cls, empty)
     assert check.ok is False and "no path" in check.detail
 

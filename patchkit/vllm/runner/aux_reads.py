@@ -6,7 +6,7 @@ Fact (every ``.py`` under ``vllm/v1/worker`` naming ``set_aux_hidden_state_layer
 ``X.<getter>()`` or from a config reader. The runner is large (0.28 MB), so only the functions that
 hold the calls are cut out of its bytes and parsed (:func:`_setter_functions`, a byte-level function
 cutter), falling back to the whole file when they cannot be cut exactly; both give the same result.
-Used by :func:`patchkit.vllm.proposer_paths.derive`.
+Used by :func:`patchkit.vllm.runner.draft_reads.derive`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,21 @@ Nothing here is a per-release list: the paths are derived with :mod:`ast` from t
   ``gpu/model_runner.py``): ``ids`` comes from ``X.<getter>()`` (``get_eagle3_aux_hidden_state_layers``
   to 0.17.1, ``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0) or from a config reader.
 
-Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner_aux` (which cuts the
+- **V2** (:data:`patchkit.vllm.runner.generations.V2`): the same reading of the module-level
+  ``load_eagle_model`` in ``vllm/v1/worker/gpu/spec_decode/eagle/utils.py``, where the language model is
+  ``target_model.get_language_model() if hasattr(...) else target_model``; the calls it passes the
+  language model (or a path off it) to are followed into the module's own functions
+  (``maybe_share_target_embed``, ``get_target_lm_head``, 0.34.0), a ``getattr(a, "x", None) or
+  getattr(a, "y", None)`` holds both paths, and what is handed to the draft is the value of an assignment
+  to any attribute not of the language model (``draft_inner.embed_tokens = ...``). 0.20.2:
+  ``inner_model = getattr(target_language_model, "model", None)`` (guarded); 0.34.0:
+  ``target_inner = target_language_model.model`` (required: ``AttributeError`` when absent).
+
+Which of the two is followed is :func:`patchkit.vllm.runner.serving.serving_runner`'s choice; a
+:class:`Derivation` names it (``runner``), and says "not checked" (``not_checked``) when the install
+lacks the chosen runner's loader or aux-id setter.
+
+Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner.aux_reads` (which cuts the
 setter's functions out of the runner's bytes); what a target class holds along each path by
 :mod:`patchkit.vllm.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
 through one target class with :mod:`patchkit.vllm.composition` and returns one
@@ -34,14 +48,16 @@ import dataclasses
 import weakref
 from dataclasses import dataclass
 
-from patchkit.vllm.runner_aux import AuxSource, aux_sources
+from patchkit.vllm.runner.aux_reads import AuxSource, aux_sources
+from patchkit.vllm.runner.generations import V1, V2, Generation
+from patchkit.vllm.runner.serving import RunnerChoice, serving_runner
 from patchkit.vllm.source import ClassRef, SourceTree
 
-PROPOSER_MODULE = "vllm.v1.spec_decode.eagle"
-"""Module of vLLM's EAGLE proposer (all releases 0.10.2 - 0.33.0)."""
-PROPOSER_CLASS = "EagleProposer"
-LOADER = "load_model"
-"""The proposer method that loads the draft and shares the target's modules with it."""
+PROPOSER_MODULE = V1.loader_module
+"""Module of vLLM's EAGLE proposer (V1; declared in :mod:`patchkit.vllm.runner.generations`)."""
+PROPOSER_CLASS = V1.loader_class
+LOADER = V1.loader
+"""The proposer method that loads the draft and shares the target's modules with it (V1)."""
 GETTER = "get_language_model"
 """``SupportsMultiModal`` method the proposer calls on a multimodal target."""
 IMAGE_TOKEN_FIELD = "image_token_index"
@@ -96,6 +112,11 @@ class Derivation:
         reads: the paths read off the language model.
         image_token: the image-token branches.
         aux: where the aux ids come from.
+        runner: the runner generation followed (``"V1"``, ``"V2"``, ``"none"``).
+        runner_reason: why that one, one line (:attr:`patchkit.vllm.runner.serving.RunnerChoice.reason`).
+        not_checked: ``"not checked: <what is missing, where patchkit looked>"`` when the install lacks
+            a runner fact the derivation rests on (None: every one was found).
+        reader: the word for the loader in check labels (``"proposer"`` V1, ``"speculator"`` V2).
     """
 
     loader: str | None
@@ -103,6 +124,10 @@ class Derivation:
     reads: tuple[Read, ...]
     image_token: tuple[ImageTokenRead, ...]
     aux: tuple[AuxSource, ...]
+    runner: str = "V1"
+    runner_reason: str = ""
+    not_checked: str | None = None
+    reader: str = "proposer"
 
     @property
     def empty(self) -> bool:
@@ -135,11 +160,34 @@ class _Reader:
     in two arms (``target_embed_tokens = inner_model.embed_tokens`` / ``... .embedding``) holds both.
     """
 
-    def __init__(self, tree: SourceTree, owner: ClassRef) -> None:
+    def __init__(self, tree: SourceTree, owner: ClassRef | None, module: str | None = None) -> None:
         self.tree = tree
-        self.owner = owner
+        self.owner = owner  # the proposer class (V1); None for a module-level loader (V2)
+        self.module = module  # the loader's module (V2: its module-level functions are followed)
         self.reads: dict[Path, dict] = {}
         self.shared: set[Path] = set()
+
+    def _handed(self, target: ast.expr, aliases: dict[str, list[Path]]) -> bool:
+        """Whether an assignment to ``target`` hands its value to the draft: ``self.<...>`` in the
+        proposer (V1), any attribute of a name that is not a language-model alias in a function (V2)."""
+        if not isinstance(target, ast.Attribute):
+            return False
+        base = (_chain(target) or ("",))[0]
+        return base == "self" if self.owner is not None else bool(base) and base not in aliases
+
+    @staticmethod
+    def _isinstance_test(test: ast.expr, aliases: dict[str, list[Path]]) -> bool:
+        return (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+                and bool(test.args) and isinstance(test.args[0], ast.Name))
+
+    def _module_function(self, name: str) -> ast.FunctionDef | None:
+        if self.module is None:
+            return None
+        try:
+            body = self.tree.module_tree(self.module).body
+        except Exception:  # noqa: BLE001 - a module that does not parse offers nothing to follow
+            return None
+        return next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
     def _note(self, path: Path, required: bool, location: str, alternatives: tuple[Path, ...] = ()) -> None:
         entry = self.reads.setdefault(path, {"required": False, "location": location, "guarded": False,
@@ -153,6 +201,11 @@ class _Reader:
                  depth: int = 0) -> None:
         where = lambda node: f"{relpath}:{node.lineno}"  # noqa: E731
         walked = tuple(ast.walk(fn))  # one walk serves every pass below
+        if self.owner is None:  # V2: what an `if isinstance(<name>, ...)` body does applies to a wrapper
+            # class (0.34.0: BaseLayerWithLoRA, PPMissingLayer), not to what the target class holds
+            skipped = {id(n) for node in walked if isinstance(node, ast.If) and self._isinstance_test(node.test, aliases)
+                       for stmt in node.body for n in ast.walk(stmt)}
+            walked = tuple(n for n in walked if id(n) not in skipped)
         guarded: set[Path] = set()
         none_raises: set[str] = set()
         for node in walked:  # `if x is None: raise ...`
@@ -209,28 +262,39 @@ class _Reader:
                         self._note(full[:i], full[:i] not in guarded, where(node))
         # what is handed to the draft: <alias path> assigned to self.<...>
         for node in walked:
-            if isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and (_chain(t) or ("",))[0] == "self" for t in node.targets):
+            if isinstance(node, ast.Assign) and any(self._handed(t, aliases) for t in node.targets):
                 self.shared.update(p for p, _ in self._paths(node.value, aliases) if p)
         # delegation: self.method(<alias>, ...)
         if depth >= _DELEGATION_DEPTH:
             return
         for node in walked:
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
+            if not isinstance(node, ast.Call):
                 continue
             passed = {i: aliases[a.id] for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id in aliases}
             if not passed:
                 continue
-            found = self.tree.find_member(self.owner, node.func.attr)
-            if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if (self.owner is not None and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self"):
+                found = self.tree.find_member(self.owner, node.func.attr)
+                if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                fn_node, fn_relpath, skip = found[1], found[0].relpath, 1
+            elif self.owner is None and isinstance(node.func, ast.Name):
+                fn_node = self._module_function(node.func.id)
+                if fn_node is None:
+                    continue
+                fn_relpath, skip = relpath, 0
+            else:
                 continue
-            params = [a.arg for a in found[1].args.args[1:]]
+            params = [a.arg for a in fn_node.args.args[skip:]]
             inner = {params[i]: list(p) for i, p in passed.items() if i < len(params)}
-            self.function(found[1], found[0].relpath, inner, depth + 1)
+            self.function(fn_node, fn_relpath, inner, depth + 1)
 
     def _paths(self, expr: ast.expr, aliases: dict[str, list[Path]]) -> list[tuple[Path, bool]]:
-        """(path, has a default) for ``alias.x.y`` or ``getattr(alias..., "x", d)``; one per path of the alias."""
+        """(path, has a default) for ``alias.x.y`` or ``getattr(alias..., "x", d)``; one per path of the alias.
+        In a module-level loader (V2) ``a or b`` holds the paths of both."""
+        if self.owner is None and isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):
+            return [found for value in expr.values for found in self._paths(value, aliases)]
         if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr"
                 and len(expr.args) == 3 and const_str(expr.args[1]) is not None):
             return [(p + (const_str(expr.args[1]),), True) for p, _ in self._paths(expr.args[0], aliases)]
@@ -248,14 +312,29 @@ class _Reader:
         return []
 
 
-def _proposer_loader(tree: SourceTree) -> tuple[ClassRef, ClassRef, ast.FunctionDef] | None:
-    cls = tree.find_class(PROPOSER_MODULE, PROPOSER_CLASS)
-    if cls is None:
+def _proposer_loader(tree: SourceTree, generation: Generation = V1
+                     ) -> tuple[ClassRef | None, str, ast.FunctionDef, str] | None:
+    """The generation's draft loader: ``(class or None, relpath, function, module)``, None when absent.
+
+    V1: ``EagleProposer.load_model`` through the class's MRO; V2: the module-level ``load_eagle_model``.
+    """
+    if generation.loader_class:
+        cls = tree.find_class(generation.loader_module, generation.loader_class)
+        if cls is None:
+            return None
+        found = tree.find_member(cls, generation.loader)
+        if found is None or not isinstance(found[1], ast.FunctionDef):
+            return None
+        return cls, found[0].relpath, found[1], found[0].module
+    relpath = tree.relpath_of_module(generation.loader_module)
+    if relpath is None:
         return None
-    found = tree.find_member(cls, LOADER)
-    if found is None or not isinstance(found[1], ast.FunctionDef):
+    try:
+        body = tree.module_tree(generation.loader_module).body
+    except Exception:  # noqa: BLE001 - a loader module that does not parse is a loader not found
         return None
-    return cls, found[0], found[1]
+    fn = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == generation.loader), None)
+    return None if fn is None else (None, relpath, fn, generation.loader_module)
 
 
 def _image_token(fn: ast.FunctionDef, relpath: str) -> list[ImageTokenRead]:
@@ -289,58 +368,84 @@ def _image_token(fn: ast.FunctionDef, relpath: str) -> list[ImageTokenRead]:
     return out
 
 
-_DERIVED: "weakref.WeakKeyDictionary[SourceTree, Derivation]" = weakref.WeakKeyDictionary()
+_DERIVED: "weakref.WeakKeyDictionary[SourceTree, dict]" = weakref.WeakKeyDictionary()
 
 
-def derive(tree: SourceTree, with_aux: bool = True) -> Derivation:
-    """Read the release's proposer and runner: the paths they take through the target (once per tree).
+def derive(tree: SourceTree, with_aux: bool = True, choice: RunnerChoice | None = None) -> Derivation:
+    """Read the draft loader and aux-id setter of the runner the serve uses: the paths they take through
+    the target (once per tree and runner).
 
     Args:
         tree: the install's sources (patched or planned: overrides are read too).
         with_aux: also read the runners for where the aux ids come from (every file under
-            ``vllm/v1/worker`` naming the setter); the proposer's reads alone need only the proposer.
+            ``vllm/v1/worker`` naming the setter); the loader's reads alone need only the loader.
+        choice: the runner to follow (default: :func:`patchkit.vllm.runner.serving.serving_runner` of
+            ``tree`` in patchkit's environment).
     Returns:
-        A :class:`Derivation` (empty fields when the code has no such read; see :attr:`Derivation.empty`;
-        ``aux`` empty without ``with_aux``).
+        A :class:`Derivation` naming the runner it followed (empty fields when the code has no such read;
+        see :attr:`Derivation.empty`; ``aux`` empty without ``with_aux``; ``not_checked`` set when the
+        install lacks the runner's loader or setter).
     Raises:
-        SourceError: a proposer or runner module does not parse.
+        SourceError: a loader or runner module does not parse.
     """
-    if tree in _DERIVED:
-        return _DERIVED[tree]
-    if tree not in _PROPOSER_ONLY:
-        _PROPOSER_ONLY[tree] = _derive_proposer(tree)
-    if not with_aux:
-        return _PROPOSER_ONLY[tree]
-    _DERIVED[tree] = dataclasses.replace(_PROPOSER_ONLY[tree], aux=tuple(aux_sources(tree)))
-    return _DERIVED[tree]
+    choice = choice if choice is not None else serving_runner(tree)
+    cache = _DERIVED.setdefault(tree, {})
+    key = (choice.name, choice.missing, with_aux)
+    if key in cache:
+        return cache[key]
+    proposer_key = (choice.name, choice.missing, False)
+    if proposer_key not in cache:
+        cache[proposer_key] = _derive_proposer(tree, choice)
+    derived = cache[proposer_key]
+    if with_aux:
+        derived = dataclasses.replace(derived, aux=tuple(_own_aux(aux_sources(tree), choice)))
+        cache[key] = derived
+    return derived
 
 
-_PROPOSER_ONLY: "weakref.WeakKeyDictionary[SourceTree, Derivation]" = weakref.WeakKeyDictionary()
+def _own_aux(sources: list[AuxSource], choice: RunnerChoice) -> list[AuxSource]:
+    """The aux sources of the followed runner: V2's are in files under its runner's folder
+    (``vllm/v1/worker/gpu/``), V1's are the others; all of them when no runner was found."""
+    if choice.generation is None:
+        return sources
+    v2_folder = V2.runner.rsplit("/", 1)[0] + "/"
+    own = [a for a in sources if a.location.startswith(v2_folder) == (choice.generation is V2)]
+    return own
 
 
-def _derive_proposer(tree: SourceTree) -> Derivation:
-    """The proposer's part of :func:`derive` (``aux`` left empty)."""
-    found = _proposer_loader(tree)
+def _derive_proposer(tree: SourceTree, choice: RunnerChoice) -> Derivation:
+    """The loader's part of :func:`derive` (``aux`` left empty)."""
+    generation = choice.generation
+    reader = "speculator" if generation is not None and not generation.loader_class else "proposer"
+    not_checked = choice.not_checked()
+    found = _proposer_loader(tree, generation) if generation is not None else None
     reads: tuple[Read, ...] = ()
     image: tuple[ImageTokenRead, ...] = ()
     loader = language_model = None
     if found is not None:
-        proposer, owner, fn = found
-        loader = f"{owner.relpath}:{fn.lineno}"
-        image = tuple(_image_token(fn, owner.relpath))
+        owner_cls, relpath, fn, module = found
+        loader = f"{relpath}:{fn.lineno}"
+        image = tuple(_image_token(fn, relpath))
         variables = [(t.id, n) for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
                      if isinstance(t, ast.Name) and isinstance(n.value, ast.Call)
                      and any(isinstance(c, ast.Attribute) and c.attr == GETTER for c in ast.walk(n.value.func))]
+        if not variables and owner_cls is None:  # V2: `x = target.get_language_model() if hasattr(...) else target`
+            variables = [(t.id, n) for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
+                         if isinstance(t, ast.Name) and any(
+                             isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == GETTER
+                             for c in ast.walk(n.value))]
         if variables:
             name, node = variables[0]
-            language_model = f"{owner.relpath}:{node.lineno}"
-            reader = _Reader(tree, proposer)
-            reader.function(fn, owner.relpath, {name: [()]})
-            keep = {p[:i] for p in reader.shared for i in range(1, len(p) + 1)}
+            language_model = f"{relpath}:{node.lineno}"
+            reader_ = _Reader(tree, owner_cls, None if owner_cls is not None else module)
+            reader_.function(fn, relpath, {name: [()]})
+            keep = {p[:i] for p in reader_.shared for i in range(1, len(p) + 1)}
             reads = tuple(Read(p, e["required"], e["location"], tuple(a for a in e["alternatives"] if a in keep))
-                          for p, e in sorted(reader.reads.items(), key=lambda kv: (len(kv[0]), kv[0])) if p in keep)
-    return Derivation(loader, language_model, reads, image, ())
-
+                          for p, e in sorted(reader_.reads.items(), key=lambda kv: (len(kv[0]), kv[0])) if p in keep)
+    elif not_checked is None and generation is not None:
+        not_checked = (f"not checked: the draft loader of the {generation.name} runner is missing (patchkit looked "
+                       f"for {generation.loader_file} {generation.loader_name})")
+    return Derivation(loader, language_model, reads, image, (), choice.name, choice.reason, not_checked, reader)
 
 
 __all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive"]

@@ -1,0 +1,69 @@
+"""``verify --runtime`` on vLLM 0.34.0, where Model Runner V2 is the only runner: the probe runs V2's own
+``load_eagle_model`` (``v1/worker/gpu/spec_decode/eagle/utils.py``) on stand-ins, in a real importable
+install (issue 29). Before the runner wing it imported V1's ``vllm.v1.spec_decode.eagle`` and every run
+exited 1 with ModuleNotFoundError.
+
+vLLM's own code backs the load-path verdicts: Phi4MM and DiffusionGemma (not patchable) and
+MuseGlimmer (declared but broken) raise AttributeError at ``utils.py:140``, where ``load_eagle_model``
+reads ``target_language_model.model`` unguarded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_release import runtime_venv
+
+pytestmark = pytest.mark.runtime
+
+LOADER = "load_eagle_model (V2 runner)"
+BROKEN = {"Phi4MMForCausalLM": ("Phi4MMForCausalLM", "not patchable"),
+          "DiffusionGemmaForBlockDiffusion": ("DiffusionGemmaForConditionalGeneration", "not patchable"),
+          "MuseGlimmerForCausalLM": ("MuseGlimmerForCausalLM", "declared but broken")}
+
+
+@pytest.fixture(scope="module")
+def python():
+    with runtime_venv("0.34.0") as found:
+        yield found
+
+
+def walk(checks: list[dict]):
+    for check in checks:
+        yield check
+        yield from walk(check.get("children", []))
+
+
+def loading(report: dict, arch: str) -> dict:
+    found = [c for c in walk(report["checks"]) if c["label"].startswith(f"{arch}: vLLM's ") and LOADER in c["label"]]
+    assert len(found) == 1, [c["label"] for c in walk(report["checks"])]
+    return found[0]
+
+
+def test_a_native_class_passes_through_v2s_loader(cli, python):
+    code, report = cli.json("verify", "--runtime", "--python", str(python), "--arch", "LlamaForCausalLM")
+    assert code == 0, report.get("missing")
+    check = loading(report, "LlamaForCausalLM")
+    assert check["ok"] is True and "utils.py:" in check["detail"] and "embed_tokens and lm_head" in check["detail"]
+
+
+def test_v2s_loader_raises_on_the_three_bare_language_models(cli, python):
+    args = [a for arch in BROKEN for a in ("--arch", arch)]
+    code, report = cli.json("verify", "--runtime", "--python", str(python), *args)
+    assert code == 1
+    for arch, (cls, verdict) in BROKEN.items():
+        check = loading(report, arch)
+        assert check["ok"] is False, check
+        assert "AttributeError" in check["detail"] and "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:140" in check["detail"]
+        # the static verdict says the same, at the same line
+        verdicts = [c for c in walk(report["checks"]) if c["label"] == f"patchkit's verdict: {verdict}"
+                    and cls in c["detail"]]
+        assert verdicts and "utils.py:140" in (verdicts[0]["detail"] + (verdicts[0].get("location") or "")), arch
+
+
+def test_a_patched_class_passes_through_v2s_loader(cli, python):
+    code, applied = cli.json("apply", "--python", str(python), "--arch", "MixtralForCausalLM")
+    assert code == 0, applied
+    code, report = cli.json("verify", "--runtime", "--python", str(python), "--arch", "MixtralForCausalLM")
+    assert code == 0, report.get("missing")
+    assert loading(report, "MixtralForCausalLM")["ok"] is True
