@@ -157,6 +157,8 @@ class ApplyReport:
         unfinished: that earlier run, as found before this one started (None normally).
         missing_files: target files of this release that are missing from the install; the
             patches needing them were not run, the others were (exit 4).
+        not_shipped: those of ``missing_files`` the release itself does not ship (its RECORD does not
+            list them, or there is no RECORD): reinstalling vLLM would not bring them.
     """
 
     install: InstallInfo
@@ -169,6 +171,7 @@ class ApplyReport:
     recovered: tuple[str, ...] = ()
     unfinished: "PendingRun | None" = None
     missing_files: tuple[str, ...] = ()
+    not_shipped: tuple[str, ...] = ()
     guard: "GuardReport | None" = None
     """With ``--guard``, or when the guard is installed: what this run did with it (else None)."""
     watch: "WatchReport | None" = None
@@ -178,7 +181,7 @@ class ApplyReport:
     refusal of one of several ``--arch``, the apply without it."""
 
     def __post_init__(self) -> None:
-        for name in ("patches", "files", "recovered", "missing_files", "next_steps"):
+        for name in ("patches", "files", "recovered", "missing_files", "not_shipped", "next_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
