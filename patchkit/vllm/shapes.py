@@ -37,7 +37,7 @@ from patchkit.vllm.composition import CompositionError, HeldClass, held_class, k
 from patchkit.vllm.contract import SETTER, Contract, is_stub, no_protocol
 from patchkit.vllm.loadpath import bare_language_model
 from patchkit.vllm.loops import Loop, decoder_loop, final_return_count
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.registry import TARGET_GROUPS, Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
 from patchkit.vllm.transformers_backend import backend_route
@@ -115,7 +115,7 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     Raises:
         SourceError: a file on the way does not parse.
     """
-    group = registry.group_of(architecture)
+    group = registry.group_of(architecture, TARGET_GROUPS) or registry.group_of(architecture)
     resolution = registry.resolve(architecture)
     if resolution is None:
         return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
