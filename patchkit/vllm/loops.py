@@ -117,7 +117,7 @@ class SplitLayer:
     ``hidden_states, residual = layer.<norm>(hidden_states, residual)``, then (for the ids asked)
     captures, then ``hidden_states, residual = layer(...)`` or ``layer.<rest>(...)``. Whether
     ``<norm>`` is a fused add-and-norm, and so whether ``residual`` after it is the stream entering
-    the layer, is the layer class's to say (:func:`patchkit.vllm.stream.split_stream`).
+    the layer, is the layer class's to say (:func:`patchkit.vllm.stream_split.split_stream`).
 
     Attributes:
         loop: the ``for`` statement; layer: the name the layer is bound to; index: the global id's

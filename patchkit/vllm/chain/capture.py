@@ -14,7 +14,8 @@ from patchkit.vllm.contract import ATTR, MAYBE_ADD
 from patchkit.vllm.loops import Loop, decoder_loop
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import SplitVerdict, Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.stream_split import SplitVerdict
 
 
 def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
@@ -144,12 +145,12 @@ def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
     ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the capture of id ``idx`` is
     ``residual.clone()`` taken after ``layer.<norm>(hidden_states, residual)`` and before the rest of
     the layer runs; that ``residual`` is the stream entering the layer when the norm is a fused
-    add-and-norm (``verdict``, :func:`patchkit.vllm.stream.split_stream`). Id ``n`` is captured after
+    add-and-norm (``verdict``, :func:`patchkit.vllm.stream_split.split_stream`). Id ``n`` is captured after
     the final fused norm, the same way.
 
     Args:
         forward: the function's AST; relpath: its file.
-        verdict: a :class:`patchkit.vllm.stream.SplitVerdict`, or the ``StreamRefusal`` saying why the
+        verdict: a :class:`patchkit.vllm.stream_split.SplitVerdict`, or the ``StreamRefusal`` saying why the
             norm could not be shown to be a fused add-and-norm (the capture is then not checked).
     Returns:
         Checks for global ids, the capture, the tuple return and (informational) the final-layer capture.

@@ -20,7 +20,7 @@ from patchkit.vllm.platforms import branches
 from patchkit.vllm.proposer_paths import Derivation
 from patchkit.vllm.registry import Registry, Resolution
 from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import split_stream
+from patchkit.vllm.stream_split import split_stream
 
 
 def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution,
