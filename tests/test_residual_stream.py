@@ -388,3 +388,30 @@ def test_a_split_layer_capture_of_the_wrong_tensor_is_refused(tmp_path, cli, bac
         said = " ".join(result.stdout.split())
         assert ("is taken before layer." in said) if wrong == "clone before the norm" else \
             ("hidden_states.clone() is not the residual stream" in said)
+
+
+@pytest.mark.release
+def test_a_split_layer_backbone_without_the_capture_is_not_patchable(tmp_path):
+    """The capture codemod writes ``hidden_states + residual`` before the layer call; in a split-layer
+    loop that would add the normed input: such a backbone is refused, named, never called patchable."""
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy("0.34.0", tmp_path / "sp")
+    path, _, capture = _split_capture(sp, "MistralLarge4Model")
+    module = ast.parse(path.read_text())
+    cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "MistralLarge4Model")
+    forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    final = [s for s in forward.body if isinstance(s, ast.If) and "aux_hidden_state_layers" in ast.unparse(s.test)]
+    assert len(final) == 1
+    wrapper = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "MistralLarge4ForCausalLM")
+    base = next(b for b in wrapper.bases if isinstance(b, ast.Name) and b.id == "SupportsEagle3")
+    lines = path.read_text().splitlines(keepends=True)
+    row = lines[base.lineno - 1]
+    lines[base.lineno - 1] = row[:base.col_offset] + row[base.end_col_offset:].removeprefix(",").lstrip(" ")
+    for stmt in sorted([capture, final[0]], key=lambda s: -s.lineno):  # bottom first: line numbers hold
+        del lines[stmt.lineno - 1:stmt.end_lineno]
+    path.write_text("".join(lines))
+    _, scanned = _scan_json(sp)
+    row = next(a for a in scanned["architectures"] if a["architecture"] == "MistralLarge4ForCausalLM")
+    assert row["state"] == "not patchable", row
+    assert "input norm apart from the rest of the layer" in row["reason"]
