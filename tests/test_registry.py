@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -93,3 +94,68 @@ def test_unreadable_registry_shape_is_a_clear_error(tmp_path):
     files["vllm/model_executor/models/registry.py"] = "_X = {'A': make()}\n_VLLM_MODELS = {**_X}\n"
     with pytest.raises(SourceError, match="no _VLLM_MODELS dict patchkit can read .*spread of unknown name _X"):
         Registry(write(tmp_path, files))
+
+
+def _dict_names(registry_py: Path) -> tuple[dict[str, set[str]], set[str]]:
+    """Every module-level ``_..._MODELS`` dict literal of a real ``registry.py`` and its names, read here
+    with :mod:`ast` alone (constant keys, and ``**OTHER`` or ``**{...}`` spreads), and the dicts only
+    partly read (a spread comprehension: the test asserts that no target dict is one)."""
+    module = ast.parse(registry_py.read_text())
+    literals = {s.targets[0].id: s.value for s in module.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name) and s.targets[0].id.endswith("_MODELS") and isinstance(s.value, ast.Dict)}
+    out: dict[str, set[str]] = {}
+    partial: set[str] = set()
+
+    def names(node: ast.Dict) -> tuple[set[str], bool]:
+        found: set[str] = set()
+        whole = True
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                found.add(key.value)
+            elif key is None and isinstance(value, ast.Name) and value.id in out:
+                found |= out[value.id]
+                whole = whole and value.id not in partial
+            elif key is None and isinstance(value, ast.Dict):
+                inner, inner_whole = names(value)
+                found, whole = found | inner, whole and inner_whole
+            else:
+                whole = False
+        return found, whole
+
+    for name, node in literals.items():
+        out[name], whole = names(node)
+        if not whole:
+            partial.add(name)
+    return {name: rows for name, rows in out.items()}, partial
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_scan_lists_every_target_architecture_once_whichever_dicts_hold_it(version):
+    """0.33.0 and 0.34.0 register LlavaNext, Phi3V and Qwen2VL both as embedding and as multimodal
+    models; scan used to file them under the embedding dict and drop them."""
+    import json
+    from collections import Counter
+
+    from typer.testing import CliRunner
+
+    from patchkit.ui.cli import app
+    from patchkit.vllm.registry import TARGET_GROUPS
+    from vllm_release import pristine_site_packages
+
+    sp = pristine_site_packages(version)
+    registry_py = sp / "vllm/model_executor/models/registry.py"
+    dicts, partial = _dict_names(registry_py)
+    assigned = {t.id for s in ast.parse(registry_py.read_text()).body if isinstance(s, ast.Assign)
+                for t in s.targets if isinstance(t, ast.Name)}
+    targets = [g for g in TARGET_GROUPS if g in assigned]
+    assert all(g in dicts and g not in partial for g in targets), "a target dict this test cannot read"
+    assert "_TEXT_GENERATION_MODELS" in targets and "_MULTIMODAL_MODELS" in targets
+    expected = set().union(*(dicts[g] for g in targets))
+    elsewhere = set().union(*(rows for g, rows in dicts.items() if g not in TARGET_GROUPS and g != "_VLLM_MODELS"))
+    assert expected & elsewhere, "the release registers no target also under another dict: nothing to test"
+    result = CliRunner().invoke(app, ["scan", "--site-packages", str(sp), "--json"])
+    assert result.exit_code == 0, result.output
+    listed = Counter(row["architecture"] for row in json.loads(result.stdout)["architectures"])
+    assert {name: n for name, n in listed.items() if n != 1} == {}
+    assert set(listed) == expected

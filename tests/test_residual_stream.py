@@ -312,3 +312,106 @@ def test_verify_fails_a_capture_that_leaves_the_residual_out_after_a_fused_layer
     path.write_text(text)
     code, out = cli.json("verify", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM")
     assert code == 0, out
+
+
+# The split-layer idiom (issue 29): 0.34.0 runs a layer's input norm apart from the rest of the
+# layer and captures ``residual.clone()`` after that fused add-and-norm, before the rest runs.
+SPLIT = {"MiniMaxM3SparseForCausalLM": "MiniMaxM3Model", "MiniMaxM3SparseForConditionalGeneration": "MiniMaxM3Model",
+         "MistralLarge4ForCausalLM": "MistralLarge4Model"}
+
+
+def _split_capture(sp: Path, backbone: str) -> tuple[Path, ast.stmt, ast.If]:
+    """The backbone's file (the class as the scan names it), its loop's input-norm statement and the
+    capture ``if`` that follows it, found by structure in the release's own file."""
+    code, scanned = _scan_json(sp)
+    where = next(a["location"] for a in scanned["architectures"] if a["architecture"] in SPLIT
+                 and SPLIT[a["architecture"]] == backbone)
+    path = sp / where.split(":")[0]
+    cls = next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef) and n.name == backbone)
+    forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    loop = next(n for n in forward.body if isinstance(n, ast.For))
+    capture = next(s for s in loop.body if isinstance(s, ast.If) and "aux_hidden_state_layers" in ast.unparse(s.test))
+    norm = loop.body[loop.body.index(capture) - 1]
+    assert isinstance(norm, ast.Assign) and isinstance(norm.value.func, ast.Attribute)
+    return path, norm, capture
+
+
+def _scan_json(sp: Path) -> tuple[int, dict]:
+    from typer.testing import CliRunner
+
+    from patchkit.ui.cli import app
+
+    result = CliRunner().invoke(app, ["scan", "--site-packages", str(sp), "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.mark.release
+def test_the_split_layer_capture_of_0_34_0_is_native(tmp_path, cli):
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy("0.34.0", tmp_path / "sp")
+    _, scanned = _scan_json(sp)
+    states = {a["architecture"]: a["state"] for a in scanned["architectures"]}
+    assert {name: states[name] for name in SPLIT} == {name: "native" for name in SPLIT}
+    for name in SPLIT:
+        result = cli("verify", "--site-packages", str(sp), "--arch", name)
+        assert result.exit_code == 0, result.stdout
+        assert "residual.clone() after layer." in result.stdout
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("backbone", sorted(set(SPLIT.values())))
+@pytest.mark.parametrize("wrong", ["clone before the norm", "clone of the normed input"])
+def test_a_split_layer_capture_of_the_wrong_tensor_is_refused(tmp_path, cli, backbone, wrong):
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy("0.34.0", tmp_path / "sp")
+    path, norm, capture = _split_capture(sp, backbone)
+    lines = path.read_text().splitlines(keepends=True)
+    norm_lines = lines[norm.lineno - 1:norm.end_lineno]
+    capture_lines = lines[capture.lineno - 1:capture.end_lineno]
+    if wrong == "clone before the norm":
+        lines[norm.lineno - 1:capture.end_lineno] = capture_lines + norm_lines
+    else:
+        edited = [line.replace("residual.clone()", "hidden_states.clone()") for line in capture_lines]
+        assert edited != capture_lines
+        lines[capture.lineno - 1:capture.end_lineno] = edited
+    path.write_text("".join(lines))
+    names = [name for name, b in SPLIT.items() if b == backbone]
+    _, scanned = _scan_json(sp)
+    states = {a["architecture"]: (a["state"], a["reason"]) for a in scanned["architectures"]}
+    for name in names:
+        assert states[name][0] == "declared but broken", states[name]
+        assert "captures the residual stream entering each layer" in states[name][1]
+        result = cli("verify", "--site-packages", str(sp), "--arch", name)
+        assert result.exit_code == 1, result.stdout
+        said = " ".join(result.stdout.split())
+        assert ("is taken before layer." in said) if wrong == "clone before the norm" else \
+            ("hidden_states.clone() is not the residual stream" in said)
+
+
+@pytest.mark.release
+def test_a_split_layer_backbone_without_the_capture_is_not_patchable(tmp_path):
+    """The capture codemod writes ``hidden_states + residual`` before the layer call; in a split-layer
+    loop that would add the normed input: such a backbone is refused, named, never called patchable."""
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy("0.34.0", tmp_path / "sp")
+    path, _, capture = _split_capture(sp, "MistralLarge4Model")
+    module = ast.parse(path.read_text())
+    cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "MistralLarge4Model")
+    forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    final = [s for s in forward.body if isinstance(s, ast.If) and "aux_hidden_state_layers" in ast.unparse(s.test)]
+    assert len(final) == 1
+    wrapper = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "MistralLarge4ForCausalLM")
+    base = next(b for b in wrapper.bases if isinstance(b, ast.Name) and b.id == "SupportsEagle3")
+    lines = path.read_text().splitlines(keepends=True)
+    row = lines[base.lineno - 1]
+    lines[base.lineno - 1] = row[:base.col_offset] + row[base.end_col_offset:].removeprefix(",").lstrip(" ")
+    for stmt in sorted([capture, final[0]], key=lambda s: -s.lineno):  # bottom first: line numbers hold
+        del lines[stmt.lineno - 1:stmt.end_lineno]
+    path.write_text("".join(lines))
+    _, scanned = _scan_json(sp)
+    row = next(a for a in scanned["architectures"] if a["architecture"] == "MistralLarge4ForCausalLM")
+    assert row["state"] == "not patchable", row
+    assert "input norm apart from the rest of the layer" in row["reason"]

@@ -71,8 +71,8 @@ def scan(install: Install) -> ScanReport:
     patched = {name for kind, name in filter(None, ids) if kind is PatchKind.INTERFACE}
     rows = []
     for arch in registry.entries:
-        group = registry.group_of(arch)
-        if group not in GROUPS:
+        group = registry.group_of(arch, GROUPS)  # a name also in a pooling dict is still a target
+        if group is None:
             continue
         shape = classify(tree, registry, contract, arch)
         state = shape.state

@@ -107,7 +107,7 @@ def suggestions(registry: Registry, architecture: str) -> list[str]:
 
     given = architecture.strip().lower()
     bare = given.replace("_", "").replace("-", "")
-    by_lower = {a.lower(): a for a in registry.entries if registry.group_of(a) in TARGET_GROUPS}
+    by_lower = {a.lower(): a for a in registry.entries if registry.group_of(a, TARGET_GROUPS) is not None}
     found: list[str] = [by_lower[given]] if given in by_lower else []
     found += [a for f in load_families() if given in f.model_types for a in f.architectures if a in registry.entries]
     if len(bare) >= 3:

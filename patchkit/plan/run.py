@@ -62,7 +62,8 @@ def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requ
         patches = []
         decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
     order = {p.id: i for i, p in enumerate(patches)}
-    patches, gone, missing_files = missing.split(list(patches), tree, registry)
+    patches, gone, absent = missing.split(list(patches), tree, registry, install)
+    missing_files = list(absent.files)
     planned = make_plan(install, tree, contract, registry, journal, patches, decided)
     results = sorted([*planned.results, *gone], key=lambda r: order.get(r.id, len(order))) if gone else planned.results
     vetoes, checked = gates(install, journal, planned, results, install_info(install, contract), requested=requested, force=force,
@@ -78,7 +79,8 @@ def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requ
         journal.commit([PlannedWrite(path, planned.originals[path], new, planned.patches_by_file.get(path, []))
                         for path, new in sorted(planned.changed.items())], str(install.version))
     return ApplyReport(install_info(install, contract), dry_run, final, files, written=write, diff=planned.diff(),
-                       verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files)
+                       verify=checked, recovered=recovered, unfinished=unfinished, missing_files=missing_files,
+                       not_shipped=absent.not_shipped)
 
 
 def dry_run(install: Install, *, chain_check: ChainCheck, target: str = "vllm", patch_ids: Sequence[str] | None = None,

@@ -97,9 +97,16 @@ def waiting(as_json: bool) -> Callable[[Path, float], None]:
 
 
 def header(writer: Writer, info: InstallInfo) -> None:
-    """The first line of a report: the release, its distribution, its folder and its EAGLE-3 contract."""
+    """The first line of a report: the release, its distribution, its folder and its EAGLE-3 contract (and,
+    on a release newer than any patchkit was qualified on, that note)."""
     named = "" if info.distribution == "vllm" else f" (distribution {info.distribution})"
-    writer.line(f"vLLM {info.version}{named} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"))
+    writer.line(f"vLLM {info.version}{named} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"),
+                *qualified_note(info.newer_than_qualified))
+
+
+def qualified_note(note: str | None) -> tuple:
+    """The header's note for a release newer than any patchkit was qualified on, as ``Writer.line`` parts."""
+    return ("  ", (f"({note})", "yellow")) if note else ()
 
 
 def print_checks(writer: Writer, checks: list[Check]) -> None:

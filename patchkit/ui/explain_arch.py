@@ -121,7 +121,13 @@ class ArchExplainReport:
     def heading(self) -> str:
         """The first line: the id, the release and the summary."""
         summary = self.patch.summary if self.patch is not None else "apply plans no such patch here (see note)"
-        return f"{self.apply_id} on vLLM {self.version} (EAGLE-3 contract {self.era}): {summary}"
+        note = f"; {self.newer_than_qualified}" if self.newer_than_qualified else ""
+        return f"{self.apply_id} on vLLM {self.version} (EAGLE-3 contract {self.era}{note}): {summary}"
+
+    @property
+    def newer_than_qualified(self) -> str | None:
+        """The note for a release newer than any patchkit was qualified on (:func:`patchkit.vllm.contract.beyond_qualified`)."""
+        return contract_mod.beyond_qualified(self.version)
 
     def rows(self) -> list[tuple[str, str]]:
         """``(label, text)`` rows for the text form: the decisions, then the patch's why and codemod."""
@@ -153,6 +159,7 @@ class ArchExplainReport:
             "apply_id": self.apply_id,
             "kind": self.kind.value,
             "vllm_version": self.version,
+            "newer_than_qualified": self.newer_than_qualified,
             "era": str(self.era),
             "architectures": list(self.architectures),
             "shape": None if shape is None else {

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, guard_line, next_lines, out, waiting
+from patchkit.ui.console import emit_json, qualified_note, guard_line, next_lines, out, waiting
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run
 
@@ -26,6 +26,8 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
         from patchkit.guard import guard as guard_mod  # lazy: the guard layer, only when a guard command runs
         from patchkit.plugin_results import GuardAction  # lazy: the result types cost start-up time (list needs none)
 
+        from patchkit.vllm.contract import beyond_qualified  # lazy: start-up, only when the command runs
+
         install = find_install(target, site_packages, python)
         if action == "install":
             report = guard_mod.install_guard(install, command_options=hints.command_options(site_packages, python),
@@ -34,10 +36,11 @@ def _guard_command(action: str, target: str, site_packages: Optional[Path], pyth
             report = guard_mod.remove_guard(install, target=target, on_wait=waiting(as_json))
         code = int(report.exit_code)
         if as_json:
-            emit_json({"command": f"guard {action}", **report.to_dict(), "exit_code": code})
+            emit_json({"command": f"guard {action}", **report.to_dict(),
+                       "newer_than_qualified": beyond_qualified(install.version), "exit_code": code})
             return code
         w = out()
-        w.line(f"vLLM {install.version} at {install.site_packages}")
+        w.line(f"vLLM {install.version} at {install.site_packages}", *qualified_note(beyond_qualified(install.version)))
         guard_line(w, report)
         if report.action is GuardAction.NOTHING_TO_GUARD:
             next_lines(w, report.next_steps)

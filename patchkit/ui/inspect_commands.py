@@ -15,7 +15,7 @@ import typer
 
 from patchkit.errors import ExitCode, UsageError
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, err, header, out, print_checks, working
+from patchkit.ui.console import emit_json, err, header, out, print_checks, qualified_note, working
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run, verdict
 
@@ -41,6 +41,8 @@ def resolve(
             emit_json(report.to_dict())
             return verdict(report.native)
         w = out()
+        if report.install.newer_than_qualified:  # resolve's text has no header line otherwise
+            header(w, report.install)
         if r is None:
             w.line(f"{architecture} is not a native model of vLLM {report.install.version}: it is not in the "
                    "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
@@ -189,6 +191,11 @@ def rehearse_cmd(
                              "give --python /path/to/venv/bin/python")
         install = find_install(target, None, python)
         e = err()
+        from patchkit.vllm.contract import beyond_qualified  # lazy: as above
+
+        newer = beyond_qualified(install.version)
+        if newer and not as_json:
+            e.line(f"vLLM {install.version} at {install.site_packages}", *qualified_note(newer))
 
         def say(text: str) -> None:
             if not as_json:
@@ -196,7 +203,7 @@ def rehearse_cmd(
 
         report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say)
         if as_json:
-            emit_json(report.to_json())
+            emit_json({**report.to_json(), "newer_than_qualified": newer})
             return verdict(report.ok)
         w = out()
         w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "

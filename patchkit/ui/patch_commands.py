@@ -132,11 +132,22 @@ def _completed(report):
 def _apply_code(report, dry_run: bool, as_json: bool) -> int:
     """``apply``'s exit code (:attr:`ApplyReport.exit_code`); missing target files are named on stderr unless --json."""
     if report.missing_files and not report.refused and not as_json:
-        message = (f"{', '.join(report.missing_files)} missing from this install; the patches that need "
-                   + ("it" if len(report.missing_files) == 1 else "them") + " were not run"
-                   + (", the others were" + (" planned" if dry_run else " applied") if report.any_landed else ""))
-        error(PatchkitError(message, "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z), "
-                                     "then apply again"), False)
+        deleted = [f for f in report.missing_files if f not in report.not_shipped]
+        others = (", the others were" + (" planned" if dry_run else " applied")) if report.any_landed else ""
+        them = "it" if len(report.missing_files) == 1 else "them"
+        if deleted:  # the release's own RECORD lists them: a reinstall brings them back
+            hint = (f"reinstall vLLM (pip install --force-reinstall --no-deps "
+                    f"{report.install.distribution}=={report.install.version}), then apply again")
+            if report.not_shipped:
+                hint += f"; vLLM {report.install.version} does not ship {', '.join(report.not_shipped)}: no reinstall brings it"
+            message = f"{', '.join(report.missing_files)} missing from this install; the patches that need {them} were not run{others}"
+        else:
+            hint = ("this release has no such file, so the patches that need it cannot run on it and a reinstall "
+                    "would not change that; run the others with --patch ID, or use a release those patches are for "
+                    "(patchkit explain ID)")
+            message = (f"vLLM {report.install.version} does not ship {', '.join(report.not_shipped)} (not in its RECORD, "
+                       f"or no RECORD to tell); the patches that need {them} were not run{others}")
+        error(PatchkitError(message, hint), False)
     return int(report.exit_code)
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, next_lines, out, waiting, watch_line
+from patchkit.ui.console import emit_json, qualified_note, next_lines, out, waiting, watch_line
 from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
 from patchkit.ui.runner import run
 
@@ -29,6 +29,8 @@ def _watch_command(action: str, target: str, site_packages: Optional[Path], pyth
         from patchkit.plugin_results import WatchAction  # lazy: the result types cost start-up time (list needs none)
         from patchkit.watch import watch as watch_mod  # lazy: the watch layer, only when a watch command runs
 
+        from patchkit.vllm.contract import beyond_qualified  # lazy: start-up, only when the command runs
+
         install = find_install(target, site_packages, python)
         if action == "install":
             report = watch_mod.install_watch(install, drafts=drafts, threshold=threshold, target=target,
@@ -38,10 +40,11 @@ def _watch_command(action: str, target: str, site_packages: Optional[Path], pyth
             report = watch_mod.remove_watch(install, target=target, on_wait=waiting(as_json))
         code = int(report.exit_code)
         if as_json:
-            emit_json({"command": f"watch {action}", **report.to_dict(), "exit_code": code})
+            emit_json({"command": f"watch {action}", **report.to_dict(),
+                       "newer_than_qualified": beyond_qualified(install.version), "exit_code": code})
             return code
         w = out()
-        w.line(f"vLLM {install.version} at {install.site_packages}")
+        w.line(f"vLLM {install.version} at {install.site_packages}", *qualified_note(beyond_qualified(install.version)))
         watch_line(w, report)
         if report.action is WatchAction.NO_PLUGIN_GROUP:
             next_lines(w, report.next_steps)

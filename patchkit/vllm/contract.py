@@ -44,6 +44,24 @@ A1_RELEASES = SpecifierSet(f">={EAGLE3_FIRST},<{NATIVE_FROM}", prereleases=True)
 """Releases with the A1 EAGLE-3 contract (stub Protocol methods; inline capture in each backbone)."""
 EAGLE3_RELEASES = SpecifierSet(f">={EAGLE3_FIRST}", prereleases=True)
 """Releases with a ``SupportsEagle3`` Protocol at all (A1 and later)."""
+NEWEST_QUALIFIED = "0.34.0"
+"""The newest release patchkit has been qualified on (``benchmarks/qualify.py``, ``docs/releases.md``): on a
+newer install every command says so (:func:`beyond_qualified`), and its verdicts rest only on the facts
+patchkit finds in that install's files."""
+
+
+def beyond_qualified(version: Version | str) -> str | None:
+    """The note every command shows for an install newer than :data:`NEWEST_QUALIFIED`, or None.
+
+    Args:
+        version: the install's release (``Install.version``); a pre-release of a newer release is newer.
+    """
+    if Version(str(version)) <= Version(NEWEST_QUALIFIED):
+        return None
+    return (f"newer than any release patchkit was qualified on: {NEWEST_QUALIFIED}; "
+            "verdicts rest only on the facts found in this install")
+
+
 KIMI_K25_FROM = "0.15.1"
 """The first release with ``model_executor/models/kimi_k25.py`` (``KimiK25ForConditionalGeneration`` in the
 registry; 0.14.1 has neither, 0.15.0 has no x86-64 wheel)."""
@@ -323,4 +341,4 @@ def install_info(install, contract: Contract) -> "InstallInfo":
     from patchkit.results import InstallInfo  # lazy: start-up, 'list' loads patches/ (and so this module) but no result type
 
     return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native, install.distribution)
+                       contract.patchable, contract.native, install.distribution, beyond_qualified(install.version))

@@ -223,6 +223,20 @@ def has_record(install: Install) -> bool:
     return (install.dist_info / "RECORD").is_file()
 
 
+def record_lists(install: Install, relpath: str) -> bool | None:
+    """Does the distribution's own ``RECORD`` list ``relpath`` (relative to site-packages)?
+
+    Returns:
+        True or False; None when there is no RECORD (an install without one cannot tell whether
+        its release ships the file).
+    Raises:
+        InstallNotFound: RECORD cannot be decoded (:func:`record_sha256`).
+    """
+    if not has_record(install):
+        return None
+    return relpath in record_sha256(install, [relpath])
+
+
 def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[str, str]:
     """SHA-256 (hex) of the files the distribution's ``RECORD`` lists with a hash, by relative path.
 

@@ -108,6 +108,74 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     return f"the layer call assigns {ast.unparse(target)}, not 'hidden_states, residual' or 'hidden_states'"
 
 
+@dataclass(frozen=True)
+class SplitLayer:
+    """A decoder-layer loop that runs each layer's input norm apart from the rest of the layer.
+
+    Fact (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py`` ``MistralLarge4Model.forward``
+    and ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the loop body runs
+    ``hidden_states, residual = layer.<norm>(hidden_states, residual)``, then (for the ids asked)
+    captures, then ``hidden_states, residual = layer(...)`` or ``layer.<rest>(...)``. Whether
+    ``<norm>`` is a fused add-and-norm, and so whether ``residual`` after it is the stream entering
+    the layer, is the layer class's to say (:func:`patchkit.vllm.stream_split.split_stream`).
+
+    Attributes:
+        loop: the ``for`` statement; layer: the name the layer is bound to; index: the global id's
+            expression (as :attr:`Loop.index`), or None.
+        norm: the layer method run first (``input_norm``); norm_at: its statement's position in the loop body.
+        rest: the method run after it, or None for the layer's own call; rest_at: its position.
+    """
+
+    loop: ast.For
+    layer: str
+    index: str | None
+    norm: str
+    norm_at: int
+    rest: str | None
+    rest_at: int
+
+
+def _pair_assigned(stmt: ast.stmt) -> ast.Call | None:
+    """The call of ``hidden_states, residual = <call>(...)`` that also passes ``residual``, else None."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
+            and [getattr(e, "id", None) for e in stmt.targets[0].elts] == ["hidden_states", "residual"]
+            and isinstance(stmt.value, ast.Call)):
+        return None
+    call = stmt.value
+    passed = [a for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, ast.Name)]
+    return call if {"hidden_states", "residual"} <= {a.id for a in passed} else None
+
+
+def split_layer(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> SplitLayer | None:
+    """The split-layer form of ``forward``'s one decoder-layer loop (:class:`SplitLayer`), or None.
+
+    Read structurally, never by class name: exactly one top-level loop statement binds
+    ``hidden_states, residual`` from a method of the layer given both, and exactly one later
+    statement binds them from the layer's call or another of its methods.
+    """
+    loops = [s for s in forward.body if isinstance(s, ast.For) and is_layer_loop(s)]
+    if len(loops) != 1:
+        return None
+    form = _loop_form(loops[0])
+    if isinstance(form, str):
+        return None
+    layer, index = form
+    steps = []
+    for i, stmt in enumerate(loops[0].body):
+        call = _pair_assigned(stmt)
+        if call is None:
+            continue
+        func = call.func
+        if isinstance(func, ast.Name) and func.id == layer:
+            steps.append((i, None))
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == layer:
+            steps.append((i, func.attr))
+    if len(steps) != 2 or steps[0][1] is None:
+        return None
+    (norm_at, norm), (rest_at, rest) = steps
+    return SplitLayer(loops[0], layer, index, norm, norm_at, rest, rest_at)
+
+
 def layer_call_branch(body: list[ast.stmt], calls: list[ast.Assign]) -> ast.If | None:
     """The ``if``/``else`` of ``body`` whose two arms each run the layer once, the same way, or None.
 

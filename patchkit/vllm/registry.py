@@ -175,14 +175,19 @@ class Registry:
         """The registry row for ``architecture``, or None when this release does not register it."""
         return self.entries.get(architecture)
 
-    def group_of(self, architecture: str) -> str | None:
-        """The first registry dict (other than ``_VLLM_MODELS``) that lists ``architecture``, or None.
+    def group_of(self, architecture: str, among: tuple[str, ...] | None = None) -> str | None:
+        """The first registry dict (other than ``_VLLM_MODELS``; of ``among`` when given) that lists
+        ``architecture``, or None.
 
-        Fact (vLLM 0.10.2 - 0.33.0, ``model_executor/models/registry.py``): text models are in
-        ``_TEXT_GENERATION_MODELS``, multimodal wrappers in ``_MULTIMODAL_MODELS``.
+        Fact (vLLM 0.10.2 - 0.34.0, ``model_executor/models/registry.py``): text models are in
+        ``_TEXT_GENERATION_MODELS``, multimodal wrappers in ``_MULTIMODAL_MODELS``. A name may be in
+        several dicts (0.33.0 and 0.34.0: ``LlavaNextForConditionalGeneration``,
+        ``Phi3VForCausalLM`` and ``Qwen2VLForConditionalGeneration`` are in ``_EMBEDDING_MODELS``,
+        which comes first, and in ``_MULTIMODAL_MODELS``): pass ``among`` (:data:`TARGET_GROUPS`)
+        to ask whether it is a target at all.
         """
         for name, rows in self.groups.items():
-            if name != ALL_MODELS_DICT and architecture in rows:
+            if name != ALL_MODELS_DICT and architecture in rows and (among is None or name in among):
                 return name
         return None
 

@@ -36,8 +36,8 @@ from patchkit.vllm.class_attrs import language_model_attr
 from patchkit.vllm.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
 from patchkit.vllm.contract import SETTER, Contract, is_stub, no_protocol
 from patchkit.vllm.loadpath import bare_language_model
-from patchkit.vllm.loops import Loop, decoder_loop, final_return_count
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.loops import Loop, decoder_loop, final_return_count, split_layer
+from patchkit.vllm.registry import TARGET_GROUPS, Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
 from patchkit.vllm.transformers_backend import backend_route
@@ -115,7 +115,7 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     Raises:
         SourceError: a file on the way does not parse.
     """
-    group = registry.group_of(architecture)
+    group = registry.group_of(architecture, TARGET_GROUPS) or registry.group_of(architecture)
     resolution = registry.resolve(architecture)
     if resolution is None:
         return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
@@ -339,6 +339,9 @@ def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
         return loop
     if loop.captures:
         return Shape.INTERFACE_ONLY, None
+    if split_layer(forward) is not None:  # 0.34.0's form: the stream exists only after the layer's own norm
+        return ("its loop runs each layer's input norm apart from the rest of the layer (a split layer): "
+                "patchkit writes no capture into that form")
     if final_return_count(forward) != 1:
         return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
     # an inherited forward is patched where it is defined (0.33.0 longcat_flash_ngram.py: FlashModel.forward)

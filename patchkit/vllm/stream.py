@@ -11,6 +11,13 @@ its first line is ``residual = hidden_states``, it adds the residual back itself
 full stream as ``hidden_states``; ``Exaone4Model.forward`` ends with ``self.norm(hidden_states)``).
 There the stream is ``hidden_states`` alone and ``hidden_states + residual`` is no stream at all.
 
+A third form runs each layer's input norm apart from the rest of the layer (0.34.0
+``MistralLarge4Model.forward`` and ``MiniMaxM3Model.forward``, :class:`patchkit.vllm.loops.SplitLayer`):
+the input norm is a fused add-and-norm of ``(hidden_states, residual)``, so the ``residual`` it
+returns is ``hidden_states + residual``, the stream entering the layer, and ``residual.clone()``
+taken after it (before the rest of the layer) is that stream. :func:`patchkit.vllm.stream_split.split_stream`
+decides it.
+
 This module reads three signals, never a list of names:
 
 1. the layer's ``forward`` (every decoder-layer class the backbone's ``__init__`` builds into
@@ -396,3 +403,4 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
     if all(s.exit is Exit.SINGLE for s in signals) and tail in (Tail.ALONE, Tail.NONE):
         return StreamVerdict(Stream.HIDDEN, f"{layer_text}; the backbone ends with {tail_text} ({tail_at})", first)
     return refuse(f"the loop binds hidden_states alone; {layer_text}; the backbone ends with {tail_text} ({tail_at})")
+

@@ -15,6 +15,7 @@ from patchkit.vllm.loops import Loop, decoder_loop
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.stream_split import SplitVerdict
 
 
 def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
@@ -114,6 +115,96 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
     checks.append(Check(FINAL_LAYER_CHECK, None,
                         "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
+                        f"{relpath}:{final[0].lineno}" if final else None,
+                        kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
+    return checks
+
+
+def _capture_test(stmt: ast.stmt) -> ast.Compare | None:
+    """The ``<id> in self.aux_hidden_state_layers`` of a capture ``if`` (alone, or one operand of an
+    ``and``: 0.34.0 ``MiniMaxM3Model.forward`` adds a pipeline-stage condition), else None."""
+    if not isinstance(stmt, ast.If):
+        return None
+    operands = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.And) else [stmt.test]
+    return next((t for t in operands if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.In)
+                 and _mentions_self(t.comparators[0], ATTR)), None)
+
+
+def _is_residual(value: ast.expr | None) -> bool:
+    """``residual`` or ``residual.clone()``."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "clone" \
+            and not value.args and not value.keywords:
+        value = value.func.value
+    return isinstance(value, ast.Name) and value.id == "residual"
+
+
+def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, verdict) -> list[Check]:
+    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.loops.SplitLayer`).
+
+    Fact (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py`` ``MistralLarge4Model.forward``,
+    ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the capture of id ``idx`` is
+    ``residual.clone()`` taken after ``layer.<norm>(hidden_states, residual)`` and before the rest of
+    the layer runs; that ``residual`` is the stream entering the layer when the norm is a fused
+    add-and-norm (``verdict``, :func:`patchkit.vllm.stream_split.split_stream`). Id ``n`` is captured after
+    the final fused norm, the same way.
+
+    Args:
+        forward: the function's AST; relpath: its file.
+        verdict: a :class:`patchkit.vllm.stream_split.SplitVerdict`, or the ``StreamRefusal`` saying why the
+            norm could not be shown to be a fused add-and-norm (the capture is then not checked).
+    Returns:
+        Checks for global ids, the capture, the tuple return and (informational) the final-layer capture.
+    """
+    where = f"{relpath}:{forward.lineno}"
+    if not isinstance(verdict, SplitVerdict):
+        return [Check("captures the residual stream entering each layer", None,
+                      f"not checked: the loop runs the layer's input norm apart, and {verdict.reason}",
+                      verdict.location, kind=NOT_FOLLOWED)]
+    split = verdict.split
+    body = split.loop.body
+    at = f"{relpath}:{split.loop.lineno}"
+    captures = [(i, stmt, _capture_test(stmt)) for i, stmt in enumerate(body) if _capture_test(stmt) is not None]
+    if len(captures) != 1:
+        return [Check("captures the residual stream entering each layer", False,
+                      f"{len(captures)} 'if <layer id> in self.{ATTR}' in the decoder-layer loop, expected 1", at,
+                      kind=NOT_FOLLOWED)]
+    i, stmt, test = captures[0]
+    index_name = ast.unparse(test.left)
+    global_ids = split.index is not None and index_name == split.index
+    checks = [Check("ids are global layer indices", True if global_ids else None,
+                    f"{index_name} is the global layer id" if global_ids else
+                    f"{index_name} is not the loop's global layer id ({split.index}): right without pipeline "
+                    "parallelism only", at)]
+    appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                and c.func.attr == "append" and c.args]
+    value = appended[0] if len(appended) == 1 else None
+    norm = f"layer.{split.norm}(hidden_states, residual)"
+    rest = f"layer.{split.rest}(...)" if split.rest else "layer(...)"
+    if value is None:
+        ok, detail = False, f"{len(appended)} appends in the capture, expected 1"
+    elif not _is_residual(value):
+        ok, detail = False, (f"{ast.unparse(value)} is not the residual stream: after {norm} the stream entering "
+                             f"the layer is residual ({verdict.evidence})")
+    elif i < split.norm_at:
+        ok, detail = False, (f"{ast.unparse(value)} is taken before {norm} adds the previous layer's output: "
+                             "that is not yet the stream entering the layer")
+    elif i > split.rest_at:
+        ok, detail = False, f"{ast.unparse(value)} is taken after {rest} runs: that is the next layer's input"
+    else:
+        ok, detail = True, f"{ast.unparse(value)} after {norm}, before {rest}: {verdict.evidence}"
+    checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
+    states = appended_list_name(stmt)
+    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
+               and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
+    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                        "" if returns else "the captured states never leave forward",
+                        f"{relpath}:{returns[0].lineno}" if returns else where))
+    after = forward.body[forward.body.index(split.loop) + 1:]
+    final = [n for s_ in after for n in ast.walk(s_) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer")
+             and _mentions_self(n.test, ATTR) and any(_is_residual(c.args[0]) for c in ast.walk(n) if isinstance(c, ast.Call)
+                                                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args)]
+    checks.append(Check(FINAL_LAYER_CHECK, None,
+                        "residual after the final fused norm" if final else "not captured: a draft that asks for id n gets fewer states",
                         f"{relpath}:{final[0].lineno}" if final else None,
                         kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
     return checks

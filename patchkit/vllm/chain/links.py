@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from patchkit.results import Check
-from patchkit.vllm.chain.capture import capture_checks, expected_stream, mixin_capture_checks
+from patchkit.vllm.chain.capture import capture_checks, expected_stream, mixin_capture_checks, split_capture_checks
 from patchkit.vllm.chain.kinds import BRANCH_LABEL, NOT_FOLLOWED
 from patchkit.vllm.chain.load_path import link_check
 from patchkit.vllm.composition import CompositionError, held_class, kind_of, registry_built, self_attr
@@ -20,6 +20,7 @@ from patchkit.vllm.platforms import branches
 from patchkit.vllm.runner.draft_reads import Derivation
 from patchkit.vllm.registry import Registry, Resolution
 from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.stream_split import split_stream
 
 
 def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution,
@@ -176,7 +177,9 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     node = Check(cls.name, True, "decoder backbone", cls.location)
     forward = tree.find_member(cls, "forward")
     expected = expected_stream(tree, registry, cls)
-    if forward is not None and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward[1])):
+    split = split_stream(tree, registry, cls)  # the input norm run apart (0.34.0): its own capture form
+    if forward is not None and split is None and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD
+                                                     for n in ast.walk(forward[1])):
         node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath, expected))
         node.ok = not any(c.failures() for c in node.children)
         return node
@@ -197,6 +200,8 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     forward = tree.find_member(cls, "forward")
     if forward is None:
         node.children.append(Check("forward()", False, "no forward in its MRO", cls.location))
+    elif split is not None:
+        node.children.extend(split_capture_checks(forward[1], f"{forward[0].relpath}", split))
     else:
         node.children.extend(capture_checks(forward[1], f"{forward[0].relpath}", expected))
     node.ok = not any(c.failures() for c in node.children)
