@@ -64,9 +64,9 @@ class MixerReading:
 
     def describe(self) -> str:
         if self.lossless:
-            return f"{self.kind} steps its state by the accepted tokens ({ACCEPTED}, {self.evidence})"
-        return (f"{self.kind} never reads {ACCEPTED}: it steps its state by every verified token, rejected ones "
-                f"included ({self.evidence})")
+            return f"{self.kind} steps its state by the accepted tokens only (reads {ACCEPTED}, {self.evidence})"
+        return (f"{self.kind} never reads {ACCEPTED}: it runs each verified token as a decode of its own and "
+                "keeps no accepted count, rejected draft tokens included")
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ class HybridReading:
     def explain(self) -> str:
         """The verdict with what it means for a user serving the model."""
         if self.lossless is False:
-            return ("greedy output with speculation differs from greedy output without it: "
-                    + "; ".join(m.describe() for m in self.lossy))
+            return ("; ".join(m.describe() for m in self.lossy)
+                    + "; greedy output with speculation differs from greedy output without it")
         if self.lossless is None:
             return (f"patchkit cannot tell whether speculation keeps {self.architecture}'s output unchanged "
                     f"({self.missing})")
@@ -220,4 +220,39 @@ def _read_mixer(tree: SourceTree, mixer: ClassRef) -> MixerReading:
     return MixerReading(mixer.name, mixer.location, False, update or mixer.location)
 
 
-__all__ = ["HybridReading", "MixerReading", "read_hybrid"]
+
+HYBRID_CHECK = "hybrid-mixers-lossless"
+"""The ``kind`` of verify's per-architecture check node that says :meth:`HybridReading.verdict`
+(``apply``'s chain gate does not veto on it: the selection refused the hybrid already, or ``--force``
+accepted it)."""
+
+
+def read_architecture(tree: SourceTree, registry, architecture: str, inner: str | None = None) -> HybridReading | None:
+    """:func:`read_hybrid` of a registry architecture's class; for a wrapper (a multimodal class that
+    builds its language model from the config) whose own mixers cannot be found, the language model's
+    (``inner``: :attr:`patchkit.vllm.shapes.ArchShape.inner`). None when the registry has no class for it."""
+    resolution = registry.resolve(architecture)
+    if resolution is None or resolution.cls is None:
+        return None
+    reading = read_hybrid(tree, resolution.cls)
+    if reading.hybrid and not reading.mixers and inner and inner != architecture:
+        held = registry.resolve(inner)
+        if held is not None and held.cls is not None:
+            found = read_hybrid(tree, held.cls)
+            if found.mixers:
+                return HybridReading(reading.architecture, True, found.mixers, reading.location, found.missing)
+    return reading
+
+
+def refusal(reading: HybridReading) -> str:
+    """``apply``'s refusal of a hybrid that is not lossless (or not checked) on this release."""
+    return (f"{reading.verdict()}: {reading.explain()}; patchkit writes no EAGLE-3 patch that changes what the model "
+            "says (pass --force to patch it anyway, accepting that output)")
+
+
+def accepted(reading: HybridReading) -> str:
+    """What a user accepts by patching a hybrid that is not lossless with ``--force``."""
+    return (f"accepted with --force: {reading.verdict()}; served with speculation, greedy output will differ "
+            "from greedy output without it ('patchkit rehearse' shows where)")
+
+__all__ = ["HYBRID_CHECK", "HybridReading", "MixerReading", "accepted", "read_architecture", "read_hybrid", "refusal"]
