@@ -1,6 +1,6 @@
 """Hybrids (issue 31): whether a hybrid's mixers keep speculative decoding lossless, read per release.
 
-On the H200 (vLLM 0.20.2, ``/work/shared/gpu/records``, tests/engine_records) LFM2 patched with
+On the H200 (vLLM 0.20.2, tests/engine_records/h200-vllm-0.20.2-lfm2.jsonl) LFM2 patched with
 EAGLE-3 served other tokens than without speculation, in all four modes. vLLM 0.20.2's ``ShortConv``
 never reads the mixer metadata's ``num_accepted_tokens``; 0.33.0's and 0.34.0's does. These tests run
 patchkit's reading (:mod:`patchkit.vllm.hybrids`) and its commands on the real release trees, and on
@@ -147,3 +147,36 @@ def test_the_0_34_0_hybrids_stay_patchable_and_verify_says_lossless(release, cli
 
     (node,) = [c for top in verified["checks"] for c in nodes(top) if c.get("kind") == HYBRID_CHECK]
     assert node["ok"] is True and node["detail"].startswith("lossless: ")
+
+
+LFM2_RECORDS = Path(__file__).parent / "engine_records" / "h200-vllm-0.20.2-lfm2.jsonl"
+"""LFM2 patched with EAGLE-3 on the H200 (vLLM 0.20.2's CUDA build, V1 runner, 2026-12-03): the
+``right`` rows of ``benchmarks/gpu_campaign.py``'s records, one per mode, as the GPU wrote them."""
+
+
+@pytest.mark.release
+def test_rehearse_names_the_mixer_when_a_hybrids_greedy_output_differs():
+    """The four recorded LFM2 runs, decided again with the reading of the release that ran them:
+    the aux states are right, greedy output differs with no near-tie, and the failure names ShortConv
+    and where 0.20.2's ShortConv steps its conv state without the accepted count."""
+    from patchkit.rehearse.rehearsal import decided_checks
+    from patchkit.rehearse.rehearsal_result import CheckName
+    from patchkit.rehearse.verdict import Device, Dtype
+
+    records = [json.loads(line) for line in LFM2_RECORDS.read_text().splitlines()]
+    assert {(r["path"], r["dtype"]) for r in records} == {("compiled", "bf16"), ("compiled", "fp32"),
+                                                           ("eager", "bf16"), ("eager", "fp32")}
+    reading = _reading(pristine_site_packages("0.20.2"), "Lfm2ForCausalLM")
+    for record in records:
+        report = record["report"]
+        assert report["vllm"] == "vllm 0.20.2" and report["architecture"] == "Lfm2ForCausalLM"
+        checks = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]),
+                                                    reading)}
+        assert checks[CheckName.AUX].ok is True
+        greedy = checks[CheckName.GREEDY]
+        assert greedy.ok is False
+        assert "no near-tie" in greedy.detail
+        assert "the target is a hybrid, its mixers (ShortConv) are not lossless on this release" in greedy.detail
+        assert greedy.where == reading.lossy[0].evidence and greedy.where.startswith(SHORT_CONV + ":")
+        plain = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]))}
+        assert "hybrid" not in plain[CheckName.GREEDY].detail  # the mixers are named only from the release's reading
