@@ -355,10 +355,10 @@ def main() -> int:
         todo = [j for j in control + jobs(cases, only) if j not in done]
         wrong = unprepared(state, todo)
     except Unprepared as exc:
-        log(state, f"setup error, nothing rehearsed: {exc}")
-        return 2
+        wrong = [str(exc)]
     if wrong:  # prepare() ran for these cases: an environment that still lacks one is a setup error
-        log(state, f"setup error, nothing rehearsed: not prepared for {', '.join(wrong)}")
+        log(state, f"setup error, nothing rehearsed: not prepared: {'; '.join(wrong)}")
+        shutil.copy(state / "log.txt", args.out / "log.txt")
         return 2
     log(state, f"{len(done)} done, {len(todo)} to do, {args.jobs} at a time")
     with ThreadPoolExecutor(args.jobs) as pool:
