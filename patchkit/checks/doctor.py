@@ -314,7 +314,16 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
     chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
-        verify_mod.settle(chain, classify(tree, registry, contract, facts.architecture))
+        shape = classify(tree, registry, contract, facts.architecture)
+        verify_mod.settle(chain, shape)
+        lossless = verify_mod.hybrid_check(tree, registry, facts.architecture, shape)  # a hybrid's mixers
+        if lossless is not None:
+            chain.children.append(lossless)
+            chain.ok = not any(c.failures() for c in chain.children)
+            if lossless.ok is not True:
+                actions.append(f"{facts.architecture} is a hybrid whose mixers do not keep speculative decoding lossless "
+                               f"on vLLM {install.version} ({lossless.detail.split(': ')[0]}: {lossless.location}): serve it "
+                               "without speculation, or on a release whose mixers read the accepted count")
     node = Check(label, chain.ok, "", cls.location, children=chain.children)
     if chain.ok:
         if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support

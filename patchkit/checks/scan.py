@@ -12,6 +12,7 @@ from typing import Any
 
 from patchkit.plan.arch_patches import PatchKind, parse_id
 from patchkit.vllm import contract as contract_mod
+from patchkit.vllm import hybrids
 from patchkit.vllm.install import Install
 from patchkit.store.journal import Journal
 from patchkit.vllm.registry import TARGET_GROUPS, Registry
@@ -35,6 +36,9 @@ class ScanRow:
     shape: str | None
     reason: str
     location: str | None
+    lossless: str | None = None
+    """For a hybrid: :meth:`patchkit.vllm.hybrids.HybridReading.verdict` (``lossless: ...``, ``not
+    lossless: <mixer> (<file:line>)``, ``not checked: ...``); None for an architecture that is not one."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,14 @@ def scan(install: Install) -> ScanReport:
         state = shape.state
         if state is State.NATIVE and shape.cls is not None and shape.cls.name in patched:
             state = State.PATCHED
+        reason, lossless = shape.reason, None
+        if state in (State.PATCHABLE, State.PATCHED, State.NATIVE, State.BROKEN):
+            reading = hybrids.read_architecture(tree, registry, arch, shape.inner)
+            if reading is not None and reading.hybrid:
+                lossless = reading.verdict()
+                if state is not State.NATIVE:
+                    refuses = "; apply refuses it without --force" if reading.lossless is not True else ""
+                    reason = f"hybrid, {lossless}{refuses}; {reason}"
         rows.append(ScanRow(arch, group, shape.cls.name if shape.cls else None, state.value,
-                            shape.shape.value if shape.shape else None, shape.reason, shape.location))
+                            shape.shape.value if shape.shape else None, reason, shape.location, lossless))
     return ScanReport(install_info(install, contract), tuple(rows))

@@ -13,7 +13,7 @@ import ast
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
-from patchkit.vllm import loadpath
+from patchkit.vllm import hybrids, loadpath
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
@@ -75,11 +75,29 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
             checks.append(node)
             continue
         node = architecture_chain(tree, registry, contract, resolution, derivation)
-        settle(node, classify(tree, registry, contract, arch))
+        shape = classify(tree, registry, contract, arch)
+        settle(node, shape)
+        lossless = hybrid_check(tree, registry, arch, shape)
+        if lossless is not None:
+            node.children.append(lossless)
+            node.ok = not any(c.failures() for c in node.children)
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
     return checks
+
+
+def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchShape) -> Check | None:
+    """For a hybrid: whether its mixers keep speculative decoding lossless on this release
+    (:func:`patchkit.vllm.hybrids.read_architecture`); fails when not, and when patchkit cannot tell
+    (not checked fails closed). None for an architecture that is not a hybrid."""
+    reading = hybrids.read_architecture(tree, registry, arch, shape.inner)
+    if reading is None or not reading.hybrid:
+        return None
+    evidence = next((m.evidence for m in (reading.lossy or reading.mixers)), reading.location)
+    return Check("speculative decoding keeps greedy output (hybrid mixers)", reading.lossless is True,
+                 f"{reading.verdict()}: {reading.explain()}" if reading.lossless is not True else reading.verdict(),
+                 evidence, kind=hybrids.HYBRID_CHECK)
 
 
 def settle(node: Check, shape: ArchShape) -> Check:

@@ -28,6 +28,7 @@ from patchkit.vllm import model_types
 from patchkit.vllm.composition import CompositionError, held_class, self_assignments
 from patchkit.vllm.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
                                     GETTER_A2, Contract, admits, is_multimodal)
+from patchkit.vllm import hybrids
 from patchkit.vllm.class_attrs import assigned_at
 from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry import Registry
@@ -257,7 +258,7 @@ def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, pat
 
 def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
                          families: tuple[Family, ...], model: ModelConfig | None = None,
-                         allow_list: list[str] | None = None) -> Selection:
+                         allow_list: list[str] | None = None, force: bool = False) -> Selection:
     """Plan the patches for ``architectures`` in this release (nothing is read or written but files).
 
     Args:
@@ -267,6 +268,8 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
         model: the checkpoint's config when ``--model`` was given.
         allow_list: the release's start-up allow-list entries, or None when it has none
             (:func:`patchkit.vllm.contract.read_allow_list`).
+        force: plan a hybrid whose mixers do not keep speculative decoding lossless on this release
+            (:func:`patchkit.vllm.hybrids.read_architecture`) instead of refusing it.
     Returns:
         A :class:`Selection`: patches in dependency order, one decision per architecture.
     Raises:
@@ -278,7 +281,7 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
     for arch in architectures:
         shape = classify(tree, registry, contract, arch, text_arch)
         try:
-            planned = _patches_for(tree, registry, contract, shape, families, model, allow_list)
+            planned = _patches_for(tree, registry, contract, shape, families, model, allow_list, force)
         except _Refuse as exc:
             decisions.append(ArchDecision(arch, shape, (), str(exc)))
             continue
@@ -293,12 +296,16 @@ class _Refuse(Exception):
 
 
 def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape: ArchShape,
-                 families: tuple[Family, ...], model: ModelConfig | None, allow_list: list[str] | None) -> list[Patch]:
+                 families: tuple[Family, ...], model: ModelConfig | None, allow_list: list[str] | None,
+                 force: bool = False) -> list[Patch]:
     arch = shape.architecture
     if shape.state is State.NATIVE:
         return []
     if shape.state is State.NOT_PATCHABLE or shape.shape is None:
         raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
+    mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
+    if mixers is not None and mixers.lossless is not True and not force:
+        raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
     assert shape.cls is not None
     a1 = contract.patchable
     out: list[Patch] = []
@@ -329,7 +336,7 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
             out.extend(served)
             requires.extend(p.id for p in served if p.codemod.kind == "interface")
         elif inner.state is not State.NATIVE:
-            inner_patches = _patches_for(tree, registry, contract, inner, families, None, None)
+            inner_patches = _patches_for(tree, registry, contract, inner, families, None, None, force)
             out.extend(inner_patches)
             requires.extend(p.id for p in inner_patches if p.id.endswith(":interface"))
     elif shape.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):

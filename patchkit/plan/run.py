@@ -9,9 +9,11 @@ run's rollback will leave, and writes nothing. Both import libcst (through :mod:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from patchkit.plan import arch_scope, missing, outcomes
+from patchkit.plan.arch_patches import interface_id
 from patchkit.plan.engine import plan as make_plan
 from patchkit.plan.gates import ChainCheck, gates
 from patchkit.plan.request import Request, check_requested
@@ -22,6 +24,7 @@ from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for
 from patchkit.store.records import PlannedWrite
 from patchkit.vllm import contract as contract_mod
+from patchkit.vllm import hybrids
 from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install
 from patchkit.vllm.registry import Registry
@@ -57,7 +60,7 @@ def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requ
         # already gets the same patches planned again (and they are "already applied")
         pristine = arch_scope.pristine_tree(install, journal, overrides) if journal.entries else tree
         patches, decided, archs, types = arch_selection(pristine, Registry(pristine) if pristine is not tree else registry,
-                                                         contract, request)
+                                                         contract, request, force)
     elif request:
         patches = []
         decided = (PatchResult("eagle3", Outcome.REFUSED, contract_mod.no_protocol(install.version)),)
@@ -70,6 +73,8 @@ def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requ
                             overrides=overrides, archs=archs, types=types, missing_files=missing_files,
                             chain_check=chain_check)
     final = outcomes.decide(results, vetoes)
+    if request and force and archs:
+        final = _accepted_hybrids(pristine, archs, final)
     files = [
         FileChange(path, sha256(planned.originals[path]), sha256(new), planned.patches_by_file.get(path, []))
         for path, new in sorted(planned.changed.items())
@@ -108,3 +113,16 @@ def dry_run(install: Install, *, chain_check: ChainCheck, target: str = "vllm", 
 
 
 __all__ = ["dry_run", "plan_run"]
+
+
+def _accepted_hybrids(tree: SourceTree, archs: Sequence[str], results: Sequence[PatchResult]) -> list[PatchResult]:
+    """With ``--force``: each planned interface patch of a hybrid that is not lossless on this release
+    (:func:`patchkit.vllm.hybrids.read_architecture`) gets a note saying what the user accepts."""
+    registry = Registry(tree)
+    notes = {}
+    for arch in archs:
+        resolution = registry.resolve(arch)
+        reading = hybrids.read_architecture(tree, registry, arch)
+        if resolution is not None and resolution.cls is not None and reading is not None and reading.lossless is not True:
+            notes[interface_id(resolution.cls.name)] = hybrids.accepted(reading)
+    return [replace(r, note=notes[r.id]) if r.id in notes and r.outcome.landed else r for r in results]

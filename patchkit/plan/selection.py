@@ -30,8 +30,11 @@ from patchkit.vllm.registry import Registry
 from patchkit.vllm.source import SourceTree
 
 
-def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, request: Request):
+def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, request: Request, force: bool = False):
     """The patches, pre-decided results, architectures and model types for an ``--arch``/``--model`` run.
+
+    ``force``: ``apply --force``: a hybrid whose mixers are not lossless here is planned, not refused
+    (:func:`patchkit.plan.arch_patches.select_architectures`).
 
     Returns:
         ``(patches, decided, architectures, model_types)``: the patches to plan (dependencies first),
@@ -52,7 +55,8 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
     served = {a: found for a in archs for found in [shipped_for(tree, registry, contract, a)] if found}
     shipped = list({p.id: p for found in served.values() for p in found}.values())
     generic = [a for a in archs if a not in served]
-    selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None)
+    selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None,
+                                     force=force)
     decided = []
     for d in selection.decisions:
         if d.refusal is not None:

@@ -104,10 +104,12 @@ def failure(name: str, exc: BaseException, **extra) -> dict:
 
 # --------------------------------------------------------------------------- checkpoints
 
-def engine(spec: dict, target: str, draft: str | None):
+def engine(spec: dict, target: str, draft: str | None, speculative: dict | None = None):
     """vLLM's ``LLM`` on the miniature: the spec's dtype, vLLM's default path (torch.compile, and
     CUDA graphs on a GPU) unless ``eager``; on cuda a fixed KV cache (``kv_cache_memory_bytes``) and
-    a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then)."""
+    a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then).
+    ``draft``: an EAGLE-3 draft folder; ``speculative``: another ``speculative_config`` instead
+    (``benchmarks/spec_control.py``'s ngram control); neither: no speculation."""
     from vllm import LLM  # lazy: target interpreter only; a failed import is a failed step in the report
 
     kwargs = dict(model=target, skip_tokenizer_init=True, dtype=spec.get("dtype", "float32"),
@@ -118,7 +120,9 @@ def engine(spec: dict, target: str, draft: str | None):
         kwargs["gpu_memory_utilization"] = float(spec.get("gpu_memory_utilization", 0.1))
         if spec.get("kv_cache_memory_bytes"):
             kwargs["kv_cache_memory_bytes"] = int(spec["kv_cache_memory_bytes"])
-    if draft is not None:
+    if speculative is not None:
+        kwargs["speculative_config"] = dict(speculative)
+    elif draft is not None:
         kwargs["speculative_config"] = {"method": "eagle3", "model": draft,
                                         "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2))}
     return LLM(**kwargs)

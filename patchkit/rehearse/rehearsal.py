@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from patchkit.vllm import drafts
+from patchkit.vllm.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoint import read_config
 from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install
@@ -153,9 +154,13 @@ def _from_step(step: dict) -> RehearsalCheck:
     return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
 
 
-def decided_checks(raw: dict, device: Device, dtype: Dtype) -> list[RehearsalCheck]:
+def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReading | None = None) -> list[RehearsalCheck]:
     """The aux, acceptance and greedy checks, decided by :mod:`patchkit.rehearse.verdict` on the
-    driver's ``raw`` figures (what a GPU recorded decides the same way on a CPU machine)."""
+    driver's ``raw`` figures (what a GPU recorded decides the same way on a CPU machine).
+
+    ``hybrid``: the target's :func:`patchkit.vllm.hybrids.read_architecture` on the release that ran;
+    a failed greedy check of a hybrid names its mixer kinds, and where a mixer is not lossless, its
+    ``file:line``."""
     tol = verdict.tolerance(device, dtype)
     out = []
     if "aux" in raw:
@@ -165,9 +170,21 @@ def decided_checks(raw: dict, device: Device, dtype: Dtype) -> list[RehearsalChe
         v = verdict.decide_acceptance(raw["counters"], raw.get("offline"))
         out.append(RehearsalCheck(CheckName.ACCEPTANCE, v.ok, v.detail, None, {**v.figures, "cause": v.cause.name}))
     if "greedy" in raw:
-        v = verdict.decide_greedy(raw["greedy"], tol)
-        out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, None, v.figures))
+        mixers = hybrid if hybrid is not None and hybrid.hybrid else None
+        v = verdict.decide_greedy(raw["greedy"], tol, _mixers_said(mixers) if mixers is not None else None)
+        where = next((m.evidence for m in mixers.lossy), None) if mixers is not None and v.ok is False else None
+        out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, where, v.figures))
     return out
+
+
+def _mixers_said(reading: HybridReading) -> str:
+    """A hybrid's mixers for a failed greedy check: which kind is not lossless on this release, and why."""
+    kinds = ", ".join(m.kind for m in reading.mixers) or "(none found)"
+    if reading.lossless is False:
+        return f"({kinds}) are not lossless on this release: {reading.explain()}"
+    if reading.lossless is None:
+        return f"were not checked ({reading.missing})"
+    return f"({kinds}) read the accepted count on this release, so the difference is not theirs"
 
 
 def resolve_dtype(dtype: str, device: Device) -> Dtype:
@@ -223,6 +240,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
     arch = _registered_architecture(install, target_cfg)
+    source = SourceTree(install.site_packages)
+    hybrid = read_architecture(source, Registry(source), arch)  # names the mixers when greedy output differs
     mini = shrink(target_cfg, draft_cfg)
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
@@ -261,7 +280,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
             data = json.loads(report_path.read_text())
             checks += [_from_step(s) for s in data["steps"]]
             raw = data.get("raw", {})
-            checks += decided_checks(raw, where, kind)
+            checks += decided_checks(raw, where, kind, hybrid)
             figures = {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
         else:
             last = next((t for t in reversed(tail) if t.strip()), "no output")

@@ -307,7 +307,7 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
     return Verdict(True, text, AcceptanceCause.AS_OFFLINE, figures)
 
 
-def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance) -> Verdict:
+def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | None = None) -> Verdict:
     """Greedy output with speculation against without (the module docstring, 3).
 
     Args:
@@ -315,6 +315,8 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance) -> Verdict:
             ``difference`` (transformers' relative logit ``gap`` of the two tokens where they first
             differ, or None).
         tol: the device and dtype's tolerance (``logit_tie``).
+        hybrid: for a hybrid target, what its mixers do with rejected draft tokens on this release
+            (:meth:`patchkit.vllm.hybrids.HybridReading.verdict`), added to a failure's text.
     """
     if not greedy or greedy.get("plain_tokens") is None:
         return Verdict(None, "not run: an earlier step failed")
@@ -336,9 +338,11 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance) -> Verdict:
                              f"chose its experts by {margin:.1e} relative (a routing near-tie, tolerance "
                              f"{tol.router_tie:.0e}), so a correct engine may route that token otherwise with or without "
                              "speculation: rehearse --dtype fp32, or compare --eager", None, figures)
-    return Verdict(False, f"first difference at token {i}" + (f" (transformers' logits of the two tokens {gap:.1e} "
-                                                               "apart relative: no near-tie)" if gap is not None else ""),
-                   None, figures)
+    text = f"first difference at token {i}" + (f" (transformers' logits of the two tokens {gap:.1e} "
+                                                "apart relative: no near-tie)" if gap is not None else "")
+    if hybrid is not None:
+        text += f"; the target is a hybrid, its mixers {hybrid}"
+    return Verdict(False, text, None, figures)
 
 
 __all__ = ["AcceptanceCause", "AuxCause", "Device", "Dtype", "IdMatch", "MIN_OFFLINE", "MIN_RATIO", "TOLERANCES",

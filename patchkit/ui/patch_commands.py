@@ -30,7 +30,7 @@ def apply(
     python: Optional[Path] = PythonOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
     patch: Optional[list[str]] = typer.Option(None, "--patch", help="Only this patch (and what it needs); repeatable."),
-    force: bool = typer.Option(False, "--force", help="Patch files that differ from the distribution's RECORD."),
+    force: bool = typer.Option(False, "--force", help="Patch files that differ from the distribution's RECORD, and hybrids whose mixers lose losslessness under speculation on this release (docs/hybrids.md)."),
     arch: Optional[list[str]] = ArchOpt,
     model: Optional[Path] = ModelOpt,
     as_json: bool = JsonOpt,
