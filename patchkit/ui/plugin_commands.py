@@ -2,7 +2,7 @@
 ``watch``): a call into :mod:`patchkit.api`, one line, an exit code.
 
 Typer command functions, registered on each plugin's sub-app by :mod:`patchkit.ui.cli`
-(:func:`install_command`, :func:`remove_command`; the watch's install takes its two settings).
+(:func:`command`; the watch's install takes its two settings).
 """
 
 from __future__ import annotations
@@ -58,26 +58,16 @@ def _plugin_command(name: str, action: str, target: str, site_packages: Optional
     run(as_json, body, site_packages, python)
 
 
-def install_command(name: str, summary: str) -> Callable[..., None]:
-    """The ``<name> install`` command of a plugin without settings; ``summary`` is its help line."""
+def command(name: str, action: str, summary: str) -> Callable[..., None]:
+    """The ``<name> <action>`` command (``install``, ``remove``) of a plugin without settings of its own;
+    ``summary`` is its help line."""
 
-    def install(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
-                python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
-        _plugin_command(name, "install", target, site_packages, python, as_json)
+    def plugin_command(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
+                       python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
+        _plugin_command(name, action, target, site_packages, python, as_json)
 
-    install.__doc__ = summary
-    return install
-
-
-def remove_command(name: str, summary: str) -> Callable[..., None]:
-    """The ``<name> remove`` command of a plugin; ``summary`` is its help line."""
-
-    def remove(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
-               python: Optional[Path] = PythonOpt, as_json: bool = JsonOpt) -> None:
-        _plugin_command(name, "remove", target, site_packages, python, as_json)
-
-    remove.__doc__ = summary
-    return remove
+    plugin_command.__doc__ = summary
+    return plugin_command
 
 
 def watch_install(target: str = TargetOpt, site_packages: Optional[Path] = SitePackagesOpt,
@@ -92,7 +82,7 @@ def watch_install(target: str = TargetOpt, site_packages: Optional[Path] = SiteP
                     {"drafts": drafts, "threshold": threshold})
 
 
-guard_install = install_command("guard", "Install (or refresh) the guard for the files patchkit has patched in this "
+guard_install = command("guard", "install", "Install (or refresh) the guard for the files patchkit has patched in this "
                                          "install (journaled).")
-guard_remove = remove_command("guard", "Delete the guard's files; the vLLM patches stay ('patchkit revert' removes both).")
-watch_remove = remove_command("watch", "Delete the watch's files; the vLLM patches stay ('patchkit revert' removes both).")
+guard_remove = command("guard", "remove", "Delete the guard's files; the vLLM patches stay ('patchkit revert' removes both).")
+watch_remove = command("watch", "remove", "Delete the watch's files; the vLLM patches stay ('patchkit revert' removes both).")
