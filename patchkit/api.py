@@ -167,8 +167,9 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
-    runs = {guard_mod.NAME: PluginRun(guard, command_options, os.path.abspath(request.model) if request.model is not None
-                                      else None, target),  # absolute: the guard's line is read from the server's folder
+    # the model absolute: the guard's line is read from the server's working folder, not this one
+    model = os.path.abspath(request.model) if request.model is not None else None
+    runs = {guard_mod.NAME: PluginRun(guard, command_options, model, target),
             watch_mod.NAME: PluginRun(watch, command_options, target=target,
                                       settings={"drafts": watch_drafts, "threshold": watch_threshold})}
     wanted = [plugin for plugin in PLUGINS if runs[plugin.NAME].want]
@@ -419,7 +420,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             if not plugin.installed(install):
                 continue
             try:
-                followed[name] = plugin.sync(install, journal, PluginRun(target=target)) if refresh else plugin.remove(install)
+                followed[name] = (plugin.sync(install, journal, PluginRun(target=target)) if refresh else
+                                  plugin.remove(install))
             except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
                 raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
                                          run_steps.plugin_step((), "refresh it", name=name) if refresh else

@@ -381,7 +381,7 @@ class StatusReport:
     """With ``--arch``/``--model``: one :class:`patchkit.plan.arch_scope.ArchState` per architecture (the
     entries are then only the files holding their patches); empty otherwise."""
     guard: "PluginReport | None" = None
-    """patchkit's guard in this install (:class:`~patchkit.plugin_results.PluginReport`), or None when it is not installed."""
+    """patchkit's guard in this install (:class:`~patchkit.plugin_results.PluginReport`), or None: not installed."""
     watch: "PluginReport | None" = None
     """The acceptance watch in this install (:class:`~patchkit.plugin_results.PluginReport`), or None."""
     reapply: tuple = ()

@@ -28,7 +28,8 @@ def test_the_guard_and_the_watch_are_the_plugins_api_iterates():
         assert api.plugin_named(plugin.NAME) is plugin
         # the entry-point group is the distribution's, and its first release is one contract.py names
         assert [group for group, _ in plugin.DIST.entry_points] == [plugin.GROUP]
-        assert plugin.FIRST_RELEASE in {v for k, v in vars(contract).items() if k.endswith("_FROM") or k.endswith("_FIRST")}
+        releases = {v for k, v in vars(contract).items() if k.endswith(("_FROM", "_FIRST"))}
+        assert plugin.FIRST_RELEASE in releases
         assert set(LAYOUT) <= set(plugin.LAYOUT) and len(set(plugin.LAYOUT)) == len(plugin.LAYOUT)
     assert api.PLUGINS[0].FIRST_RELEASE == contract.GENERAL_PLUGINS_FROM
     assert api.PLUGINS[1].FIRST_RELEASE == contract.STAT_LOGGER_PLUGINS_FROM

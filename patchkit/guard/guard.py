@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from patchkit.vllm.install import Install
 
 NAME = "guard"
-"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit guard ...``, the reports' ``guard`` key."""
+"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit guard ...``, the reports' key."""
 DISTRIBUTION = "patchkit-guard"
 """The guard's distribution name (``pip list`` shows it); also the name of its journal."""
 PACKAGE = "patchkit_guard"

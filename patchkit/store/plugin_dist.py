@@ -209,7 +209,8 @@ class Plugin(Protocol):
 
     def sync(self, install: Install, journal: Journal, run: PluginRun = ..., *,
              dry_run: bool = False) -> PluginReport | None:
-        """Install or refresh it for the vLLM journal as it is now, under the install's lock (None: not installed, not wanted)."""
+        """Install or refresh it for the vLLM journal as it is now, under the install's lock (None: neither
+        installed nor wanted)."""
 
     def remove(self, install: Install, *, dry_run: bool = False) -> PluginReport:
         """Delete its files, under the install's lock (``removed``, or ``not installed``)."""

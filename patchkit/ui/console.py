@@ -120,7 +120,8 @@ def failing_lines(checks: list[Check], prefix: str = "missing: ") -> list[str]:
 
 
 def guard_line(writer: Writer, guard: PluginReport) -> None:
-    """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.plugin_results.PluginReport`)."""
+    """One line about patchkit's guard after apply, revert or status (its
+    :class:`~patchkit.plugin_results.PluginReport`)."""
     from patchkit.plugin_results import PluginAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
     style = "red" if guard.problems else "green" if guard.installed else "yellow"

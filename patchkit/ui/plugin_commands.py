@@ -84,5 +84,7 @@ def watch_install(target: str = TargetOpt, site_packages: Optional[Path] = SiteP
 
 guard_install = command("guard", "install", "Install (or refresh) the guard for the files patchkit has patched in this "
                                          "install (journaled).")
-guard_remove = command("guard", "remove", "Delete the guard's files; the vLLM patches stay ('patchkit revert' removes both).")
-watch_remove = command("watch", "remove", "Delete the watch's files; the vLLM patches stay ('patchkit revert' removes both).")
+guard_remove = command("guard", "remove", "Delete the guard's files; the vLLM patches stay "
+                                          "('patchkit revert' removes both).")
+watch_remove = command("watch", "remove", "Delete the watch's files; the vLLM patches stay "
+                                          "('patchkit revert' removes both).")

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from patchkit.vllm.install import Install
 
 NAME = "watch"
-"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit watch ...``, the reports' ``watch`` key."""
+"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit watch ...``, the reports' key."""
 GROUP = stat_loggers.GROUP
 FIRST_RELEASE = stat_loggers.FIRST_RELEASE
 """The first release with :data:`GROUP` (:data:`patchkit.vllm.contract.STAT_LOGGER_PLUGINS_FROM`)."""
@@ -321,7 +321,8 @@ def check(report: PluginReport) -> Check:
 
 
 def check_run(run: PluginRun) -> None:
-    """Raise :class:`UsageError` (exit 2) for ``run``'s ``drafts``/``threshold`` out of range (:func:`check_settings`)."""
+    """Raise :class:`UsageError` (exit 2) for ``run``'s ``drafts``/``threshold`` out of range
+    (:func:`check_settings`)."""
     check_settings(run.settings.get("drafts"), run.settings.get("threshold"))
 
 
