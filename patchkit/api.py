@@ -16,6 +16,7 @@ from patchkit import interrupt
 from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
 from patchkit.guard import guard as guard_mod
+from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
 from patchkit.plan.request import Request, check_requested
@@ -31,6 +32,8 @@ from patchkit.results import (
     StatusReport,
     VerifyReport,
 )
+from patchkit.store import plugin_dist
+from patchkit.store.plugin_dist import Plugin
 from patchkit.store.journal import Journal, journal_for, unfinished_check
 from patchkit.store.preflight import cache_problem, import_problem
 from patchkit.vllm import contract as contract_mod
@@ -38,6 +41,9 @@ from patchkit.vllm.contract import install_info
 from patchkit.vllm.install import Install, has_record, record_sha256
 from patchkit.vllm.source import SourceTree
 from patchkit.watch import watch as watch_mod
+
+PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
+"""patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
     from patchkit.vllm.registry import Registry
@@ -59,6 +65,27 @@ def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
     from patchkit.checks.verify import verify as chain_check  # lazy: start-up, 'status' and 'revert' load no chain check
 
     return chain_check(tree, registry, contract, architectures, model_types, requested)
+
+
+def plugin_named(name: str) -> Plugin:
+    """The plugin of :data:`PLUGINS` called ``name`` (``guard``, ``watch``); KeyError for another name."""
+    return {plugin.NAME: plugin for plugin in PLUGINS}[name]
+
+
+def install_plugin(name: str, install: Install, run: PluginRun, *, on_wait=None) -> PluginReport:
+    """``patchkit <name> install``: :func:`patchkit.store.plugin_dist.install_plugin` for the plugin ``name``."""
+    return plugin_dist.install_plugin(plugin_named(name), install, run, on_wait=on_wait)
+
+
+def remove_plugin(name: str, install: Install, *, target: str = "vllm", on_wait=None) -> PluginReport:
+    """``patchkit <name> remove``: :func:`patchkit.store.plugin_dist.remove_plugin` for the plugin ``name``."""
+    return plugin_dist.remove_plugin(plugin_named(name), install, target=target, on_wait=on_wait)
+
+
+def _revert_blockers(install: Install) -> dict[str, tuple[str, ...]]:
+    """``{path: patch ids}`` of the installed plugins' files a revert must not delete without ``--force``."""
+    return {path: ids for plugin in PLUGINS if plugin.installed(install)
+            for path, ids in plugin.revert_blockers(install).items()}
 
 
 def _late_signal(what: str) -> None:
@@ -140,9 +167,16 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
-    if watch:
-        watch_mod.check_settings(watch_drafts, watch_threshold)
-    elsewhere = import_problem(install) or cache_problem(install) or (watch_mod.refusal(install) if watch else None)
+    # the model absolute: the guard's line is read from the server's working folder, not this one
+    model = os.path.abspath(request.model) if request.model is not None else None
+    runs = {guard_mod.NAME: PluginRun(guard, command_options, model, target),
+            watch_mod.NAME: PluginRun(watch, command_options, target=target,
+                                      settings={"drafts": watch_drafts, "threshold": watch_threshold})}
+    wanted = [plugin for plugin in PLUGINS if runs[plugin.NAME].want]
+    for plugin in wanted:
+        plugin.check_run(runs[plugin.NAME])
+    elsewhere = (import_problem(install) or cache_problem(install) or
+                 next((found for found in (plugin.refusal(install) for plugin in wanted) if found is not None), None))
     if elsewhere is not None:
         raise elsewhere
     patches = select(everything, patch_ids) if not request else None
@@ -154,10 +188,8 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
         report = plan_dry_run(install, chain_check=run_checks, target=target, patch_ids=patch_ids, request=request,
                               force=force)
-        if guard and not report.refused:
-            report = replace(report, guard=guard_mod.would_install(install, report, journal))
-        if watch and not report.refused:
-            report = replace(report, watch=watch_mod.would_install(install, watch_drafts, watch_threshold))
+        for plugin in wanted if not report.refused else ():
+            report = replace(report, **{plugin.NAME: plugin.would_install(install, report, journal, runs[plugin.NAME])})
         return _with_steps(install, report, request, target, force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
@@ -181,18 +213,12 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         if not report.refused:
             done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
                     if report.written else "the patches were applied already (nothing to write)")
-            for name, had, want, sync in (
-                    ("guard", guard_mod.installed(install), guard, lambda: guard_mod.sync(
-                        install, journal, command_options=command_options, want=guard, target=target,
-                        # absolute: the guard's line is read from the server's working folder, not this one
-                        model=os.path.abspath(request.model) if request.model is not None else None)),
-                    ("watch", watch_mod.installed(install), watch, lambda: watch_mod.sync(
-                        install, journal, want=watch, drafts=watch_drafts, threshold=watch_threshold,
-                        command_options=command_options))):
-                if not (had or want):
+            for plugin in PLUGINS:
+                name, had = plugin.NAME, plugin.installed(install)
+                if not (had or runs[name].want):
                     continue
                 try:
-                    found = sync()
+                    found = plugin.sync(install, journal, runs[name])
                 except Interrupted as exc:  # the vLLM files are written (committed) already: say so
                     raise _guard_interrupted(exc, done, "refreshed" if had else "installed", run_steps.plugin_step(
                         command_options, "refresh it" if had else "install it", name=name), name) from None
@@ -266,10 +292,9 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         checks.insert(1, Check("the interpreter imports this vLLM", False, elsewhere.message))
     if journal.entries:
         checks.insert(1, journal_check(install, journal))
-    if guard_mod.installed(install):
-        checks.insert(1, guard_mod.check(guard_mod.state(install, journal)))
-    if watch_mod.installed(install):
-        checks.insert(1, watch_mod.check(watch_mod.state(install, journal)))
+    for plugin in PLUGINS:
+        if plugin.installed(install):
+            checks.insert(1, plugin.check(plugin.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
         from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs the probe
@@ -344,16 +369,15 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
                              f"{', '.join(request.architectures) or request.model}", "",
                              NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
-        if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
+        if any(plugin.installed(install) for plugin in PLUGINS):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
-                edits = {} if force else guard_mod.edited(install)
+                edits = {} if force else _revert_blockers(install)
                 if edits:
                     done = plan_revert(install, journal, force, guard_edits=edits)
                     return RevertReport(info, done.files, refused=True,
                                         next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
-                removed = guard_mod.remove(install, locked=True) if guard_mod.installed(install) else None
-                watched = watch_mod.remove(install) if watch_mod.installed(install) else None
-            return RevertReport(info, [], refused=False, guard=removed, watch=watched)
+                removed = {plugin.NAME: plugin.remove(install) for plugin in PLUGINS if plugin.installed(install)}
+            return RevertReport(info, [], refused=False, **removed)
         return RevertReport(info, [], refused=False)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
@@ -368,7 +392,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
             narrow = arch_scope.narrowing(install, journal, request)
             rewrite = arch_scope.rewritten(install, journal, narrow)
         # every revert deletes or rewrites an installed guard's files: one edited by hand blocks it too
-        edits = {} if force or not guard_mod.installed(install) else guard_mod.edited(install)
+        edits = {} if force else _revert_blockers(install)
         done = plan_revert(install, journal, force, narrow, rewrite, edits)
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
@@ -390,21 +414,21 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
         done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
-        guarded = watched = None
-        for name, mod in (("guard", guard_mod), ("watch", watch_mod)):
-            if not mod.installed(install):
+        followed = {}
+        for plugin in PLUGINS:
+            name = plugin.NAME
+            if not plugin.installed(install):
                 continue
             try:
-                found = (guard_mod.sync(install, journal, target=target) if name == "guard" else
-                         watch_mod.sync(install, journal)) if refresh else mod.remove(install)
+                followed[name] = (plugin.sync(install, journal, PluginRun(target=target)) if refresh else
+                                  plugin.remove(install))
             except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
                 raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
                                          run_steps.plugin_step((), "refresh it", name=name) if refresh else
                                          run_steps.plugin_step((), "remove it", remove=True, name=name), name) from None
-            guarded, watched = (found, watched) if name == "guard" else (guarded, found)
         journal.remove_if_empty()
     _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
-    return RevertReport(info, files, refused=False, guard=guarded, watch=watched)
+    return RevertReport(info, files, refused=False, **followed)
 
 
 def status(install: Install, *, target: str = "vllm", request: Request = Request()) -> StatusReport:
@@ -445,8 +469,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
                     journal.entries[path].applied_at)
         for path in paths
     ]
-    guarded = guard_mod.state(install, journal) if guard_mod.installed(install) else None
-    watched = watch_mod.state(install, journal) if watch_mod.installed(install) else None
+    shown = {plugin.NAME: plugin.state(install, journal) for plugin in PLUGINS if plugin.installed(install)}
     replaced = [journal.entries[e.path] for e in entries if e.state in REPLACED]
     reapply: tuple[tuple[str, ...], ...] = ()
     if replaced:
@@ -463,7 +486,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         steps = next_steps.reapply(reapply, target=target, model=guard_mod.recorded_model(install))
     return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
                         unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        guard=guarded, watch=watched, reapply=reapply, next_steps=steps)
+                        reapply=reapply, next_steps=steps, **shown)
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

@@ -14,9 +14,13 @@ def jsonable(value: Any) -> Any:
     """The JSON-ready form of a result value, at any depth: a :class:`~patchkit.advice.NextStep` as
     :meth:`~patchkit.advice.NextStep.to_dict` gives it (so every report's ``next_steps``, the guard's
     nested in apply, revert and status included, has one shape: docs/json.md), another dataclass as
-    its fields, an :class:`Enum` as its value, tuples as lists."""
+    its fields (or, when it has one, what its ``json_fields()`` gives: the keys of a
+    :class:`~patchkit.plugin_results.PluginReport` its plugin lays out), an :class:`Enum` as its
+    value, tuples as lists."""
     if isinstance(value, NextStep):
         return value.to_dict()
+    if callable(getattr(type(value), "json_fields", None)):
+        return {k: jsonable(v) for k, v in value.json_fields().items()}
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Enum):

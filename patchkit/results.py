@@ -16,7 +16,7 @@ from patchkit.errors import ExitCode
 from patchkit.pending import PendingFile, PendingRun  # noqa: F401 - part of the result types (StatusReport.unfinished)
 
 if TYPE_CHECKING:
-    from patchkit.plugin_results import GuardReport, WatchReport
+    from patchkit.plugin_results import PluginReport
 
 
 class Outcome(str, Enum):
@@ -175,9 +175,9 @@ class ApplyReport:
     unfinished: "PendingRun | None" = None
     missing_files: tuple[str, ...] = ()
     not_shipped: tuple[str, ...] = ()
-    guard: "GuardReport | None" = None
+    guard: "PluginReport | None" = None
     """With ``--guard``, or when the guard is installed: what this run did with it (else None)."""
-    watch: "WatchReport | None" = None
+    watch: "PluginReport | None" = None
     """With ``--watch``, or when the acceptance watch is installed: what this run did with it (else None)."""
     next_steps: tuple[NextStep, ...] = ()
     """What to run next (:class:`~patchkit.advice.NextStep`): after a write, verify and revert; after a
@@ -331,9 +331,9 @@ class RevertReport:
     install: InstallInfo
     files: tuple[RevertedFile, ...]
     refused: bool
-    guard: "GuardReport | None" = None
+    guard: "PluginReport | None" = None
     """What the revert did with patchkit's guard (removed, refreshed), or None when it is not installed."""
-    watch: "WatchReport | None" = None
+    watch: "PluginReport | None" = None
     """What the revert did with the acceptance watch (removed, refreshed), or None when it is not installed."""
     next_steps: tuple[NextStep, ...] = ()
     """When refused: ``revert --force`` and the reinstall that also gives the release's bytes back."""
@@ -386,10 +386,10 @@ class StatusReport:
     architectures: tuple = ()
     """With ``--arch``/``--model``: one :class:`patchkit.plan.arch_scope.ArchState` per architecture (the
     entries are then only the files holding their patches); empty otherwise."""
-    guard: "GuardReport | None" = None
-    """patchkit's guard in this install (:class:`GuardReport`), or None when it is not installed."""
-    watch: "WatchReport | None" = None
-    """The acceptance watch in this install (:class:`~patchkit.plugin_results.WatchReport`), or None."""
+    guard: "PluginReport | None" = None
+    """patchkit's guard in this install (:class:`~patchkit.plugin_results.PluginReport`), or None: not installed."""
+    watch: "PluginReport | None" = None
+    """The acceptance watch in this install (:class:`~patchkit.plugin_results.PluginReport`), or None."""
     reapply: tuple = ()
     """When a reinstall or an upgrade replaced journaled files: the ``--arch`` option lists that patch
     them again (``()`` for the default set, ``("Glm4MoeForCausalLM",)`` for what an ``--arch``/``--model``

@@ -97,13 +97,14 @@ def test_every_reports_next_steps_have_one_json_shape():
     """Issue 25: the guard's ``next_steps`` (``guard install`` alone, and nested in apply, revert and
     status) lacked ``command`` and ``changes``; every report renders a step with NextStep.to_dict."""
     from patchkit.advice import Effect, NextStep, patchkit_argv
-    from patchkit.plugin_results import GuardAction, GuardReport
+    from patchkit.guard import guard as guard_mod
+    from patchkit.plugin_results import PluginAction
     from patchkit.results import StatusReport
 
     step = NextStep(patchkit_argv("apply", target="vllm", guard=True), "patches and guards", effect=Effect.PATCHES)
     shape = set(step.to_dict())
     assert {"argv", "command", "why", "effect", "changes"} <= shape
-    guard = GuardReport(GuardAction.NOTHING_TO_GUARD, False, next_steps=(step,))
+    guard = guard_mod.report(PluginAction.NOTHING_TO_GUARD, False, next_steps=(step,))
     reports = {
         "guard install": guard.to_dict(),
         "apply": ApplyReport(INFO, False, RESULTS, (), True, guard=guard, next_steps=(step,)).to_dict(),

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import pytest
 from vllm_release import pristine_site_packages, venv_python
 
-from patchkit.plugin_results import WatchAction
+from patchkit.plugin_results import PluginAction
 from patchkit.watch import watch as watch_mod
 
 PLUGIN = Path(watch_mod.__file__).with_name("watch_plugin.py")
@@ -304,7 +304,7 @@ def test_watch_install_on_a_release_without_the_group_says_so_and_writes_nothing
     assert result.exit_code == 3, result.stdout
     assert "vLLM 0.10.2 has no 'vllm.stat_logger_plugins' entry-point group" in result.stdout
     code, data = cli.json("watch", "install", "--site-packages", str(site))
-    assert code == 3 and data["action"] == WatchAction.NO_PLUGIN_GROUP.value and data["installed"] is False
+    assert code == 3 and data["action"] == PluginAction.NO_PLUGIN_GROUP.value and data["installed"] is False
     applied = cli("apply", "--site-packages", str(site), "--watch")  # the DeepSeek patches would apply here
     assert applied.exit_code == 3 and "no 'vllm.stat_logger_plugins' entry-point group" in applied.stderr
     assert "Traceback" not in applied.stderr + result.stdout

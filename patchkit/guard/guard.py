@@ -34,25 +34,32 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from patchkit import __version__, interrupt
+from patchkit import __version__
 from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import StateError
+from patchkit.errors import RefusedError
 from patchkit.store.files import sha256
-from patchkit.store.journal import Journal, journal_for
+from patchkit.store.journal import Journal
 from patchkit.store.plugin_dist import PluginDist
-from patchkit.plugin_results import GuardAction, GuardReport
+from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
+from patchkit.vllm.contract import GENERAL_PLUGINS_FROM
 
 if TYPE_CHECKING:
+    from patchkit.results import ApplyReport
     from patchkit.vllm.install import Install
 
+NAME = "guard"
+"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit guard ...``, the reports' key."""
 DISTRIBUTION = "patchkit-guard"
 """The guard's distribution name (``pip list`` shows it); also the name of its journal."""
 PACKAGE = "patchkit_guard"
 """The guard's import package."""
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 """vLLM's entry-point group of plugins loaded in every process (``vllm/plugins/__init__.py``
-``DEFAULT_PLUGINS_GROUP``, 0.10.2 - 0.33.0)."""
+``DEFAULT_PLUGINS_GROUP``, :data:`patchkit.vllm.contract.GENERAL_PLUGINS_FROM` on)."""
+GROUP = ENTRY_POINT_GROUP
+FIRST_RELEASE = GENERAL_PLUGINS_FROM
+"""The first release the guard serves (every release patchkit patches has its group)."""
 ENTRY_POINT = f"{PACKAGE} = {PACKAGE}.guard:check"
 """The entry point: its name is what ``VLLM_PLUGINS`` must list when that variable is set."""
 PATCH_ID = "guard"
@@ -63,6 +70,20 @@ MANIFEST_FORMAT = 1
 DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's guard: checks at every vLLM start that the files patchkit "
                   "patched still hold its bytes", ((ENTRY_POINT_GROUP, ENTRY_POINT),), PATCH_ID)
 """The guard's distribution (:mod:`patchkit.store.plugin_dist` writes, journals and removes it)."""
+LAYOUT = ("action", "installed", "files", "watched", "architectures", "apply_command", "problems", "install_command",
+          "next_steps")
+"""The keys of the guard's report in ``--json`` (docs/json.md), in order."""
+
+
+def report(action: PluginAction, installed: bool, files: Sequence[str] = (), watched: Sequence[str] = (),
+           architectures: Sequence[str] = (), apply_command: str = "", problems: Sequence[str] = (),
+           install_command: str = "", next_steps: Sequence[NextStep] = ()) -> PluginReport:
+    """The guard's report (:class:`~patchkit.plugin_results.PluginReport`); its details are ``watched``
+    (the vLLM files its manifest checks at every vLLM start), ``architectures`` (the patched ones it
+    stops when served with EAGLE-3) and ``apply_command`` (the ``patchkit apply`` its line names)."""
+    return PluginReport(NAME, action, installed, tuple(files), tuple(problems), install_command, tuple(next_steps),
+                        (("watched", tuple(watched)), ("architectures", tuple(architectures)),
+                         ("apply_command", apply_command)), LAYOUT)
 
 
 def dist_info() -> str:
@@ -161,12 +182,12 @@ def edited(install: Install) -> dict[str, tuple[str, ...]]:
     refuses to delete or rewrite them without ``--force`` (:func:`patchkit.api.revert`). A guard
     file that is gone is not listed: deleting the rest loses nothing.
     """
-    out = {}
-    for path, entry in sorted(journal_of(install).entries.items()):
-        file = install.site_packages / path
-        if file.is_file() and sha256(file.read_bytes()) != entry.sha256_after:
-            out[path] = tuple(entry.patches)
-    return out
+    return DIST.edited(install)
+
+
+def revert_blockers(install: Install) -> dict[str, tuple[str, ...]]:
+    """The guard's files a revert must not delete without ``--force``: those edited (:func:`edited`)."""
+    return edited(install)
 
 
 def _read_manifest(install: Install) -> dict | None:
@@ -183,26 +204,25 @@ def recorded_model(install: Install) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def sync(install: Install, journal: Journal, *, command_options: Sequence[str] | None = None,
-         model: str | None = None, want: bool = False, dry_run: bool = False,
-         target: str = "vllm") -> GuardReport | None:
+def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
+         dry_run: bool = False) -> PluginReport | None:
     """Install or refresh the guard for the vLLM journal as it is now; call it under the install's lock.
 
     Args:
         install: the vLLM install.
         journal: its vLLM journal (after the command's writes).
-        command_options: the environment options given (kept from the installed manifest when None).
-        model: the run's ``--model`` folder (kept from the installed manifest when None).
-        want: install it when it is not installed (``--guard``); otherwise only an installed guard
-            is refreshed.
+        run: ``want`` (``--guard``: install it when it is not installed; otherwise only an installed
+            guard is refreshed), the environment options given and the run's ``--model`` folder (each
+            kept from the installed manifest when None), the target.
         dry_run: say what would be written; write nothing.
     Returns:
-        A :class:`GuardReport`, or None when the guard is neither installed nor wanted.
+        A :class:`~patchkit.plugin_results.PluginReport`, or None when the guard is neither installed nor wanted.
     Raises:
         StateError: a guard file cannot be written (every file written is put back).
     """
+    command_options, model, target = run.command_options, run.model, run.target
     gj = journal_of(install)
-    if not gj.entries and not want:
+    if not gj.entries and not run.want:
         return None
     previous = _read_manifest(install) or {}
     if command_options is None:
@@ -212,20 +232,20 @@ def sync(install: Install, journal: Journal, *, command_options: Sequence[str] |
     data = manifest(install, journal, command_options, model, target)
     if not data["files"]:
         if gj.entries:  # nothing patched is left: the guard has nothing to watch
-            return remove(install, dry_run=dry_run, locked=True)
-        return GuardReport(GuardAction.NOTHING_TO_GUARD, False)
+            return remove(install, dry_run=dry_run)
+        return report(PluginAction.NOTHING_TO_GUARD, False)
     files = distribution(data)
     written = DIST.write(install, files, dry_run=dry_run)
-    action = (GuardAction.UNCHANGED if not written.changed else
-              GuardAction.WOULD_INSTALL if dry_run else
-              GuardAction.INSTALLED if written.fresh else GuardAction.REFRESHED)
+    action = (PluginAction.UNCHANGED if not written.changed else
+              PluginAction.WOULD_INSTALL if dry_run else
+              PluginAction.INSTALLED if written.fresh else PluginAction.REFRESHED)
     again = shlex.join(patchkit_argv("guard install", environment=data["options"]))
-    return GuardReport(action, not dry_run or not written.fresh, tuple(files), tuple(data["files"]),
+    return report(action, not dry_run or not written.fresh, tuple(files), tuple(data["files"]),
                        tuple(data["architectures"]), data["apply"], (), again)
 
 
-def remove(install: Install, *, dry_run: bool = False, locked: bool = False) -> GuardReport:
-    """Delete the guard's files (journaled: their original is "absent"); call under the lock when ``locked``.
+def remove(install: Install, *, dry_run: bool = False) -> PluginReport:
+    """Delete the guard's files (journaled: their original is "absent"); call it under the install's lock.
 
     A guard file edited or deleted since is deleted as well: ``guard remove`` removes only the
     guard, and ``revert`` checks :func:`edited` first (it refuses without ``--force``). Returns
@@ -233,11 +253,11 @@ def remove(install: Install, *, dry_run: bool = False, locked: bool = False) -> 
     """
     paths = DIST.remove(install, dry_run=dry_run)
     if not paths:
-        return GuardReport(GuardAction.NOT_INSTALLED, False)
-    return GuardReport(GuardAction.REMOVED, dry_run, paths)
+        return report(PluginAction.NOT_INSTALLED, False)
+    return report(PluginAction.REMOVED, dry_run, paths)
 
 
-def state(install: Install, journal: Journal) -> GuardReport:
+def state(install: Install, journal: Journal) -> PluginReport:
     """The guard in this install, for ``status`` and ``verify``; writes nothing.
 
     ``problems`` names a guard file that no longer holds the bytes patchkit wrote (or is gone),
@@ -246,7 +266,7 @@ def state(install: Install, journal: Journal) -> GuardReport:
     """
     gj = journal_of(install)
     if not gj.entries:
-        return GuardReport(GuardAction.NOT_INSTALLED, False)
+        return report(PluginAction.NOT_INSTALLED, False)
     problems = DIST.problems(install)
     data = _read_manifest(install) or {}
     watched = data.get("files") if isinstance(data.get("files"), dict) else {}
@@ -258,30 +278,31 @@ def state(install: Install, journal: Journal) -> GuardReport:
         problems.append(f"its manifest does not watch {path}, which patchkit patched")
     options = [str(o) for o in data.get("options") or ()]
     again = shlex.join(patchkit_argv("guard install", environment=options))
-    return GuardReport(GuardAction.SHOWN, True, tuple(sorted(gj.entries)), tuple(sorted(watched)),
+    return report(PluginAction.SHOWN, True, tuple(sorted(gj.entries)), tuple(sorted(watched)),
                        tuple(data.get("architectures") or ()), str(data.get("apply") or ""), tuple(problems), again)
 
 
-def would_install(install: Install, report, journal: Journal) -> GuardReport:
+def would_install(install: Install, applied: ApplyReport, journal: Journal, run: PluginRun) -> PluginReport:
     """What ``apply --guard --dry-run`` would do with the guard: the files it would watch after the run.
 
     Args:
-        report: the dry run's :class:`~patchkit.results.ApplyReport` (its ``files`` would be written).
+        applied: the dry run's :class:`~patchkit.results.ApplyReport` (its ``files`` would be written).
         journal: the vLLM journal as it is now.
+        run: the run's options (the guard's files do not depend on them).
     """
-    watched = sorted(set(watched_files(install, journal)) | {f.path for f in report.files})
+    watched = sorted(set(watched_files(install, journal)) | {f.path for f in applied.files})
     if not watched:
-        return GuardReport(GuardAction.NOTHING_TO_GUARD, installed(install))
+        return report(PluginAction.NOTHING_TO_GUARD, installed(install))
     paths = tuple(distribution({"format": MANIFEST_FORMAT}))
-    return GuardReport(GuardAction.WOULD_INSTALL, installed(install), paths, tuple(watched))
+    return report(PluginAction.WOULD_INSTALL, installed(install), paths, tuple(watched))
 
 
 GUARD_CHECK = "patchkit guard"
 """The label of ``verify``'s node about the guard."""
 
 
-def check(report: GuardReport):
-    """``verify``'s node for an installed guard: fails when :attr:`GuardReport.problems` is not empty."""
+def check(report: PluginReport) -> Check:
+    """``verify``'s node for an installed guard: fails when :attr:`PluginReport.problems` is not empty."""
     if report.problems:
         return Check(GUARD_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
                      kind="guard")
@@ -291,33 +312,19 @@ def check(report: GuardReport):
                  "when one lacks patchkit's bytes", kind="guard")
 
 
-def install_guard(install: Install, *, command_options: Sequence[str] | None = None, target: str = "vllm",
-                  on_wait=None) -> GuardReport:
-    """``patchkit guard install``: install (or refresh) the guard for what patchkit has patched, under the lock.
-
-    Returns:
-        A :class:`GuardReport`: ``installed``, ``refreshed``, ``unchanged``, or ``nothing to guard``
-        (patchkit has patched no file here; nothing is written).
-    Raises:
-        StateError: an apply or revert did not finish (run ``patchkit apply`` first), or a file
-            cannot be written (nothing is left changed).
-    """
-    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
-        journal = journal_for(install, target)
-        if journal.pending:
-            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
-                             NextStep(patchkit_argv("apply", target=target, environment=command_options or ()),
-                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
-        report = sync(install, journal, command_options=command_options, want=True, target=target)
-    if report is not None and report.action is GuardAction.NOTHING_TO_GUARD:
-        step = NextStep(patchkit_argv("apply", target=target, environment=command_options or (), guard=True),
-                        "patches (with the --arch/--model you patch) and installs the guard", effect=Effect.PATCHES)
-        report = replace(report, next_steps=(step,))
-    return report
+def check_run(run: PluginRun) -> None:
+    """The guard has no settings: every run is valid."""
 
 
-def remove_guard(install: Install, *, target: str = "vllm", on_wait=None) -> GuardReport:
-    """``patchkit guard remove``: delete the guard's files (the vLLM patches stay), under the lock."""
+def refusal(install: Install) -> RefusedError | None:
+    """None: every release patchkit patches has the guard's group (:data:`FIRST_RELEASE`)."""
+    return None
 
-    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
-        return remove(install, locked=True)
+
+def finish_install(found: PluginReport, run: PluginRun) -> PluginReport:
+    """``guard install``'s report: with nothing to guard, the ``apply --guard`` that patches and guards."""
+    if found.action is not PluginAction.NOTHING_TO_GUARD:
+        return found
+    step = NextStep(patchkit_argv("apply", target=run.target, environment=run.command_options or (), guard=True),
+                    "patches (with the --arch/--model you patch) and installs the guard", effect=Effect.PATCHES)
+    return replace(found, next_steps=(step,))

@@ -1,4 +1,5 @@
-"""A small distribution patchkit writes into a serving environment, journaled: the guard's and the watch's.
+"""A small distribution patchkit writes into a serving environment, journaled: the guard's and the watch's;
+and the ``<plugin> install``/``remove`` commands every plugin shares (:func:`install_plugin`, :func:`remove_plugin`).
 
 :class:`PluginDist` describes one (its name, import package, summary, entry points). Its files are
 the package's files, then a ``<package>-<version>.dist-info/`` with ``METADATA``, ``INSTALLER``
@@ -22,13 +23,20 @@ import base64
 import csv
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from patchkit import __version__
+from patchkit import __version__, interrupt
+from patchkit.advice import Effect, NextStep, patchkit_argv
+from patchkit.errors import RefusedError, StateError
+from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.store.files import sha256
-from patchkit.store.journal import Journal
+from patchkit.store.journal import Journal, journal_for
 from patchkit.store.records import PlannedWrite
 from patchkit.vllm.install import Install
+
+if TYPE_CHECKING:
+    from patchkit.results import ApplyReport, Check
 
 
 def _record_hash(data: bytes) -> str:
@@ -151,5 +159,111 @@ class PluginDist:
                 out.append(f"{path} was changed since patchkit wrote it")
         return out
 
+    def edited(self, install: Install) -> dict[str, tuple[str, ...]]:
+        """``{path: patch ids}`` of its files that are there but no longer hold the bytes patchkit wrote
+        (a file that is gone is not listed); writes nothing."""
+        out = {}
+        for path, entry in sorted(self.journal(install).entries.items()):
+            file = install.site_packages / path
+            if file.is_file() and sha256(file.read_bytes()) != entry.sha256_after:
+                out[path] = tuple(entry.patches)
+        return out
 
-__all__ = ["PluginDist", "Written"]
+
+__all__ = ["Plugin", "PluginDist", "Written", "install_plugin", "remove_plugin"]
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    """One of patchkit's plugins: a distribution patchkit writes into the serving environment, loaded
+    by vLLM through an entry-point group. A plugin is a module with these names (a module satisfies
+    a Protocol, PEP 544): :mod:`patchkit.guard.guard` and :mod:`patchkit.watch.watch`, listed once in
+    :data:`patchkit.api.PLUGINS`. The commands every plugin shares are
+    :func:`install_plugin` and :func:`remove_plugin`, its one line in :mod:`patchkit.ui.console`.
+
+    Attributes:
+        NAME: the command group and report key (``guard``, ``watch``).
+        GROUP: vLLM's entry-point group that loads it.
+        FIRST_RELEASE: the first vLLM release that has :attr:`GROUP` (from :mod:`patchkit.vllm.contract`).
+        DIST: its distribution (:class:`PluginDist`).
+        LAYOUT: the keys of its report in ``--json``, in order (:attr:`PluginReport.layout`).
+    """
+
+    NAME: str
+    GROUP: str
+    FIRST_RELEASE: str
+    DIST: PluginDist
+    LAYOUT: tuple[str, ...]
+
+    def report(self, action: PluginAction, installed: bool, **details: Any) -> PluginReport:
+        """Its report, every detail it reports defaulted."""
+
+    def installed(self, install: Install) -> bool:
+        """True when its journal lists its files in this install."""
+
+    def check_run(self, run: PluginRun) -> None:
+        """Raise :class:`~patchkit.errors.UsageError` (exit 2) for a setting of ``run`` out of range."""
+
+    def refusal(self, install: Install) -> RefusedError | None:
+        """Why this release cannot run it (None: it can)."""
+
+    def sync(self, install: Install, journal: Journal, run: PluginRun = ..., *,
+             dry_run: bool = False) -> PluginReport | None:
+        """Install or refresh it for the vLLM journal as it is now, under the install's lock (None: neither
+        installed nor wanted)."""
+
+    def remove(self, install: Install, *, dry_run: bool = False) -> PluginReport:
+        """Delete its files, under the install's lock (``removed``, or ``not installed``)."""
+
+    def state(self, install: Install, journal: Journal) -> PluginReport:
+        """It in this install, for ``status`` and ``verify``; writes nothing."""
+
+    def would_install(self, install: Install, applied: ApplyReport, journal: Journal, run: PluginRun) -> PluginReport:
+        """What ``apply --<name> --dry-run`` would do with it."""
+
+    def check(self, report: PluginReport) -> Check:
+        """``verify``'s node for it when installed: fails when ``report.problems`` is not empty."""
+
+    def finish_install(self, found: PluginReport, run: PluginRun) -> PluginReport:
+        """``<name> install``'s report from :meth:`sync`'s (the next steps of a refused install)."""
+
+    def revert_blockers(self, install: Install) -> dict[str, tuple[str, ...]]:
+        """``{path: patch ids}`` of its files a revert must not delete without ``--force``."""
+
+
+def install_plugin(plugin: Plugin, install: Install, run: PluginRun, *, on_wait=None) -> PluginReport:
+    """``patchkit <plugin> install``: install (or refresh) ``plugin`` for what patchkit has patched, under the lock.
+
+    Args:
+        plugin: the plugin (:class:`patchkit.plugin_results.Plugin`).
+        run: the command's options (``want`` is taken as True).
+        on_wait: called while another patchkit run holds the install's lock.
+    Returns:
+        The plugin's report: ``installed``, ``refreshed``, ``unchanged``, or a refused action (exit 3:
+        the release lacks the plugin's group, or there is nothing for it to do; nothing is written).
+    Raises:
+        UsageError: a setting out of range (:meth:`Plugin.check_run`).
+        StateError: an apply or revert did not finish (run ``patchkit apply`` first), or a file
+            cannot be written (nothing is left changed).
+    """
+    plugin.check_run(run)
+    refused = plugin.refusal(install)
+    if refused is not None:
+        return plugin.report(PluginAction.NO_PLUGIN_GROUP, plugin.installed(install), missing=refused.message,
+                             next_steps=(refused.step,) if refused.step is not None else ())
+    want = replace(run, want=True)
+    with interrupt.deferred(), journal_for(install, run.target).lock(on_wait=on_wait):
+        journal = journal_for(install, run.target)
+        if journal.pending:
+            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
+                             NextStep(patchkit_argv("apply", target=run.target, environment=run.command_options or ()),
+                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
+        report = plugin.sync(install, journal, want)
+    assert report is not None  # wanted: sync always reports
+    return plugin.finish_install(report, want)
+
+
+def remove_plugin(plugin: Plugin, install: Install, *, target: str = "vllm", on_wait=None) -> PluginReport:
+    """``patchkit <plugin> remove``: delete ``plugin``'s files (the vLLM patches stay), under the lock."""
+    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
+        return plugin.remove(install)

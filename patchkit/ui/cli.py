@@ -3,8 +3,7 @@
 This module is the Typer app: it registers the commands, which live by kind in
 :mod:`patchkit.ui.patch_commands` (``apply``, ``verify``, ``revert``, ``status``),
 :mod:`patchkit.ui.inspect_commands` (``resolve``, ``scan``, ``list``, ``doctor``, ``rehearse``,
-``explain``), :mod:`patchkit.ui.guard_commands` (``guard install``/``remove``) and
-:mod:`patchkit.ui.watch_commands` (``watch install``/``remove``). They share the
+``explain``) and :mod:`patchkit.ui.plugin_commands` (``guard``/``watch`` ``install``/``remove``). They share the
 options (:mod:`patchkit.ui.options`), the runner that maps errors and signals to exit codes
 (:mod:`patchkit.ui.runner`, which lists the codes), the output console (:mod:`patchkit.ui.console`)
 and the hint scope (:mod:`patchkit.ui.hints`).
@@ -24,8 +23,7 @@ import typer
 
 from patchkit import __version__
 from patchkit.ui import hints
-from patchkit.ui.guard_commands import guard_install, guard_remove
-from patchkit.ui.watch_commands import watch_install, watch_remove
+from patchkit.ui.plugin_commands import guard_install, guard_remove, watch_install, watch_remove
 from patchkit.ui.inspect_commands import doctor_cmd, explain_cmd, list_patches, rehearse_cmd, resolve, scan_cmd
 from patchkit.ui.options import Command, RayCommand
 from patchkit.ui.patch_commands import apply, revert, status, verify

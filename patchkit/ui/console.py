@@ -29,7 +29,7 @@ from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
 if TYPE_CHECKING:
-    from patchkit.plugin_results import GuardReport, WatchReport
+    from patchkit.plugin_results import PluginReport
     from patchkit.results import Check, InstallInfo
 
 OUTCOME_STYLE = {
@@ -126,22 +126,23 @@ def failing_lines(checks: list[Check], prefix: str = "missing: ") -> list[str]:
     return lines
 
 
-def guard_line(writer: Writer, guard: GuardReport) -> None:
-    """One line about patchkit's guard after apply, revert or status (:class:`~patchkit.plugin_results.GuardReport`)."""
-    from patchkit.plugin_results import GuardAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+def guard_line(writer: Writer, guard: PluginReport) -> None:
+    """One line about patchkit's guard after apply, revert or status (its
+    :class:`~patchkit.plugin_results.PluginReport`)."""
+    from patchkit.plugin_results import PluginAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
     style = "red" if guard.problems else "green" if guard.installed else "yellow"
-    if guard.action is GuardAction.NOTHING_TO_GUARD:
+    if guard.action is PluginAction.NOTHING_TO_GUARD:
         detail = "patchkit has patched no file of this install, so there is nothing to watch; not installed"
-    elif guard.action is GuardAction.REMOVED:
+    elif guard.action is PluginAction.REMOVED:
         detail = f"its {len(guard.files)} file(s) deleted"
-    elif guard.action is GuardAction.NOT_INSTALLED:
+    elif guard.action is PluginAction.NOT_INSTALLED:
         detail = "no guard in this install"
     else:
         archs = ", ".join(guard.architectures)
         detail = (f"checks {len(guard.watched)} patched file(s) in every vLLM process"
                   + (f"; stops {archs} served with EAGLE-3 when one lacks patchkit's bytes" if archs else ""))
-    label = "installed" if guard.action is GuardAction.SHOWN else guard.action.value
+    label = "installed" if guard.action is PluginAction.SHOWN else guard.action.value
     writer.line(("guard:", style), f" {label}  ", (detail, "dim"))
     for problem in guard.problems:
         writer.line(("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  ")  # its own options
@@ -187,23 +188,23 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def watch_line(writer: Writer, watch: WatchReport) -> None:
+def watch_line(writer: Writer, watch: PluginReport) -> None:
     """One line about the acceptance watch after apply, revert, status or ``watch install``
-    (:class:`~patchkit.plugin_results.WatchReport`)."""
-    from patchkit.plugin_results import WatchAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+    (:class:`~patchkit.plugin_results.PluginReport`)."""
+    from patchkit.plugin_results import PluginAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
-    style = "red" if watch.problems or watch.action is WatchAction.NO_PLUGIN_GROUP else (
+    style = "red" if watch.problems or watch.action is PluginAction.NO_PLUGIN_GROUP else (
         "green" if watch.installed else "yellow")
-    if watch.action is WatchAction.NO_PLUGIN_GROUP:
+    if watch.action is PluginAction.NO_PLUGIN_GROUP:
         detail = watch.missing or "this vLLM loads no stat-logger plugins"
-    elif watch.action is WatchAction.REMOVED:
+    elif watch.action is PluginAction.REMOVED:
         detail = f"its {len(watch.files)} file(s) deleted"
-    elif watch.action is WatchAction.NOT_INSTALLED:
+    elif watch.action is PluginAction.NOT_INSTALLED:
         detail = "no acceptance watch in this install"
     else:
         detail = (f"after {watch.drafts} drafts, logs one line in the serve when first-position acceptance is below "
                   f"{watch.threshold:.2f}")
-    label = "installed" if watch.action is WatchAction.SHOWN else watch.action.value
+    label = "installed" if watch.action is PluginAction.SHOWN else watch.action.value
     writer.line(("watch:", style), f" {label}  ", (detail, "dim"))
     for problem in watch.problems:
         writer.line(("watch problem:", "red"), f" {problem}; run '{watch.install_command}'", indent="  ")

@@ -82,6 +82,9 @@ MLA_DRAFTS_FROM = "0.18.0"
 STAT_LOGGER_PLUGINS_FROM = "0.11.1"
 """The first release with the ``vllm.stat_logger_plugins`` entry-point group the acceptance watch
 uses (``v1/metrics/loggers.py``; 0.11.0 has none): :mod:`patchkit.vllm.stat_loggers`."""
+GENERAL_PLUGINS_FROM = EAGLE3_FIRST
+"""The first release the guard serves: its ``vllm.general_plugins`` group (``vllm/plugins/__init__.py``
+``DEFAULT_PLUGINS_GROUP``) is in every release patchkit patches, 0.10.2 (:data:`EAGLE3_FIRST`) - 0.33.0."""
 
 
 class Era(str, Enum):

@@ -31,19 +31,25 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from patchkit import __version__, interrupt
+from patchkit import __version__
 from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import RefusedError, StateError, UsageError
-from patchkit.plugin_results import WatchAction, WatchReport
+from patchkit.errors import RefusedError, UsageError
+from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
-from patchkit.store.journal import Journal, journal_for
+from patchkit.store.journal import Journal
 from patchkit.store.plugin_dist import PluginDist
 from patchkit.vllm import stat_loggers
 from patchkit.vllm.source import SourceTree
 
 if TYPE_CHECKING:
+    from patchkit.results import ApplyReport
     from patchkit.vllm.install import Install
 
+NAME = "watch"
+"""The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit watch ...``, the reports' key."""
+GROUP = stat_loggers.GROUP
+FIRST_RELEASE = stat_loggers.FIRST_RELEASE
+"""The first release with :data:`GROUP` (:data:`patchkit.vllm.contract.STAT_LOGGER_PLUGINS_FROM`)."""
 DISTRIBUTION = "patchkit-watch"
 """The watch's distribution name (``pip list`` shows it); also the name of its journal."""
 PACKAGE = "patchkit_watch"
@@ -60,6 +66,26 @@ A working draft is accepted at the first position 45 - 60% of the time in upstre
 (vllm#43671, #50170); the broken ones there were at 1 - 10%."""
 DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's acceptance watch: says why EAGLE-3 acceptance collapsed in a "
                   "vLLM serve", ((stat_loggers.GROUP, ENTRY_POINT),), PATCH_ID)
+
+
+LAYOUT = ("action", "installed", "files", "drafts", "threshold", "architectures", "readers", "vllm_version", "problems",
+          "install_command", "missing", "next_steps")
+"""The keys of the watch's report in ``--json`` (docs/json.md), in order."""
+
+
+def report(action: PluginAction, installed: bool, files: Sequence[str] = (), drafts: int = 0, threshold: float = 0.0,
+           architectures: Sequence[str] = (), readers: Sequence[str] = (), vllm_version: str = "",
+           problems: Sequence[str] = (), install_command: str = "", missing: str | None = None,
+           next_steps: Sequence[NextStep] = ()) -> PluginReport:
+    """The watch's report (:class:`~patchkit.plugin_results.PluginReport`). Its details: ``drafts``
+    (counted before it judges; ``PATCHKIT_WATCH_DRAFTS`` overrides it at serve time), ``threshold``
+    (first-position acceptance below which it logs its line), ``architectures`` (those whose capture
+    patchkit wrote: a cause the line can name), ``readers`` (per model runner of this release, where
+    it reads the draft's ids: ``runner: fields (file:line)``), ``vllm_version`` (the release its data
+    file was written for) and ``missing`` (with ``no plugin group``: what this vLLM lacks, in words)."""
+    return PluginReport(NAME, action, installed, tuple(files), tuple(problems), install_command, tuple(next_steps),
+                        (("drafts", drafts), ("threshold", threshold), ("architectures", tuple(architectures)),
+                         ("readers", tuple(readers)), ("vllm_version", vllm_version), ("missing", missing)), LAYOUT)
 
 
 class Cause(str, Enum):
@@ -207,36 +233,36 @@ def _again(options: Sequence[str]) -> str:
     return shlex.join(patchkit_argv("watch install", environment=options))
 
 
-def _report(action: WatchAction, now_installed: bool, paths: Sequence[str], content: dict,
-            problems: Sequence[str] = ()) -> WatchReport:
-    return WatchReport(action, now_installed, tuple(paths), int(content.get("drafts") or 0),
+def _report(action: PluginAction, now_installed: bool, paths: Sequence[str], content: dict,
+            problems: Sequence[str] = ()) -> PluginReport:
+    return report(action, now_installed, tuple(paths), int(content.get("drafts") or 0),
                        float(content.get("threshold") or 0.0), tuple(content.get("patched") or ()),
                        _readers(content), str(content.get("vllm_version") or ""), tuple(problems),
                        _again([str(o) for o in content.get("options") or ()]))
 
 
-def sync(install: Install, journal: Journal, *, want: bool = False, drafts: int | None = None,
-         threshold: float | None = None, command_options: Sequence[str] | None = None,
-         dry_run: bool = False) -> WatchReport | None:
+def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
+         dry_run: bool = False) -> PluginReport | None:
     """Install or refresh the watch for the install as it is now; call it under the install's lock.
 
     Args:
         install: the vLLM install; journal: its vLLM journal (after the command's writes).
-        want: install it when it is not installed (``--watch``); otherwise only an installed watch
-            is refreshed.
-        drafts, threshold, command_options: kept from the installed data file when None.
+        run: ``want`` (``--watch``: install it when it is not installed; otherwise only an installed
+            watch is refreshed), the settings ``drafts`` and ``threshold`` and the environment options
+            (each kept from the installed data file when None).
         dry_run: say what would be written; write nothing.
     Returns:
-        A :class:`WatchReport`, or None when the watch is neither installed nor wanted.
+        A :class:`~patchkit.plugin_results.PluginReport`, or None when the watch is neither installed nor wanted.
     Raises:
         RefusedError: ``want`` on a release without the plugin group (:func:`refusal`); nothing written.
         StateError: a file cannot be written (every file written is put back).
     """
-    if not installed(install) and not want:
+    if not installed(install) and not run.want:
         return None
+    drafts, threshold, command_options = run.settings.get("drafts"), run.settings.get("threshold"), run.command_options
     problem = refusal(install)
     if problem is not None:
-        if want:
+        if run.want:
             raise problem
         return state(install, journal)  # an installed watch on a release that cannot run it: say so
     previous = _read_data(install)
@@ -245,12 +271,12 @@ def sync(install: Install, journal: Journal, *, want: bool = False, drafts: int 
                    command_options if command_options is not None else previous.get("options") or ())
     planned = files(content)
     written = DIST.write(install, planned, dry_run=dry_run)
-    action = (WatchAction.UNCHANGED if not written.changed else WatchAction.WOULD_INSTALL if dry_run else
-              WatchAction.INSTALLED if written.fresh else WatchAction.REFRESHED)
+    action = (PluginAction.UNCHANGED if not written.changed else PluginAction.WOULD_INSTALL if dry_run else
+              PluginAction.INSTALLED if written.fresh else PluginAction.REFRESHED)
     return _report(action, not dry_run or not written.fresh, tuple(planned), content)
 
 
-def remove(install: Install, *, dry_run: bool = False) -> WatchReport:
+def remove(install: Install, *, dry_run: bool = False) -> PluginReport:
     """Delete the watch's files (journaled: their original is "absent"); call it under the lock.
 
     Returns ``removed`` (``not installed`` when there was none).
@@ -258,11 +284,11 @@ def remove(install: Install, *, dry_run: bool = False) -> WatchReport:
     content = _read_data(install)
     paths = DIST.remove(install, dry_run=dry_run)
     if not paths:
-        return WatchReport(WatchAction.NOT_INSTALLED, False)
-    return _report(WatchAction.REMOVED, dry_run, paths, content)
+        return report(PluginAction.NOT_INSTALLED, False)
+    return _report(PluginAction.REMOVED, dry_run, paths, content)
 
 
-def state(install: Install, journal: Journal) -> WatchReport:
+def state(install: Install, journal: Journal) -> PluginReport:
     """The watch in this install, for ``status`` and ``verify``; writes nothing.
 
     ``problems`` names a watch file that no longer holds patchkit's bytes (or is gone), a data
@@ -271,7 +297,7 @@ def state(install: Install, journal: Journal) -> WatchReport:
     longer has the plugin group.
     """
     if not installed(install):
-        return WatchReport(WatchAction.NOT_INSTALLED, False)
+        return report(PluginAction.NOT_INSTALLED, False)
     problems = DIST.problems(install)
     content = _read_data(install)
     if content.get("vllm_version") and content["vllm_version"] != str(install.version):
@@ -280,24 +306,26 @@ def state(install: Install, journal: Journal) -> WatchReport:
         problems.append("its data does not list the patches patchkit's journal holds now")
     if refusal(install) is not None:
         problems.append(f"this vLLM has no '{stat_loggers.GROUP}' group: vLLM will not load it")
-    return _report(WatchAction.SHOWN, True, sorted(DIST.journal(install).entries), content, problems)
+    return _report(PluginAction.SHOWN, True, sorted(DIST.journal(install).entries), content, problems)
 
 
-def would_install(install: Install, drafts: int | None, threshold: float | None) -> WatchReport:
-    """What ``apply --watch --dry-run`` would do with the watch (nothing is written)."""
+def would_install(install: Install, applied: ApplyReport, journal: Journal, run: PluginRun) -> PluginReport:
+    """What ``apply --watch --dry-run`` would do with the watch (nothing is written): ``run``'s settings,
+    else the installed ones, else the defaults (``applied`` and ``journal`` do not change it)."""
+    drafts, threshold = run.settings.get("drafts"), run.settings.get("threshold")
     previous = _read_data(install)
     content = {"drafts": drafts or previous.get("drafts") or DEFAULT_DRAFTS,
                "threshold": threshold if threshold is not None else previous.get("threshold", DEFAULT_THRESHOLD),
                "vllm_version": str(install.version)}
-    return _report(WatchAction.WOULD_INSTALL, installed(install), tuple(files({"format": DATA_FORMAT})), content)
+    return _report(PluginAction.WOULD_INSTALL, installed(install), tuple(files({"format": DATA_FORMAT})), content)
 
 
 WATCH_CHECK = "patchkit watch"
 """The label of ``verify``'s node about the watch."""
 
 
-def check(report: WatchReport) -> Check:
-    """``verify``'s node for an installed watch: fails when :attr:`WatchReport.problems` is not empty."""
+def check(report: PluginReport) -> Check:
+    """``verify``'s node for an installed watch: fails when :attr:`PluginReport.problems` is not empty."""
     if report.problems:
         return Check(WATCH_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
                      kind="watch")
@@ -306,34 +334,18 @@ def check(report: WatchReport) -> Check:
                  f"{report.threshold:.2f}", kind="watch")
 
 
-def install_watch(install: Install, *, drafts: int | None = None, threshold: float | None = None,
-                  command_options: Sequence[str] | None = None, target: str = "vllm", on_wait=None) -> WatchReport:
-    """``patchkit watch install``: install (or refresh) the watch, under the install's lock.
-
-    Returns:
-        A :class:`WatchReport`: ``installed``, ``refreshed``, ``unchanged``, or ``no plugin group``
-        (this vLLM loads no stat-logger plugins; nothing is written; exit 3).
-    Raises:
-        UsageError: ``drafts``/``threshold`` out of range (:func:`check_settings`).
-        StateError: an apply or revert did not finish, or a file cannot be written (nothing is left changed).
-    """
-    check_settings(drafts, threshold)
-    problem = refusal(install)
-    if problem is not None:
-        return WatchReport(WatchAction.NO_PLUGIN_GROUP, installed(install), missing=problem.message,
-                           next_steps=(problem.step,) if problem.step is not None else ())
-    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
-        journal = journal_for(install, target)
-        if journal.pending:
-            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
-                             NextStep(patchkit_argv("apply", target=target, environment=command_options or ()),
-                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
-        found = sync(install, journal, want=True, drafts=drafts, threshold=threshold, command_options=command_options)
-        assert found is not None
-        return found
+def check_run(run: PluginRun) -> None:
+    """Raise :class:`UsageError` (exit 2) for ``run``'s ``drafts``/``threshold`` out of range
+    (:func:`check_settings`)."""
+    check_settings(run.settings.get("drafts"), run.settings.get("threshold"))
 
 
-def remove_watch(install: Install, *, target: str = "vllm", on_wait=None) -> WatchReport:
-    """``patchkit watch remove``: delete the watch's files (the vLLM patches stay), under the lock."""
-    with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
-        return remove(install)
+def finish_install(found: PluginReport, run: PluginRun) -> PluginReport:
+    """``watch install``'s report is :func:`sync`'s (its refusal comes before, with its upgrade step)."""
+    return found
+
+
+def revert_blockers(install: Install) -> dict[str, tuple[str, ...]]:
+    """None of the watch's files stops a revert: an edited one is deleted like the rest (it holds no
+    decision of the user's: its settings are ``watch install``'s options)."""
+    return {}
