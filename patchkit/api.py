@@ -60,11 +60,12 @@ if TYPE_CHECKING:
 
 def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
                architectures: tuple[str, ...] | None = None,
-               model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
+               model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = (),
+               pristine: SourceTree | None = None) -> list[Check]:
     """The chain check, :func:`patchkit.checks.verify.verify` (``apply``'s last gate runs it through this name)."""
     from patchkit.checks.verify import verify as chain_check  # lazy: start-up, 'status' and 'revert' load no chain check
 
-    return chain_check(tree, registry, contract, architectures, model_types, requested)
+    return chain_check(tree, registry, contract, architectures, model_types, requested, pristine)
 
 
 def plugin_named(name: str) -> Plugin:
@@ -86,14 +87,6 @@ def _revert_blockers(install: Install) -> dict[str, tuple[str, ...]]:
     """``{path: patch ids}`` of the installed plugins' files a revert must not delete without ``--force``."""
     return {path: ids for plugin in PLUGINS if plugin.installed(install)
             for path, ids in plugin.revert_blockers(install).items()}
-
-
-def _late_signal(what: str) -> None:
-    """A signal that arrived after the last safe point: say so (the run itself completed)."""
-    signum = interrupt.received()
-    if signum is not None:
-        raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} after the run had finished: {what}", "",
-                          NextStep(patchkit_argv("status"), "it shows the install as it is"))
 
 
 def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
@@ -229,7 +222,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                 if found is not None:
                     report = replace(report, **{name: found})
         journal.remove_if_empty()
-    _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
+    interrupt.late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _with_steps(install, report, request, target, force)
 
 
@@ -283,7 +276,11 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
     archs, types, patched, requested = verify_scope(tree, registry, contract, request, journal)
-    checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else ())
+    from patchkit.plan.arch_scope import pristine_tree  # lazy: start-up; the shape patchkit wrote, on the bytes before it
+
+    pristine = pristine_tree(install, journal) if journal.entries else tree
+    checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else (),
+                        pristine=pristine)
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
@@ -427,7 +424,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
                                          run_steps.plugin_step((), "refresh it", name=name) if refresh else
                                          run_steps.plugin_step((), "remove it", remove=True, name=name), name) from None
         journal.remove_if_empty()
-    _late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
+    interrupt.late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False, **followed)
 
 

@@ -85,3 +85,19 @@ def received() -> int | None:
 def name(signum: int) -> str:
     """``"SIGINT (Ctrl-C)"`` or ``"SIGTERM"``."""
     return "SIGINT (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def late_signal(what: str) -> None:
+    """A signal that arrived after the last safe point of ``apply``/``revert``: say so (the run itself
+    completed; ``what`` says what it did).
+
+    Raises:
+        Interrupted: when a signal was received; its next step is ``patchkit status``.
+    """
+    from patchkit.advice import NextStep, patchkit_argv  # lazy: only when a signal came late (start-up)
+    from patchkit.errors import Interrupted  # lazy: only when a signal came late (start-up)
+
+    signum = received()
+    if signum is not None:
+        raise Interrupted(signum, f"interrupted by {name(signum)} after the run had finished: {what}", "",
+                          NextStep(patchkit_argv("status"), "it shows the install as it is"))

@@ -15,6 +15,8 @@ from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
 from patchkit.vllm import hybrids, loadpath
 from patchkit.vllm.runner import draft_reads
+from patchkit.vllm.runner.serving import serving_runner
+from patchkit.vllm.runner.shown import RECORD, showing
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.chain.load_path import link_check
@@ -24,10 +26,14 @@ from patchkit.vllm.shapes import ArchShape, State, classify
 from patchkit.vllm.source import SourceTree
 from patchkit.vllm.transformers_backend import backend_route
 
+RUNNER_SHOWN_CHECK = "runner-shown-lossless"
+"""The ``kind`` of :func:`runner_shown_check`'s node."""
+
 
 def verify(tree: SourceTree, registry: Registry, contract: Contract,
            architectures: tuple[str, ...] | None = None,
-           model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = ()) -> list[Check]:
+           model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = (),
+           pristine: SourceTree | None = None) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
     Args:
@@ -38,6 +44,8 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         requested: architectures the user asked for (``--arch`` / ``--model``): one that patchkit
             does not serve on this release fails, with the broken link (:mod:`patchkit.vllm.runner.draft_reads`);
             in the default set it is shown as not supported.
+        pristine: the install's sources before patchkit (journaled files as they were), to tell which
+            shape patchkit wrote for an architecture it patched (:func:`runner_shown_check`); None: ``tree``.
     Returns:
         Top-level :class:`Check` nodes: the contract, one per architecture, the allow-list and
         the proposer.
@@ -77,10 +85,11 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         node = architecture_chain(tree, registry, contract, resolution, derivation)
         shape = classify(tree, registry, contract, arch)
         settle(node, shape)
-        lossless = hybrid_check(tree, registry, arch, shape)
-        if lossless is not None:
-            node.children.append(lossless)
-            node.ok = not any(c.failures() for c in node.children)
+        for lossless in (hybrid_check(tree, registry, arch, shape),
+                         runner_shown_check(tree, pristine, contract, arch, shape)):
+            if lossless is not None:
+                node.children.append(lossless)
+                node.ok = not any(c.failures() for c in node.children)
         node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(node)
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
@@ -98,6 +107,27 @@ def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchSha
     return Check("speculative decoding keeps greedy output (hybrid mixers)", reading.lossless is True,
                  f"{reading.verdict()}: {reading.explain()}" if reading.lossless is not True else reading.verdict(),
                  evidence, kind=hybrids.HYBRID_CHECK)
+
+
+def runner_shown_check(tree: SourceTree, pristine: SourceTree | None, contract: Contract, arch: str,
+                       shape: ArchShape) -> Check | None:
+    """Whether the shape patchkit writes (or wrote) for ``arch`` is shown to keep greedy output on the runner
+    the serve uses (:func:`patchkit.vllm.runner.shown.showing`); fails when not (apply refuses it there
+    without ``--force``). None when patchkit writes nothing for it (native, not patchable) or the runner
+    needs no showing (V1).
+
+    The shape is ``shape``'s when patchable here, else, for a class patchkit patched, the pristine
+    tree's (``pristine``: what ``apply`` classified before writing)."""
+    applied = shape
+    if shape.shape is None and pristine is not None and pristine is not tree:
+        applied = classify(pristine, Registry(pristine), contract, arch)
+    if applied.shape is None or applied.state not in (State.PATCHABLE, State.BROKEN):
+        return None
+    found = showing(serving_runner(tree), applied.shape)
+    if found is None:
+        return None
+    return Check(f"greedy output kept under vLLM's {found.runner} runner ({applied.shape.value})", found.shown,
+                 found.detail, RECORD if found.shown else None, kind=RUNNER_SHOWN_CHECK)
 
 
 def settle(node: Check, shape: ArchShape) -> Check:

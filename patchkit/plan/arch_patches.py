@@ -29,6 +29,8 @@ from patchkit.vllm.composition import CompositionError, held_class, self_assignm
 from patchkit.vllm.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
                                     GETTER_A2, Contract, admits, is_multimodal)
 from patchkit.vllm import hybrids
+from patchkit.vllm.runner.serving import serving_runner
+from patchkit.vllm.runner.shown import showing
 from patchkit.vllm.class_attrs import assigned_at
 from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry import Registry
@@ -306,6 +308,9 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
     mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
     if mixers is not None and mixers.lossless is not True and not force:
         raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
+    shown = showing(serving_runner(tree), shape.shape)
+    if shown is not None and not shown.shown and not force:
+        raise _Refuse(f"{arch}: {shown.detail}")
     assert shape.cls is not None
     a1 = contract.patchable
     out: list[Patch] = []

@@ -48,6 +48,9 @@ NEWEST_QUALIFIED = "0.34.0"
 """The newest release patchkit has been qualified on (``benchmarks/qualify.py``, ``docs/releases.md``): on a
 newer install every command says so (:func:`beyond_qualified`), and its verdicts rest only on the facts
 patchkit finds in that install's files."""
+GPU_V2_RELEASE = "0.20.2"
+"""The release whose Model Runner V2 the H200 ran (its CUDA build runs on the image's torch 2.11; 0.34.0
+needs torch 2.14): :mod:`patchkit.vllm.runner.shown` rests on it."""
 
 
 def beyond_qualified(version: Version | str) -> str | None:

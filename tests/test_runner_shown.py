@@ -1,0 +1,91 @@
+"""Lossless or refused under Model Runner V2 (issue 30): a shape patchkit writes is applied on a V2 serve
+only when the GPU showed it keeps greedy output there (:mod:`patchkit.vllm.runner.shown`); otherwise
+apply refuses it (exit 3, nothing written) unless ``--force``, and verify and doctor fail it, naming
+why. The table itself is held against the H200's records."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchkit.vllm.runner.serving import serving_runner
+from patchkit.vllm.runner.shown import RECORD, SHOWN, showing
+from patchkit.vllm.shapes import Shape
+from patchkit.vllm.source import SourceTree
+from vllm_release import pristine_site_packages
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import spec_lossless  # noqa: E402
+
+CASE_SHAPE = {"gemma3": Shape.STANDARD, "mixtral": Shape.STANDARD, "exaone4": Shape.HIDDEN_ONLY}
+"""The GPU cases and the shape ``scan`` gives them (tests/engine_models.py)."""
+
+
+def _vllm_bytes(site: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(site)): p.read_bytes() for p in (site / "vllm").rglob("*.py")}
+
+
+def test_every_shape_shown_under_v2_has_a_patched_case_recorded_equal_under_v2():
+    """Each V2 entry of SHOWN rests on a patched case whose EAGLE-3 tokens under V2 equal a plain engine's
+    (compiled, or eager where a MoE's compiled plain runs split without speculation); and no shape is
+    claimed that no record shows."""
+    rows = [json.loads(line) for line in (ROOT / RECORD).read_text().splitlines() if line.strip()]
+    decided = spec_lossless.compare(rows, 0.05)
+    equal = {(c["case"], c["path"]) for c in decided if c["env"] == "patched" and c["runner"] == "v2"
+             and c["method"] == "eagle3" and c["dtype"] == "bfloat16" and c["equal"] == "4/4"}
+    shown_by_records = {CASE_SHAPE[case] for case, _path in equal if case in CASE_SHAPE}
+    assert set(SHOWN["V2"]) == shown_by_records
+    assert ("gemma3", "compiled") in equal and ("exaone4", "compiled") in equal
+
+
+@pytest.mark.release
+def test_v1_needs_no_showing_and_v2_is_followed_where_the_serve_uses_it():
+    tree = SourceTree(pristine_site_packages("0.20.2"))
+    assert showing(serving_runner(tree, {}), Shape.INTERFACE_ONLY) is None  # V1
+    v2 = showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.INTERFACE_ONLY)
+    assert v2 is not None and v2.shown is False and "V2" in v2.detail
+    assert showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.STANDARD).shown is True
+
+
+@pytest.mark.release
+def test_apply_refuses_an_unshown_shape_on_0_34_0_and_force_verify_and_doctor_say_why(release, cli, tmp_path):
+    """0.34.0 serves only through V2: Glm4ForCausalLM (interface-only, not shown there) is refused,
+    nothing written; with --force it is written, and verify then fails on the runner's check."""
+    site = release("0.34.0")
+    before = _vllm_bytes(site)
+    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site))
+    assert code == 3 and report["refused"]
+    (refused,) = [p for p in report["patches"] if p["outcome"] == "refused"]
+    assert "interface-only shape is not yet shown to keep greedy output under vLLM's V2 runner" in refused["reason"]
+    assert _vllm_bytes(site) == before
+
+    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site), "--force")
+    assert code == 0 and report["written"]
+    code, verified = cli.json("verify", "--arch", "Glm4ForCausalLM", "--site-packages", str(site))
+    assert code == 1
+    assert any("greedy output kept under vLLM's V2 runner (interface-only)" in m for m in verified["missing"])
+
+    code, report = cli.json("apply", "--arch", "Exaone4ForCausalLM", "--site-packages", str(site))
+    assert code == 0 and report["written"]  # hidden-states-only: shown under V2
+
+
+@pytest.mark.release
+def test_on_0_20_2_the_flag_decides(release, cli, monkeypatch, tmp_path):
+    """0.20.2 carries both runners: without the flag the serve runs V1 and Glm4 is applied; with
+    VLLM_USE_V2_MODEL_RUNNER=1 it is refused. (``--model``: the release's allow-list needs the model type.)"""
+    site = release("0.20.2")
+    model = tmp_path / "glm4"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4",
+                                                   "num_hidden_layers": 40}))
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    code, report = cli.json("apply", "--model", str(model), "--site-packages", str(site), "--dry-run")
+    assert code == 3 and "V2 runner" in next(p["reason"] for p in report["patches"] if p["outcome"] == "refused")
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+    code, report = cli.json("apply", "--model", str(model), "--site-packages", str(site), "--dry-run")
+    assert code == 0, report
