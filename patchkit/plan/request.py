@@ -123,8 +123,9 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
     ``apply``, ``verify``, ``status`` and ``revert`` call it before they plan or read anything
     else, so a typo (``DeepseekV3ForCausalLm``, a trailing space, an empty name) is a usage error
     on every command (exit 2, with the closest registered names), never a check that passes
-    because there was nothing to check. Names from ``--model``'s config.json are the
-    checkpoint's, not a typo on the command line: they are not checked here.
+    because there was nothing to check. ``--model``'s config.json gets the same answer when
+    none of its ``architectures`` is registered (vLLM serves the first one its registry resolves;
+    with none, ``verify`` and ``status`` would otherwise report on a class they never checked).
 
     Args:
         registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
@@ -132,11 +133,14 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
             is the same error on every command (even ``revert`` with nothing to revert).
         version: the vLLM release, for the message.
     Raises:
-        UsageError: an ``--arch`` name the registry does not hold.
+        UsageError: an ``--arch`` name the registry does not hold, or a ``--model`` whose
+            ``architectures`` name nothing it holds (the first is named, with the closest names).
         ConfigError: ``--model``'s ``config.json`` is missing or unreadable (exit 4).
     """
     if request.model is not None:  # read first: a bad config.json is the same error on every command
-        read_model_config(request.model)
+        names = read_model_config(request.model).architectures
+        if not any(registry.resolve(a) is not None for a in names):
+            raise not_registered(registry, names[0], version, "--model's config.json architecture")
     for name in request.architectures:
         if registry.resolve(name) is not None:
             continue
