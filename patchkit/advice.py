@@ -105,6 +105,9 @@ class NextStep:
         effect: what running it changes (:class:`Effect`).
         patches: the patch ids it writes (:attr:`Effect.PATCHES`) or takes out (:attr:`Effect.RESTORES`).
         exit_code: the exit code it gives when it does what ``why`` says.
+        whole: the step acts on the whole install: :meth:`for_run` adds no ``--arch``/``--model``
+            of the running command (the ``revert`` that undoes an ``apply --model`` whose
+            dependencies another architecture's patches share, :func:`patchkit.plan.next_steps.undo`).
     """
 
     argv: tuple[str, ...]
@@ -113,6 +116,7 @@ class NextStep:
     effect: Effect = Effect.SHOWS
     patches: tuple[str, ...] = ()
     exit_code: int = 0
+    whole: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(self.argv))
@@ -160,7 +164,7 @@ class NextStep:
 
         A ``patchkit`` step gets the environment options unless its argv has one of
         :data:`ENVIRONMENT_OPTIONS`; a step of :data:`SCOPED` gets the run's ``--arch``/``--model``
-        unless it has one of :data:`SCOPE_OPTIONS`; an ``apply`` gets ``--guard``. Decided on the
+        unless it has one of :data:`SCOPE_OPTIONS` or is :attr:`whole`; an ``apply`` gets ``--guard``. Decided on the
         argument tuple, never on text.
         """
         if not self.is_patchkit or len(self.argv) < 2:
@@ -170,7 +174,7 @@ class NextStep:
         add: list[str] = []
         if options.environment and not words & set(ENVIRONMENT_OPTIONS):
             add += options.environment
-        if argv[1] in SCOPED and options.scope and not words & set(SCOPE_OPTIONS):
+        if argv[1] in SCOPED and options.scope and not self.whole and not words & set(SCOPE_OPTIONS):
             add += options.scope
         if argv[1] == "apply" and options.guard and "--guard" not in words:
             add.append("--guard")

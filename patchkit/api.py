@@ -165,6 +165,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         journal = journal_for(install, target)
         unfinished = journal.unfinished()
         recovered = journal.recover()
+        before = frozenset(pid for e in journal.entries.values() for pid in e.patches)
         try:
             report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
                             request=request, recovered=recovered, unfinished=unfinished)
@@ -204,15 +205,19 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                     report = replace(report, **{name: found})
         journal.remove_if_empty()
     _late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
-    return _with_steps(install, report, request, target, force)
+    return _with_steps(install, report, request, target, force, before)
 
 
-def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool) -> ApplyReport:
-    """``report`` with its next steps: after a write, verify and revert; after a refusal of one of several
-    ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
+def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool,
+                before: frozenset[str] = frozenset()) -> ApplyReport:
+    """``report`` with its next steps: after a write, verify and the revert that undoes exactly this
+    write (:func:`patchkit.plan.next_steps.undo`; ``before``: the patch ids journaled before it); after a
+    refusal of one of several ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
     if report.written:
-        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"),
-                                           NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES)))
+        from patchkit.plan import next_steps  # lazy: only after a write
+
+        undo = next_steps.undo(install, journal_for(install, target), request, before)
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo))
     if report.refused and len(request.architectures) > 1 and request.model is None:
         from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
 

@@ -181,6 +181,42 @@ def test_apply_advice_after_a_write_runs(release, cli):
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
 
 
+KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+            "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61}}
+
+
+def test_the_revert_apply_model_prints_undoes_all_it_wrote(release, cli, tmp_path):
+    """Issue 32: on 0.17.1 ``apply --model Kimi-K2.5`` wrote 4 files and printed a ``revert --model``
+    that restored 2 (the DeepSeek patches it depends on also serve DeepSeek's architectures)."""
+    sp = release("0.17.1")
+    pristine = snapshot(sp)
+    model = tmp_path / "Kimi-K2.5"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(KIMI_K25))
+    code, report = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0 and len(report["files"]) == 4, report
+    _, revert_step = steps_of(report)
+    written = {p["id"] for p in report["patches"] if p["outcome"] == "applied"}
+    assert follow(cli, sp, revert_step, []) == "restores"
+    assert snapshot(sp) == pristine, revert_step["command"]
+    assert set(revert_step["patches"]) == written
+    text = cli("apply", "--site-packages", str(sp), "--model", str(model)).stdout
+    revert = " ".join(text.split()).split("shows the chain, '")[1].split("' undoes it")[0]
+    assert cli(*shlex.split(revert)[1:]).exit_code == 0
+    assert snapshot(sp) == pristine, revert
+    assert cli("verify", "--site-packages", str(sp), "--model", str(model)).exit_code == 1  # the same scope: not patched
+
+    # DeepSeek patched on its own first: the Kimi apply adds only Kimi's files, and its revert takes only those out
+    assert cli("apply", "--site-packages", str(sp), "--arch", "DeepseekV3ForCausalLM").exit_code == 0
+    deepseek = snapshot(sp)
+    code, report = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0, report
+    _, revert_step = steps_of(report)
+    assert "--model" in revert_step["argv"], revert_step
+    assert follow(cli, sp, revert_step, []) == "restores"
+    assert snapshot(sp) == deepseek, revert_step["command"]
+
+
 def test_a_refused_arch_among_several_names_the_apply_of_the_rest(release, cli):
     sp = release("0.33.0")
     code, report = cli.json("apply", "--site-packages", str(sp), "--arch", OLMOE, "--arch", "SeedOssForCausalLM",

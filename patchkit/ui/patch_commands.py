@@ -112,7 +112,7 @@ def apply(
         elif report.written:
             verify_, revert_ = report.next_steps[:2]
             w.line(f"wrote {len(report.files)} file(s); '{verify_.command}' shows the chain, "
-                   f"'{revert_.command}' undoes it")
+                   f"'{revert_.command}' {revert_.why}")
         elif dry_run:
             w.line("dry run: nothing was written")
         else:
