@@ -58,11 +58,14 @@ class RunOptions:
         environment: ``("--python", PATH)``, ``("--site-packages", DIR)`` or ``()``, as given.
         scope: ``("--model", ABSOLUTE_DIR)`` and/or ``("--arch", A, ...)`` pairs, or ``()``.
         guard: the run was given ``--guard`` (a suggested ``apply`` repeats it).
+        program: the words that run patchkit as the user ran it (``("/tmp/pk/bin/patchkit",)`` when
+            ``patchkit`` on ``PATH`` is not that file, :func:`patchkit.ui.hints.program`).
     """
 
     environment: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
     guard: bool = False
+    program: tuple[str, ...] = ("patchkit",)
 
 
 def patchkit_argv(command: str, *, target: str | None = None, environment: Sequence[str] = (),
@@ -164,8 +167,8 @@ class NextStep:
 
         A ``patchkit`` step gets the environment options unless its argv has one of
         :data:`ENVIRONMENT_OPTIONS`; a step of :data:`SCOPED` gets the run's ``--arch``/``--model``
-        unless it has one of :data:`SCOPE_OPTIONS` or is :attr:`whole`; an ``apply`` gets ``--guard``. Decided on the
-        argument tuple, never on text.
+        unless it has one of :data:`SCOPE_OPTIONS` or is :attr:`whole`; an ``apply`` gets ``--guard``;
+        ``patchkit`` becomes :attr:`RunOptions.program`. Decided on the argument tuple, never on text.
         """
         if not self.is_patchkit or len(self.argv) < 2:
             return self
@@ -178,13 +181,13 @@ class NextStep:
             add += options.scope
         if argv[1] == "apply" and options.guard and "--guard" not in words:
             add.append("--guard")
-        if not add:
+        if not add and options.program == ("patchkit",):
             return self
         # after the command's own words (patchkit CMD [SUBCMD]) and its --target
         at = 3 if argv[1] == "guard" and len(argv) > 2 else 2
         if argv[at:at + 1] == ["--target"]:
             at += 2
-        return replace(self, argv=tuple([*argv[:at], *add, *argv[at:]]))
+        return replace(self, argv=tuple([*options.program, *argv[1:at], *add, *argv[at:]]))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``next_steps`` in the ``--json`` reports, docs/json.md)."""
@@ -193,10 +196,17 @@ class NextStep:
                 "exit_code": self.exit_code}
 
 
+def reinstall(distribution: str, version: str, why: str) -> NextStep:
+    """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`): the
+    release's own files back, named with the installed distribution and version (never a placeholder)."""
+    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
+                    effect=Effect.REINSTALLS)
+
+
 def lines(steps: Sequence[NextStep], options: RunOptions | None = None) -> list[str]:
     """:meth:`NextStep.line` of each step (with the run's options, when given)."""
     return [(s.for_run(options) if options is not None else s).line() for s in steps]
 
 
 __all__ = ["ENVIRONMENT_OPTIONS", "Effect", "NextStep", "RunOptions", "SCOPED", "SCOPE_OPTIONS", "lines",
-           "patchkit_argv"]
+           "patchkit_argv", "reinstall"]

@@ -238,3 +238,56 @@ def test_revert_refused_by_an_edit_advises_force_and_a_reinstall(release, cli):
     assert "--force" in force["argv"] and follow(cli, sp, force, []) == "restores"
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
     assert follow(cli, sp, reinstall, []) == "reinstalls"
+
+
+# -- hints that run as printed (issue 32) ----------------------------------------------------------
+
+
+def test_reinstall_hints_name_the_installed_release(release, cli):
+    """A damaged file, a damaged RECORD, a deleted target file: each reinstall names ``vllm==0.17.1``
+    (it printed ``vllm==X.Y.Z``, which pip cannot run)."""
+    sp = release("0.17.1")
+    wanted = "pip install --force-reinstall --no-deps vllm==0.17.1"
+    kimi = sp / "vllm/model_executor/models/kimi_k25.py"
+    original = kimi.read_bytes()
+    kimi.write_bytes(original.replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1))
+    for command in (["apply"], ["verify"], ["apply", "--dry-run"]):
+        result = cli(*command, "--site-packages", str(sp))
+        assert result.exit_code == 4 and wanted in result.stderr and "X.Y.Z" not in result.stderr, (command, result.stderr)
+    kimi.unlink()
+    result = cli("apply", "--site-packages", str(sp))
+    assert "kimi_k25.py missing" in result.stderr and wanted in result.stderr, result.stderr
+    assert cli("revert", "--site-packages", str(sp)).exit_code == 0
+    kimi.write_bytes(original)
+    with open(sp / "vllm-0.17.1.dist-info" / "RECORD", "ab") as fh:
+        fh.write(b"\xff\xfe")
+    code, err = cli.json("apply", "--site-packages", str(sp))
+    assert code == 4 and wanted in err["hint"], err
+
+
+def test_printed_commands_name_the_script_run_when_patchkit_is_not_on_path(release, tmp_path):
+    """Run as ``/some/venv/bin/patchkit`` with no ``patchkit`` on PATH (the README's one-command trial),
+    the commands apply prints name that script, and run as printed."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "patchkit"
+    assert script.is_file()
+    sp = release("0.17.1")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    text = " ".join(applied.stdout.split())
+    verify = text.split("wrote 4 file(s); '")[1].split("' shows the chain")[0]
+    revert = text.split("shows the chain, '")[1].split("' undoes it")[0]
+    assert shlex.split(verify)[0] == str(script) and shlex.split(revert)[0] == str(script), text
+    assert subprocess.run(shlex.split(verify), capture_output=True, env=env, cwd=tmp_path).returncode == 0
+    assert subprocess.run(shlex.split(revert), capture_output=True, env=env, cwd=tmp_path).returncode == 0
+    assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
+    # on PATH, the same file: the commands say 'patchkit'
+    env["PATH"] = f"{script.parent}:/usr/bin:/bin"
+    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+    assert f"'patchkit verify --site-packages {sp}'" in " ".join(applied.stdout.split()), applied.stdout

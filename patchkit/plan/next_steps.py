@@ -9,8 +9,6 @@ check that it does:
   the ``apply`` that writes the patches it plans, or (when it would refuse) its dry run, which
   shows why and exits 3, or the release to upgrade to (a patch not applicable here that works
   from a later release, :attr:`patchkit.results.PatchResult.upgrade_to`);
-- :func:`reinstall`: ``pip install --force-reinstall --no-deps DIST==VERSION`` (the release's own
-  files back);
 - :func:`reapply`: after a reinstall or an upgrade replaced journaled files, the ``apply`` runs
   that patch them again;
 - :func:`undo`: after an ``apply`` wrote, the ``revert`` that takes out exactly what it wrote.
@@ -23,7 +21,7 @@ import os
 from packaging.version import Version
 from typing import TYPE_CHECKING, Sequence
 
-from patchkit.advice import Effect, NextStep, patchkit_argv
+from patchkit.advice import Effect, NextStep, patchkit_argv, reinstall
 from patchkit.errors import ExitCode, UsageError
 from patchkit.plan.request import Request
 from patchkit.results import ApplyReport, InstallInfo, Outcome
@@ -142,12 +140,6 @@ def upgrade(distribution: str, release: str, why: str, rests_on: str | None = No
     return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE, tuple(patches))
 
 
-def reinstall(distribution: str, version: str, why: str) -> NextStep:
-    """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`)."""
-    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
-                    effect=Effect.REINSTALLS)
-
-
 def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str | None = None) -> tuple[NextStep, ...]:
     """The ``apply`` runs that patch replaced files again (:attr:`patchkit.results.StatusReport.reapply`).
 
@@ -205,4 +197,4 @@ def undo(install: Install, journal: Journal, request: Request, before: frozenset
                     f"{', '.join(kept)}", effect=Effect.RESTORES, patches=tuple(sorted(remove)))
 
 
-__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "reinstall", "undo", "upgrade", "without_refused"]
+__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "undo", "upgrade", "without_refused"]

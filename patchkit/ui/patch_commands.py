@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from patchkit.advice import reinstall
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
 from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
@@ -135,8 +136,8 @@ def _apply_code(report, dry_run: bool, as_json: bool) -> int:
         message = (f"{', '.join(report.missing_files)} missing from this install; the patches that need "
                    + ("it" if len(report.missing_files) == 1 else "them") + " were not run"
                    + (", the others were" + (" planned" if dry_run else " applied") if report.any_landed else ""))
-        error(PatchkitError(message, "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z), "
-                                     "then apply again"), False)
+        error(PatchkitError(message, "", reinstall(report.install.distribution, report.install.version,
+                                                   "the release's own files back, then apply again")), False)
     return int(report.exit_code)
 
 
