@@ -442,3 +442,20 @@ def test_bad_id_list(cli, tmp_path, sp_0_18_0):
     assert code == 1
     ids = check(report, "aux layer ids")
     assert ids["ok"] is False and "'2,30,58', not a list of integers" in ids["detail"]
+
+
+def test_patchable_is_good_news_not_a_problem(release, cli):
+    """Issue 32: on an unpatched GLM-4.6 (0.34.0) doctor printed '✗ patchkit's verdict: patchable' and
+    counted it as the first of 4 problems; the verdict is what apply can fix, the missing links are the problems."""
+    sp = release("0.34.0")
+    model = Path(__file__).parent / "checkpoints" / "glm-4.6"
+    code, report = doctor(cli, sp, model)
+    assert code == 1
+    effect = check(report, "EAGLE-3 in effect for Glm4MoeForCausalLM")
+    verdict = child(effect, "patchkit's verdict: patchable")
+    assert verdict["ok"] is None and "apply" in verdict["detail"], verdict
+    assert effect["ok"] is False and report["missing"], report["missing"]
+    assert not [m for m in report["missing"] if m.startswith("patchkit's verdict")], report["missing"]
+    text = cli("doctor", "--model", str(model), "--site-packages", str(sp)).stdout
+    assert "✗ patchkit's verdict" not in text and f"not ready ({len(report['missing'])} problems" in text, text
+    assert "  - patchkit's verdict" not in text
