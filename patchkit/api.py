@@ -331,7 +331,9 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
     Raises:
         UsageError: with ``request``: an ``--arch`` name the registry does not hold
-            (:func:`check_requested`), or none of its architectures has a patch of its own in the journal.
+            (:func:`check_requested`), or the journal holds patches but none of its architectures has
+            one of its own (with nothing journaled at all, a scoped revert is "nothing to revert",
+            exit 0, as the whole one is).
         StateError: the journal or an original copy is unreadable, a file or folder cannot be
             written keeping its owner (checked first), or a write failed (files already restored
             are put back).
@@ -345,11 +347,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
-        if request:
-            raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
-                             f"{', '.join(request.architectures) or request.model}", "",
-                             NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
-        if guard_mod.installed(install) or watch_mod.installed(install):  # they go with the rest
+        # nothing to revert, with or without --arch/--model: exit 0 alike (issue 32; --model was exit 2)
+        if not request and (guard_mod.installed(install) or watch_mod.installed(install)):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
                 edits = {} if force else guard_mod.edited(install)
                 if edits:

@@ -412,3 +412,19 @@ def test_deeply_nested_state_files_are_clear(release, cli):
         result = cli(command, "--site-packages", str(sp))
         assert result.exit_code == 4, (command, result.stdout + result.stderr)
         assert result.stderr.startswith(f"error: cannot read patchkit's journal {sp / '.patchkit' / 'vllm' / 'journal.json'}")
+
+
+def test_revert_with_nothing_applied_is_exit_0_with_or_without_a_scope(release, cli, tmp_path):
+    """Issue 32: 'revert' with nothing applied exited 0, 'revert --model' in the same state 2 ("bad command line")."""
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    model = tmp_path / "glm"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe"}))
+    for scope in ([], ["--model", str(model)], ["--arch", "DeepseekV3ForCausalLM"]):
+        result = cli("revert", "--site-packages", str(sp), *scope)
+        assert result.exit_code == 0, (scope, result.stdout + result.stderr)
+        assert "nothing to revert: patchkit has not changed this install" in result.stdout, result.stdout
+        code, data = cli.json("revert", "--site-packages", str(sp), *scope)
+        assert code == 0 and data["files"] == [] and data["refused"] is False, data
+    assert snapshot(sp) == before
