@@ -19,8 +19,8 @@ from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
 from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
                                  out, print_checks, waiting, watch_line, working)
-from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, SitePackagesOpt, TargetOpt,
-                                 find_install, request)
+from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, ReadTargetOpt, SitePackagesOpt,
+                                 TargetOpt, find_install, request)
 from patchkit.ui.render import MARKS
 from patchkit.ui.runner import run
 
@@ -142,7 +142,7 @@ def _apply_code(report, dry_run: bool, as_json: bool) -> int:
 
 
 def verify(
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     runtime: bool = typer.Option(
@@ -266,7 +266,7 @@ def revert(
 
 
 def status(
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     arch: Optional[list[str]] = typer.Option(None, "--arch", help="Only what this architecture needs (repeatable)."),
