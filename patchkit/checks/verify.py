@@ -98,7 +98,7 @@ def settle(node: Check, shape: ArchShape) -> Check:
     if shape.state is State.PATCHABLE and any(c.failures() for c in node.children):
         # good news, not a problem: the failed links below are what apply writes (issue 32)
         node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", None,
-                                      f"{shape.reason}; 'patchkit apply' writes what is missing below", shape.location))
+                                      f"{shape.reason}; apply writes what is missing below", shape.location))
     elif shape.state is not State.NATIVE:
         node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
     else:
