@@ -151,7 +151,8 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
         raise not_registered(registry, name, version, "--arch")
 
 
-def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "") -> UsageError:
+def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "",
+                   model_type: str | None = None) -> UsageError:
     """The error for an architecture name this release's registry does not hold (exit 2).
 
     One message for every command: ``--arch`` names (:func:`check_requested`) and the
@@ -163,10 +164,13 @@ def not_registered(registry: Registry, name: str, version: str, given: str, env:
         version: the vLLM release, for the message.
         given: where the name came from (``--arch``, ``--model's config.json architectures``).
         env: the environment options the user gave (`` --python PY``), repeated in the hint.
+        model_type: the checkpoint's model type: the architectures its shipped family names come
+            first (``glm4_moe`` -> ``Glm4MoeForCausalLM``, ``patches/eagle3_families.py``).
     Returns:
         A :class:`UsageError` naming ``name``, with the closest registered names (:func:`suggestions`).
     """
-    close = suggestions(registry, name)
+    close = list(dict.fromkeys([*(suggestions(registry, model_type) if model_type else []),
+                                *suggestions(registry, name)]))[:3]
     scan = NextStep(patchkit_argv("scan", environment=shlex.split(env)), "it lists the architectures this vLLM registers")
     return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry",
                       f"did you mean {' or '.join(close)}" if close else "", scan)
