@@ -58,11 +58,14 @@ class RunOptions:
         environment: ``("--python", PATH)``, ``("--site-packages", DIR)`` or ``()``, as given.
         scope: ``("--model", ABSOLUTE_DIR)`` and/or ``("--arch", A, ...)`` pairs, or ``()``.
         guard: the run was given ``--guard`` (a suggested ``apply`` repeats it).
+        program: the words that run patchkit as the user ran it (``("/tmp/pk/bin/patchkit",)`` when
+            ``patchkit`` on ``PATH`` is not that file, :func:`patchkit.ui.hints.program`).
     """
 
     environment: tuple[str, ...] = ()
     scope: tuple[str, ...] = ()
     guard: bool = False
+    program: tuple[str, ...] = ("patchkit",)
 
 
 def patchkit_argv(command: str, *, target: str | None = None, environment: Sequence[str] = (),
@@ -105,6 +108,9 @@ class NextStep:
         effect: what running it changes (:class:`Effect`).
         patches: the patch ids it writes (:attr:`Effect.PATCHES`) or takes out (:attr:`Effect.RESTORES`).
         exit_code: the exit code it gives when it does what ``why`` says.
+        whole: the step acts on the whole install: :meth:`for_run` adds no ``--arch``/``--model``
+            of the running command (the ``revert`` that undoes an ``apply --model`` whose
+            dependencies another architecture's patches share, :func:`patchkit.plan.next_steps.undo`).
     """
 
     argv: tuple[str, ...]
@@ -113,6 +119,7 @@ class NextStep:
     effect: Effect = Effect.SHOWS
     patches: tuple[str, ...] = ()
     exit_code: int = 0
+    whole: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(self.argv))
@@ -160,8 +167,8 @@ class NextStep:
 
         A ``patchkit`` step gets the environment options unless its argv has one of
         :data:`ENVIRONMENT_OPTIONS`; a step of :data:`SCOPED` gets the run's ``--arch``/``--model``
-        unless it has one of :data:`SCOPE_OPTIONS`; an ``apply`` gets ``--guard``. Decided on the
-        argument tuple, never on text.
+        unless it has one of :data:`SCOPE_OPTIONS` or is :attr:`whole`; an ``apply`` gets ``--guard``;
+        ``patchkit`` becomes :attr:`RunOptions.program`. Decided on the argument tuple, never on text.
         """
         if not self.is_patchkit or len(self.argv) < 2:
             return self
@@ -170,17 +177,17 @@ class NextStep:
         add: list[str] = []
         if options.environment and not words & set(ENVIRONMENT_OPTIONS):
             add += options.environment
-        if argv[1] in SCOPED and options.scope and not words & set(SCOPE_OPTIONS):
+        if argv[1] in SCOPED and options.scope and not self.whole and not words & set(SCOPE_OPTIONS):
             add += options.scope
         if argv[1] == "apply" and options.guard and "--guard" not in words:
             add.append("--guard")
-        if not add:
+        if not add and options.program == ("patchkit",):
             return self
         # after the command's own words (patchkit CMD [SUBCMD]) and its --target
         at = 3 if argv[1] == "guard" and len(argv) > 2 else 2
         if argv[at:at + 1] == ["--target"]:
             at += 2
-        return replace(self, argv=tuple([*argv[:at], *add, *argv[at:]]))
+        return replace(self, argv=tuple([*options.program, *argv[1:at], *add, *argv[at:]]))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``next_steps`` in the ``--json`` reports, docs/json.md)."""
@@ -189,10 +196,17 @@ class NextStep:
                 "exit_code": self.exit_code}
 
 
+def reinstall(distribution: str, version: str, why: str) -> NextStep:
+    """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`): the
+    release's own files back, named with the installed distribution and version (never a placeholder)."""
+    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
+                    effect=Effect.REINSTALLS)
+
+
 def lines(steps: Sequence[NextStep], options: RunOptions | None = None) -> list[str]:
     """:meth:`NextStep.line` of each step (with the run's options, when given)."""
     return [(s.for_run(options) if options is not None else s).line() for s in steps]
 
 
 __all__ = ["ENVIRONMENT_OPTIONS", "Effect", "NextStep", "RunOptions", "SCOPED", "SCOPE_OPTIONS", "lines",
-           "patchkit_argv"]
+           "patchkit_argv", "reinstall"]

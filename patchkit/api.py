@@ -190,6 +190,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         journal = journal_for(install, target)
         unfinished = journal.unfinished()
         recovered = journal.recover()
+        before = frozenset(pid for e in journal.entries.values() for pid in e.patches)
         try:
             report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
                             request=request, recovered=recovered, unfinished=unfinished)
@@ -223,15 +224,19 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
                     report = replace(report, **{name: found})
         journal.remove_if_empty()
     interrupt.late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
-    return _with_steps(install, report, request, target, force)
+    return _with_steps(install, report, request, target, force, before)
 
 
-def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool) -> ApplyReport:
-    """``report`` with its next steps: after a write, verify and revert; after a refusal of one of several
-    ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
+def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool,
+                before: frozenset[str] = frozenset()) -> ApplyReport:
+    """``report`` with its next steps: after a write, verify and the revert that undoes exactly this
+    write (:func:`patchkit.plan.next_steps.undo`; ``before``: the patch ids journaled before it); after a
+    refusal of one of several ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
     if report.written:
-        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"),
-                                           NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES)))
+        from patchkit.plan import next_steps  # lazy: only after a write
+
+        undo = next_steps.undo(install, journal_for(install, target), request, before)
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo))
     if report.refused and len(request.architectures) > 1 and request.model is None:
         from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
 
@@ -348,7 +353,9 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
     Raises:
         UsageError: with ``request``: an ``--arch`` name the registry does not hold
-            (:func:`check_requested`), or none of its architectures has a patch of its own in the journal.
+            (:func:`check_requested`), or the journal holds patches but none of its architectures has
+            one of its own (with nothing journaled at all, a scoped revert is "nothing to revert",
+            exit 0, as the whole one is).
         StateError: the journal or an original copy is unreadable, a file or folder cannot be
             written keeping its owner (checked first), or a write failed (files already restored
             are put back).
@@ -362,11 +369,8 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
 
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
-        if request:
-            raise UsageError(f"patchkit has not changed this install, so nothing is patched for "
-                             f"{', '.join(request.architectures) or request.model}", "",
-                             NextStep(patchkit_argv("status"), "it shows what patchkit changed here"))
-        if any(plugin.installed(install) for plugin in PLUGINS):  # they go with the rest
+        # nothing to revert, with or without --arch/--model: exit 0 alike (issue 32; --model was exit 2)
+        if not request and any(plugin.installed(install) for plugin in PLUGINS):  # they go with the rest
             with interrupt.deferred(), journal.lock(on_wait=on_wait):
                 edits = {} if force else _revert_blockers(install)
                 if edits:

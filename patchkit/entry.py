@@ -52,14 +52,18 @@ def main() -> None:
         for s in (signal.SIGINT, signal.SIGTERM):  # a second signal now changes nothing
             signal.signal(s, signal.SIG_IGN)
         code = 128 + exc.signum
-        message = f"interrupted by {signal.Signals(exc.signum).name} while starting up; nothing was written"
+        from patchkit.interrupt import name  # lazy: only signal and sys load before the handlers are in
+
+        # the one wording of an interrupted command (patchkit.ui.console.error's): error, hint, exit code
+        message = f"interrupted by {name(exc.signum)} while starting up; nothing was written"
         try:
             if "--json" in sys.argv[1:]:
-                import json  # lazy: only signal and sys load before the handlers are in; json only on this path
+                import json  # lazy: as above; json only on this path
 
-                print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
+                print(json.dumps({"error": message, "hint": "run the command again", "next_step": None,
+                                  "exit_code": code}))
             else:
-                print(message, file=sys.stderr)
+                print(f"error: {message}\nhint: run the command again", file=sys.stderr)
         except (OSError, AttributeError, ValueError):
             pass
         sys.exit(code)

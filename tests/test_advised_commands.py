@@ -181,6 +181,42 @@ def test_apply_advice_after_a_write_runs(release, cli):
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
 
 
+KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+            "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61}}
+
+
+def test_the_revert_apply_model_prints_undoes_all_it_wrote(release, cli, tmp_path):
+    """Issue 32: on 0.17.1 ``apply --model Kimi-K2.5`` wrote 4 files and printed a ``revert --model``
+    that restored 2 (the DeepSeek patches it depends on also serve DeepSeek's architectures)."""
+    sp = release("0.17.1")
+    pristine = snapshot(sp)
+    model = tmp_path / "Kimi-K2.5"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(KIMI_K25))
+    code, report = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0 and len(report["files"]) == 4, report
+    _, revert_step = steps_of(report)
+    written = {p["id"] for p in report["patches"] if p["outcome"] == "applied"}
+    assert follow(cli, sp, revert_step, []) == "restores"
+    assert snapshot(sp) == pristine, revert_step["command"]
+    assert set(revert_step["patches"]) == written
+    text = cli("apply", "--site-packages", str(sp), "--model", str(model)).stdout
+    revert = " ".join(text.split()).split("shows the chain, '")[1].split("' undoes it")[0]
+    assert cli(*shlex.split(revert)[1:]).exit_code == 0
+    assert snapshot(sp) == pristine, revert
+    assert cli("verify", "--site-packages", str(sp), "--model", str(model)).exit_code == 1  # the same scope: not patched
+
+    # DeepSeek patched on its own first: the Kimi apply adds only Kimi's files, and its revert takes only those out
+    assert cli("apply", "--site-packages", str(sp), "--arch", "DeepseekV3ForCausalLM").exit_code == 0
+    deepseek = snapshot(sp)
+    code, report = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
+    assert code == 0, report
+    _, revert_step = steps_of(report)
+    assert "--model" in revert_step["argv"], revert_step
+    assert follow(cli, sp, revert_step, []) == "restores"
+    assert snapshot(sp) == deepseek, revert_step["command"]
+
+
 def test_a_refused_arch_among_several_names_the_apply_of_the_rest(release, cli):
     sp = release("0.33.0")
     code, report = cli.json("apply", "--site-packages", str(sp), "--arch", OLMOE, "--arch", "SeedOssForCausalLM",
@@ -202,3 +238,56 @@ def test_revert_refused_by_an_edit_advises_force_and_a_reinstall(release, cli):
     assert "--force" in force["argv"] and follow(cli, sp, force, []) == "restores"
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
     assert follow(cli, sp, reinstall, []) == "reinstalls"
+
+
+# -- hints that run as printed (issue 32) ----------------------------------------------------------
+
+
+def test_reinstall_hints_name_the_installed_release(release, cli):
+    """A damaged file, a damaged RECORD, a deleted target file: each reinstall names ``vllm==0.17.1``
+    (it printed ``vllm==X.Y.Z``, which pip cannot run)."""
+    sp = release("0.17.1")
+    wanted = "pip install --force-reinstall --no-deps vllm==0.17.1"
+    kimi = sp / "vllm/model_executor/models/kimi_k25.py"
+    original = kimi.read_bytes()
+    kimi.write_bytes(original.replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1))
+    for command in (["apply"], ["verify"], ["apply", "--dry-run"]):
+        result = cli(*command, "--site-packages", str(sp))
+        assert result.exit_code == 4 and wanted in result.stderr and "X.Y.Z" not in result.stderr, (command, result.stderr)
+    kimi.unlink()
+    result = cli("apply", "--site-packages", str(sp))
+    assert "kimi_k25.py missing" in result.stderr and wanted in result.stderr, result.stderr
+    assert cli("revert", "--site-packages", str(sp)).exit_code == 0
+    kimi.write_bytes(original)
+    with open(sp / "vllm-0.17.1.dist-info" / "RECORD", "ab") as fh:
+        fh.write(b"\xff\xfe")
+    code, err = cli.json("apply", "--site-packages", str(sp))
+    assert code == 4 and wanted in err["hint"], err
+
+
+def test_printed_commands_name_the_script_run_when_patchkit_is_not_on_path(release, tmp_path):
+    """Run as ``/some/venv/bin/patchkit`` with no ``patchkit`` on PATH (the README's one-command trial),
+    the commands apply prints name that script, and run as printed."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "patchkit"
+    assert script.is_file()
+    sp = release("0.17.1")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+    assert applied.returncode == 0, applied.stderr
+    text = " ".join(applied.stdout.split())
+    verify = text.split("wrote 4 file(s); '")[1].split("' shows the chain")[0]
+    revert = text.split("shows the chain, '")[1].split("' undoes it")[0]
+    assert shlex.split(verify)[0] == str(script) and shlex.split(revert)[0] == str(script), text
+    assert subprocess.run(shlex.split(verify), capture_output=True, env=env, cwd=tmp_path).returncode == 0
+    assert subprocess.run(shlex.split(revert), capture_output=True, env=env, cwd=tmp_path).returncode == 0
+    assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
+    # on PATH, the same file: the commands say 'patchkit'
+    env["PATH"] = f"{script.parent}:/usr/bin:/bin"
+    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
+                             env=env, cwd=tmp_path)
+    assert f"'patchkit verify --site-packages {sp}'" in " ".join(applied.stdout.split()), applied.stdout

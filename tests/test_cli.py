@@ -36,3 +36,32 @@ def test_python_dash_m_and_no_color(tmp_path):
     assert proc.returncode == 4
     assert proc.stderr.startswith("error: no vLLM distribution found")
     assert "\x1b[" not in proc.stderr + proc.stdout
+
+
+def test_every_option_is_in_its_synopsis_and_help_says_what_it_does():
+    """Issue 32: docs/commands.md lacked --watch, --dtype and --eager; rehearse --help omitted exit 4;
+    --target read "Distribution to patch" on the commands that only read."""
+    import re
+    from pathlib import Path
+
+    import typer.main
+    from typer.testing import CliRunner
+
+    from patchkit.ui.cli import app
+
+    docs = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
+    rows = {line.split("`")[1].split()[0]: line for line in docs.splitlines() if re.match(r"\| `", line)}
+    shared = {"--site-packages", "--python", "--target", "--json", "--ray", "--help"}  # the [...] of each row
+    command = typer.main.get_command(app)
+    for name, sub in command.commands.items():
+        for leaf in (sub.commands.values() if hasattr(sub, "commands") else [sub]):
+            options = [o for p in leaf.params for o in p.opts if o.startswith("--") and o not in shared]
+            assert not [o for o in options if o not in rows[name]], (name, options)
+    runner = CliRunner()
+    wide = {"COLUMNS": "200", "NO_COLOR": "1"}
+    assert "4 when the environment cannot run it" in " ".join(runner.invoke(app, ["rehearse", "--help"], env=wide).stdout.split())
+    for name in ("verify", "status", "scan", "doctor", "resolve", "list", "rehearse", "explain"):
+        text = " ".join(runner.invoke(app, [name, "--help"], env=wide).stdout.split())
+        assert "Distribution to read" in text and "Distribution to patch" not in text, name
+    for name in ("apply", "revert"):
+        assert "Distribution to patch" in " ".join(runner.invoke(app, [name, "--help"], env=wide).stdout.split()), name

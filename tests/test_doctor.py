@@ -349,16 +349,12 @@ def test_target_that_is_not_a_native_model(release, cli, tmp_path):
     sp = release("0.17.1")
     model = checkpoint(tmp_path, "kimi-k2", {"architectures": ["KimiK2ForCausalLM"], "model_type": "kimi_k2",
                                              "num_hidden_layers": 61, "hidden_size": 7168})
+    # the answer of every command for a name the registry lacks (issue 32): exit 2, the closest names
     code, report = doctor(cli, sp, model)
-    assert code == 1
-    target = check(report, "target architecture KimiK2ForCausalLM")
-    assert target["ok"] is False
-    assert "not a native model" in target["detail"] and "Transformers backend" in target["detail"]
-    assert report["target"]["native"] is False and report["target"]["class"] is None
-    effect = check(report, "EAGLE-3 in effect")
-    assert effect["ok"] is None and "not a native vLLM model" in effect["detail"]
-    assert report["apply_command"] is None  # no edit of vLLM reaches it
-    assert any("DeepseekV3ForCausalLM" in a for a in report["actions"])
+    assert code == 2 and report["exit_code"] == 2, report
+    assert "'KimiK2ForCausalLM' is not in vLLM 0.17.1's model registry" in report["error"]
+    assert "did you mean KimiK25ForConditionalGeneration" in report["hint"], report
+    assert cli("apply", "--site-packages", str(sp), "--model", str(model)).exit_code == 2
 
 
 def test_kimi_k25_before_vllm_registers_it(release, cli, tmp_path):
@@ -442,3 +438,20 @@ def test_bad_id_list(cli, tmp_path, sp_0_18_0):
     assert code == 1
     ids = check(report, "aux layer ids")
     assert ids["ok"] is False and "'2,30,58', not a list of integers" in ids["detail"]
+
+
+def test_patchable_is_good_news_not_a_problem(release, cli):
+    """Issue 32: on an unpatched GLM-4.6 (0.34.0) doctor printed '✗ patchkit's verdict: patchable' and
+    counted it as the first of 4 problems; the verdict is what apply can fix, the missing links are the problems."""
+    sp = release("0.34.0")
+    model = Path(__file__).parent / "checkpoints" / "glm-4.6"
+    code, report = doctor(cli, sp, model)
+    assert code == 1
+    effect = check(report, "EAGLE-3 in effect for Glm4MoeForCausalLM")
+    verdict = child(effect, "patchkit's verdict: patchable")
+    assert verdict["ok"] is None and "apply" in verdict["detail"], verdict
+    assert effect["ok"] is False and report["missing"], report["missing"]
+    assert not [m for m in report["missing"] if m.startswith("patchkit's verdict")], report["missing"]
+    text = cli("doctor", "--model", str(model), "--site-packages", str(sp)).stdout
+    assert "✗ patchkit's verdict" not in text and f"not ready ({len(report['missing'])} problems" in text, text
+    assert "  - patchkit's verdict" not in text

@@ -43,6 +43,26 @@ def test_unknown_arch_is_a_usage_error_on_every_command(release, cli, version, c
     assert snapshot(sp) == before
 
 
+@pytest.mark.parametrize("command", ["apply", "verify", "status", "revert", "doctor"])
+def test_unknown_arch_in_model_config_is_the_same_usage_error(release, cli, tmp_path, command):
+    """Issue 32: a config.json naming a class the registry lacks (a lower-case m) is exit 2 with the
+    closest names, as through --arch; before, verify and status exited 0 ("in effect"), apply 3."""
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    model = tmp_path / "typo"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Glm4MoeForCausalLm"], "model_type": "glm4_moe"}))
+    for how in (["--model", str(model)], *([["--arch", "Glm4MoeForCausalLm"]] if command != "doctor" else [])):
+        result = cli(command, "--site-packages", str(sp), *how)
+        assert result.exit_code == 2, (how, result.stdout + result.stderr)
+        assert "in effect" not in result.stdout and "'Glm4MoeForCausalLm' is not in vLLM 0.17.1's model registry" \
+            in result.stderr, result.stderr
+        assert "did you mean Glm4MoeForCausalLM" in result.stderr, result.stderr
+        code, data = cli.json(command, "--site-packages", str(sp), *how)
+        assert code == 2 and data["exit_code"] == 2 and "ok" not in data, data
+    assert snapshot(sp) == before
+
+
 def test_empty_arch_agrees_with_resolve(release, cli):
     sp = release("0.17.1")
     assert cli("resolve", "", "--site-packages", str(sp)).exit_code == 2
@@ -392,3 +412,19 @@ def test_deeply_nested_state_files_are_clear(release, cli):
         result = cli(command, "--site-packages", str(sp))
         assert result.exit_code == 4, (command, result.stdout + result.stderr)
         assert result.stderr.startswith(f"error: cannot read patchkit's journal {sp / '.patchkit' / 'vllm' / 'journal.json'}")
+
+
+def test_revert_with_nothing_applied_is_exit_0_with_or_without_a_scope(release, cli, tmp_path):
+    """Issue 32: 'revert' with nothing applied exited 0, 'revert --model' in the same state 2 ("bad command line")."""
+    sp = release("0.17.1")
+    before = snapshot(sp)
+    model = tmp_path / "glm"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe"}))
+    for scope in ([], ["--model", str(model)], ["--arch", "DeepseekV3ForCausalLM"]):
+        result = cli("revert", "--site-packages", str(sp), *scope)
+        assert result.exit_code == 0, (scope, result.stdout + result.stderr)
+        assert "nothing to revert: patchkit has not changed this install" in result.stdout, result.stdout
+        code, data = cli.json("revert", "--site-packages", str(sp), *scope)
+        assert code == 0 and data["files"] == [] and data["refused"] is False, data
+    assert snapshot(sp) == before

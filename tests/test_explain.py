@@ -173,3 +173,23 @@ def test_explain_eagle3_id_of_a_class_the_release_lacks(cli, release):
     assert lines[0] == "error: no class 'NoSuchModel' for 'eagle3:NoSuchModel:capture' in vLLM 0.17.1"
     assert lines[1].startswith("hint: ") and "eagle3:<Backbone>:capture" in lines[1] and len(lines) == 2
     assert sorted((p.relative_to(sp), p.stat().st_mtime_ns) for p in sp.rglob("*") if p.is_file()) == before
+
+
+@pytest.mark.release
+def test_explain_after_apply_explains_the_applied_patch(release, cli):
+    """Issue 32: after 'apply', explain read patchkit's own edit as native support ("apply plans no such
+    patch here"); it explains the patch from the release's own bytes and says it is applied."""
+    sp = release("0.34.0")
+    model = Path(__file__).parent / "checkpoints" / "glm-4.6"
+    pid = "eagle3:Glm4MoeForCausalLM:interface"
+    code, before = cli.json("explain", pid, "--site-packages", str(sp))
+    assert code == 0 and before["summary"] and before["applied_in"] == [], before
+    assert cli("apply", "--site-packages", str(sp), "--model", str(model)).exit_code == 0
+    code, after = cli.json("explain", pid, "--site-packages", str(sp))
+    assert code == 0 and after["summary"] == before["summary"] and after["shape"] == before["shape"], after
+    assert after["applied_in"] == ["vllm/model_executor/models/glm4_moe.py"], after
+    text = " ".join(cli("explain", pid, "--site-packages", str(sp)).stdout.split())
+    assert "plans no such patch" not in text and "(native)" not in text, text
+    assert "applied: patchkit wrote it into vllm/model_executor/models/glm4_moe.py" in text, text
+    code, capture = cli.json("explain", "eagle3:Glm4MoeModel:capture", "--site-packages", str(sp))
+    assert code == 0 and capture["summary"] and capture["applied_in"] == after["applied_in"], capture

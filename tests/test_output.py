@@ -184,3 +184,22 @@ def test_error_lines_keep_paths_whole_at_60_columns(tmp_path):
     assert proc.returncode == 4
     assert any(str(deep) in line for line in text.splitlines()), text
     check_fitted(text, 60)
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.34.0"])
+def test_widest_line_at_80_columns(tmp_path, version):
+    """Issue 32, measured: on an 80-column terminal no line of verify, doctor, scan, status or apply
+    is wider than 80 (a dry run's diff is the files' own lines), except a single word (a path, a command) that cannot be broken."""
+    from vllm_release import fresh_copy
+
+    sp = fresh_copy(version, tmp_path / "sp")
+    where = ["--site-packages", str(sp)]
+    glm = str(Path(__file__).parent / "checkpoints" / "glm-4.6")
+    widest = {}
+    for args in (["verify", *where], ["doctor", "--model", glm, *where], ["scan", *where],
+                 ["apply", "--model", glm, *where],
+                 ["status", *where], ["verify", "--model", glm, *where]):
+        text = run_in_terminal(args, 80)
+        check_fitted(text, 80)
+        widest[" ".join(args[:2])] = max(len(line) for line in text.splitlines())
+    assert widest, widest

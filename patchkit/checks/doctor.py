@@ -50,7 +50,7 @@ from patchkit.checks.drafts.checklist import draft_checks, final_layer_capture
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.errors import ConfigError, UsageError
 from patchkit.plan import arch_scope, next_steps
-from patchkit.plan.request import Request
+from patchkit.plan.request import Request, not_registered
 from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
 from patchkit.results import Check, Outcome
 from patchkit.store.journal import journal_for, unfinished_check
@@ -96,7 +96,9 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
             target's ``num_hidden_layers`` is not a positive integer.
         SourceError: a vLLM file on the way does not parse.
         StateError: patchkit's journal in the install cannot be read.
-        UsageError: unknown ``distribution``, or ``pipeline_parallel_size`` below 1.
+        UsageError: unknown ``distribution``, ``pipeline_parallel_size`` below 1, or a target whose
+            ``architectures`` name nothing this registry holds and no shipped patch names (exit 2,
+            with the closest registered names: :func:`patchkit.plan.request.not_registered`).
     """
     if pipeline_parallel_size < 1:
         raise UsageError(f"--pipeline-parallel-size {pipeline_parallel_size} is not a stage count",
@@ -109,6 +111,13 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     registry = Registry(tree)
     info = contract_mod.install_info(install, contract)
     facts = _target_facts(target_cfg, tree, registry)
+    if facts.architectures and facts.resolution is None and not any(
+            isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures
+            for p in load_patches(distribution)):
+        # a name this registry lacks and patchkit knows from no release (a typo, a remote-code class):
+        # exit 2 with the closest names, the answer every command gives (issue 32)
+        raise not_registered(registry, facts.architectures[0], str(install.version),
+                             "--model's config.json architecture", " ".join(command_options or ()), facts.model_type)
     route = backend_route(tree, contract, facts.resolution) if facts.resolution is not None else None
     options = tuple(command_options) if command_options else ("--site-packages", str(install.site_packages))
     actions: list[NextStep | str] = []  # a str: an edit only the user can make (the draft checks' advice)
@@ -234,17 +243,11 @@ def _target_check(facts: TargetFacts, install: Install, distribution: str, actio
     if r is None:
         known = next((p for p in load_patches(distribution)
                       if isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures), None)
-        if known is not None:  # an architecture patchkit knows, from a later vLLM release
-            first = next_steps.first_release(known)
-            actions.append(next_steps.upgrade(install.distribution, first,
-                                              f"vLLM {install.version} has no {known.target.architecture}: patchkit's "
-                                              f"{known.id} is for vLLM {known.vllm}, and later releases support it natively"))
-        else:
-            actions.append(NextStep(
-                patchkit_argv("resolve", environment=options, extra=(facts.architectures[0],)),
-                "it shows how this vLLM resolves the name; use a checkpoint whose config.json names a native vLLM "
-                "architecture (Kimi-K2 text checkpoints list DeepseekV3ForCausalLM, Kimi-K2.5 lists "
-                "KimiK25ForConditionalGeneration)", exit_code=1))
+        # an architecture patchkit knows, from a later vLLM release (any other name is refused first, in doctor())
+        first = next_steps.first_release(known)
+        actions.append(next_steps.upgrade(install.distribution, first,
+                                          f"vLLM {install.version} has no {known.target.architecture}: patchkit's "
+                                          f"{known.id} is for vLLM {known.vllm}, and later releases support it natively"))
         return Check(
             f"target architecture {names}", False,
             f"not a native model: not in vLLM {install.version}'s model registry, so vLLM would load it through its "

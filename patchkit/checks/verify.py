@@ -137,12 +137,18 @@ def settle(node: Check, shape: ArchShape) -> Check:
         node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`), changed in place.
         shape: :func:`patchkit.vllm.shapes.classify` of the same architecture (an ``ArchShape``).
     Returns:
-        ``node``: when the verdict is not native (patchable, not patchable, declared but broken), a failed
-        first child says so with the classifier's reason; when it is native, a link patchkit could not
+        ``node``: when the verdict is patchable, an informational first child (ok None) says so: it is
+        what apply can fix, not one more problem, and the failed links under ``node`` are the problems; when
+        it is otherwise not native (not patchable, declared but broken, or patchable with no failed link),
+        a failed first child says so with the classifier's reason; when it is native, a link patchkit could not
         follow (:data:`NOT_FOLLOWED`) is shown as not checked (None), not failed: the classifier calls no
         class broken on a link it cannot read. ``node.ok`` is recomputed.
     """
-    if shape.state is not State.NATIVE:
+    if shape.state is State.PATCHABLE and any(c.failures() for c in node.children):
+        # good news, not a problem: the failed links below are what apply writes (issue 32)
+        node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", None,
+                                      f"{shape.reason}; apply writes what is missing below", shape.location))
+    elif shape.state is not State.NATIVE:
         node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
     else:
         _not_followed_unchecked(node)

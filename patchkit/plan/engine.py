@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 from packaging.version import Version
 
+from patchkit.advice import reinstall
 from patchkit.vllm import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
 from patchkit.vllm.composition import CompositionError, Holder, held_class, holder, registry_built
@@ -38,7 +39,7 @@ from patchkit.vllm import source as source_mod
 from patchkit.vllm.source import ClassRef, SourceTree
 from patchkit.plan.spec import ClassTarget, ModuleTarget, Patch
 
-_REINSTALL = "the installed file is damaged or was edited; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)"
+_REINSTALL = "the installed file is damaged or was edited"
 
 
 @dataclass
@@ -218,9 +219,11 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             try:
                 modules[relpath] = cst.parse_module(source)
             except cst.ParserSyntaxError as exc:
-                raise SourceError(f"{relpath}:{exc.raw_line}: syntax error: {exc.message}", _REINSTALL) from exc
+                raise SourceError(f"{relpath}:{exc.raw_line}: syntax error: {exc.message}", _REINSTALL,
+                                  reinstall(install.distribution, str(install.version), "the release's own files back")) from exc
             except (SyntaxError, UnicodeError, ValueError) as exc:  # encoding declaration, bytes
-                raise SourceError(f"{relpath}: cannot be read as Python source: {exc}", _REINSTALL) from exc
+                raise SourceError(f"{relpath}: cannot be read as Python source: {exc}", _REINSTALL,
+                                  reinstall(install.distribution, str(install.version), "the release's own files back")) from exc
             result.originals[relpath] = source
             result.encodings[relpath] = modules[relpath].encoding
         return modules[relpath]

@@ -9,10 +9,9 @@ check that it does:
   the ``apply`` that writes the patches it plans, or (when it would refuse) its dry run, which
   shows why and exits 3, or the release to upgrade to (a patch not applicable here that works
   from a later release, :attr:`patchkit.results.PatchResult.upgrade_to`);
-- :func:`reinstall`: ``pip install --force-reinstall --no-deps DIST==VERSION`` (the release's own
-  files back);
 - :func:`reapply`: after a reinstall or an upgrade replaced journaled files, the ``apply`` runs
-  that patch them again.
+  that patch them again;
+- :func:`undo`: after an ``apply`` wrote, the ``revert`` that takes out exactly what it wrote.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import os
 from packaging.version import Version
 from typing import TYPE_CHECKING, Sequence
 
-from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import ExitCode
+from patchkit.advice import Effect, NextStep, patchkit_argv, reinstall
+from patchkit.errors import ExitCode, UsageError
 from patchkit.plan.request import Request
 from patchkit.results import ApplyReport, InstallInfo, Outcome
 from patchkit.plan.spec import ClassTarget, Patch, load_patches
@@ -32,6 +31,7 @@ from patchkit.vllm.contract import EAGLE3_FIRST, Era
 
 if TYPE_CHECKING:
     from patchkit.plan.gates import ChainCheck
+    from patchkit.store.journal import Journal
     from patchkit.vllm.install import Install
 
 
@@ -140,12 +140,6 @@ def upgrade(distribution: str, release: str, why: str, rests_on: str | None = No
     return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE, tuple(patches))
 
 
-def reinstall(distribution: str, version: str, why: str) -> NextStep:
-    """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`)."""
-    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
-                    effect=Effect.REINSTALLS)
-
-
 def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str | None = None) -> tuple[NextStep, ...]:
     """The ``apply`` runs that patch replaced files again (:attr:`patchkit.results.StatusReport.reapply`).
 
@@ -163,4 +157,44 @@ def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str |
     return tuple(steps)
 
 
-__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "reinstall", "upgrade", "without_refused"]
+def undo(install: Install, journal: Journal, request: Request, before: frozenset[str]) -> NextStep:
+    """The ``revert`` that takes out exactly the patches an ``apply`` just wrote (issue 32).
+
+    ``revert --arch``/``--model`` keeps the patches another patched architecture needs
+    (:func:`patchkit.plan.arch_scope.narrowing`), and the journal records patch ids, not which run
+    asked for them: after ``apply --model Kimi-K2.5`` on 0.17.1 the shipped DeepSeek patches it
+    depends on (``deepseek_v2.py``, ``speculative.py``) also serve the DeepSeek architectures, so the
+    scoped revert kept them. The scoped revert is advised when it takes out exactly the patches
+    this apply added; else, when nothing was journaled before this apply, the whole ``revert``
+    (everything journaled is this apply's); else the scoped revert, which says what it keeps.
+
+    Args:
+        install: the vLLM install.
+        journal: its journal after the write.
+        request: the apply's ``--arch``/``--model`` (empty: a plain ``apply``).
+        before: the patch ids the journal held before this apply.
+    Returns:
+        A :attr:`Effect.RESTORES` step, ``patches`` the ids it takes out.
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    from patchkit.plan import arch_scope  # lazy: the scope's planning chain, only after a write
+
+    added = arch_scope.journaled_ids(journal) - before
+    if not request:
+        return NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES)
+    try:
+        remove = arch_scope.narrowing(install, journal, request).remove
+    except UsageError:  # every patch it wrote serves another patched architecture too
+        remove = frozenset()
+    if remove == added:
+        return NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES, patches=tuple(sorted(remove)))
+    if not before:
+        return NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES, patches=tuple(sorted(added)),
+                        whole=True)
+    kept = sorted(added - remove)
+    return NextStep(patchkit_argv("revert"), f"takes out what no other patched architecture needs; it keeps "
+                    f"{', '.join(kept)}", effect=Effect.RESTORES, patches=tuple(sorted(remove)))
+
+
+__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "undo", "upgrade", "without_refused"]

@@ -123,8 +123,9 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
     ``apply``, ``verify``, ``status`` and ``revert`` call it before they plan or read anything
     else, so a typo (``DeepseekV3ForCausalLm``, a trailing space, an empty name) is a usage error
     on every command (exit 2, with the closest registered names), never a check that passes
-    because there was nothing to check. Names from ``--model``'s config.json are the
-    checkpoint's, not a typo on the command line: they are not checked here.
+    because there was nothing to check. ``--model``'s config.json gets the same answer when
+    none of its ``architectures`` is registered (vLLM serves the first one its registry resolves;
+    with none, ``verify`` and ``status`` would otherwise report on a class they never checked).
 
     Args:
         registry: the install's model registry (``vllm/model_executor/models/registry.py``, read statically).
@@ -132,11 +133,14 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
             is the same error on every command (even ``revert`` with nothing to revert).
         version: the vLLM release, for the message.
     Raises:
-        UsageError: an ``--arch`` name the registry does not hold.
+        UsageError: an ``--arch`` name the registry does not hold, or a ``--model`` whose
+            ``architectures`` name nothing it holds (the first is named, with the closest names).
         ConfigError: ``--model``'s ``config.json`` is missing or unreadable (exit 4).
     """
     if request.model is not None:  # read first: a bad config.json is the same error on every command
-        read_model_config(request.model)
+        names = read_model_config(request.model).architectures
+        if not any(registry.resolve(a) is not None for a in names):
+            raise not_registered(registry, names[0], version, "--model's config.json architecture")
     for name in request.architectures:
         if registry.resolve(name) is not None:
             continue
@@ -147,7 +151,8 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
         raise not_registered(registry, name, version, "--arch")
 
 
-def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "") -> UsageError:
+def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "",
+                   model_type: str | None = None) -> UsageError:
     """The error for an architecture name this release's registry does not hold (exit 2).
 
     One message for every command: ``--arch`` names (:func:`check_requested`) and the
@@ -159,10 +164,13 @@ def not_registered(registry: Registry, name: str, version: str, given: str, env:
         version: the vLLM release, for the message.
         given: where the name came from (``--arch``, ``--model's config.json architectures``).
         env: the environment options the user gave (`` --python PY``), repeated in the hint.
+        model_type: the checkpoint's model type: the architectures its shipped family names come
+            first (``glm4_moe`` -> ``Glm4MoeForCausalLM``, ``patches/eagle3_families.py``).
     Returns:
         A :class:`UsageError` naming ``name``, with the closest registered names (:func:`suggestions`).
     """
-    close = suggestions(registry, name)
+    close = list(dict.fromkeys([*(suggestions(registry, model_type) if model_type else []),
+                                *suggestions(registry, name)]))[:3]
     scan = NextStep(patchkit_argv("scan", environment=shlex.split(env)), "it lists the architectures this vLLM registers")
     return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry",
                       f"did you mean {' or '.join(close)}" if close else "", scan)

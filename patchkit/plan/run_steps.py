@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 from typing import Sequence
 
-from patchkit.advice import Effect, NextStep, patchkit_argv
+from patchkit.advice import Effect, NextStep, patchkit_argv, reinstall
 from patchkit.plan.request import Request
 from patchkit.results import InstallInfo, RevertedFile
 
@@ -29,16 +29,14 @@ def revert_refused(info: InstallInfo, target: str, request: Request, files: Sequ
     """The next steps of a refused revert: the same revert with ``--force``, and, when a vLLM file
     blocked it, the reinstall that gives the release's own bytes back (an edited guard file is
     patchkit's, which no reinstall of vLLM touches)."""
-    from patchkit.plan import next_steps  # lazy: start-up, only a refused revert advises
-
     vllm_edits = [f for f in files if f.blocking and f.path not in guard_edits]
     why = ("writes the originals over the edits (the edits are lost)" if not guard_edits else
            "deletes patchkit's guard, its edited file(s) included" if not vllm_edits else
            "writes the originals over the edits and deletes patchkit's guard (the edits are lost)")
     steps = [replace(again("revert", target, request, True), why=why)]
     if vllm_edits:
-        steps.append(next_steps.reinstall(info.distribution, info.version, "the release's own files back, "
-                                          "then 'patchkit status' shows the journal settled"))
+        steps.append(reinstall(info.distribution, info.version, "the release's own files back, "
+                               "then 'patchkit status' shows the journal settled"))
     return tuple(steps)
 
 

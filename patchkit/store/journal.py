@@ -410,7 +410,8 @@ class Journal(JournalRecords):
 
 def journal_for(install: Install, target: str = "vllm") -> Journal:
     """The journal of ``install`` for ``target``, knowing where its interpreter keeps bytecode."""
-    return Journal(install.site_packages, target, install.pycache_prefix, install.spellings)
+    return Journal(install.site_packages, target, install.pycache_prefix, install.spellings,
+                   (install.distribution, str(install.version)))
 
 
 def unfinished_check(journal: JournalRecords) -> Check | None:

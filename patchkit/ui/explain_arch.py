@@ -14,7 +14,7 @@ from typing import Any
 
 from patchkit.codemods import CATALOGUE
 from patchkit.errors import UsageError
-from patchkit.plan import arch_patches
+from patchkit.plan import arch_patches, arch_scope
 from patchkit.plan.spec import ClassTarget, Patch, load_families
 from patchkit.results import Outcome, PatchResult
 from patchkit.store.journal import journal_for
@@ -103,6 +103,9 @@ class ArchExplainReport:
         result: its planned outcome (``target`` is ``file:line Class``), or None when no patch is planned.
         decisions: each part of the form and who decided it.
         note: one line when ``apply`` does something else than plan ``patch`` (shipped patches, native, refused).
+        applied_in: the files patchkit's journal holds ``apply_id`` in (it was applied); empty when it holds
+            none. The form above is then read from the release's own bytes (the journal's originals), as
+            ``apply`` planned it, never from patchkit's edit.
     """
 
     id: str
@@ -116,6 +119,7 @@ class ArchExplainReport:
     result: PatchResult | None
     decisions: list[Decision] = field(default_factory=list)
     note: str | None = None
+    applied_in: tuple[str, ...] = ()
 
     @property
     def heading(self) -> str:
@@ -136,7 +140,10 @@ class ArchExplainReport:
             rows.append(("apply id", f"{self.apply_id} (what 'apply' prints for {self.id})"))
         if self.architectures:
             rows.append(("for", ", ".join(self.architectures)))
-        if self.result is not None:
+        if self.applied_in:
+            rows.append(("outcome", f"applied: patchkit wrote it into {', '.join(self.applied_in)} "
+                                    "('patchkit status' lists it, 'patchkit revert' takes it out)"))
+        elif self.result is not None:
             outcome = "would apply" if self.result.outcome is Outcome.APPLIED else self.result.outcome.value
             rows.append(("outcome", f"{outcome}: {self.result.reason}"))
         for d in self.decisions:
@@ -176,6 +183,7 @@ class ArchExplainReport:
             "codemod": None if self.patch is None else {"name": self.patch.codemod.name, "kind": self.patch.codemod.kind,
                                                         "options": {k: v for k, v in self.patch.codemod.options}},
             "outcome": self.result.outcome.value if self.result else None,
+            "applied_in": list(self.applied_in),
             "target": self.result.target if self.result else None,
             "files": list(self.result.files) if self.result else [],
             "decisions": [d.to_dict() for d in self.decisions],
@@ -190,7 +198,9 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
         UsageError: this release has no class (or allow-list) the id can name.
         SourceError: a vLLM file on the way does not parse.
     """
-    tree = SourceTree(install.site_packages)
+    journal = journal_for(install)
+    # the release's own bytes: patchkit's edit is not the release's native support (issue 32)
+    tree = arch_scope.pristine_tree(install, journal) if journal.entries else SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
     registry = Registry(tree)
     if contract.era is contract_mod.Era.A0:  # no EAGLE-3 at all: no class has a form to explain
@@ -235,6 +245,7 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
                        + (f" (it plans {', '.join(decision.patch_ids)})" if decision.patch_ids else f": {shape.reason}"))
         return report
     report.patch = patch
+    report.applied_in = tuple(sorted(path for path, e in journal.entries.items() if patch.id in e.patches))
     report.result = _planned(install, tree, contract, registry, list(selection.patches), patch.id)
     report.decisions.extend(_form(kind, patch, shape, contract))
     if report.result is not None and report.result.target:

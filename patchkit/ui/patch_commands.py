@@ -14,12 +14,13 @@ from typing import Optional
 
 import typer
 
+from patchkit.advice import reinstall
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
 from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
                                  out, print_checks, waiting, watch_line, working)
-from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, SitePackagesOpt, TargetOpt,
-                                 find_install, request)
+from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, ReadTargetOpt, SitePackagesOpt,
+                                 TargetOpt, find_install, request)
 from patchkit.ui.render import MARKS
 from patchkit.ui.runner import run
 
@@ -112,7 +113,7 @@ def apply(
         elif report.written:
             verify_, revert_ = report.next_steps[:2]
             w.line(f"wrote {len(report.files)} file(s); '{verify_.command}' shows the chain, "
-                   f"'{revert_.command}' undoes it")
+                   f"'{revert_.command}' {revert_.why}")
         elif dry_run:
             w.line("dry run: nothing was written")
         else:
@@ -136,23 +137,23 @@ def _apply_code(report, dry_run: bool, as_json: bool) -> int:
         others = (", the others were" + (" planned" if dry_run else " applied")) if report.any_landed else ""
         them = "it" if len(report.missing_files) == 1 else "them"
         if deleted:  # the release's own RECORD lists them: a reinstall brings them back
-            hint = (f"reinstall vLLM (pip install --force-reinstall --no-deps "
-                    f"{report.install.distribution}=={report.install.version}), then apply again")
-            if report.not_shipped:
-                hint += f"; vLLM {report.install.version} does not ship {', '.join(report.not_shipped)}: no reinstall brings it"
+            note = (f"vLLM {report.install.version} does not ship {', '.join(report.not_shipped)}: no reinstall brings it"
+                    if report.not_shipped else "")
             message = f"{', '.join(report.missing_files)} missing from this install; the patches that need {them} were not run{others}"
+            error(PatchkitError(message, note, reinstall(report.install.distribution, report.install.version,
+                                                         "the release's own files back, then apply again")), False)
         else:
             hint = ("this release has no such file, so the patches that need it cannot run on it and a reinstall "
                     "would not change that; run the others with --patch ID, or use a release those patches are for "
                     "(patchkit explain ID)")
             message = (f"vLLM {report.install.version} does not ship {', '.join(report.not_shipped)} (not in its RECORD, "
                        f"or no RECORD to tell); the patches that need {them} were not run{others}")
-        error(PatchkitError(message, hint), False)
+            error(PatchkitError(message, hint), False)
     return int(report.exit_code)
 
 
 def verify(
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     runtime: bool = typer.Option(
@@ -276,7 +277,7 @@ def revert(
 
 
 def status(
-    target: str = TargetOpt,
+    target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     arch: Optional[list[str]] = typer.Option(None, "--arch", help="Only what this architecture needs (repeatable)."),

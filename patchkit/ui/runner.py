@@ -11,7 +11,6 @@ closed (``>&-``) or full: the report could not be written. Each is a
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -21,9 +20,9 @@ from typing import Callable, Optional
 import typer
 
 from patchkit import interrupt, settings
-from patchkit.errors import ExitCode, PatchkitError, missing_requirement
+from patchkit.errors import ExitCode, Interrupted, PatchkitError, missing_requirement
 from patchkit.ui import hints
-from patchkit.ui.console import GuardedStdout, OutputFailed, err, error, output_closed
+from patchkit.ui.console import GuardedStdout, OutputFailed, error, output_closed
 
 
 class _Terminated(BaseException):
@@ -84,19 +83,16 @@ def _run_body(as_json: bool, body: Callable[[], int], site_packages: Optional[Pa
         late = interrupt.received() if interrupt.after_writing() else None
         if late is not None:  # after the run's last safe point, while its report was written
             code = 128 + late
-            err().line(("interrupted:", "red"), f" by {interrupt.name(late)} after the run had finished; "
-                       "the output above says what is on disk")
+            error(Interrupted(late, f"interrupted by {interrupt.name(late)} after the run had finished; "
+                              "the output above says what is on disk"), False)
     except BrokenPipeError as exc:
         raise OutputFailed(exc) from None
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
-        code = int(ExitCode.TERMINATED if isinstance(exc, _Terminated) else ExitCode.INTERRUPTED)
-        message = f"interrupted by {signal.Signals(signum).name} before anything was written"
-        if as_json:
-            print(json.dumps({"error": message, "hint": "run the command again", "exit_code": code}))
-        else:
-            err().line(("interrupted:", "red"), " ", message)
-        raise typer.Exit(code)
+        stopped = Interrupted(signum, f"interrupted by {interrupt.name(signum)} before anything was written",
+                              "run the command again")
+        error(stopped, as_json)  # the one wording of an interrupted command: error, hint, exit code
+        raise typer.Exit(int(stopped.exit_code))
     except PatchkitError as exc:
         error(exc, as_json)
         raise typer.Exit(int(exc.exit_code))

@@ -31,6 +31,7 @@ from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from patchkit.advice import reinstall
 from patchkit.errors import InstallNotFound, InterpreterError
 
 DISTRIBUTION = "vllm"
@@ -203,7 +204,8 @@ def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] 
     if not (site_packages / "vllm" / "__init__.py").is_file():
         raise InstallNotFound(
             f"{dist_path.name} in {site_packages} has no vllm/__init__.py beside it",
-            "the distribution's files are missing; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+            "the distribution's files are missing",
+            reinstall(dist.name or DISTRIBUTION, str(dist.version), "the release's own files back"),
         )
     try:
         version = Version(dist.version)
@@ -262,7 +264,8 @@ def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[
     except (OSError, UnicodeError) as exc:
         raise InstallNotFound(
             f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
-            "the install's metadata is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+            "the install's metadata is damaged",
+            reinstall(install.distribution, str(install.version), "the release's own files back"),
         ) from exc
     wanted = None if paths is None else set(paths)
     try:
@@ -273,7 +276,8 @@ def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[
     except (csv.Error, ValueError, binascii.Error) as exc:
         raise InstallNotFound(
             f"cannot read {path}: {exc}",
-            "the install's metadata is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+            "the install's metadata is damaged",
+            reinstall(install.distribution, str(install.version), "the release's own files back"),
         ) from exc
     return out
 

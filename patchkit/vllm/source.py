@@ -15,7 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.errors import SourceError
+from patchkit.errors import PatchkitError, SourceError
 
 _MAX_IMPORT_HOPS = 8  # re-export chains in vLLM are one or two hops deep
 
@@ -112,6 +112,19 @@ class SourceTree:
         self._bases: dict[ClassRef, tuple[ClassRef | str, ...]] = {}
         self._mros: dict[ClassRef, tuple[ClassRef, ...]] = {}
 
+    def _reinstall(self):
+        """The step that gives a damaged file its release bytes back: ``pip install --force-reinstall
+        --no-deps DIST==VERSION`` of the distribution in :attr:`site_packages`, or None when its
+        metadata cannot be read either (read only on this error path)."""
+        from patchkit.advice import reinstall  # lazy: only a damaged file needs it
+        from patchkit.vllm.install import from_site_packages  # lazy: as above
+
+        try:
+            install = from_site_packages(self.site_packages)
+        except PatchkitError:
+            return None
+        return reinstall(install.distribution, str(install.version), "the release's own files back")
+
     # -- files and modules -------------------------------------------------------------
 
     def relpath_of_module(self, module: str) -> str | None:
@@ -160,12 +173,12 @@ class SourceTree:
         except (ValueError, UnicodeError) as exc:  # null bytes, undecodable bytes
             raise SourceError(
                 f"{relpath}: cannot be read as Python source: {exc}",
-                "the installed file is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+                "the installed file is damaged", self._reinstall(),
             ) from exc
         except SyntaxError as exc:
             raise SourceError(
                 f"{relpath}:{exc.lineno}: syntax error: {exc.msg}",
-                "the installed file is damaged; reinstall vLLM (pip install --force-reinstall --no-deps vllm==X.Y.Z)",
+                "the installed file is damaged", self._reinstall(),
             ) from exc
         mod = _Module(module, relpath, source, tree, relpath.endswith("__init__.py"))
         package = module if mod.is_package else module.rpartition(".")[0]
