@@ -119,3 +119,21 @@ def test_an_unpatched_target_vllm_refuses_gets_the_apply_to_run(tmp_path, cli):
     assert done.exit_code == step.exit_code, done.output
     assert sorted(p["id"] for p in json.loads(done.stdout)["patches"] if p["outcome"] == "applied") == sorted(step.patches)
     assert rehearsal.next_steps(install, report) == ()
+
+
+def test_the_fix_for_an_unimportable_class_runs_as_printed():
+    """The driver's ``import_error`` becomes exit 4 naming the innermost exception of the chain and
+    where it was raised (under site-packages, shortened); the hint is a command with no placeholder:
+    on cpu the cpu_env command, on cuda the import that shows the same error."""
+    failed = {"module": "vllm.model_executor.models.glm4_moe", "class": "Glm4MoeForCausalLM", "chain": [
+        {"type": "builtins.ModuleNotFoundError", "message": "Could not import module 'Glm4MoeForCausalLM'.",
+         "where": "/v/lib/python3.11/site-packages/transformers/utils/import_utils.py:2300"},
+        {"type": "builtins.RuntimeError", "message": "operator torchvision::nms does not exist\nmore",
+         "where": "/v/lib/python3.11/site-packages/torch/library.py:1075"}]}
+    cpu = rehearsal.unimportable(Path("/v/bin/python"), "cpu", failed)
+    assert cpu.exit_code == ExitCode.ENVIRONMENT
+    assert cpu.message == ("--python /v/bin/python: vLLM cannot import Glm4MoeForCausalLM (vllm.model_executor.models."
+                           "glm4_moe): RuntimeError: operator torchvision::nms does not exist (torch/library.py:1075)")
+    assert cpu.hint.endswith(shlex.join([sys.executable, "-m", "patchkit.rehearse.cpu_env", "vllm-cpu-env"]))
+    cuda = rehearsal.unimportable(Path("/v/bin/python"), "cuda", failed)
+    assert "/v/bin/python -c 'import vllm.model_executor.models.glm4_moe'" in cuda.hint
