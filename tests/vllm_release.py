@@ -170,7 +170,11 @@ path. A ``vllm==0.33.0`` resolution installs cuda-bindings 13.x (torch 2.14.0 re
 installs wheels in parallel, so which copy landed varied between builds: with 12.6's,
 ``import vllm.model_executor.models.bailing_moe_v3`` (and OLMo-Hybrid's, openPangu-VL's) raised
 ``AttributeError: module 'cuda.bindings.runtime' has no attribute 'cudaLibrary_t'`` (the cold run
-of 2026-12-02 and CI's run at d99fbee; the build before it got 13.x's and loaded them)."""
+of 2026-12-02 and CI's run at d99fbee; the build before it got 13.x's and loaded them).
+Checked on the ``vllm==0.34.0`` venv (2026-12-03): the same pair clashes (cuda-bindings 13.5.0,
+cuda-python 12.6.2.post1, 25 paths) and is settled the same way (``cudaLibrary_t`` present); one
+more path clashes, a top-level ``build_backend.py`` shipped by flashinfer-python 0.7.4 and
+torch_c_dlpack_ext 0.1.5, a build script nothing imports, so it is left to whichever landed."""
 
 
 _SETTLED: set[Path] = set()
