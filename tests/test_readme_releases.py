@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from releases import BY_VERSION, RELEASES, Sweep, sweep, tested_on_line
+import releases
+from releases import BY_VERSION, RELEASES, Sweep, sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,7 @@ point of a range, not a release a test fetches."""
 def test_the_readme_says_what_the_declaration_says():
     readme = (ROOT / "README.md").read_text().splitlines()
     said = [line for line in readme if line.startswith("Tested on the real wheels of")]
-    assert said == [tested_on_line()], "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
+    assert said == [releases.tested_on_line()], "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
 
 
 def test_every_release_a_test_or_benchmark_names_is_declared():
