@@ -69,7 +69,11 @@ def digest(site: Path) -> dict[str, str]:
 
 
 def git(*args: str) -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    """``git`` in the checkout patchkit is imported from (the code being qualified)."""
+    import patchkit
+
+    out = subprocess.run(["git", "-C", str(Path(patchkit.__file__).resolve().parent), *args],
+                         capture_output=True, text=True)
     return out.stdout.strip()
 
 
@@ -271,7 +275,8 @@ def qualify(version: str, previous: str | None, with_runtime: bool) -> dict:
     timings: dict[str, float] = {}
     report: dict = {"version": version, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                     "branch": git("rev-parse", "--abbrev-ref", "HEAD"), "commit": git("rev-parse", "HEAD"),
-                    "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+                    "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                                      ":(top,exclude)docs/releases.md", ":(top,exclude)docs/releases"))}
     with tempfile.TemporaryDirectory(prefix="qualify-") as tmp_name:
         tmp = Path(tmp_name)
         t = time.monotonic()
