@@ -371,7 +371,9 @@ def section(r: dict) -> str:
               + ":", "", "| fact | where patchkit looked | found |", "|---|---|---|"]
     for f in facts["facts"]:
         what = f"{f['generation']}: {f['what']}" if "generation" in f else f["what"]
-        lines.append(f"| {what} | `{f['where']}` | {'yes' if f['found'] else 'no'} |")
+        found = "yes" if f["found"] else ("no" if f.get("runner present", True)
+                                           else f"no: this release has no {f['generation']} runner")
+        lines.append(f"| {what} | `{f['where']}` | {found} |")
     return "\n".join(lines) + "\n"
 
 
@@ -392,10 +394,11 @@ def row(r: dict) -> str:
     run = r["runtime"]
     run_cell = ("not checked" if run is None or "not checked" in run else
                 ("passed" if run.get("ok") else "failed") + f" ({run['architectures']})")
-    found = sum(f["found"] for f in r["facts"]["facts"])
+    facts = [f for f in r["facts"]["facts"] if f.get("runner present", True)]  # of the runners the release has
+    found = sum(f["found"] for f in facts)
     return (f"| {r['version']} | {'qualified' if r['qualified'] else 'not qualified'} | {r['scan']['architectures']} | "
             f"{r['scan']['counts'].get('patchable', 0)} | {cycle_cell} ({cy['architectures']}) | {run_cell} | "
-            f"{found}/{len(r['facts']['facts'])} | `{r['commit'][:10]}` | {r['seconds']['total']:.0f} |")
+            f"{found}/{len(facts)} | `{r['commit'][:10]}` | {r['seconds']['total']:.0f} |")
 
 
 def write_page() -> None:
