@@ -23,9 +23,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from releases import Sweep, sweep  # noqa: E402
 from vllm_release import pristine_site_packages  # noqa: E402
 
-RELEASES = ["0.10.2", "0.14.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.28.0", "0.32.0", "0.33.0"]
+RELEASES = sweep(Sweep.COVERAGE)
 
 
 def patchkit(*args: str) -> tuple[int, dict]:

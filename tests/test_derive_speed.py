@@ -11,12 +11,13 @@ import ast
 import textwrap
 
 import pytest
+from releases import Sweep, sweep
 from vllm_release import pristine_site_packages
 
 from patchkit.vllm.runner import aux_reads, draft_reads
 from patchkit.vllm.source import SourceTree
 
-RELEASES = ["0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.33.0"]
+RELEASES = sweep(Sweep.DERIVE)
 SETTER = aux_reads.SETTER
 
 

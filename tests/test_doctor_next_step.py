@@ -12,12 +12,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from releases import Sweep, sweep
 
 pytestmark = pytest.mark.release
 
 CHECKPOINTS = Path(__file__).parent / "checkpoints"
 TARGETS = ["gemma-3-27b-it", "glm-4.6", "seed-oss-36b", "qwen3-next-80b-a3b", "ling-flash-2.0"]
-RELEASES = ["0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.20.2", "0.33.0"]
+RELEASES = sweep(Sweep.DOCTOR)
 
 
 def effect_check(report: dict) -> dict:

@@ -4,6 +4,7 @@ platform branch of a registry name (patchkit.vllm.platforms). Real release trees
 from __future__ import annotations
 
 import pytest
+from releases import Sweep, sweep
 from packaging.version import Version
 
 from patchkit.vllm.runner import draft_reads
@@ -14,7 +15,7 @@ from patchkit.vllm.source import SourceTree
 pytestmark = pytest.mark.release
 
 LOAD_PATH = "load path (runner and proposer)"
-DERIVED_RELEASES = ["0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.20.2", "0.25.0", "0.33.0"]
+DERIVED_RELEASES = sweep(Sweep.DERIVE)
 
 
 def node(checks: list[dict], label: str) -> dict:

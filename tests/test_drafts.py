@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from releases import Sweep, sweep
 
 from test_doctor import DEEPSEEK_V3, KIMI_K25, check, checkpoint, child, doctor
 
@@ -117,7 +118,7 @@ def ready_release(release, cli, version: str) -> Path:
     return sp
 
 
-RELEASES = ["0.10.2", "0.14.1", "0.17.1", "0.20.2", "0.33.0"]
+RELEASES = sweep(Sweep.ERAS)
 
 
 # -- id conventions ---------------------------------------------------------------------------

