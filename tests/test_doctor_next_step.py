@@ -54,6 +54,11 @@ def test_following_doctors_advice_makes_the_target_ready(release, cli, name, ver
         assert report["apply_command"] is None and report["actions"] == []
         assert effect_check(report)["detail"].startswith("natively")
         return
+    if any("not yet shown to keep greedy output under vLLM's V2 runner" in a for a in report["actions"]):
+        # a shape patchkit writes that the GPU has not shown lossless under V2, on a V2 serve (0.34.0):
+        # apply refuses it (issue 30), so doctor advises no apply and says why
+        assert report["apply_command"] is None and not report["ready"]
+        return
     command = report["apply_command"]
     expected = ["patchkit", "apply", "--target", "vllm", "--site-packages", str(sp), "--model", str(model.resolve())]
     assert shlex.split(command) == expected

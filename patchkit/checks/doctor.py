@@ -319,6 +319,12 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
         shape = classify(tree, registry, contract, facts.architecture)
         verify_mod.settle(chain, shape)
+        shown = verify_mod.runner_shown_check(tree, None, contract, facts.architecture, shape)  # the serve's runner
+        if shown is not None:
+            chain.children.append(shown)
+            chain.ok = not any(c.failures() for c in chain.children)
+            if shown.ok is not True:
+                actions.append(f"{facts.architecture}: {shown.detail}")
         lossless = verify_mod.hybrid_check(tree, registry, facts.architecture, shape)  # a hybrid's mixers
         if lossless is not None:
             chain.children.append(lossless)
