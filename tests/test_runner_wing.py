@@ -123,3 +123,38 @@ def test_a_guarded_read_under_v2_on_0_20_2(monkeypatch):
     assert not reads[("model",)].required and reads[("model",)].location.startswith(V2.loader_file)
     v1 = derive(tree, choice=serving_runner(tree, {}))
     assert v1.runner == "V1" and {r.path: r for r in v1.reads}[("model",)].required
+
+
+OTHER_NAMED_EMBEDDING = ("InternLM2ForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM",
+                         "SarvamMoEForCausalLM")
+
+
+@pytest.mark.release
+def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(release, cli, monkeypatch):
+    """0.34.0's V2 ``maybe_share_target_embed`` takes ``getattr(target_inner, "embed_tokens", None) or
+    getattr(target_inner, "embedding", None)`` and raises when both are None and the draft has no embedding
+    of its own: backbones holding it as ``tok_embeddings`` / ``word_embeddings`` cannot load a Llama EAGLE-3
+    draft. Before, scan called these four patchable (the read was taken as hasattr-guarded) and the runtime
+    failed them with that RuntimeError. 0.20.2's V2 guards the read: InternLM2 stays patchable there."""
+    site = release("0.34.0")
+    code, report = cli.json("scan", "--site-packages", str(site))
+    rows = {r["architecture"]: r for r in report["architectures"]}
+    for arch in OTHER_NAMED_EMBEDDING:
+        row = rows[arch]
+        assert row["state"] == "not patchable", (arch, row)
+        assert row["location"].startswith("vllm/v1/worker/gpu/spec_decode/eagle/utils.py:"), row
+        assert "embed_tokens" in row["reason"] and "embedding" in row["reason"], row
+    # a backbone with embed_tokens is untouched
+    assert rows["LlamaForCausalLM"]["state"] != "not patchable"
+    code, report = cli.json("verify", "--site-packages", str(site), "--arch", "InternLM2ForCausalLM")
+    assert code == 1
+    links = [c for c in _walk(report["checks"]) if c["label"] == "speculator reads InternLM2ForCausalLM.model.embed_tokens"]
+    assert links and links[0]["ok"] is False and "nor embedding" in links[0]["detail"], links
+    assert links[0]["location"] == rows["InternLM2ForCausalLM"]["location"]
+    code, _ = cli.json("apply", "--site-packages", str(site), "--arch", "InternLM2ForCausalLM")
+    assert code == 3
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    code, report = cli.json("scan", "--site-packages", str(release("0.20.2")))
+    rows = {r["architecture"]: r for r in report["architectures"]}
+    assert rows["InternLM2ForCausalLM"]["state"] == "patchable", rows["InternLM2ForCausalLM"]
