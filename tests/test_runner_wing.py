@@ -125,36 +125,43 @@ def test_a_guarded_read_under_v2_on_0_20_2(monkeypatch):
     assert v1.runner == "V1" and {r.path: r for r in v1.reads}[("model",)].required
 
 
-OTHER_NAMED_EMBEDDING = ("InternLM2ForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM",
-                         "SarvamMoEForCausalLM")
+
+OTHER_NAMED_EMBEDDING = {"InternLM2ForCausalLM": "InternLM2Model", "BailingMoeForCausalLM": "BailingMoeModel",
+                         "BailingMoeV2ForCausalLM": "BailingMoeModel", "SarvamMoEForCausalLM": "BailingMoeModel"}
 
 
 @pytest.mark.release
-def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(release, cli, monkeypatch):
+def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(release, monkeypatch):
     """0.34.0's V2 ``maybe_share_target_embed`` takes ``getattr(target_inner, "embed_tokens", None) or
-    getattr(target_inner, "embedding", None)`` and raises when both are None and the draft has no embedding
-    of its own: backbones holding it as ``tok_embeddings`` / ``word_embeddings`` cannot load a Llama EAGLE-3
-    draft. Before, scan called these four patchable (the read was taken as hasattr-guarded) and the runtime
-    failed them with that RuntimeError. 0.20.2's V2 guards the read: InternLM2 stays patchable there."""
+    getattr(target_inner, "embedding", None)`` and raises (nested under ``if target_embed is None``) for a
+    draft without its own embedding: the read is required, one alternative enough, located at the raise.
+    Backbones holding it as ``tok_embeddings`` / ``word_embeddings`` therefore get patchkit's embedding alias
+    there (as on V1); before, the read was taken as guarded, no alias was planned, and the runtime failed
+    them with that RuntimeError. 0.20.2's V2 guards the read: no alias, InternLM2 still patchable."""
+    from patchkit import api
+    from patchkit.vllm.install import from_site_packages
+    from patchkit.plan.request import Request
+    from patchkit.vllm.runner.draft_reads import derive
+
     site = release("0.34.0")
-    code, report = cli.json("scan", "--site-packages", str(site))
-    rows = {r["architecture"]: r for r in report["architectures"]}
-    for arch in OTHER_NAMED_EMBEDDING:
-        row = rows[arch]
-        assert row["state"] == "not patchable", (arch, row)
-        assert row["location"].startswith("vllm/v1/worker/gpu/spec_decode/eagle/utils.py:"), row
-        assert "embed_tokens" in row["reason"] and "embedding" in row["reason"], row
-    # a backbone with embed_tokens is untouched
-    assert rows["LlamaForCausalLM"]["state"] != "not patchable"
-    code, report = cli.json("verify", "--site-packages", str(site), "--arch", "InternLM2ForCausalLM")
-    assert code == 1
-    links = [c for c in _walk(report["checks"]) if c["label"] == "speculator reads InternLM2ForCausalLM.model.embed_tokens"]
-    assert links and links[0]["ok"] is False and "nor embedding" in links[0]["detail"], links
-    assert links[0]["location"] == rows["InternLM2ForCausalLM"]["location"]
-    code, _ = cli.json("apply", "--site-packages", str(site), "--arch", "InternLM2ForCausalLM")
-    assert code == 3
+    reads = {r.path: r for r in derive(SourceTree(site), with_aux=False).reads}
+    embed = reads[("model", "embed_tokens")]
+    assert embed.required and embed.alternatives == (("model", "embedding"),)
+    assert embed.location.startswith(V2.loader_file + ":")
+    assert SourceTree(site).read_bytes(V2.loader_file).decode().splitlines()[
+        int(embed.location.rsplit(":", 1)[1]) - 1].strip().startswith("raise ")
+    install = from_site_packages(site)
+    report = api.apply(install, request=Request(tuple(OTHER_NAMED_EMBEDDING)))
+    ids = {p.id for p in report.patches if p.outcome.value == "applied"}
+    for backbone in set(OTHER_NAMED_EMBEDDING.values()):
+        assert f"eagle3:{backbone}:embedding-alias" in ids, sorted(ids)
+    assert api.verify(install, request=Request(tuple(OTHER_NAMED_EMBEDDING))).ok
+    api.revert(install)
 
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    code, report = cli.json("scan", "--site-packages", str(release("0.20.2")))
-    rows = {r["architecture"]: r for r in report["architectures"]}
-    assert rows["InternLM2ForCausalLM"]["state"] == "patchable", rows["InternLM2ForCausalLM"]
+    old = release("0.20.2")
+    tree = SourceTree(old)
+    d = derive(tree, with_aux=False, choice=serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}))
+    assert d.runner == "V2" and not {r.path: r for r in d.reads}[("model", "embed_tokens")].required
+    rows = {r.architecture: r for r in api.scan(from_site_packages(old)).rows}
+    assert rows["InternLM2ForCausalLM"].state == "patchable", rows["InternLM2ForCausalLM"]

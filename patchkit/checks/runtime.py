@@ -62,7 +62,7 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
         resolution = registry.resolve(arch)
         if resolution is None or resolution.cls is None:
             continue
-        if not contract.native and loadpath.load_fault(tree, registry, resolution.cls) is not None:
+        if not contract.native and loadpath.bare_language_model(tree, registry, resolution.cls) is not None:
             continue  # not supported on this release (verify says why); nothing to prove at runtime
         archs.append(arch)
         links = chain(tree, registry, resolution.cls)

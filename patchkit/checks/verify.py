@@ -75,7 +75,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         if resolution.cls is None:
             checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
             continue
-        fault = loadpath.load_fault(tree, registry, resolution.cls) if not contract.native else None
+        fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
             node = Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at)
             if arch in requested:  # asked for: it cannot work here; the broken link says where

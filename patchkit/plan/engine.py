@@ -276,7 +276,7 @@ def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry,
                 "which is not a native model file"
             )
         cls: ClassRef = resolution.cls
-        fault = loadpath.load_fault(tree, registry, cls)
+        fault = loadpath.bare_language_model(tree, registry, cls)
         if fault is not None:  # EAGLE-3 cannot work through this wrapper here: patch nothing for it
             raise _NotApplicable(f"not patched on this release: {fault.reason()}", loadpath.FIXED_IN.get(fault.cls))
         try:

@@ -67,79 +67,6 @@ class LoadPathFault:
                        "; EAGLE-3 cannot load a draft for it on this release")
 
 
-@dataclass(frozen=True)
-class MissingReadFault:
-    """The loader requires one of some attributes of the target's backbone, and the backbone has none of them.
-
-    Fact (derived, :func:`patchkit.vllm.runner.draft_reads.derive`; vLLM 0.34.0
-    ``v1/worker/gpu/spec_decode/eagle/utils.py`` ``maybe_share_target_embed``): ``getattr(target_inner,
-    "embed_tokens", None) or getattr(target_inner, "embedding", None)``, and when that is None and the draft
-    has no embedding of its own, ``raise``. A backbone holding its embedding under another name
-    (InternLM2: ``tok_embeddings``) cannot load such a draft.
-
-    Attributes:
-        cls: the target class name.
-        path: the attribute path read off the language model (``("model", "embed_tokens")``).
-        alternatives: the other paths any one of which would do (``(("model", "embedding"),)``).
-        held: the class at ``path[:-1]``.
-        proposer_at: ``file:line`` of the raise (derived from the release).
-        loader: who reads it, in words.
-    """
-
-    cls: str
-    path: tuple[str, ...]
-    alternatives: tuple[tuple[str, ...], ...]
-    held: ClassRef
-    proposer_at: str
-    loader: str = "EAGLE proposer"
-
-    def reason(self) -> str:
-        """One line: what the loader requires, what the backbone lacks, where it raises."""
-        names = " or ".join(f"{LANGUAGE_MODEL_VAR}.{'.'.join(p)}" for p in (self.path, *self.alternatives))
-        return (f"{self.cls}: {LANGUAGE_MODEL_VAR}.{'.'.join(self.path[:-1])} is {self.held.name} "
-                f"({self.held.location}), which has none of {', '.join(p[-1] for p in (self.path, *self.alternatives))}; "
-                f"vLLM's {self.loader} requires {names} when it loads a draft without its own embedding "
-                f"({self.proposer_at}: raises); EAGLE-3 cannot load such a draft for it on this release")
-
-
-def load_fault(tree: SourceTree, registry: Registry, cls: ClassRef) -> LoadPathFault | MissingReadFault | None:
-    """Why vLLM's draft loader cannot go through ``cls`` on this release, or None (it can, or it is not known).
-
-    First :func:`bare_language_model`; then, for the language model (``cls`` itself, or what a multimodal
-    ``cls``'s ``get_language_model()`` holds), a required two-link read (derived:
-    :func:`patchkit.vllm.runner.draft_reads.derive`) whose second attribute, and every alternative's, the
-    class held at the first link lacks. A link that cannot be followed statically is no fault.
-
-    Raises:
-        SourceError: a file on the way does not parse.
-    """
-    fault = bare_language_model(tree, registry, cls)
-    if fault is not None:
-        return fault
-    root: ClassRef | None = cls
-    if is_multimodal(tree, cls):
-        found = class_attrs.language_model_attr(tree, cls)
-        try:
-            root = composition.held_class(tree, registry, cls, found[0]).cls if found is not None else None
-        except composition.CompositionError:
-            root = None
-    derivation = draft_reads.derive(tree, with_aux=False)
-    if root is None or derivation.language_model is None:
-        return None
-    loader = "EAGLE proposer" if derivation.reader == "proposer" else f"{derivation.runner} runner's load_eagle_model"
-    for read in derivation.reads:
-        if not read.required or len(read.path) != 2 or class_attrs.assigned_at(tree, root, read.path[0]) is None:
-            continue
-        try:
-            held = composition.held_class(tree, registry, root, read.path[0]).cls
-        except composition.CompositionError:
-            continue
-        options = (read.path, *(a for a in read.alternatives if len(a) == 2 and a[0] == read.path[0]))
-        if all(class_attrs.assigned_at(tree, held, p[1]) is None for p in options):
-            return MissingReadFault(cls.name, read.path, options[1:], held, read.location, loader)
-    return None
-
-
 def proposer_reads_inner_model(tree: SourceTree) -> str | None:
     """``file:line`` of the proposer's first required read of ``target_language_model.model`` (None: it has none).
 
@@ -187,4 +114,4 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
                          loader)
 
 
-__all__ = ["LoadPathFault", "MissingReadFault", "bare_language_model", "load_fault", "proposer_reads_inner_model"]
+__all__ = ["LoadPathFault", "bare_language_model", "proposer_reads_inner_model"]

@@ -35,7 +35,7 @@ from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.class_attrs import language_model_attr
 from patchkit.vllm.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
 from patchkit.vllm.contract import SETTER, Contract, is_stub, no_protocol
-from patchkit.vllm.loadpath import LoadPathFault, load_fault
+from patchkit.vllm.loadpath import bare_language_model
 from patchkit.vllm.loops import Loop, decoder_loop, final_return_count, split_layer
 from patchkit.vllm.registry import TARGET_GROUPS, Registry
 from patchkit.vllm.source import ClassRef, SourceTree
@@ -139,10 +139,8 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
         # vLLM's own draft loading must be able to go through what get_language_model() returns
         # (0.33.0 molmo.py: a bare MolmoModel, no .model): patching the interface would not help, whatever
         # else the backbone lacks, so this reason comes first
-        # (0.34.0 V2: a backbone with neither embed_tokens nor embedding) only overrides a patchable verdict:
-        # a class already not patchable keeps its own reason (OPTModel: no decoder loop either)
-        fault = load_fault(tree, registry, cls)
-        if fault is not None and (isinstance(fault, LoadPathFault) or shape.state is State.PATCHABLE):
+        fault = bare_language_model(tree, registry, cls)
+        if fault is not None:
             return ArchShape(architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls,
                              location=fault.proposer_at)
     return shape
