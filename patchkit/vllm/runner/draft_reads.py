@@ -28,7 +28,10 @@ Nothing here is a per-release list: the paths are derived with :mod:`ast` from t
   getattr(a, "y", None)`` holds both paths, and what is handed to the draft is the value of an assignment
   to any attribute not of the language model (``draft_inner.embed_tokens = ...``). 0.20.2:
   ``inner_model = getattr(target_language_model, "model", None)`` (guarded); 0.34.0:
-  ``target_inner = target_language_model.model`` (required: ``AttributeError`` when absent).
+  ``target_inner = target_language_model.model`` (required: ``AttributeError`` when absent), and in
+  ``maybe_share_target_embed`` ``target_embed = getattr(target_inner, "embed_tokens", None) or
+  getattr(target_inner, "embedding", None)`` with a ``raise`` nested under ``if target_embed is None:``
+  (a draft without its own embedding): required, either alternative enough, located at the ``raise``.
 
 Which of the two is followed is :func:`patchkit.vllm.runner.serving.serving_runner`'s choice; a
 :class:`Derivation` names it (``runner``), and says "not checked" (``not_checked``) when the install
