@@ -123,3 +123,45 @@ def test_a_guarded_read_under_v2_on_0_20_2(monkeypatch):
     assert not reads[("model",)].required and reads[("model",)].location.startswith(V2.loader_file)
     v1 = derive(tree, choice=serving_runner(tree, {}))
     assert v1.runner == "V1" and {r.path: r for r in v1.reads}[("model",)].required
+
+
+
+OTHER_NAMED_EMBEDDING = {"InternLM2ForCausalLM": "InternLM2Model", "BailingMoeForCausalLM": "BailingMoeModel",
+                         "BailingMoeV2ForCausalLM": "BailingMoeModel", "SarvamMoEForCausalLM": "BailingMoeModel"}
+
+
+@pytest.mark.release
+def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(release, monkeypatch):
+    """0.34.0's V2 ``maybe_share_target_embed`` takes ``getattr(target_inner, "embed_tokens", None) or
+    getattr(target_inner, "embedding", None)`` and raises (nested under ``if target_embed is None``) for a
+    draft without its own embedding: the read is required, one alternative enough, located at the raise.
+    Backbones holding it as ``tok_embeddings`` / ``word_embeddings`` therefore get patchkit's embedding alias
+    there (as on V1); before, the read was taken as guarded, no alias was planned, and the runtime failed
+    them with that RuntimeError. 0.20.2's V2 guards the read: no alias, InternLM2 still patchable."""
+    from patchkit import api
+    from patchkit.vllm.install import from_site_packages
+    from patchkit.plan.request import Request
+    from patchkit.vllm.runner.draft_reads import derive
+
+    site = release("0.34.0")
+    reads = {r.path: r for r in derive(SourceTree(site), with_aux=False).reads}
+    embed = reads[("model", "embed_tokens")]
+    assert embed.required and embed.alternatives == (("model", "embedding"),)
+    assert embed.location.startswith(V2.loader_file + ":")
+    assert SourceTree(site).read_bytes(V2.loader_file).decode().splitlines()[
+        int(embed.location.rsplit(":", 1)[1]) - 1].strip().startswith("raise ")
+    install = from_site_packages(site)
+    report = api.apply(install, request=Request(tuple(OTHER_NAMED_EMBEDDING)))
+    ids = {p.id for p in report.patches if p.outcome.value == "applied"}
+    for backbone in set(OTHER_NAMED_EMBEDDING.values()):
+        assert f"eagle3:{backbone}:embedding-alias" in ids, sorted(ids)
+    assert api.verify(install, request=Request(tuple(OTHER_NAMED_EMBEDDING))).ok
+    api.revert(install)
+
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    old = release("0.20.2")
+    tree = SourceTree(old)
+    d = derive(tree, with_aux=False, choice=serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}))
+    assert d.runner == "V2" and not {r.path: r for r in d.reads}[("model", "embed_tokens")].required
+    rows = {r.architecture: r for r in api.scan(from_site_packages(old)).rows}
+    assert rows["InternLM2ForCausalLM"].state == "patchable", rows["InternLM2ForCausalLM"]

@@ -38,7 +38,11 @@ def _follow(tree: SourceTree, registry: Registry, root: ClassRef, read: Read, la
                 out.append(Check(label, True, f"{cls.name} has {'.'.join(alts[0])} instead ({cls.location})",
                                  read.location))
                 break
-            if read.required:
+            if read.required and read.alternatives:  # one of them must exist (0.34.0 V2: embed_tokens or embedding)
+                others = " nor ".join(a[i] for a in read.alternatives if a[:i] == read.path[:i] and len(a) > i)
+                out.append(Check(label, False, f"{cls.name} ({cls.location}) has no {attr}" + (f" nor {others}" if others else "")
+                                 + f": the {reader} raises when a draft without its own loads", read.location))
+            elif read.required:
                 out.append(Check(label, False, f"{cls.name} ({cls.location}) has no {attr}: AttributeError when any "
                                                "draft loads", read.location))
             else:

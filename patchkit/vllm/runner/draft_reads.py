@@ -28,7 +28,10 @@ Nothing here is a per-release list: the paths are derived with :mod:`ast` from t
   getattr(a, "y", None)`` holds both paths, and what is handed to the draft is the value of an assignment
   to any attribute not of the language model (``draft_inner.embed_tokens = ...``). 0.20.2:
   ``inner_model = getattr(target_language_model, "model", None)`` (guarded); 0.34.0:
-  ``target_inner = target_language_model.model`` (required: ``AttributeError`` when absent).
+  ``target_inner = target_language_model.model`` (required: ``AttributeError`` when absent), and in
+  ``maybe_share_target_embed`` ``target_embed = getattr(target_inner, "embed_tokens", None) or
+  getattr(target_inner, "embedding", None)`` with a ``raise`` nested under ``if target_embed is None:``
+  (a draft without its own embedding): required, either alternative enough, located at the ``raise``.
 
 Which of the two is followed is :func:`patchkit.vllm.runner.serving.serving_runner`'s choice; a
 :class:`Derivation` names it (``runner``), and says "not checked" (``not_checked``) when the install
@@ -153,6 +156,16 @@ def const_str(node: ast.expr) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _walk_body(stmts: list[ast.stmt]):
+    """Every node under ``stmts``, not entering nested function or class definitions."""
+    todo = list(stmts)
+    while todo:
+        node = todo.pop(0)
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
 class _Reader:
     """Collects the reads of one language-model variable through a function and the methods it calls.
 
@@ -207,26 +220,34 @@ class _Reader:
                        for stmt in node.body for n in ast.walk(stmt)}
             walked = tuple(n for n in walked if id(n) not in skipped)
         guarded: set[Path] = set()
-        none_raises: set[str] = set()
-        for node in walked:  # `if x is None: raise ...`
+        none_raises: dict[str, str | None] = {}  # name -> file:line of a raise nested deeper in the body
+        for node in walked:  # `if x is None: raise ...`, or a raise further down that body (0.34.0 V2)
             if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
                     and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Is)
-                    and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None
-                    and any(isinstance(s, ast.Raise) for s in node.body)):
-                none_raises.add(node.test.left.id)
+                    and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None):
+                if any(isinstance(s, ast.Raise) for s in node.body):
+                    none_raises[node.test.left.id] = None
+                else:
+                    nested = next((n for n in _walk_body(node.body) if isinstance(n, ast.Raise)), None)
+                    if nested is not None:
+                        none_raises.setdefault(node.test.left.id, where(nested))
         # aliases first, in source order: name = <alias path>.x / getattr(<alias path>, "x", default)
         for node in sorted((n for n in walked if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
                 continue
             name = node.targets[0].id
-            for path, default in self._paths(node.value, aliases):
+            found_paths = self._paths(node.value, aliases)
+            # `x = getattr(a, "y", None) or getattr(a, "z", None)` whose None raises: one of them must exist
+            either = tuple(p for p, default in found_paths if p and default) if name in none_raises else ()
+            for path, default in found_paths:
                 if not path:
                     continue
                 aliases.setdefault(name, [])
                 if path not in aliases[name]:
                     aliases[name].append(path)
                 if default:  # getattr with a default: guarded unless its None raises
-                    self._note(path, name in none_raises, where(node))
+                    self._note(path, name in none_raises, none_raises.get(name) or where(node),
+                               tuple(p for p in either if p != path) if len(either) > 1 else ())
                     if name not in none_raises:
                         guarded.add(path)
         # hasattr guards, and hasattr chains that end in raise
