@@ -15,7 +15,9 @@ import pytest
 from test_releases import snapshot
 
 pytestmark = pytest.mark.release
-ENDED = "; exit 141. The command itself ran to its end: 'patchkit status --site-packages "
+ENDED = f"; exit 141. The command itself ran to its end: '{sys.executable} -m patchkit status --site-packages "
+"""Run as ``python -m patchkit``, the command it names is run the same way (issue 32: a printed command
+names the executable the user ran, ``ui/hints.program``)."""
 
 
 def _patchkit(args: list[str], stdout) -> subprocess.CompletedProcess:

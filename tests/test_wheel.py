@@ -130,8 +130,8 @@ def test_from_a_checkouts_root_verify_and_doctors_advice_work(wheel, release, tm
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 1 and report["apply_command"], report["actions"]
     argv = report["next_steps"][0]["argv"]
-    assert argv[:2] == ["patchkit", "apply"]
-    applied = subprocess.run([python, "-m", *argv], capture_output=True, text=True, cwd=REPO)  # the advice, as printed
+    assert argv[:4] == [str(python), "-m", "patchkit", "apply"]  # run as python -m patchkit, named so (issue 32)
+    applied = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)  # the advice, as printed
     assert applied.returncode == 0, applied.stdout + applied.stderr
     again = subprocess.run([python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp)],
                            capture_output=True, text=True, cwd=REPO)
