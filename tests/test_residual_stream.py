@@ -265,13 +265,17 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
         facts = _target_facts(CheckpointConfig(ckpt / "config.json", {"architectures": [arch]}), tree, registry)
         effect, _ = _in_effect_check(facts, tree, registry, contract, install, [], ())
         backend = row.group == "_TRANSFORMERS_SUPPORTED_MODELS"  # vLLM's Transformers backend serves it
-        out[arch] = ("native (backend)" if backend and row.state == "native" else row.state, node.ok, plan, effect.ok)
+        state = "native (backend)" if backend and row.state == "native" else row.state
+        if state == "patchable" and row.lossless is not None and not row.lossless.startswith("lossless"):
+            state = "patchable, not lossless"  # a hybrid whose mixers lose greedy output here: apply refuses it
+        out[arch] = (state, node.ok, plan, effect.ok)
     return out
 
 
 def _disagreements(table: dict[str, tuple]) -> dict[str, tuple]:
     expected_plan = {"native": {"nothing"}, "native (backend)": {"nothing"}, "not patchable": {"refused"},
-                     "patchable": {"patches"}, "declared but broken": {"patches", "refused"}}
+                     "patchable": {"patches"}, "declared but broken": {"patches", "refused"},
+                     "patchable, not lossless": {"refused"}}
     bad = {}
     for arch, (state, verified, plan, effect) in table.items():
         if state == "native (backend)":

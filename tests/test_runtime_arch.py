@@ -52,12 +52,12 @@ def apply_each(cli, python: Path, archs: list[str], tmp: Path) -> set[str]:
     model type patchkit finds must be applied with it, not with a made-up one. Returns the ids written."""
     written: set[str] = set()
     for arch in archs:
-        code, applied = cli.json("apply", "--python", str(python), "--arch", arch)
+        code, applied = cli.json("apply", "--python", str(python), "--arch", arch, "--force")
         if code != 0:  # refused: patchkit does not know this architecture's model type without a checkpoint
             folder = tmp / arch
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": f"pk_{arch.lower()}"}))
-            code, applied = cli.json("apply", "--python", str(python), "--model", str(folder))
+            code, applied = cli.json("apply", "--python", str(python), "--model", str(folder), "--force")
         assert code == 0, (arch, [p for p in applied["patches"] if p["outcome"] not in ("applied", "already applied")])
         written |= {p["id"] for p in applied["patches"] if p["outcome"] == "applied"}
     return written
@@ -121,7 +121,11 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
         assert len(unloadable) <= bounds.unloadable, unloadable
 
         if not bounds.one_by_one:
-            code, applied = cli.json("apply", "--python", str(python), *[a for x in archs for a in ("--arch", x)])
+            # --force: this tier checks every shape patchkit writes against vLLM's own code at runtime, also the
+            # ones apply refuses without it (a hybrid whose mixers lose losslessness here, a shape not yet shown
+            # lossless under V2: issues 30 and 31); the venv is pristine against RECORD before
+            code, applied = cli.json("apply", "--python", str(python), *[a for x in archs for a in ("--arch", x)],
+                                     "--force")
             assert code == 0 and applied["written"], [p for p in applied["patches"] if p["outcome"] != "applied"]
             ids = {p["id"] for p in applied["patches"]}
         else:
