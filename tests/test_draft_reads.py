@@ -41,13 +41,13 @@ def test_every_release_yields_the_paths(release, version):
     assert d.language_model is not None
     assert reads[("model",)].required  # AttributeError when missing, on every release
     assert reads[("model", "embed_tokens")].required
-    if serving_runner(tree, {}).name == "V2":  # 0.34.0: V2's load_eagle_model alone
-        # the draft loader's own file; the head is read through get_target_lm_head, which the derivation
-        # does not follow yet (a gap named in docs/development.md: InternLM2's `output` head is not aliased)
+    assert not reads[("lm_head",)].required  # guarded: sharing is skipped when missing
+    if serving_runner(tree, {}).name == "V2":  # 0.34.0: V2's load_eagle_model alone, in its own file; the
+        # head comes back from get_target_lm_head (a getattr default), handed to the draft by share_target_lm_head
         assert reads[("model",)].location.startswith("vllm/v1/worker/gpu/spec_decode/eagle/utils.py:")
+        assert reads[("lm_head",)].location.startswith("vllm/v1/worker/gpu/spec_decode/eagle/utils.py:")
         assert ("model", "embedding") in reads[("model", "embed_tokens")].alternatives
         return
-    assert not reads[("lm_head",)].required  # hasattr-guarded: sharing is skipped when missing
     assert any(not b.classes and b.field == ("config", "image_token_index") for b in d.image_token)
     getters = {a.name for a in d.aux if a.kind == "target"}
     # the runner asks the target for its ids through a getter renamed in 0.18.0

@@ -250,6 +250,15 @@ class _Reader:
                                tuple(p for p in either if p != path) if len(either) > 1 else ())
                     if name not in none_raises:
                         guarded.add(path)
+        if self.owner is None:  # V2: a helper returning `getattr(<alias>, "x", None) or ...` reads x, guarded
+            # (0.34.0 get_target_lm_head: the head load_eagle_model hands to the draft, if the target has one)
+            for node in walked:
+                if isinstance(node, ast.Return) and node.value is not None:
+                    for path, default in self._paths(node.value, aliases):
+                        if path and default:
+                            self._note(path, False, where(node))
+                            guarded.add(path)
+                            self.shared.add(path)  # its caller hands what it returns to the draft
         # hasattr guards, and hasattr chains that end in raise
         for node in walked:
             if isinstance(node, ast.If):
