@@ -156,7 +156,7 @@ def cycle(site: Path, rows: dict[str, dict], tmp: Path) -> dict:
         if any(f.kind not in LOSSLESS_KINDS for f in failed):
             failures["verify"].append(f"{arch}: " + "; ".join(f"{f.label}: {f.detail}" for f in failed
                                                              if f.kind not in LOSSLESS_KINDS))
-        second = api.apply(install, request=request)
+        second = api.apply(install, request=request, force=True)
         if second.written or second.refused:
             failures["second apply"].append(f"{arch}: wrote {second.written}, refused {second.refused}")
         api.revert(install)
