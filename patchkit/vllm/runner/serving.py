@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -96,11 +97,17 @@ def _present(tree: SourceTree, relpath: str) -> bool:
 
 
 def _has_name(tree: SourceTree, relpath: str, name: str) -> bool:
-    """Whether ``relpath`` defines ``name`` (``function``, ``Class`` or ``Class.method``; inherited methods count)."""
+    """Whether ``relpath`` defines ``name`` (``function``, ``Class`` or ``Class.method``; inherited methods count).
+
+    A bare name defined at column 0 (``class X``/``def X``) is found in the text without parsing the
+    file; anything else (a member, a re-exported name) is resolved through ``tree``."""
     if not _present(tree, relpath):
         return False
     module = relpath[:-3].replace("/", ".")
     head, _, member = name.partition(".")
+    if not member and re.search(rb"^(?:class|def|async def) " + re.escape(head.encode()) + rb"\b",
+                                tree.read_bytes(relpath), re.M):
+        return True  # defined at column 0: found without parsing the file (V1's runner is 0.28 MB)
     cls = tree.find_class(module, head)
     if cls is not None:
         return not member or tree.find_member(cls, member) is not None
