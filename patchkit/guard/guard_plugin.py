@@ -44,6 +44,12 @@ What it does (:func:`check`):
    ends with that line and no traceback, before any engine process starts when the front end
    decides; else log it once per process as a warning (logger ``vllm.patchkit_guard``).
 
+4. independently of 2, when the process's config serves with ``method: eagle3`` an architecture the
+   manifest lists under ``not_shown`` for the runner generation this serve uses (a shape patchkit
+   wrote that is not shown to keep greedy output there: ``apply`` refuses it on such a serve without
+   ``--force``, and a serve may pick another runner than the one ``apply`` saw), raise
+   :class:`GuardStop` naming it (:func:`serve_runner` says how the generation is read).
+
 It never writes a file (the interpreter may cache this module's bytecode, as it does for any
 module; ``patchkit revert`` removes that too).
 """
@@ -170,12 +176,72 @@ def served(config):
     return arch, getattr(spec, "method", None) if spec is not None else None
 
 
-def _decide(config, manifest, line, logger):
-    """Stop (raise :class:`GuardStop`) when ``config`` serves a patched architecture with EAGLE-3; else warn once."""
+_TRUE = ("1", "true", "yes", "on")
+
+
+def serve_runner(config, manifest):
+    """``(generation, how)``: the model runner this serve uses, ``"V1"``, ``"V2"`` or None (cannot tell).
+
+    - the install holds one runner (``manifest["runners"]``, patchkit's reading of the install): that one;
+    - else vLLM's own decision when the config exposes it (``VllmConfig.use_v2_model_runner``, a
+      property on 0.32 - 0.33: the flag, else V2 where Triton is present);
+    - else the flag as vLLM read it (``vllm.envs``, 0.20 - 0.31: ``bool(int(...))``, default off),
+      else as the environment holds it (``manifest["runner_flag"]``).
+    """
+    runners = manifest.get("runners") or []
+    if len(runners) == 1:
+        return runners[0], "the only model runner in this install"
+    if "V2" not in runners:
+        return None, "patchkit found no model runner in this install"
+    flag = manifest.get("runner_flag") or "VLLM_USE_V2_MODEL_RUNNER"
+    if hasattr(type(config), "use_v2_model_runner"):
+        try:
+            decided = config.use_v2_model_runner
+        except Exception:  # noqa: BLE001 - vLLM's property raised: fall back to the flag
+            decided = None
+        if isinstance(decided, bool):
+            return ("V2" if decided else "V1"), "use_v2_model_runner in vLLM's config"
+    envs = sys.modules.get("vllm.envs")
+    try:
+        value = getattr(envs, flag) if envs is not None else None
+    except Exception:  # noqa: BLE001 - an unreadable flag: read the environment
+        value = None
+    if isinstance(value, bool):
+        return ("V2" if value else "V1"), "{}={}".format(flag, int(value))
+    raw = os.environ.get(flag)
+    return ("V2" if (raw or "").strip().lower() in _TRUE else "V1"), "{}={}".format(flag, raw if raw else "unset")
+
+
+def not_shown_line(config, manifest):
+    """The guard's line when ``config`` serves with EAGLE-3 an architecture whose patched shape is not
+    shown to keep greedy output on the runner this serve uses (``manifest["not_shown"]``), else None.
+    A serve whose runner cannot be told apart is stopped (fail closed)."""
     arch, method = served(config)
-    if method == "eagle3" and arch in (manifest.get("architectures") or []):
+    listed = {gen: archs.get(arch) for gen, archs in (manifest.get("not_shown") or {}).items() if arch in archs}
+    if method != "eagle3" or not listed:
+        return None
+    runner, how = serve_runner(config, manifest)
+    if runner is not None and runner not in listed:
+        return None
+    where = "vLLM's {} runner ({})".format(runner, how) if runner else "a model runner patchkit cannot tell ({})".format(how)
+    shape = listed.get(runner) or next(iter(listed.values()))
+    return ("{} {} is patched in its {} shape, which is not shown to keep greedy output under {}; stopped: "
+            "this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without EAGLE-3; "
+            "'patchkit doctor' says why)".format(PREFIX, arch, shape, where))
+
+
+def _decide(config, manifest, line, logger):
+    """Stop (raise :class:`GuardStop`) when ``config`` serves a patched architecture with EAGLE-3 and
+    ``line`` (a dropped patch) is set, or when it serves one not shown on its runner (:func:`not_shown_line`);
+    else warn ``line`` once (when set)."""
+    arch, method = served(config)
+    if line and method == "eagle3" and arch in (manifest.get("architectures") or []):
         raise GuardStop("{} (stopped: this process serves {} with EAGLE-3)".format(line, arch))
-    _warn_once(logger, line)
+    unshown = not_shown_line(config, manifest)
+    if unshown:
+        raise GuardStop(unshown)
+    if line:
+        _warn_once(logger, line)
 
 
 def _warn_once(logger, line):
@@ -210,7 +276,7 @@ def _hook_engine_config(manifest, line, logger):
         config = original(self, *args, **kwargs)
         if getattr(config, "model_config", None) is not None:
             _decide(config, manifest, line, logger)
-        else:
+        elif line:
             _warn_once(logger, line)
         return config
 
@@ -227,7 +293,8 @@ def check():
 
     Raises:
         GuardStop: a watched file lacks patchkit's bytes and this process serves a patched
-            architecture with EAGLE-3 (the process stops with the guard's line as its last line).
+            architecture with EAGLE-3, or it serves with EAGLE-3 one not shown on its runner
+            (the process stops with the guard's line as its last line).
     """
     logger = logging.getLogger("vllm.patchkit_guard")
     site_packages = os.path.dirname(_HERE)
@@ -237,13 +304,14 @@ def check():
         logger.warning("%s %s; run 'patchkit guard install' again", PREFIX, exc)
         return
     found = findings(manifest, site_packages)
-    if not found:
+    if not found and not any((manifest.get("not_shown") or {}).values()):
         return
-    line = message(manifest, found, _vllm_version(site_packages))
+    line = message(manifest, found, _vllm_version(site_packages)) if found else None
     config = _served_config(sys._getframe(1))
     if config is not None:
         _decide(config, manifest, line, logger)
         return
     if _hook_engine_config(manifest, line, logger):
         return
-    _warn_once(logger, line)
+    if line:
+        _warn_once(logger, line)

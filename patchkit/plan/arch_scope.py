@@ -80,6 +80,30 @@ def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes
     return SourceTree(install.site_packages, overrides={**(overrides or {}), **originals_view(journal, str(install.version))})
 
 
+def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """``{runner generation: {architecture: shape}}``: the patched ``architectures`` whose written shape is
+    not shown to keep greedy output under a generation that needs showing
+    (:data:`patchkit.vllm.runner.shown.SHOWN`: V2), for the guard's manifest (it stops a serve of them on
+    that runner). The shape is classified on the bytes before patchkit (:func:`pristine_tree`), as
+    ``apply`` classified it; an architecture patchkit writes nothing for is left out.
+
+    Raises:
+        StateError: a journaled original is missing or damaged.
+        SourceError: a file on the way does not parse.
+    """
+    from patchkit.vllm.runner.shown import SHOWN  # lazy: the guard's manifest alone needs it
+    from patchkit.vllm.shapes import classify  # lazy: the guard's manifest alone classifies here
+
+    tree = pristine_tree(install, journal)
+    registry, contract = Registry(tree), contract_mod.detect(tree)
+    shapes = {}
+    for arch in architectures:
+        if registry.resolve(arch) is not None and contract.protocol is not None:
+            shapes[arch] = classify(tree, registry, contract, arch).shape
+    return {name: {a: s.value for a, s in shapes.items() if s is not None and s not in table}
+            for name, table in SHOWN.items()}
+
+
 def scope(install: Install, journal: Journal, request: Request, tree: SourceTree | None = None) -> Scope:
     """The patch ids each requested architecture needs (``apply`` with the same request plans them).
 
