@@ -176,7 +176,8 @@ def served(config):
     return arch, getattr(spec, "method", None) if spec is not None else None
 
 
-_TRUE = ("1", "true", "yes", "on")
+_TRUE = ("1", "true", "yes")
+"""The flag values read as on (as :mod:`patchkit.vllm.runner.serving` reads them; this file cannot import it)."""
 
 
 def serve_runner(config, manifest):

@@ -96,10 +96,8 @@ def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]
 
     tree = pristine_tree(install, journal)
     registry, contract = Registry(tree), contract_mod.detect(tree)
-    shapes = {}
-    for arch in architectures:
-        if registry.resolve(arch) is not None and contract.protocol is not None:
-            shapes[arch] = classify(tree, registry, contract, arch).shape
+    known = [a for a in architectures if registry.resolve(a) is not None] if contract.protocol is not None else []
+    shapes = {arch: classify(tree, registry, contract, arch).shape for arch in known}
     return {name: {a: s.value for a, s in shapes.items() if s is not None and s not in table}
             for name, table in SHOWN.items()}
 
