@@ -255,12 +255,21 @@ RUNNING: dict[int, subprocess.Popen] = {}
 DEVICE = "cuda"
 
 
-def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str) -> dict:
+PRIVATE_CACHES = False
+"""``--private-caches``: each rehearsal compiles into its own vLLM, Inductor and Triton cache folders
+(``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), never into the machine's shared ones."""
+
+
+def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str, label: str = "") -> dict:
     folder = state / "cases" / case
     cmd = [*patchkit(), "rehearse", "--model", str(folder / "model"), "--draft", str(folder / "draft"),
            "--python", python, "--device", DEVICE, "--dtype", dtype, "--json"] + (["--eager"] if path == "eager" else [])
     started, wall = time.monotonic(), time.time()
     env_vars = {**os.environ, "OMP_NUM_THREADS": "2", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
+    if PRIVATE_CACHES:
+        own = state / "caches" / f"{env}-{case}-{path}-{dtype}-{label}"
+        env_vars |= {"VLLM_CACHE_ROOT": str(own / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(own / "inductor"),
+                     "TRITON_CACHE_DIR": str(own / "triton")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars)
     RUNNING[proc.pid] = proc
     try:
@@ -341,10 +350,13 @@ def main() -> int:
     ap.add_argument("--copies", type=int, default=1,
                     help="rehearse each job N times (the side-by-side question: N copies at once with --jobs N, "
                          "or one after another with --jobs 1); each row keeps its copy and its wall-clock span")
+    ap.add_argument("--private-caches", action="store_true",
+                    help="each rehearsal compiles into its own vLLM, Inductor and Triton caches")
     ap.add_argument("--tag", default="", help="a label kept in each row and in what counts as done (alone, beside)")
     args = ap.parse_args()
-    global DEVICE, MODES
+    global DEVICE, MODES, PRIVATE_CACHES
     DEVICE = args.device
+    PRIVATE_CACHES = args.private_caches
     if args.modes:
         MODES = [tuple(m.split("-")) for m in args.modes.split(",")]
     t0 = time.monotonic()
@@ -390,14 +402,14 @@ def main() -> int:
             while todo and len(running) < args.jobs and time.monotonic() - t0 < args.deadline - 120:
                 job = todo.pop(0)
                 env, case, path, dtype, _tag, _copy = job
-                running[pool.submit(rehearse, state, envs[env], case, path, dtype, env)] = job
+                running[pool.submit(rehearse, state, envs[env], case, path, dtype, env, f"{_tag}-{_copy}")] = job
             if not running:
                 break
             finished, _ = wait(running, timeout=max(1.0, args.deadline - 15 - (time.monotonic() - t0)),
                                return_when=FIRST_COMPLETED)
             for fut in finished:
                 key = running.pop(fut)
-                r = {**fut.result(), "tag": key[4], "copy": key[5]}
+                r = {**fut.result(), "tag": key[4], "copy": key[5], "private_caches": PRIVATE_CACHES}
                 with results.open("a") as fh:
                     fh.write(json.dumps(r) + "\n")
                 ok = r["report"].get("ok")
