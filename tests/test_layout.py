@@ -14,7 +14,7 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
 3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
 4. No module over :data:`MAX_LINES` lines.
 5. A vLLM release number written in a string of a code line (not a docstring) appears only in
-   ``vllm/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
+   ``vllm/release/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
    "0.18.0" was written in 19 code lines across 9 files). ``patches/`` is held to it too: its
    declarative modules restate contract facts (native from 0.18.0, Kimi-K2.5 from 0.15.1), so they
    name them (``vllm=KIMI_K25_RELEASES, upstream_from=NATIVE_FROM``) rather than copy them.
@@ -193,7 +193,7 @@ def _nearest(name: str, modules: dict[str, Path]) -> str | None:
 
 
 def group(module: str) -> str | None:
-    """The group of a dotted module name (``patchkit.vllm.shapes`` -> ``vllm``), None outside the map."""
+    """The group of a dotted module name (``patchkit.vllm.shapes.classify`` -> ``vllm``), None outside the map."""
     parts = module.split(".")
     head = parts[1] if len(parts) > 1 else "__init__"
     if head in BASE and len(parts) <= 2:
@@ -317,7 +317,7 @@ def long_modules(root: Path) -> list[str]:
 
 RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
 """A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
-RELEASES_AT_HOME = ("vllm/contract.py",)
+RELEASES_AT_HOME = ("vllm/release/contract.py",)
 """Where release boundaries are named (relative to the package folder)."""
 MEASURED_ON = ("rehearse/verdict.py",)
 """Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
@@ -341,7 +341,7 @@ def release_literals(root: Path) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in words:
                 for found in RELEASE.findall(node.value):
                     out.append(f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
-                               "name it in vllm/contract.py and use the name")
+                               "name it in vllm/release/contract.py and use the name")
     return sorted(out)
 
 
@@ -395,12 +395,12 @@ def test_release_boundaries_are_named_in_the_contract():
 def test_the_reader_sees_the_real_graph():
     """The checkers read what is there (guards against a reader that finds nothing, so passes)."""
     modules = _modules_cached(PACKAGE)
-    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.contract",
+    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.release.contract",
             "patchkit.ui.cli"} <= set(modules)
     edges = {(i.importer, i.target) for i in imports(PACKAGE)}
     assert ("patchkit.codemods.capture", "patchkit.codemods.base") in edges  # from patchkit.codemods.base import ...
     assert ("patchkit.codemods.capture", "patchkit.codemods.tree") in edges  # from patchkit.codemods import tree
-    assert ("patchkit.codemods.capture", "patchkit.vllm.contract") in edges
+    assert ("patchkit.codemods.capture", "patchkit.vllm.release.contract") in edges
     assert ("patchkit.codemods", "patchkit.codemods.base") in {
         (i.importer, i.target) for i in imports(PACKAGE) if i.type_checking}
     assert len(edges) > 100
@@ -423,12 +423,12 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "errors.py": "class Error(Exception):\n    pass\n",
     "results.py": "from patchkit.errors import Error\n",
-    "vllm/contract.py": "from patchkit import errors\n",
-    "codemods/base.py": "from patchkit.vllm.contract import *\nfrom . import tree\n",
+    "vllm/release/contract.py": "from patchkit import errors\n",
+    "codemods/base.py": "from patchkit.vllm.release.contract import *\nfrom . import tree\n",
     "codemods/tree.py": "import ast\n",
     "plan/spec.py": "from ..codemods import base\nfrom ..store.journal import x\n",
-    "store/journal.py": "from patchkit.vllm import contract\n",
-    "api.py": "from patchkit.vllm import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
+    "store/journal.py": "from patchkit.vllm.release import contract\n",
+    "api.py": "from patchkit.vllm.release import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
     "ui/cli.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
                   "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"),
 }
@@ -451,13 +451,13 @@ def test_rule_unranked_can_fail(tmp_path):
 
 
 def test_rule_upward_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "vllm/shapes.py": "import os\nfrom ..plan.spec import Patch\n",
+    root = _package(tmp_path, {**CLEAN, "vllm/shapes/classify.py": "import os\nfrom ...plan.spec import Patch\n",
                                "errors.py": "from patchkit.api import f\n",
                                "api.py": "def f():\n    from patchkit.ui import cli  # lazy: a lazy import counts too\n"})
     found = upward_imports(root)
     assert len(found) == 3, found
     assert "patchkit/api.py:2: patchkit.api (rank 6, api) imports patchkit.ui.cli (rank 7, ui), a higher layer" in found
-    assert "patchkit/vllm/shapes.py:2: patchkit.vllm.shapes (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
+    assert "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
     assert "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer" in found
 
 
@@ -508,17 +508,17 @@ def test_rule_own_package_can_fail(tmp_path):
 
 def test_rule_release_literals_can_fail(tmp_path):
     root = _package(tmp_path, {**CLEAN, "__init__.py": '__version__ = "0.1.0"\n',
-                               "vllm/contract.py": 'NATIVE_FROM = "0.18.0"\n',
+                               "vllm/release/contract.py": 'NATIVE_FROM = "0.18.0"\n',
                                "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
                                "plan/engine.py": ('"""Native from 0.18.0 (a docstring may cite it)."""\n'
                                                   'X = Version("0.18.0")\n'
                                                   'def f(v):\n    """On 0.10.2."""\n'
                                                   '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n')})
     assert release_literals(root) == [
-        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
     ]
 
 

@@ -1,6 +1,6 @@
 """A backbone ``forward``'s capture of the aux hidden states, checked against vLLM's own capture semantics
 (:mod:`patchkit.codemods.capture`) and against the residual stream the release's code implies
-(:mod:`patchkit.vllm.stream`). Part of the chain check (:mod:`patchkit.vllm.chain`).
+(:mod:`patchkit.vllm.stream.residual`). Part of the chain check (:mod:`patchkit.vllm.chain`).
 """
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ import ast
 
 from patchkit.results import Check
 from patchkit.vllm.chain.kinds import FINAL_LAYER_CAPTURED, FINAL_LAYER_CHECK, FINAL_LAYER_MISSED, NOT_FOLLOWED
-from patchkit.vllm.composition import is_layer_loop
-from patchkit.vllm.contract import ATTR, MAYBE_ADD
-from patchkit.vllm.loops import Loop, decoder_loop
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
-from patchkit.vllm.stream_split import SplitVerdict
+from patchkit.vllm.classes.composition import is_layer_loop
+from patchkit.vllm.release.contract import ATTR, MAYBE_ADD
+from patchkit.vllm.classes.loops import Loop, decoder_loop
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.residual import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.stream.split import SplitVerdict
 
 
 def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
     """Which tensor is the residual stream entering each layer of ``backbone``, from the release's code
-    (:func:`patchkit.vllm.stream.residual_stream`), or a :class:`patchkit.vllm.stream.StreamRefusal` saying why
+    (:func:`patchkit.vllm.stream.residual.residual_stream`), or a :class:`patchkit.vllm.stream.residual.StreamRefusal` saying why
     the code does not tell. The capture checks compare what a ``forward`` captures with it."""
     found = tree.find_member(backbone, "forward")
     if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -38,7 +38,7 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         forward: the function's AST.
         relpath: its file, for locations.
         expected: the stream the capture must take (:func:`expected_stream`: a
-            :class:`patchkit.vllm.stream.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
+            :class:`patchkit.vllm.stream.residual.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
             form alone decides (``hidden_states + residual`` when the layer returns a residual).
     Returns:
         Checks for: global ids, residual-stream capture before each layer, the tuple return,
@@ -139,18 +139,18 @@ def _is_residual(value: ast.expr | None) -> bool:
 
 
 def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, verdict) -> list[Check]:
-    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.loops.SplitLayer`).
+    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.classes.loops.SplitLayer`).
 
     Fact (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py`` ``MistralLarge4Model.forward``,
     ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the capture of id ``idx`` is
     ``residual.clone()`` taken after ``layer.<norm>(hidden_states, residual)`` and before the rest of
     the layer runs; that ``residual`` is the stream entering the layer when the norm is a fused
-    add-and-norm (``verdict``, :func:`patchkit.vllm.stream_split.split_stream`). Id ``n`` is captured after
+    add-and-norm (``verdict``, :func:`patchkit.vllm.stream.split.split_stream`). Id ``n`` is captured after
     the final fused norm, the same way.
 
     Args:
         forward: the function's AST; relpath: its file.
-        verdict: a :class:`patchkit.vllm.stream_split.SplitVerdict`, or the ``StreamRefusal`` saying why the
+        verdict: a :class:`patchkit.vllm.stream.split.SplitVerdict`, or the ``StreamRefusal`` saying why the
             norm could not be shown to be a fused add-and-norm (the capture is then not checked).
     Returns:
         Checks for global ids, the capture, the tuple return and (informational) the final-layer capture.

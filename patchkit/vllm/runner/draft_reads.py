@@ -39,8 +39,8 @@ lacks the chosen runner's loader or aux-id setter.
 
 Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner.aux_reads` (which cuts the
 setter's functions out of the runner's bytes); what a target class holds along each path by
-:mod:`patchkit.vllm.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
-through one target class with :mod:`patchkit.vllm.composition` and returns one
+:mod:`patchkit.vllm.classes.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
+through one target class with :mod:`patchkit.vllm.classes.composition` and returns one
 :class:`~patchkit.results.Check` node per link.
 """
 
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from patchkit.vllm.runner.aux_reads import AuxSource, aux_sources
 from patchkit.vllm.runner.generations import V1, V2, Generation
 from patchkit.vllm.runner.serving import RunnerChoice, serving_runner
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 PROPOSER_MODULE = V1.loader_module
 """Module of vLLM's EAGLE proposer (V1; declared in :mod:`patchkit.vllm.runner.generations`)."""

@@ -1,15 +1,15 @@
 """The decoder-layer classes a backbone builds into ``self.layers``, read without importing vLLM.
 
-Used by :func:`patchkit.vllm.stream.residual_stream`, which reads each layer class's ``forward``.
+Used by :func:`patchkit.vllm.stream.residual.residual_stream`, which reads each layer class's ``forward``.
 """
 
 from __future__ import annotations
 
 import ast
 
-from patchkit.vllm.ast_reads import assigned_names, returns_in
-from patchkit.vllm.composition import _bind, _next_init, _super_init_call, _with_defaults, statements
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.classes.ast_reads import assigned_names, returns_in
+from patchkit.vllm.classes.composition import _bind, _next_init, _super_init_call, _with_defaults, statements
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 def layer_classes(tree: SourceTree, backbone: ClassRef) -> list[ClassRef] | str:

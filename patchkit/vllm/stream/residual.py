@@ -12,10 +12,10 @@ full stream as ``hidden_states``; ``Exaone4Model.forward`` ends with ``self.norm
 There the stream is ``hidden_states`` alone and ``hidden_states + residual`` is no stream at all.
 
 A third form runs each layer's input norm apart from the rest of the layer (0.34.0
-``MistralLarge4Model.forward`` and ``MiniMaxM3Model.forward``, :class:`patchkit.vllm.loops.SplitLayer`):
+``MistralLarge4Model.forward`` and ``MiniMaxM3Model.forward``, :class:`patchkit.vllm.classes.loops.SplitLayer`):
 the input norm is a fused add-and-norm of ``(hidden_states, residual)``, so the ``residual`` it
 returns is ``hidden_states + residual``, the stream entering the layer, and ``residual.clone()``
-taken after it (before the rest of the layer) is that stream. :func:`patchkit.vllm.stream_split.split_stream`
+taken after it (before the rest of the layer) is that stream. :func:`patchkit.vllm.stream.split.split_stream`
 decides it.
 
 This module reads three signals, never a list of names:
@@ -40,12 +40,12 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.vllm.ast_reads import assigned_names, body_of, names_loaded, returns_in
-from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop
-from patchkit.vllm.layer_classes import layer_classes
-from patchkit.vllm.loops import Loop, decoder_loop
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.classes.ast_reads import assigned_names, body_of, names_loaded, returns_in
+from patchkit.vllm.classes.composition import CompositionError, held_class, is_layer_loop
+from patchkit.vllm.classes.layer_classes import layer_classes
+from patchkit.vllm.classes.loops import Loop, decoder_loop
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 class Stream(Enum):
@@ -323,7 +323,7 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
     """Decide which tensor is the residual stream entering each layer of ``backbone`` (see the module docstring).
 
     Args:
-        tree, registry: the install's sources and model registry (:class:`patchkit.vllm.registry.Registry`).
+        tree, registry: the install's sources and model registry (:class:`patchkit.vllm.registry.table.Registry`).
         owner: the class defining ``forward`` (where a capture is written).
         backbone: the backbone class (its ``__init__`` builds the layers).
         forward: ``owner``'s ``forward``.
