@@ -18,6 +18,10 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    "0.18.0" was written in 19 code lines across 9 files). ``patches/`` is held to it too: its
    declarative modules restate contract facts (native from 0.18.0, Kimi-K2.5 from 0.15.1), so they
    name them (``vllm=KIMI_K25_RELEASES, upstream_from=NATIVE_FROM``) rather than copy them.
+6. Inside ``vllm/`` (issue 33), every module stands in a *wing*, a subpackage answering one question
+   (:data:`WINGS`), of at most :data:`MAX_WING_MODULES` modules (its ``__init__`` not counted); a wing
+   imports only wings of strictly lower rank, inside functions and under ``TYPE_CHECKING`` too (no arrow
+   back up; two wings of one rank do not import each other), so there is no cycle between wings.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
@@ -63,6 +67,19 @@ RANKS: dict[str, int] = {
     "top": 8,
 }
 """Rank of each group, as docs/development.md lists them: a group imports only itself and lower ranks."""
+
+WINGS: dict[str, int] = {
+    "release": 0,
+    "registry": 1, "runner": 1,
+    "classes": 2, "plugins": 2,
+    "stream": 3, "checkpoints": 3,
+    "chain": 4,
+    "shapes": 5,
+}
+"""Rank of each wing of ``vllm/``, as docs/development.md's "The vLLM wings" draws them: a wing imports
+only wings of strictly lower rank (rule 6)."""
+MAX_WING_MODULES = 8
+"""The issue's "wings of at most 8 modules each" (the wing's ``__init__`` is its face, not counted)."""
 
 MAX_LINES = 500
 """The issue's "no module over about 500 lines", taken as exactly 500."""
@@ -345,6 +362,45 @@ def release_literals(root: Path) -> list[str]:
     return sorted(out)
 
 
+def wing(module: str) -> str | None:
+    """The wing of a dotted module name (``patchkit.vllm.stream.residual`` -> ``stream``), None outside ``vllm/``
+    and for ``vllm/``'s own ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "vllm" else None
+
+
+def wingless(root: Path) -> list[str]:
+    """Rule 6: modules of ``vllm/`` outside every wing of :data:`WINGS` (a flat module, or an unlisted folder)."""
+    return [f"{_relpath(root, m)}: in no wing of vllm/ (move it into the wing whose question it answers, "
+            "or add the wing to WINGS)" for m in _modules_cached(root)
+            if m.split(".")[1:2] == ["vllm"] and m != f"{root.name}.vllm" and wing(m) not in WINGS]
+
+
+def wing_imports(root: Path) -> list[str]:
+    """Rule 6: imports from one wing of ``vllm/`` to a wing of the same or a higher rank (lazy ones too)."""
+    out = []
+    for imp in _imports(root):
+        a, b = wing(imp.importer), wing(imp.target)
+        if a is None or b is None or a == b or a not in WINGS or b not in WINGS:
+            continue
+        if WINGS[b] >= WINGS[a]:
+            how = "a higher wing" if WINGS[b] > WINGS[a] else "a sibling wing of the same rank"
+            lazy = " (in a function)" if imp.in_function else ""
+            out.append(f"{imp.where(root)}{lazy}: {imp.importer} (wing {a}, rank {WINGS[a]}) imports {imp.target} "
+                       f"(wing {b}, rank {WINGS[b]}), {how}")
+    return out
+
+
+def crowded_wings(root: Path) -> list[str]:
+    """Rule 6: wings of more than :data:`MAX_WING_MODULES` modules, not counting their ``__init__``."""
+    count: dict[str, int] = {}
+    for m, path in _modules_cached(root).items():
+        if wing(m) is not None and path.name != "__init__.py":
+            count[wing(m)] = count.get(wing(m), 0) + 1
+    return [f"{root.name}/vllm/{w}/: {n} modules (over {MAX_WING_MODULES}): split the wing by the question each answers"
+            for w, n in sorted(count.items()) if n > MAX_WING_MODULES]
+
+
 def _report(violations: list[str]) -> str:
     return f"{len(violations)} violation(s):\n  " + "\n  ".join(violations)
 
@@ -390,6 +446,27 @@ def test_no_module_is_over_the_limit():
 def test_release_boundaries_are_named_in_the_contract():
     found = release_literals(PACKAGE) + release_literals(PACKAGE.parent / "patches")
     assert not found, _report(found)
+
+
+def test_every_vllm_module_is_in_a_wing():
+    found = wingless(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_vllm_wings_import_only_below():
+    found = wing_imports(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_no_vllm_wing_is_over_the_limit():
+    found = crowded_wings(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_the_wing_map_is_the_tree():
+    """Every wing of :data:`WINGS` is a folder of ``vllm/`` with its ``__init__`` (no stale entry)."""
+    folders = {p.parent.name for p in (PACKAGE / "vllm").glob("*/__init__.py")}
+    assert folders == set(WINGS)
 
 
 def test_the_reader_sees_the_real_graph():
@@ -550,6 +627,40 @@ def test_rule_lazy_comment_can_fail(tmp_path):
 def test_rule_long_modules_can_fail(tmp_path):
     root = _package(tmp_path, {**CLEAN, "ui/cli.py": "x = 1\n" * MAX_LINES, "ui/render.py": "x = 1\n" * (MAX_LINES + 1)})
     assert long_modules(root) == [f"patchkit/ui/render.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split it along its seams"]
+
+
+def test_rules_of_wings_pass_on_a_clean_synthetic_package(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "vllm/registry/table.py": "from patchkit.vllm.release import contract\n",
+                               "vllm/shapes/classify.py": "from ..registry import table\n"})
+    assert (wingless(root), wing_imports(root), crowded_wings(root)) == ([], [], [])
+
+
+def test_rule_wings_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "vllm/flat.py": "", "vllm/attic/old.py": "",
+                               "vllm/release/source.py": "from patchkit.vllm.registry.table import Registry\n",
+                               "vllm/registry/table.py": "",
+                               "vllm/runner/serving.py": "def f():\n    from ..registry import table  # lazy: test\n",
+                               "vllm/chain/links.py": "from patchkit.vllm.stream import residual\n",
+                               "vllm/stream/residual.py": "",
+                               **{f"vllm/classes/m{i}.py": "" for i in range(MAX_WING_MODULES + 1)},
+                               **{f"vllm/plugins/p{i}.py": "" for i in range(MAX_WING_MODULES)}})
+    assert wingless(root) == [
+        "patchkit/vllm/attic/__init__.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+        "patchkit/vllm/attic/old.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+        "patchkit/vllm/flat.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+    ]
+    assert wing_imports(root) == [
+        "patchkit/vllm/release/source.py:1: patchkit.vllm.release.source (wing release, rank 0) imports "
+        "patchkit.vllm.registry.table (wing registry, rank 1), a higher wing",
+        "patchkit/vllm/runner/serving.py:2 (in a function): patchkit.vllm.runner.serving (wing runner, rank 1) imports "
+        "patchkit.vllm.registry.table (wing registry, rank 1), a sibling wing of the same rank",
+    ]
+    assert crowded_wings(root) == [
+        f"patchkit/vllm/classes/: {MAX_WING_MODULES + 1} modules (over {MAX_WING_MODULES}): "
+        "split the wing by the question each answers"]
 
 
 # -- the suite's own layout: markers and the network ------------------------------------------------
