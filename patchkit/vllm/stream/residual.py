@@ -339,6 +339,19 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
           with ``hidden_states`` alone and every layer returns the stream first.
         - loop ``hidden_states = layer(...)``: ``HIDDEN`` when every layer returns one tensor.
     """
+    call = _layer_call(owner, forward)
+    if isinstance(call, StreamRefusal):
+        return call
+    loop, node, passed = call
+    signals = _signals_of_layers(tree, backbone, passed)
+    if isinstance(signals, StreamRefusal):
+        return signals
+    tail, tail_text, tail_at = _backbone_tail(tree, registry, owner, backbone, forward, node)
+    return _decide(loop, passed, signals, tail, tail_text, tail_at)
+
+
+def _layer_call(owner: ClassRef, forward: ast.FunctionDef | ast.AsyncFunctionDef):
+    """``forward``'s one decoder-layer loop: ``(loop, its For node, how it passes residual)``, or a refusal."""
     where = f"{owner.relpath}:{forward.lineno}"
     loop = decoder_loop(forward)
     if not isinstance(loop, Loop):
@@ -351,7 +364,12 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
              and isinstance(s.value.func, ast.Name) and s.value.func.id == loop.layer]
     if not calls:
         return StreamRefusal(f"{owner.name}.forward: no layer call in its loop ({owner.relpath}:{node.lineno})", where)
-    passed = residual_passed(calls[0])
+    return loop, node, residual_passed(calls[0])
+
+
+def _signals_of_layers(tree: SourceTree, backbone: ClassRef,
+                       passed: tuple[str | None, int | None] | None) -> list[LayerSignals] | StreamRefusal:
+    """The entry and exit signals of every decoder-layer class ``backbone`` builds, or a refusal."""
     classes = layer_classes(tree, backbone)
     if isinstance(classes, str):
         return StreamRefusal(f"which tensor is the residual stream is not said: {classes}", backbone.location)
@@ -361,6 +379,13 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
         if isinstance(s, str):
             return StreamRefusal(f"which tensor is the residual stream is not said: {s} ({cls.location})", cls.location)
         signals.append(s)
+    return signals
+
+
+def _backbone_tail(tree: SourceTree, registry: Registry, owner: ClassRef, backbone: ClassRef,
+                   forward: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.For) -> tuple[Tail, str, str]:
+    """How the backbone ends after the loop ``node``: ``(tail, its words, file:line)``. A fused final norm whose
+    class hands the residual back unread ends with ``hidden_states`` alone."""
     tail, tail_line, fused_attr = tail_of(forward, node)
     tail_at = f"{owner.relpath}:{tail_line}"
     tail_text = tail.value
@@ -375,6 +400,12 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
             tail = Tail.ALONE
             tail_text = (f"self.{fused_attr}(hidden_states, residual), whose class {norm.name} hands the residual "
                          f"back unread ({found_norm[0].relpath}:{found_norm[1].lineno}): hidden_states alone")
+    return tail, tail_text, tail_at
+
+
+def _decide(loop: Loop, passed: tuple[str | None, int | None] | None, signals: list[LayerSignals], tail: Tail,
+            tail_text: str, tail_at: str) -> StreamVerdict | StreamRefusal:
+    """The decision of :func:`residual_stream` (its docstring) from the loop, the layers' signals and the tail."""
     layer_text = "; ".join(f"{s.cls.name}.forward {s.entry.value} and {s.exit.value} ({s.location})" for s in signals)
     first = signals[0].location
 
