@@ -76,7 +76,7 @@ def files_read(site: Path) -> dict[str, list[str]]:
     it) wrapped; ``status`` and ``verify`` run on the patched copy, as in the timed runs.
     """
     from patchkit import api
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     seen: set[Path] = set()
     real = Path.read_bytes

@@ -55,7 +55,7 @@ def row(version: str, round_trip: bool) -> list[str]:
         if round_trip:  # in this process through the API (what the CLI calls), one architecture at a time
             from patchkit import api
             from patchkit.plan.request import Request
-            from patchkit.vllm.install import from_site_packages
+            from patchkit.vllm.release.install import from_site_packages
 
             install = from_site_packages(sp)
             pristine, ok = digest(sp), 0

@@ -191,7 +191,7 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
         if not missing:
             continue
         target = env_option(python)
-        # under V2 patchkit refuses the shapes not yet shown lossless there (patchkit/vllm/runner/shown.py):
+        # under V2 patchkit refuses the shapes not yet shown lossless there (patchkit/vllm/shapes/shown.py):
         # the campaign is what shows them, so it applies with --force there
         v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true", "yes")
         for force, group in ((v2, [c for c in missing if c.name not in HYBRIDS]),

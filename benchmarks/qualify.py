@@ -51,9 +51,9 @@ from vllm_release import fresh_copy, runtime_venv  # noqa: E402
 from patchkit import api  # noqa: E402
 from patchkit.checks.verify import RUNNER_SHOWN_CHECK  # noqa: E402
 from patchkit.plan.request import Request  # noqa: E402
-from patchkit.vllm.hybrids import HYBRID_CHECK  # noqa: E402
-from patchkit.vllm.install import from_python, from_site_packages  # noqa: E402
-from patchkit.vllm.source import SourceTree  # noqa: E402
+from patchkit.vllm.stream.hybrids import HYBRID_CHECK  # noqa: E402
+from patchkit.vllm.release.install import from_python, from_site_packages  # noqa: E402
+from patchkit.vllm.release.source import SourceTree  # noqa: E402
 
 REPORTS = ROOT / "docs" / "releases"
 PAGE = ROOT / "docs" / "releases.md"
@@ -124,7 +124,7 @@ def _model_dir(tmp: Path, arch: str, row: dict) -> Path:
 
 
 def _needs_model(site: Path) -> bool:
-    from patchkit.vllm.contract import read_allow_list
+    from patchkit.vllm.release.contract import read_allow_list
 
     return read_allow_list(SourceTree(site)) is not None
 

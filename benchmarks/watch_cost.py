@@ -124,7 +124,7 @@ def main() -> int:
     parser.add_argument("--skip-engine", action="store_true")
     args = parser.parse_args()
     from patchkit.store.journal import journal_for
-    from patchkit.vllm.install import from_python
+    from patchkit.vllm.release.install import from_python
     from patchkit.watch import watch as watch_mod
 
     install = from_python(args.python)

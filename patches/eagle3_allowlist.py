@@ -1,7 +1,7 @@
 """DeepSeek and Kimi model types on the speculative config's EAGLE-3 allow-list."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import A1_RELEASES, ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, NATIVE_FROM
+from patchkit.vllm.release.contract import A1_RELEASES, ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, NATIVE_FROM
 from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(

@@ -1,7 +1,7 @@
 """EAGLE-3 aux hidden state capture in the DeepSeek-V2/V3 backbone (``DeepseekV2Model``)."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import A1_RELEASES, NATIVE_FROM
+from patchkit.vllm.release.contract import A1_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(

@@ -1,7 +1,7 @@
 """``SupportsEagle3`` and its two methods on ``DeepseekV2ForCausalLM`` (V3 and aliases inherit it)."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import A1_RELEASES, NATIVE_FROM
+from patchkit.vllm.release.contract import A1_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(

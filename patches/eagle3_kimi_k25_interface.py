@@ -1,7 +1,7 @@
 """``SupportsEagle3`` on the Kimi-K2.5 wrapper, forwarding to whatever ``language_model`` holds."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import KIMI_K25_FROM, KIMI_K25_LOADABLE_FROM, KIMI_K25_RELEASES, NATIVE_FROM
+from patchkit.vllm.release.contract import KIMI_K25_FROM, KIMI_K25_LOADABLE_FROM, KIMI_K25_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ClassTarget, Patch
 
 PATCH = Patch(

@@ -1,7 +1,7 @@
 """The EAGLE proposer maps Kimi-K2.5's image token (``media_placeholder_token_id``)."""
 
 from patchkit.codemods import CodemodRef
-from patchkit.vllm.contract import KIMI_K25_RELEASES, NATIVE_FROM
+from patchkit.vllm.release.contract import KIMI_K25_RELEASES, NATIVE_FROM
 from patchkit.plan.spec import ModuleTarget, Patch
 
 PATCH = Patch(

@@ -1,4 +1,4 @@
-"""patchkit's API: each function takes an :class:`~patchkit.vllm.install.Install` and returns a result.
+"""patchkit's API: each function takes an :class:`~patchkit.vllm.release.install.Install` and returns a result.
 
 The CLI (:mod:`patchkit.ui.cli`) is a thin layer over these functions; other tools can call them
 directly. Nothing here prints. Expected outcomes (refused, not applicable, not in effect) are in
@@ -36,17 +36,17 @@ from patchkit.store import plugin_dist
 from patchkit.store.plugin_dist import Plugin
 from patchkit.store.journal import Journal, journal_for, unfinished_check
 from patchkit.store.preflight import cache_problem, import_problem
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm.contract import install_info
-from patchkit.vllm.install import Install, has_record, record_sha256
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.release.contract import install_info
+from patchkit.vllm.release.install import Install, has_record, record_sha256
+from patchkit.vllm.release.source import SourceTree
 from patchkit.watch import watch as watch_mod
 
 PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
 """patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
-    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.registry.table import Registry
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 
@@ -275,7 +275,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
-    from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+    from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
     registry = Registry(tree)
     check_requested(registry, request, str(install.version))
@@ -365,7 +365,7 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
     tree = SourceTree(install.site_packages)
     info = install_info(install, contract_mod.detect(tree))
     if request:
-        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+        from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
@@ -455,7 +455,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     if request:
         from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
-        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+        from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         check_requested(Registry(tree), request, str(install.version))
         found = arch_scope.scope(install, journal, request)
@@ -476,7 +476,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     if replaced:
         from patchkit.plan.selection import reapply_runs  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
-        from patchkit.vllm.registry import Registry  # lazy: start-up, 'status' without --arch reads no registry
+        from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
         reapply = reapply_runs(replaced, journal, Registry(tree))
     steps: tuple[NextStep, ...] = ()

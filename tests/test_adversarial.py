@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from patchkit import api
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.store.journal import Journal
 
 from test_install import make_venv, venv_site_packages

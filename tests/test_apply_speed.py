@@ -14,7 +14,7 @@ from libcst import matchers as m
 
 from patchkit import api
 from patchkit.codemods import tree
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.results import Outcome
 
 FILES = ["vllm/v1/spec_decode/eagle.py", "vllm/config/speculative.py",

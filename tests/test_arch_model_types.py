@@ -1,6 +1,6 @@
 """``--arch`` alone on the allow-list releases (0.10.2 - 0.20.x) finds the checkpoint's model type in
 the serving environment (issue 20): its transformers' auto mappings and vLLM's config registry, read
-statically (:mod:`patchkit.vllm.model_types`).
+statically (:mod:`patchkit.vllm.registry.model_types`).
 
 A serving environment here is a real vLLM release tree with a real transformers wheel's files next
 to ``vllm/`` (both fetched at test time, :mod:`vllm_release`). The expected model types are those the
@@ -71,9 +71,9 @@ def test_without_transformers_next_to_vllm_it_asks_for_model(release, cli):
 def test_a_multimodal_class_gets_its_text_configs_model_type(release, transformers):
     """Qwen2.5-VL: the auto mapping says qwen2_5_vl, its config's text_config says qwen2_5_vl_text
     (what vLLM's hf_text_config reports); LLaVA's text config is AutoConfig: the checkpoint decides."""
-    from patchkit.vllm import model_types
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.registry import model_types
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
 
     sp = serving_env(release, "0.20.2", transformers)
     tree = SourceTree(sp)
@@ -87,8 +87,8 @@ def test_a_multimodal_class_gets_its_text_configs_model_type(release, transforme
 def test_disagreeing_sources_give_no_answer(tmp_path):
     """The decision rule on a small tree written here (no real release names two model types that
     disagree): transformers maps the class to one model type, vLLM's class names another's config."""
-    from patchkit.vllm import model_types
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.registry import model_types
+    from patchkit.vllm.release.source import SourceTree
 
     def write(rel: str, text: str) -> None:
         path = tmp_path / rel

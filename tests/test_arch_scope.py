@@ -16,7 +16,7 @@ import pytest
 from patchkit import api
 from patchkit.plan.request import Request
 from patchkit.plan import outcomes
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.results import Outcome, PatchResult
 
 GLM, OLMOE, KIMI = "Glm4MoeForCausalLM", "OlmoeForCausalLM", "KimiK25ForConditionalGeneration"

@@ -14,7 +14,7 @@ import pytest
 
 from patchkit import api
 from patchkit.plan.request import Request
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.checks.scan import scan
 
 pytestmark = pytest.mark.release
@@ -274,9 +274,9 @@ def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release
 def test_backbone_is_followed_through_the_init_chain(release, version, arch, backbone):
     """held_class follows super().__init__(...) with the keyword arguments it passes: these classes
     were called 'no decoder backbone in self.model' before."""
-    from patchkit.vllm.composition import held_class
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.classes.composition import held_class
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
 
     sp = release(version)
     tree = SourceTree(sp)

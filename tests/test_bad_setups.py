@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 
 from test_install import make_venv, venv_site_packages
 from test_releases import snapshot
@@ -140,8 +140,8 @@ def test_a_patch_for_a_file_0_34_0_deleted_is_decided_by_its_range_before_its_fi
 
     from patchkit.plan import missing
     from patchkit.plan.spec import load_patches
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
     from vllm_release import fresh_copy
 
     sp = fresh_copy("0.34.0", tmp_path / "sp34")

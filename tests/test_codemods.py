@@ -31,7 +31,7 @@ from patchkit.codemods.capture import CaptureAuxHiddenStates
 from patchkit.codemods.interface import AddEagle3Interface
 from patchkit.codemods.proposer import AddModelNameBranch
 from patchkit.store.journal import Journal, PlannedWrite
-from patchkit.vllm.source import ClassRef
+from patchkit.vllm.release.source import ClassRef
 
 MODELS = "vllm.model_executor.models"
 CASES = Path(__file__).parent / "codemod_cases"
@@ -197,7 +197,7 @@ def test_reverts_to_the_same_bytes(case: Case, tmp_path: Path):
 
 # Found while writing the cases: decoder_loop read only plain-name targets, so a residual bound by
 # tuple unpacking before the loop counted as unbound and the capture inserted "residual = None" over
-# the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/loops.py).
+# the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/classes/loops.py).
 def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
     src = CASES.joinpath("capture_indexed.before.py").read_text().replace(
         "        hidden_states = self.embed(input_ids)\n        residual = None\n",

@@ -15,7 +15,7 @@ from releases import Sweep, sweep
 from vllm_release import pristine_site_packages
 
 from patchkit.vllm.runner import aux_reads, draft_reads
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 RELEASES = sweep(Sweep.DERIVE)
 SETTER = aux_reads.SETTER

@@ -180,7 +180,7 @@ def test_unpatched_0_17_1_names_the_apply_to_run_and_writes_nothing(release, cli
 
 def test_apply_suggestion_uses_the_python_option_given(release, cli, tmp_path):
     from patchkit.checks.doctor import doctor as run_doctor
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     sp = release("0.16.0")
     model = checkpoint(tmp_path, "ds", DEEPSEEK_V3)

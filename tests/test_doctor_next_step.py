@@ -28,8 +28,8 @@ def effect_check(report: dict) -> dict:
 
 def registry_row(sp: Path, architecture: str):
     """How the release's own registry resolves ``architecture`` (read statically)."""
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
 
     return Registry(SourceTree(sp)).resolve(architecture)
 
@@ -80,7 +80,7 @@ def test_following_doctors_advice_makes_the_target_ready(release, cli, name, ver
 
 def test_advice_repeats_the_python_option_given(release, tmp_path):
     from patchkit.checks.doctor import doctor as run_doctor
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     sp = release("0.20.2")
     model = CHECKPOINTS / "glm-4.6"

@@ -1,5 +1,5 @@
 """Static verify follows the release's own runner and proposer (patchkit.vllm.runner.draft_reads), and every
-platform branch of a registry name (patchkit.vllm.platforms). Real release trees only."""
+platform branch of a registry name (patchkit.vllm.registry.platforms). Real release trees only."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from packaging.version import Version
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.chain import load_path
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 pytestmark = pytest.mark.release
 

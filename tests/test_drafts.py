@@ -421,7 +421,7 @@ def test_eagle_repo_draft_vocabulary_map_in_a_torch_bin(release, cli, tmp_path):
 def test_transformers_range_decides_model_types_outside_vllms_registry(spec, kimi_k25, kimi_k2):
     from packaging.specifiers import SpecifierSet
 
-    from patchkit.vllm.drafts import transformers_has as _transformers_has
+    from patchkit.vllm.checkpoints.drafts import transformers_has as _transformers_has
 
     assert _transformers_has(SpecifierSet(spec), "kimi_k25") is kimi_k25
     assert _transformers_has(SpecifierSet(spec), "kimi_k2") is kimi_k2
@@ -433,11 +433,11 @@ def test_final_layer_capture_is_read_from_the_check_kind_not_its_location(releas
     """A mixin backbone (0.18+) captures id n through the last layer's call: the check has no
     file:line of its own, and that must still count as captured (it did not, when read from
     the location)."""
-    from patchkit.vllm import contract as contract_mod
+    from patchkit.vllm.release import contract as contract_mod
     from patchkit.checks import verify as verify_mod
     from patchkit.checks.drafts.checklist import final_layer_capture
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
 
     tree = SourceTree(release("0.33.0"))
     checks = verify_mod.verify(tree, Registry(tree), contract_mod.detect(tree), ("Qwen3MoeForCausalLM",), ())

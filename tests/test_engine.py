@@ -43,7 +43,7 @@ def engine_python():
 
 
 def vllm_digests(python: Path) -> dict[str, str]:
-    from patchkit.vllm.install import from_python
+    from patchkit.vllm.release.install import from_python
 
     site = from_python(python).site_packages
     return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -260,7 +260,7 @@ def test_deliberately_wrong_captures_fail_naming_the_cause(engine_python, cli, t
     """A capture one layer late (Mixtral) and ``hidden_states + residual`` on a layer that keeps its
     own residual (Exaone4), written into the patched install: rehearse fails each, naming the shift
     and the foreign tensor, and a shifted capture's first-position acceptance collapses."""
-    from patchkit.vllm.install import from_python
+    from patchkit.vllm.release.install import from_python
     from wrong_captures import mutate
 
     cases = {c.name: c for c in CASES}

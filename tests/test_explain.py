@@ -106,7 +106,7 @@ def test_explain_capture_id_where_and_who_on_0_17_1(cli, release):
     assert "inline" in _decision(report, "capture form")["answer"]
     stream = _decision(report, "residual stream")
     assert stream["answer"].startswith("hidden_states + residual")
-    assert stream["by"] == "patchkit/vllm/stream.py residual_stream"
+    assert stream["by"] == "patchkit/vllm/stream/residual.py residual_stream"
     assert "OlmoeDecoderLayer.forward reads the residual it is given" in stream["evidence"]
     assert "vllm/model_executor/models/olmoe.py:" in stream["evidence"]
     # the second hop: the file named holds the function named
@@ -118,7 +118,7 @@ def test_explain_capture_id_where_and_who_on_0_17_1(cli, release):
     text = cli("explain", "eagle3:OlmoeModel:capture", "--site-packages", str(sp))
     assert text.exit_code == 0
     assert text.stdout.startswith("eagle3:OlmoeModel:capture on vLLM 0.17.1 (EAGLE-3 contract A1b): ")
-    assert "patchkit/vllm/stream.py residual_stream" in text.stdout and report["target"] in text.stdout
+    assert "patchkit/vllm/stream/residual.py residual_stream" in text.stdout and report["target"] in text.stdout
 
 
 @pytest.mark.release

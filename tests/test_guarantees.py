@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from patchkit import api
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.results import Check
 
 from test_releases import snapshot

@@ -118,7 +118,7 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
 
         # 2. a simulated upgrade: the release's bytes (those RECORD lists) replace the patched file
         from patchkit.store.journal import journal_for
-        from patchkit.vllm.install import from_python
+        from patchkit.vllm.release.install import from_python
 
         journal = journal_for(from_python(python))
         release_bytes = journal.original(journal.entries[GEMMA3])

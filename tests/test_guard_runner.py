@@ -3,7 +3,7 @@
 
 - On the release files: ``apply --guard`` records in the manifest the runner generations the install
   holds and the patched architectures whose written shape is not shown under V2
-  (:data:`patchkit.vllm.runner.shown.SHOWN`); the vLLM facts the guard reads to tell the serve's
+  (:data:`patchkit.vllm.shapes.shown.SHOWN`); the vLLM facts the guard reads to tell the serve's
   runner exist where its docstring says.
 - The guard's decision (:func:`patchkit.guard.guard_plugin.serve_runner`, ``not_shown_line``) on
   stand-in configs: these check the guard's own branching, not vLLM; ``tests/test_guard_engine.py``
@@ -23,7 +23,7 @@ from vllm_release import pristine_site_packages
 from patchkit.guard import guard_plugin
 from patchkit.vllm.runner.generations import SELECTOR
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 GLM4 = "Glm4ForCausalLM"  # interface-only on 0.20.2 - 0.34.0 (patchkit scan)
 OLMOE = "OlmoeForCausalLM"  # standard-loop on 0.33.0

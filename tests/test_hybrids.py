@@ -3,7 +3,7 @@
 On the H200 (vLLM 0.20.2, tests/engine_records/h200-vllm-0.20.2-lfm2.jsonl) LFM2 patched with
 EAGLE-3 served other tokens than without speculation, in all four modes. vLLM 0.20.2's ``ShortConv``
 never reads the mixer metadata's ``num_accepted_tokens``; 0.33.0's and 0.34.0's does. These tests run
-patchkit's reading (:mod:`patchkit.vllm.hybrids`) and its commands on the real release trees, and on
+patchkit's reading (:mod:`patchkit.vllm.stream.hybrids`) and its commands on the real release trees, and on
 copies edited the way a release could differ (a mixer that stops reading the count, a hybrid whose
 mixers cannot be found): the verdict must follow the code, and unknown must refuse.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine_models import LFM2_1B2
-from patchkit.vllm.hybrids import HYBRID_CHECK, read_architecture
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.stream.hybrids import HYBRID_CHECK, read_architecture
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 from vllm_release import pristine_site_packages
 
 SHORT_CONV = "vllm/model_executor/layers/mamba/short_conv.py"

@@ -13,7 +13,7 @@ from patchkit import api
 from patchkit.store import journal as journal_mod
 from patchkit.store import lock as lock_mod
 from patchkit.errors import StateError
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.store.journal import Journal
 
 from test_releases import snapshot

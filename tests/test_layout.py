@@ -14,10 +14,14 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
 3. An import inside a function (or a method, or a lambda) carries a trailing ``# lazy: <why>``.
 4. No module over :data:`MAX_LINES` lines.
 5. A vLLM release number written in a string of a code line (not a docstring) appears only in
-   ``vllm/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
+   ``vllm/release/contract.py``, which names each release boundary once (:func:`release_literals`; issue 25:
    "0.18.0" was written in 19 code lines across 9 files). ``patches/`` is held to it too: its
    declarative modules restate contract facts (native from 0.18.0, Kimi-K2.5 from 0.15.1), so they
    name them (``vllm=KIMI_K25_RELEASES, upstream_from=NATIVE_FROM``) rather than copy them.
+6. Inside ``vllm/`` (issue 33), every module stands in a *wing*, a subpackage answering one question
+   (:data:`WINGS`), of at most :data:`MAX_WING_MODULES` modules (its ``__init__`` not counted); a wing
+   imports only wings of strictly lower rank, inside functions and under ``TYPE_CHECKING`` too (no arrow
+   back up; two wings of one rank do not import each other), so there is no cycle between wings.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
@@ -63,6 +67,19 @@ RANKS: dict[str, int] = {
     "top": 8,
 }
 """Rank of each group, as docs/development.md lists them: a group imports only itself and lower ranks."""
+
+WINGS: dict[str, int] = {
+    "release": 0,
+    "registry": 1, "runner": 1,
+    "classes": 2, "plugins": 2,
+    "stream": 3, "checkpoints": 3,
+    "chain": 4,
+    "shapes": 5,
+}
+"""Rank of each wing of ``vllm/``, as docs/development.md's "The vLLM wings" draws them: a wing imports
+only wings of strictly lower rank (rule 6)."""
+MAX_WING_MODULES = 8
+"""The issue's "wings of at most 8 modules each" (the wing's ``__init__`` is its face, not counted)."""
 
 MAX_LINES = 500
 """The issue's "no module over about 500 lines", taken as exactly 500."""
@@ -193,7 +210,7 @@ def _nearest(name: str, modules: dict[str, Path]) -> str | None:
 
 
 def group(module: str) -> str | None:
-    """The group of a dotted module name (``patchkit.vllm.shapes`` -> ``vllm``), None outside the map."""
+    """The group of a dotted module name (``patchkit.vllm.shapes.classify`` -> ``vllm``), None outside the map."""
     parts = module.split(".")
     head = parts[1] if len(parts) > 1 else "__init__"
     if head in BASE and len(parts) <= 2:
@@ -317,7 +334,7 @@ def long_modules(root: Path) -> list[str]:
 
 RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
 """A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
-RELEASES_AT_HOME = ("vllm/contract.py",)
+RELEASES_AT_HOME = ("vllm/release/contract.py",)
 """Where release boundaries are named (relative to the package folder)."""
 MEASURED_ON = ("rehearse/verdict.py",)
 """Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
@@ -341,8 +358,47 @@ def release_literals(root: Path) -> list[str]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in words:
                 for found in RELEASE.findall(node.value):
                     out.append(f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
-                               "name it in vllm/contract.py and use the name")
+                               "name it in vllm/release/contract.py and use the name")
     return sorted(out)
+
+
+def wing(module: str) -> str | None:
+    """The wing of a dotted module name (``patchkit.vllm.stream.residual`` -> ``stream``), None outside ``vllm/``
+    and for ``vllm/``'s own ``__init__``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "vllm" else None
+
+
+def wingless(root: Path) -> list[str]:
+    """Rule 6: modules of ``vllm/`` outside every wing of :data:`WINGS` (a flat module, or an unlisted folder)."""
+    return [f"{_relpath(root, m)}: in no wing of vllm/ (move it into the wing whose question it answers, "
+            "or add the wing to WINGS)" for m in _modules_cached(root)
+            if m.split(".")[1:2] == ["vllm"] and m != f"{root.name}.vllm" and wing(m) not in WINGS]
+
+
+def wing_imports(root: Path) -> list[str]:
+    """Rule 6: imports from one wing of ``vllm/`` to a wing of the same or a higher rank (lazy ones too)."""
+    out = []
+    for imp in _imports(root):
+        a, b = wing(imp.importer), wing(imp.target)
+        if a is None or b is None or a == b or a not in WINGS or b not in WINGS:
+            continue
+        if WINGS[b] >= WINGS[a]:
+            how = "a higher wing" if WINGS[b] > WINGS[a] else "a sibling wing of the same rank"
+            lazy = " (in a function)" if imp.in_function else ""
+            out.append(f"{imp.where(root)}{lazy}: {imp.importer} (wing {a}, rank {WINGS[a]}) imports {imp.target} "
+                       f"(wing {b}, rank {WINGS[b]}), {how}")
+    return out
+
+
+def crowded_wings(root: Path) -> list[str]:
+    """Rule 6: wings of more than :data:`MAX_WING_MODULES` modules, not counting their ``__init__``."""
+    count: dict[str, int] = {}
+    for m, path in _modules_cached(root).items():
+        if wing(m) is not None and path.name != "__init__.py":
+            count[wing(m)] = count.get(wing(m), 0) + 1
+    return [f"{root.name}/vllm/{w}/: {n} modules (over {MAX_WING_MODULES}): split the wing by the question each answers"
+            for w, n in sorted(count.items()) if n > MAX_WING_MODULES]
 
 
 def _report(violations: list[str]) -> str:
@@ -392,15 +448,36 @@ def test_release_boundaries_are_named_in_the_contract():
     assert not found, _report(found)
 
 
+def test_every_vllm_module_is_in_a_wing():
+    found = wingless(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_vllm_wings_import_only_below():
+    found = wing_imports(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_no_vllm_wing_is_over_the_limit():
+    found = crowded_wings(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_the_wing_map_is_the_tree():
+    """Every wing of :data:`WINGS` is a folder of ``vllm/`` with its ``__init__`` (no stale entry)."""
+    folders = {p.parent.name for p in (PACKAGE / "vllm").glob("*/__init__.py")}
+    assert folders == set(WINGS)
+
+
 def test_the_reader_sees_the_real_graph():
     """The checkers read what is there (guards against a reader that finds nothing, so passes)."""
     modules = _modules_cached(PACKAGE)
-    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.contract",
+    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.release.contract",
             "patchkit.ui.cli"} <= set(modules)
     edges = {(i.importer, i.target) for i in imports(PACKAGE)}
     assert ("patchkit.codemods.capture", "patchkit.codemods.base") in edges  # from patchkit.codemods.base import ...
     assert ("patchkit.codemods.capture", "patchkit.codemods.tree") in edges  # from patchkit.codemods import tree
-    assert ("patchkit.codemods.capture", "patchkit.vllm.contract") in edges
+    assert ("patchkit.codemods.capture", "patchkit.vllm.release.contract") in edges
     assert ("patchkit.codemods", "patchkit.codemods.base") in {
         (i.importer, i.target) for i in imports(PACKAGE) if i.type_checking}
     assert len(edges) > 100
@@ -423,12 +500,12 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "errors.py": "class Error(Exception):\n    pass\n",
     "results.py": "from patchkit.errors import Error\n",
-    "vllm/contract.py": "from patchkit import errors\n",
-    "codemods/base.py": "from patchkit.vllm.contract import *\nfrom . import tree\n",
+    "vllm/release/contract.py": "from patchkit import errors\n",
+    "codemods/base.py": "from patchkit.vllm.release.contract import *\nfrom . import tree\n",
     "codemods/tree.py": "import ast\n",
     "plan/spec.py": "from ..codemods import base\nfrom ..store.journal import x\n",
-    "store/journal.py": "from patchkit.vllm import contract\n",
-    "api.py": "from patchkit.vllm import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
+    "store/journal.py": "from patchkit.vllm.release import contract\n",
+    "api.py": "from patchkit.vllm.release import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
     "ui/cli.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
                   "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"),
 }
@@ -451,13 +528,13 @@ def test_rule_unranked_can_fail(tmp_path):
 
 
 def test_rule_upward_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "vllm/shapes.py": "import os\nfrom ..plan.spec import Patch\n",
+    root = _package(tmp_path, {**CLEAN, "vllm/shapes/classify.py": "import os\nfrom ...plan.spec import Patch\n",
                                "errors.py": "from patchkit.api import f\n",
                                "api.py": "def f():\n    from patchkit.ui import cli  # lazy: a lazy import counts too\n"})
     found = upward_imports(root)
     assert len(found) == 3, found
     assert "patchkit/api.py:2: patchkit.api (rank 6, api) imports patchkit.ui.cli (rank 7, ui), a higher layer" in found
-    assert "patchkit/vllm/shapes.py:2: patchkit.vllm.shapes (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
+    assert "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
     assert "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer" in found
 
 
@@ -508,17 +585,17 @@ def test_rule_own_package_can_fail(tmp_path):
 
 def test_rule_release_literals_can_fail(tmp_path):
     root = _package(tmp_path, {**CLEAN, "__init__.py": '__version__ = "0.1.0"\n',
-                               "vllm/contract.py": 'NATIVE_FROM = "0.18.0"\n',
+                               "vllm/release/contract.py": 'NATIVE_FROM = "0.18.0"\n',
                                "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
                                "plan/engine.py": ('"""Native from 0.18.0 (a docstring may cite it)."""\n'
                                                   'X = Version("0.18.0")\n'
                                                   'def f(v):\n    """On 0.10.2."""\n'
                                                   '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n')})
     assert release_literals(root) == [
-        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/contract.py and use the name",
+        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
     ]
 
 
@@ -550,6 +627,40 @@ def test_rule_lazy_comment_can_fail(tmp_path):
 def test_rule_long_modules_can_fail(tmp_path):
     root = _package(tmp_path, {**CLEAN, "ui/cli.py": "x = 1\n" * MAX_LINES, "ui/render.py": "x = 1\n" * (MAX_LINES + 1)})
     assert long_modules(root) == [f"patchkit/ui/render.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split it along its seams"]
+
+
+def test_rules_of_wings_pass_on_a_clean_synthetic_package(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "vllm/registry/table.py": "from patchkit.vllm.release import contract\n",
+                               "vllm/shapes/classify.py": "from ..registry import table\n"})
+    assert (wingless(root), wing_imports(root), crowded_wings(root)) == ([], [], [])
+
+
+def test_rule_wings_can_fail(tmp_path):
+    root = _package(tmp_path, {**CLEAN, "vllm/flat.py": "", "vllm/attic/old.py": "",
+                               "vllm/release/source.py": "from patchkit.vllm.registry.table import Registry\n",
+                               "vllm/registry/table.py": "",
+                               "vllm/runner/serving.py": "def f():\n    from ..registry import table  # lazy: test\n",
+                               "vllm/chain/links.py": "from patchkit.vllm.stream import residual\n",
+                               "vllm/stream/residual.py": "",
+                               **{f"vllm/classes/m{i}.py": "" for i in range(MAX_WING_MODULES + 1)},
+                               **{f"vllm/plugins/p{i}.py": "" for i in range(MAX_WING_MODULES)}})
+    assert wingless(root) == [
+        "patchkit/vllm/attic/__init__.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+        "patchkit/vllm/attic/old.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+        "patchkit/vllm/flat.py: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)",
+    ]
+    assert wing_imports(root) == [
+        "patchkit/vllm/release/source.py:1: patchkit.vllm.release.source (wing release, rank 0) imports "
+        "patchkit.vllm.registry.table (wing registry, rank 1), a higher wing",
+        "patchkit/vllm/runner/serving.py:2 (in a function): patchkit.vllm.runner.serving (wing runner, rank 1) imports "
+        "patchkit.vllm.registry.table (wing registry, rank 1), a sibling wing of the same rank",
+    ]
+    assert crowded_wings(root) == [
+        f"patchkit/vllm/classes/: {MAX_WING_MODULES + 1} modules (over {MAX_WING_MODULES}): "
+        "split the wing by the question each answers"]
 
 
 # -- the suite's own layout: markers and the network ------------------------------------------------

@@ -165,7 +165,7 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
     from engine_models import write_checkpoint
     from patchkit.rehearse import rehearsal
     from patchkit.errors import UsageError
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
 
@@ -201,7 +201,7 @@ def test_an_interpreter_without_torch_is_the_environment_exit_4(release, tmp_pat
     from engine_models import write_checkpoint
     from patchkit.errors import ExitCode, InterpreterError
     from patchkit.rehearse import rehearsal
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     install = dataclasses.replace(from_site_packages(release("0.32.0")), python=Path(sys.executable))
     model = write_checkpoint(tmp_path / "model", GLM45_AIR)

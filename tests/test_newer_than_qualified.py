@@ -3,7 +3,7 @@ header, and ``--json`` carries it, with what it means (verdicts rest only on the
 
 The install is the real 0.34.0 release tree with its version made newer: ``vllm-X.dist-info`` renamed,
 its ``METADATA`` ``Version`` header and its ``RECORD`` rows for the dist-info rewritten (the version
-patchkit reads is ``METADATA``'s, :mod:`patchkit.vllm.install`)."""
+patchkit reads is ``METADATA``'s, :mod:`patchkit.vllm.release.install`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from patchkit.vllm.contract import NEWEST_QUALIFIED
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.contract import NEWEST_QUALIFIED
+from patchkit.vllm.release.install import from_site_packages
 from vllm_release import fresh_copy
 
 pytestmark = pytest.mark.release

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 
 from test_releases import snapshot
 from vllm_release import pristine_site_packages

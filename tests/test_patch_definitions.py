@@ -183,9 +183,9 @@ def test_families_resolve_in_real_releases():
 
     from patchkit.checks.verify import read_allow_list
     from patchkit.plan.arch_patches import select_architectures
-    from patchkit.vllm.contract import admits, detect
-    from patchkit.vllm.registry import Registry
-    from patchkit.vllm.source import SourceTree
+    from patchkit.vllm.release.contract import admits, detect
+    from patchkit.vllm.registry.table import Registry
+    from patchkit.vllm.release.source import SourceTree
 
     seen: set[str] = set()
     resolved: set[str] = set()

@@ -17,7 +17,7 @@ from patchkit.errors import ExitCode
 from patchkit.plugin_results import LAYOUT, PluginAction, PluginReport
 from patchkit.store.plugin_dist import Plugin
 from patchkit.results import ApplyReport, InstallInfo, RevertReport, StatusReport
-from patchkit.vllm import contract
+from patchkit.vllm.release import contract
 
 
 def test_the_guard_and_the_watch_are_the_plugins_api_iterates():

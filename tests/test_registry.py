@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import SourceError
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 
 def write(root: Path, files: dict[str, str]) -> SourceTree:
@@ -140,7 +140,7 @@ def test_scan_lists_every_target_architecture_once_whichever_dicts_hold_it(versi
     from typer.testing import CliRunner
 
     from patchkit.ui.cli import app
-    from patchkit.vllm.registry import TARGET_GROUPS
+    from patchkit.vllm.registry.table import TARGET_GROUPS
     from vllm_release import pristine_site_packages
 
     sp = pristine_site_packages(version)

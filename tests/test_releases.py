@@ -233,7 +233,7 @@ ALL_RELEASES = sweep(Sweep.RANGE)
 def test_every_release_round_trips(release, version):
     """For every release in the test set: apply twice equals apply once; revert restores every byte."""
     from patchkit import api
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     sp = release(version)
     before = snapshot(sp)

@@ -4,7 +4,7 @@ patchkit used to write ``hidden_states + residual`` wherever the loop reads
 ``hidden_states, residual = layer(...)``. Some layers keep their own residual: they overwrite the one
 they are given, add it back inside and return the full stream as ``hidden_states`` (0.33.0 and
 0.15.1 ``exaone4.py``). There ``hidden_states + residual`` is no stream at all. Each kind of defect
-found on real releases has a test here that failed before :mod:`patchkit.vllm.stream` (checked by
+found on real releases has a test here that failed before :mod:`patchkit.vllm.stream.residual` (checked by
 stashing the fix):
 
 - kind 1, the layer keeps its own residual (Exaone4, PhiMoE, HyperCLOVAX, MiniMax-Text-01):
@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 
 from patchkit import api
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm.install import from_site_packages
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
-from patchkit.vllm.stream import Entry, Exit, Tail, entry_of, exit_of, passes_through, tail_of
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.release.install import from_site_packages
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
+from patchkit.vllm.stream.residual import Entry, Exit, Tail, entry_of, exit_of, passes_through, tail_of
 
 LOCATED = re.compile(r"vllm/\S+\.py:\d+")
 
@@ -240,7 +240,7 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     tree, shared across architectures, so the whole release takes seconds.
     """
     from patchkit.plan.request import Request
-    from patchkit.vllm.checkpoint import CheckpointConfig
+    from patchkit.vllm.checkpoints.config import CheckpointConfig
     from patchkit.checks.doctor import _in_effect_check, _target_facts
     from patchkit.results import Outcome
     from patchkit.checks.verify import verify

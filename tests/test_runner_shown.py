@@ -1,5 +1,5 @@
 """Lossless or refused under Model Runner V2 (issue 30): a shape patchkit writes is applied on a V2 serve
-only when the GPU showed it keeps greedy output there (:mod:`patchkit.vllm.runner.shown`); otherwise
+only when the GPU showed it keeps greedy output there (:mod:`patchkit.vllm.shapes.shown`); otherwise
 apply refuses it (exit 3, nothing written) unless ``--force``, and verify and doctor fail it, naming
 why. The table itself is held against the H200's records."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.runner.shown import RECORD, SHOWN, showing
-from patchkit.vllm.shapes import Shape
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.shapes.shown import RECORD, SHOWN, showing
+from patchkit.vllm.shapes.classify import Shape
+from patchkit.vllm.release.source import SourceTree
 from vllm_release import pristine_site_packages
 
 ROOT = Path(__file__).resolve().parents[1]

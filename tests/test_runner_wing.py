@@ -13,7 +13,7 @@ import pytest
 from patchkit.rehearse import engine_driver
 from patchkit.vllm.runner.generations import GENERATIONS, V1, V2
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 from tests.vllm_release import pristine_site_packages
 
 
@@ -139,7 +139,7 @@ def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(releas
     there (as on V1); before, the read was taken as guarded, no alias was planned, and the runtime failed
     them with that RuntimeError. 0.20.2's V2 guards the read: no alias, InternLM2 still patchable."""
     from patchkit import api
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
     from patchkit.plan.request import Request
     from patchkit.vllm.runner.draft_reads import derive
 

@@ -18,7 +18,7 @@ import pytest
 from filelock import FileLock
 
 from patchkit import api
-from patchkit.vllm.install import from_python, record_sha256
+from patchkit.vllm.release.install import from_python, record_sha256
 from patchkit.store.files import sha256
 
 from vllm_release import CACHE_ROOT

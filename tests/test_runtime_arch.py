@@ -6,7 +6,7 @@ the venv's interpreter) must say ``supports_eagle3`` (vLLM's own answer), and, a
 checks on stand-ins, the methods must reach the backbone and every backbone whose capture patchkit
 wrote must capture, for each requested global layer id, in order and on a later pipeline stage,
 the tensor the stand-in layers define as the stream entering that layer. The stand-in layers follow
-patchkit's own reading of the layer contract (:mod:`patchkit.vllm.stream`), so these checks cannot show
+patchkit's own reading of the layer contract (:mod:`patchkit.vllm.stream.residual`), so these checks cannot show
 that reading wrong: they are not proof that the captured tensor is the residual stream (issue 17;
 the real-engine tier compares with transformers' ``hidden_states``). Before apply and after revert
 the same probe must fail, and revert must give the original bytes.
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from releases import Sweep, sweep
 
-from patchkit.vllm.install import from_python
+from patchkit.vllm.release.install import from_python
 
 from vllm_release import runtime_venv
 

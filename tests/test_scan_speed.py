@@ -13,11 +13,11 @@ import pytest
 from releases import Sweep, sweep
 from vllm_release import pristine_site_packages
 
-from patchkit.vllm import class_attrs
-from patchkit.vllm.registry import Registry, TRANSFORMERS_BACKEND_MODULES
+from patchkit.vllm.classes import class_attrs
+from patchkit.vllm.registry.table import Registry, TRANSFORMERS_BACKEND_MODULES
 from patchkit.checks.scan import scan
-from patchkit.vllm.install import from_site_packages
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.install import from_site_packages
+from patchkit.vllm.release.source import SourceTree
 
 pytestmark = pytest.mark.release
 
@@ -32,7 +32,7 @@ def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch)
 
     def spy(node):  # walks of the marker method by class_attrs (other modules may walk it for their own reasons)
         if (isinstance(node, ast.FunctionDef) and node.name == "_mark_language_model"
-                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.class_attrs"):
+                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.classes.class_attrs"):
             walked.append(node.name)
         return real(node)
 

@@ -43,7 +43,7 @@ def patched(tmp_path_factory) -> Path:
     from vllm_release import fresh_copy
 
     from patchkit import api
-    from patchkit.vllm.install import from_site_packages
+    from patchkit.vllm.release.install import from_site_packages
 
     root = tmp_path_factory.mktemp("startup")
     sp = fresh_copy("0.17.1", root / "sp")

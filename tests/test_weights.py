@@ -1,5 +1,5 @@
-"""Weight files read without a tensor library (patchkit/vllm/weights.py, patchkit/vllm/vocabulary.py), and the
-mapping-literal reader both model-type sources share (patchkit/vllm/model_types.py). Offline: files written here."""
+"""Weight files read without a tensor library (patchkit/vllm/checkpoints/weights.py, patchkit/vllm/checkpoints/vocabulary.py), and the
+mapping-literal reader both model-type sources share (patchkit/vllm/registry/model_types.py). Offline: files written here."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import struct
 from pathlib import Path
 
-from patchkit.vllm.model_types import literal_mappings
-from patchkit.vllm.vocabulary import read_maps
-from patchkit.vllm.weights import read_header, weight_names
+from patchkit.vllm.registry.model_types import literal_mappings
+from patchkit.vllm.checkpoints.vocabulary import read_maps
+from patchkit.vllm.checkpoints.weights import read_header, weight_names
 
 
 def _safetensors(path: Path, header: dict | bytes, data: bytes = b"") -> Path:

@@ -156,7 +156,7 @@ def _settle_file_clashes(python: Path) -> list[str]:
     from importlib import metadata
 
     from patchkit.store.plugin_dist import _record_hash  # RECORD's "sha256=<urlsafe base64>" form
-    from patchkit.vllm.install import from_python
+    from patchkit.vllm.release.install import from_python
 
     site = from_python(python).site_packages
     claims: dict[str, list[tuple[str, str, str]]] = {}
@@ -214,7 +214,7 @@ def runtime_venv(version: str, dist: str = "vllm"):
     """
     _require_network_marker(f"a real {dist}=={version} venv")
     from patchkit import api
-    from patchkit.vllm.install import from_python, record_sha256
+    from patchkit.vllm.release.install import from_python, record_sha256
     from patchkit.store.files import sha256
 
     venv = CACHE_ROOT / f"venv-{dist}-{version}"
@@ -260,7 +260,7 @@ def transformers_files(version: str) -> Path:
 
     Downloaded once with ``pip download --no-deps transformers==version``; kept are
     ``transformers/models/auto/*.py``, every ``transformers/models/*/configuration_*.py`` and the
-    ``transformers-<version>.dist-info/`` folder (what :mod:`patchkit.vllm.model_types` reads), then the
+    ``transformers-<version>.dist-info/`` folder (what :mod:`patchkit.vllm.registry.model_types` reads), then the
     wheel is deleted. Copy its contents next to a release's ``vllm/`` to make a serving environment.
 
     Raises:

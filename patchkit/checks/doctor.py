@@ -14,9 +14,9 @@ them against the installed vLLM's files, read statically:
    DIR`` with the environment options given (0.10.2 - 0.33.0), planned in this process by the
    planner ``apply`` uses (:func:`patchkit.plan.run.dry_run`) and advised from its outcomes
    (:func:`patchkit.plan.next_steps.after_dry_run`); an architecture vLLM serves through its
-   Transformers backend is checked as that route (:mod:`patchkit.vllm.transformers_backend`);
+   Transformers backend is checked as that route (:mod:`patchkit.vllm.registry.transformers_backend`);
 4. for a multimodal target, the EAGLE proposer's image-token mapping, and whether the proposer can
-   load a draft through the target's ``get_language_model()`` (:mod:`patchkit.vllm.loadpath`);
+   load a draft through the target's ``get_language_model()`` (:mod:`patchkit.vllm.classes.loadpath`);
 5. the draft (:mod:`patchkit.checks.drafts`): the class vLLM builds for it, whether this release loads
    its model type, its vocabulary, the aux layer ids each runner of this release captures (in
    the convention of the field they come from), their order, which of them reach the draft with
@@ -25,7 +25,7 @@ them against the installed vLLM's files, read statically:
 It returns a :class:`DoctorReport` (checks as :class:`~patchkit.results.Check` trees, a verdict,
 next steps as :class:`~patchkit.advice.NextStep` values and warnings) and never prints.
 
-Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.drafts` for the
+Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.checkpoints.drafts` for the
 vLLM facts behind each):
 
 - An id is in range when ``0 <= id <= n`` (``n`` = the target's ``num_hidden_layers``): id ``k``
@@ -54,20 +54,20 @@ from patchkit.plan.request import Request, not_registered
 from patchkit.plan.spec import ClassTarget, check_target, default_architectures, load_patches
 from patchkit.results import Check, Outcome
 from patchkit.store.journal import journal_for, unfinished_check
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm import loadpath
-from patchkit.vllm import platforms
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.classes import loadpath
+from patchkit.vllm.registry import platforms
 from patchkit.vllm.chain import kinds, links
-from patchkit.vllm.checkpoint import CheckpointConfig, TargetFacts, as_int, read_config, text_config
-from patchkit.vllm.contract import MULTIMODAL_PROTOCOL, SETTER as SETTER_NAME, Contract, NoAllowList, admits, is_multimodal, read_allow_list
-from patchkit.vllm.drafts import read_release
+from patchkit.vllm.checkpoints.config import CheckpointConfig, TargetFacts, as_int, read_config, text_config
+from patchkit.vllm.release.contract import MULTIMODAL_PROTOCOL, SETTER as SETTER_NAME, Contract, NoAllowList, admits, is_multimodal, read_allow_list
+from patchkit.vllm.checkpoints.drafts import read_release
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.install import Install
+from patchkit.vllm.release.install import Install
 from patchkit.vllm.runner.draft_reads import derive
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.shapes import classify
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.transformers_backend import BackendRoute, backend_route
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.shapes.classify import classify
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.registry.transformers_backend import BackendRoute, backend_route
 
 
 # -- doctor ----------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     # default set's, and any architecture patchkit patched here (apply --arch / --model)
     in_scope = bool(patched) or _in_scope(tree, registry, cls)
     chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
-    if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify)
+    if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify.classify)
         shape = classify(tree, registry, contract, facts.architecture)
         verify_mod.settle(chain, shape)
         shown = verify_mod.runner_shown_check(tree, None, contract, facts.architecture, shape)  # the serve's runner
@@ -388,7 +388,7 @@ def _proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) 
 
 def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, contract: Contract,
                       install: Install, actions: list[str]) -> Check | None:
-    """The proposer's draft loading through this target (see :mod:`patchkit.vllm.loadpath`); None: nothing to say."""
+    """The proposer's draft loading through this target (see :mod:`patchkit.vllm.classes.loadpath`); None: nothing to say."""
     cls = facts.cls
     if cls is None or not facts.multimodal or contract.protocol is None:
         return None
@@ -406,7 +406,7 @@ def _draft_load_check(facts: TargetFacts, tree: SourceTree, registry: Registry, 
 
 def _backend_check(facts: TargetFacts, route: BackendRoute, install: Install, pipeline_parallel_size: int,
                    actions: list) -> Check:
-    """EAGLE-3 through vLLM's Transformers backend (:mod:`patchkit.vllm.transformers_backend`): its own support, and its limits."""
+    """EAGLE-3 through vLLM's Transformers backend (:mod:`patchkit.vllm.registry.transformers_backend`): its own support, and its limits."""
     label = f"EAGLE-3 in effect for {facts.architecture} (vLLM's Transformers backend)"
     if route.usable is False:
         actions.append(NextStep((), f"install a transformers the backend can use ({route.limits()}) in the serving "

@@ -8,7 +8,7 @@ from typing import Any
 from patchkit.advice import Effect, NextStep
 from patchkit.checks.drafts.context import DraftFacts
 from patchkit.results import Check, InstallInfo
-from patchkit.vllm.checkpoint import TargetFacts
+from patchkit.vllm.checkpoints.config import TargetFacts
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """``patchkit resolve``: one architecture name through the installed release's registry, read statically.
 
-Facts: the registry (:mod:`patchkit.vllm.registry`, ``vllm/model_executor/models/registry.py``,
-0.10.2 - 0.33.0) and the per-platform branches of 0.22.0 - 0.33.0 (:mod:`patchkit.vllm.platforms`).
+Facts: the registry (:mod:`patchkit.vllm.registry.table`, ``vllm/model_executor/models/registry.py``,
+0.10.2 - 0.33.0) and the per-platform branches of 0.22.0 - 0.33.0 (:mod:`patchkit.vllm.registry.platforms`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from patchkit.plan.request import check_architecture, suggestions
 from patchkit.results import InstallInfo
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm import platforms
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.registry import platforms
 from patchkit.vllm.chain import links
-from patchkit.vllm.contract import install_info
-from patchkit.vllm.install import Install
-from patchkit.vllm.registry import Registry, Resolution
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.contract import install_info
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.table import Registry, Resolution
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 @dataclass
@@ -37,7 +37,7 @@ class ResolveReport:
     suggestions: list[str] = field(default_factory=list)
     alternatives: list[str] = field(default_factory=list)
     branches: list[dict] = field(default_factory=list)
-    """Every platform branch (:func:`patchkit.vllm.platforms.branches`): ``class``, ``location``, ``first``,
+    """Every platform branch (:func:`patchkit.vllm.registry.platforms.branches`): ``class``, ``location``, ``first``,
     ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
 
     @property

@@ -16,15 +16,15 @@ from pathlib import Path
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.errors import InterpreterError
 from patchkit.results import Check
-from patchkit.vllm import loadpath
+from patchkit.vllm.classes import loadpath
 from patchkit.vllm.chain.capture import expected_stream
-from patchkit.vllm.composition import chain
-from patchkit.vllm.contract import PP_FLAG, Contract, read_allow_list
-from patchkit.vllm.loops import decoder_loop
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.classes.composition import chain
+from patchkit.vllm.release.contract import PP_FLAG, Contract, read_allow_list
+from patchkit.vllm.classes.loops import decoder_loop
+from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.source import SourceTree
-from patchkit.vllm.stream import Stream, StreamVerdict
+from patchkit.vllm.release.source import SourceTree
+from patchkit.vllm.stream.residual import Stream, StreamVerdict
 
 PROBE = Path(__file__).with_name("probe")
 """The runtime probe: a folder Python runs as a script (``<python> PROBE <JSON>`` runs its ``__main__.py`` with

@@ -2,7 +2,7 @@
 
 Each row says native, declared but broken (the broken link named), patchable (with which shape),
 patched by patchkit (the journal's interface patch is in the file), or not patchable, with a
-one-line reason and ``file:line`` evidence (:mod:`patchkit.vllm.shapes`).
+one-line reason and ``file:line`` evidence (:mod:`patchkit.vllm.shapes.classify`).
 """
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from patchkit.plan.arch_patches import PatchKind, parse_id
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm import hybrids
-from patchkit.vllm.install import Install
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.stream import hybrids
+from patchkit.vllm.release.install import Install
 from patchkit.store.journal import Journal
-from patchkit.vllm.registry import TARGET_GROUPS, Registry
+from patchkit.vllm.registry.table import TARGET_GROUPS, Registry
 from patchkit.results import InstallInfo
-from patchkit.vllm.contract import install_info
-from patchkit.vllm.shapes import State, classify
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.contract import install_info
+from patchkit.vllm.shapes.classify import State, classify
+from patchkit.vllm.release.source import SourceTree
 
 GROUPS = TARGET_GROUPS
-"""The registry dicts scanned (:data:`patchkit.vllm.registry.TARGET_GROUPS`)."""
+"""The registry dicts scanned (:data:`patchkit.vllm.registry.table.TARGET_GROUPS`)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class ScanRow:
     reason: str
     location: str | None
     lossless: str | None = None
-    """For a hybrid: :meth:`patchkit.vllm.hybrids.HybridReading.verdict` (``lossless: ...``, ``not
+    """For a hybrid: :meth:`patchkit.vllm.stream.hybrids.HybridReading.verdict` (``lossless: ...``, ``not
     lossless: <mixer> (<file:line>)``, ``not checked: ...``); None for an architecture that is not one."""
 
 

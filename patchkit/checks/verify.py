@@ -3,7 +3,7 @@
 ``verify`` runs, for each registry architecture, the chain check of :mod:`patchkit.vllm.chain`
 (the class's chain across modules down to the backbone's ``forward`` capture, every path vLLM's runner
 and EAGLE proposer take through the class, and every per-platform branch of its registry name), gives
-it the classifier's verdict (:func:`settle`, :func:`patchkit.vllm.shapes.classify`), and checks the
+it the classifier's verdict (:func:`settle`, :func:`patchkit.vllm.shapes.classify.classify`), and checks the
 start-up allow-list. Each node carries ``file:line`` evidence.
 """
 
@@ -13,18 +13,19 @@ import ast
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
-from patchkit.vllm import hybrids, loadpath
+from patchkit.vllm.classes import loadpath
+from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.runner.shown import RECORD, showing
+from patchkit.vllm.shapes.shown import RECORD, showing
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.chain.load_path import link_check
-from patchkit.vllm.contract import Contract, Era, NoAllowList, admits, read_allow_list
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.shapes import ArchShape, State, classify
-from patchkit.vllm.source import SourceTree
-from patchkit.vllm.transformers_backend import backend_route
+from patchkit.vllm.release.contract import Contract, Era, NoAllowList, admits, read_allow_list
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.shapes.classify import ArchShape, State, classify
+from patchkit.vllm.release.source import SourceTree
+from patchkit.vllm.registry.transformers_backend import backend_route
 
 RUNNER_SHOWN_CHECK = "runner-shown-lossless"
 """The ``kind`` of :func:`runner_shown_check`'s node."""
@@ -98,7 +99,7 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
 
 def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchShape) -> Check | None:
     """For a hybrid: whether its mixers keep speculative decoding lossless on this release
-    (:func:`patchkit.vllm.hybrids.read_architecture`); fails when not, and when patchkit cannot tell
+    (:func:`patchkit.vllm.stream.hybrids.read_architecture`); fails when not, and when patchkit cannot tell
     (not checked fails closed). None for an architecture that is not a hybrid."""
     reading = hybrids.read_architecture(tree, registry, arch, shape.inner)
     if reading is None or not reading.hybrid:
@@ -112,7 +113,7 @@ def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchSha
 def runner_shown_check(tree: SourceTree, pristine: SourceTree | None, contract: Contract, arch: str,
                        shape: ArchShape) -> Check | None:
     """Whether the shape patchkit writes (or wrote) for ``arch`` is shown to keep greedy output on the runner
-    the serve uses (:func:`patchkit.vllm.runner.shown.showing`); fails when not (apply refuses it there
+    the serve uses (:func:`patchkit.vllm.shapes.shown.showing`); fails when not (apply refuses it there
     without ``--force``). None when patchkit writes nothing for it (native, not patchable) or the runner
     needs no showing (V1).
 
@@ -135,7 +136,7 @@ def settle(node: Check, shape: ArchShape) -> Check:
 
     Args:
         node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`), changed in place.
-        shape: :func:`patchkit.vllm.shapes.classify` of the same architecture (an ``ArchShape``).
+        shape: :func:`patchkit.vllm.shapes.classify.classify` of the same architecture (an ``ArchShape``).
     Returns:
         ``node``: when the verdict is patchable, an informational first child (ok None) says so: it is
         what apply can fix, not one more problem, and the failed links under ``node`` are the problems; when

@@ -1,11 +1,11 @@
 """Add model types to the EAGLE-3 start-up allow-list of the speculative config.
 
-Fact (:mod:`patchkit.vllm.contract`, the one home of the allow-list's names, modules, releases and
+Fact (:mod:`patchkit.vllm.release.contract`, the one home of the allow-list's names, modules, releases and
 the rule that finds it): ``SpeculativeConfig`` refuses an EAGLE-3 target unless one entry of a list
 literal is a substring of ``target_model_config.hf_text_config.model_type``
-(:data:`~patchkit.vllm.contract.ALLOW_LIST_RELEASES`). This module applies the same rule,
-:func:`~patchkit.vllm.contract.allow_list_entries`, to libcst nodes, so the codemod and the static
-reader (:func:`~patchkit.vllm.contract.read_allow_list`) agree on what the list is.
+(:data:`~patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`). This module applies the same rule,
+:func:`~patchkit.vllm.release.contract.allow_list_entries`, to libcst nodes, so the codemod and the static
+reader (:func:`~patchkit.vllm.release.contract.read_allow_list`) agree on what the list is.
 DeepSeek-V3 text configs report ``deepseek_v3``, Kimi-K2 reports ``kimi_k2``.
 """
 
@@ -15,7 +15,7 @@ import libcst as cst
 
 from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
-from patchkit.vllm.contract import ALLOW_LIST_NAMES, allow_list_entries
+from patchkit.vllm.release.contract import ALLOW_LIST_NAMES, allow_list_entries
 
 __all__ = ["ExtendAllowList", "find_allow_lists", "list_entries"]
 
@@ -29,7 +29,7 @@ def _element_value(element: cst.BaseElement) -> str | None:
 
 
 def _is_allow_list(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
-    """:func:`patchkit.vllm.contract.allow_list_entries` on a libcst statement, narrowed to ``names``."""
+    """:func:`patchkit.vllm.release.contract.allow_list_entries` on a libcst statement, narrowed to ``names``."""
     if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
             and isinstance(node.value, cst.List)):
         return False
@@ -39,7 +39,7 @@ def _is_allow_list(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
 
 def find_allow_lists(module: cst.Module, names: tuple[str, ...] = ALLOW_LIST_NAMES) -> list[cst.Assign]:
     """Every allow-list assignment to one of ``names`` anywhere in ``module``, in source order
-    (the rule: :func:`patchkit.vllm.contract.allow_list_entries`)."""
+    (the rule: :func:`patchkit.vllm.release.contract.allow_list_entries`)."""
     return tree.find(tree.statements(module), lambda n: _is_allow_list(n, names))  # type: ignore[return-value]
 
 

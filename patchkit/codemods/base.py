@@ -15,7 +15,7 @@ from typing import Sequence, TypeVar
 
 import libcst as cst
 
-from patchkit.vllm.composition import Holder
+from patchkit.vllm.classes.composition import Holder
 
 
 class Presence(Enum):

@@ -18,7 +18,7 @@ before the norm):
 
 - id ``k`` is the residual stream entering layer ``k``: ``hidden_states + residual``, or
   ``hidden_states`` where ``residual`` is still None (the first layer); never the normed value;
-  where the layer keeps its own residual and returns the full stream (:mod:`patchkit.vllm.stream`),
+  where the layer keeps its own residual and returns the full stream (:mod:`patchkit.vllm.stream.residual`),
   ``hidden_states`` alone;
 - ids are global: the loop enumerates from ``self.start_layer``;
 - id ``n`` (``len(self.layers)``) is the final layer's output, captured after the loop, before
@@ -46,9 +46,9 @@ from patchkit.codemods.base import (
     top_level_class,
 )
 from patchkit.codemods.interface import add_interfaces_import
-from patchkit.vllm.composition import is_layer_loop
-from patchkit.vllm.contract import ATTR, MAYBE_ADD, MIXIN
-from patchkit.vllm.loops import Loop, decoder_loop
+from patchkit.vllm.classes.composition import is_layer_loop
+from patchkit.vllm.release.contract import ATTR, MAYBE_ADD, MIXIN
+from patchkit.vllm.classes.loops import Loop, decoder_loop
 
 INDEX = "layer_idx"
 STATES = "aux_hidden_states"
@@ -102,7 +102,7 @@ def _layer_call(node: cst.CSTNode, layer: str, residual: bool) -> bool:
 
 def _runs_layer(stmt: cst.BaseStatement, layer: str, residual: bool) -> bool:
     """``stmt`` is the layer call's own line, or an ``if``/``else`` whose two arms each hold one such line
-    (:func:`patchkit.vllm.loops.layer_call_branch`, which decided where the call is)."""
+    (:func:`patchkit.vllm.classes.loops.layer_call_branch`, which decided where the call is)."""
     if isinstance(stmt, cst.SimpleStatementLine):
         return len(stmt.body) == 1 and _layer_call(stmt.body[0], layer, residual)
     if isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.Else):
@@ -116,7 +116,7 @@ def _named(*names: str):
 
 
 def _read_loop(forward: cst.FunctionDef):
-    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.loops.decoder_loop`
+    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.classes.loops.decoder_loop`
     on the same code, so the classifier and this codemod agree on every loop form."""
     body = list(forward.body.body)
     loops = []
@@ -147,7 +147,7 @@ class CaptureAuxHiddenStates(Codemod):
         residual: capture ``hidden_states + residual`` (the fused-residual contract); False captures
             ``hidden_states`` alone: the layers return it alone, or keep their own residual and return
             the full stream first (0.33.0 ``exaone4.py``). Decided from the release's code by
-            :func:`patchkit.vllm.stream.residual_stream`, never assumed from the loop's form.
+            :func:`patchkit.vllm.stream.residual.residual_stream`, never assumed from the loop's form.
     """
 
     kind = "capture"
@@ -222,7 +222,7 @@ class CaptureAuxHiddenStates(Codemod):
         body = list(forward.body.body)
         loop, form = _read_loop(forward)
         if self.residual and not form.returns_residual:
-            # the plan (patchkit.vllm.stream.residual_stream, which reads the layer's code too) chose
+            # the plan (patchkit.vllm.stream.residual.residual_stream, which reads the layer's code too) chose
             # hidden_states + residual, but this loop has no residual stream outside the layer
             raise Refusal("the decoder-layer loop keeps no residual outside the layer, so the stream is hidden_states "
                           "alone, not what this patch was planned for")

@@ -29,8 +29,8 @@ from patchkit.codemods.base import (
     top_level_class,
 )
 
-from patchkit.vllm.contract import GETTER_A1 as GETTER
-from patchkit.vllm.contract import INTERFACES_MODULE, PROTOCOL, SETTER
+from patchkit.vllm.release.contract import GETTER_A1 as GETTER
+from patchkit.vllm.release.contract import INTERFACES_MODULE, PROTOCOL, SETTER
 
 _BACKBONE_METHODS = '''
 def {setter}(self, layers: tuple[int, ...]) -> None:

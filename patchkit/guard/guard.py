@@ -45,11 +45,11 @@ from patchkit.store.journal import Journal
 from patchkit.store.plugin_dist import PluginDist
 from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
-from patchkit.vllm.contract import GENERAL_PLUGINS_FROM
+from patchkit.vllm.release.contract import GENERAL_PLUGINS_FROM
 
 if TYPE_CHECKING:
     from patchkit.results import ApplyReport
-    from patchkit.vllm.install import Install
+    from patchkit.vllm.release.install import Install
 
 NAME = "guard"
 """The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit guard ...``, the reports' key."""
@@ -59,7 +59,7 @@ PACKAGE = "patchkit_guard"
 """The guard's import package."""
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 """vLLM's entry-point group of plugins loaded in every process (``vllm/plugins/__init__.py``
-``DEFAULT_PLUGINS_GROUP``, :data:`patchkit.vllm.contract.GENERAL_PLUGINS_FROM` on)."""
+``DEFAULT_PLUGINS_GROUP``, :data:`patchkit.vllm.release.contract.GENERAL_PLUGINS_FROM` on)."""
 GROUP = ENTRY_POINT_GROUP
 FIRST_RELEASE = GENERAL_PLUGINS_FROM
 """The first release the guard serves (every release patchkit patches has its group)."""
@@ -152,7 +152,7 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
     from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
     from patchkit.vllm.runner.generations import SELECTOR  # lazy: the manifest alone reads the install's runners
     from patchkit.vllm.runner.serving import serving_runner  # lazy: the manifest alone reads the install's runners
-    from patchkit.vllm.source import SourceTree  # lazy: the manifest alone reads the install's runners
+    from patchkit.vllm.release.source import SourceTree  # lazy: the manifest alone reads the install's runners
 
     served, chosen = patched_architectures(install, journal)
     return {

@@ -1,11 +1,11 @@
 """The patches one architecture needs in one release, in the shape that release's native classes use.
 
 ``apply --arch X`` (or ``--model DIR``) comes here: the architecture is classified from the
-release's files (:func:`patchkit.vllm.shapes.classify`) and turned into :class:`~patchkit.plan.spec.Patch`
+release's files (:func:`patchkit.vllm.shapes.classify.classify`) and turned into :class:`~patchkit.plan.spec.Patch`
 values the engine plans like any shipped patch. What cannot be patched is decided here, once, as
 an immutable :class:`ArchDecision` with a one-line reason; nothing is written for it.
 
-Per era (:mod:`patchkit.vllm.contract`):
+Per era (:mod:`patchkit.vllm.release.contract`):
 
 - A1 (0.10.2 - 0.17.1): the backbone gets the inline capture and ``aux_hidden_state_layers``;
   the class gets ``SupportsEagle3`` and the two A1 methods; the checkpoint's model type goes on
@@ -24,18 +24,18 @@ from enum import Enum
 from patchkit.codemods import CodemodRef
 from patchkit.plan.request import ModelConfig
 from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_patches, order
-from patchkit.vllm import model_types
-from patchkit.vllm.composition import CompositionError, held_class, self_assignments
-from patchkit.vllm.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
+from patchkit.vllm.registry import model_types
+from patchkit.vllm.classes.composition import CompositionError, held_class, self_assignments
+from patchkit.vllm.release.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
                                     GETTER_A2, Contract, admits, is_multimodal)
-from patchkit.vllm import hybrids
+from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.runner.shown import showing
-from patchkit.vllm.class_attrs import assigned_at
+from patchkit.vllm.shapes.shown import showing
+from patchkit.vllm.classes.class_attrs import assigned_at
 from patchkit.vllm.runner.draft_reads import derive
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.shapes import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.shapes.classify import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 @dataclass(frozen=True)
@@ -269,9 +269,9 @@ def select_architectures(tree: SourceTree, registry: Registry, contract: Contrac
         families: the shipped :class:`Family` entries (model types for the allow-list).
         model: the checkpoint's config when ``--model`` was given.
         allow_list: the release's start-up allow-list entries, or None when it has none
-            (:func:`patchkit.vllm.contract.read_allow_list`).
+            (:func:`patchkit.vllm.release.contract.read_allow_list`).
         force: plan a hybrid whose mixers do not keep speculative decoding lossless on this release
-            (:func:`patchkit.vllm.hybrids.read_architecture`) instead of refusing it.
+            (:func:`patchkit.vllm.stream.hybrids.read_architecture`) instead of refusing it.
     Returns:
         A :class:`Selection`: patches in dependency order, one decision per architecture.
     Raises:
@@ -410,7 +410,7 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
 def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
 
-    Fact: ``SpeculativeConfig`` (``config/speculative.py``, :data:`~patchkit.vllm.contract.ALLOW_LIST_RELEASES`) refuses an EAGLE-3
+    Fact: ``SpeculativeConfig`` (``config/speculative.py``, :data:`~patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`) refuses an EAGLE-3
     target whose ``hf_text_config.model_type`` contains none of the list's entries.
     """
     return Patch(
@@ -430,7 +430,7 @@ def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelCon
                         entries: list[str], tree: SourceTree, cls: ClassRef | None) -> list[Patch]:
     """The allow-list entries ``arch``'s checkpoints need: their model type from ``--model``'s
     config.json, else the family entry, else the serving environment's transformers and vLLM's
-    config registry (:func:`patchkit.vllm.model_types.lookup`, read statically).
+    config registry (:func:`patchkit.vllm.registry.model_types.lookup`, read statically).
 
     Raises:
         _Refuse: none of them names a model type, or the two sources disagree (``--model`` decides).
@@ -451,7 +451,7 @@ def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
     """The ``hf_text_config.model_type`` values of ``arch``'s checkpoints without a ``--model``.
 
     The shipped family entry first (``patches/eagle3_families.py``), else what the serving
-    environment's transformers and vLLM's config registry say (:func:`patchkit.vllm.model_types.lookup`).
+    environment's transformers and vLLM's config registry say (:func:`patchkit.vllm.registry.model_types.lookup`).
 
     Returns:
         ``(types, why)``: ``why`` says what was consulted when ``types`` is empty.

@@ -21,10 +21,10 @@ from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
 from patchkit.results import Coverage
 from patchkit.store.journal import Journal
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm.install import Install
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes
 def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """``{runner generation: {architecture: shape}}``: the patched ``architectures`` whose written shape is
     not shown to keep greedy output under a generation that needs showing
-    (:data:`patchkit.vllm.runner.shown.SHOWN`: V2), for the guard's manifest (it stops a serve of them on
+    (:data:`patchkit.vllm.shapes.shown.SHOWN`: V2), for the guard's manifest (it stops a serve of them on
     that runner). The shape is classified on the bytes before patchkit (:func:`pristine_tree`), as
     ``apply`` classified it; an architecture patchkit writes nothing for is left out.
 
@@ -91,8 +91,8 @@ def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]
         StateError: a journaled original is missing or damaged.
         SourceError: a file on the way does not parse.
     """
-    from patchkit.vllm.runner.shown import SHOWN  # lazy: the guard's manifest alone needs it
-    from patchkit.vllm.shapes import classify  # lazy: the guard's manifest alone classifies here
+    from patchkit.vllm.shapes.shown import SHOWN  # lazy: the guard's manifest alone needs it
+    from patchkit.vllm.shapes.classify import classify  # lazy: the guard's manifest alone classifies here
 
     tree = pristine_tree(install, journal)
     registry, contract = Registry(tree), contract_mod.detect(tree)

@@ -25,18 +25,18 @@ import libcst as cst
 from packaging.version import Version
 
 from patchkit.advice import reinstall
-from patchkit.vllm import loadpath
+from patchkit.vllm.classes import loadpath
 from patchkit.codemods.base import Presence, Refusal, Site
-from patchkit.vllm.composition import CompositionError, Holder, held_class, holder, registry_built
-from patchkit.vllm.contract import A1_RELEASES, Contract, Era, no_protocol
-from patchkit.vllm.install import Install
+from patchkit.vllm.classes.composition import CompositionError, Holder, held_class, holder, registry_built
+from patchkit.vllm.release.contract import A1_RELEASES, Contract, Era, no_protocol
+from patchkit.vllm.release.install import Install
 from patchkit.errors import SourceError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.registry.table import Registry
 from patchkit.results import Outcome, PatchResult
-from patchkit.vllm import source as source_mod
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release import source as source_mod
+from patchkit.vllm.release.source import ClassRef, SourceTree
 from patchkit.plan.spec import ClassTarget, ModuleTarget, Patch
 
 _REINSTALL = "the installed file is damaged or was edited"
@@ -108,7 +108,7 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
     Args:
         install: the vLLM install (its version is the cross-check).
         tree: the install's sources as on disk.
-        contract: its EAGLE-3 contract (:func:`patchkit.vllm.contract.detect`).
+        contract: its EAGLE-3 contract (:func:`patchkit.vllm.release.contract.detect`).
         registry: its model registry.
         journal: its journal (to tell patchkit's own earlier changes from foreign ones).
         patches: the patches to run, dependencies first.

@@ -11,7 +11,7 @@ from enum import Enum
 from patchkit.results import Check
 from patchkit.store.files import sha256
 from patchkit.store.records import Entry, JournalRecords
-from patchkit.vllm.install import Install, record_sha256
+from patchkit.vllm.release.install import Install, record_sha256
 
 
 class FileState(str, Enum):
@@ -63,7 +63,7 @@ def file_state(install: Install, entry: Entry, record: dict[str, str]) -> FileSt
     Args:
         install: the install as it is now (its version may differ from the entry's).
         entry: the journal entry.
-        record: ``RECORD`` digests of the installed distribution (:func:`patchkit.vllm.install.record_sha256`).
+        record: ``RECORD`` digests of the installed distribution (:func:`patchkit.vllm.release.install.record_sha256`).
     """
     path = install.site_packages / entry.path
     current = sha256(path.read_bytes()) if path.exists() else None

@@ -13,12 +13,12 @@ from patchkit.results import Check, InstallInfo, Outcome, PatchResult, VerifyRep
 from patchkit.store.files import sha256
 from patchkit.store.preflight import link_on_the_way
 from patchkit.store.records import JournalRecords
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm import hybrids
-from patchkit.vllm.contract import Contract
-from patchkit.vllm.install import Install, has_record, record_sha256
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.stream import hybrids
+from patchkit.vllm.release.contract import Contract
+from patchkit.vllm.release.install import Install, has_record, record_sha256
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 if TYPE_CHECKING:
     from patchkit.plan.engine import Plan  # the engine imports libcst, which 'verify' and 'status' never load

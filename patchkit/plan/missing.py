@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm.install import Install, record_lists
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.release.install import Install, record_lists
+from patchkit.vllm.registry.table import Registry
 from patchkit.results import Outcome, PatchResult
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 from patchkit.plan.spec import ClassTarget, ModuleTarget, Patch
 
 

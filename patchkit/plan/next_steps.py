@@ -26,13 +26,13 @@ from patchkit.errors import ExitCode, UsageError
 from patchkit.plan.request import Request
 from patchkit.results import ApplyReport, InstallInfo, Outcome
 from patchkit.plan.spec import ClassTarget, Patch, load_patches
-from patchkit.vllm import loadpath
-from patchkit.vllm.contract import EAGLE3_FIRST, Era
+from patchkit.vllm.classes import loadpath
+from patchkit.vllm.release.contract import EAGLE3_FIRST, Era
 
 if TYPE_CHECKING:
     from patchkit.plan.gates import ChainCheck
     from patchkit.store.journal import Journal
-    from patchkit.vllm.install import Install
+    from patchkit.vllm.release.install import Install
 
 
 def after_dry_run(report: ApplyReport, apply_argv: Sequence[str]) -> tuple[NextStep, ...]:
@@ -127,7 +127,7 @@ def without_refused(install: Install, request: Request, target: str, chain_check
 
 def first_release(patch: Patch) -> str:
     """The first vLLM release where ``patch`` works: the lower bound of its range, or later where vLLM's
-    proposer cannot load a draft through its wrapper before (:data:`patchkit.vllm.loadpath.FIXED_IN`)."""
+    proposer cannot load a draft through its wrapper before (:data:`patchkit.vllm.classes.loadpath.FIXED_IN`)."""
     lower = [Version(s.version) for s in patch.vllm if s.operator in (">=", ">")] or [Version(EAGLE3_FIRST)]
     fixed = loadpath.FIXED_IN.get(patch.target.architecture) if isinstance(patch.target, ClassTarget) else None
     return str(max([*lower, *([Version(fixed)] if fixed else [])]))

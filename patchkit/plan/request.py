@@ -19,7 +19,7 @@ from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
-    from patchkit.vllm.registry import Registry
+    from patchkit.vllm.registry.table import Registry
 
 
 @dataclass(frozen=True)
@@ -59,13 +59,13 @@ class ModelConfig:
 
 
 def read_model_config(model_dir: Path) -> ModelConfig:
-    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.vllm.checkpoint.read_config`).
+    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.vllm.checkpoints.config.read_config`).
 
     Raises:
         ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
             no architectures (exit 4, as for ``doctor``).
     """
-    from patchkit.vllm.checkpoint import read_config  # lazy: start-up, 'status' without --model reads no config.json
+    from patchkit.vllm.checkpoints.config import read_config  # lazy: start-up, 'status' without --model reads no config.json
 
     cfg = read_config(Path(model_dir), "--model")
     path, data = cfg.path, cfg.data
@@ -103,7 +103,7 @@ def suggestions(registry: Registry, architecture: str) -> list[str]:
         Up to three registered names (empty when none fits).
     """
     from patchkit.plan.spec import load_families  # lazy: the patch definitions, only for a name the registry lacks
-    from patchkit.vllm.registry import TARGET_GROUPS  # lazy: as above
+    from patchkit.vllm.registry.table import TARGET_GROUPS  # lazy: as above
 
     given = architecture.strip().lower()
     bare = given.replace("_", "").replace("-", "")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from patchkit.plan.file_states import FILE_STATES, FileState, RevertAction, file_state, revert_action
 from patchkit.results import RevertedFile
 from patchkit.store.records import JournalRecords
-from patchkit.vllm.install import Install, record_sha256
+from patchkit.vllm.release.install import Install, record_sha256
 
 if TYPE_CHECKING:
     from patchkit.plan.arch_scope import Narrowing  # the planning chain, which a plain 'revert' never loads

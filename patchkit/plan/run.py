@@ -23,12 +23,12 @@ from patchkit.results import ApplyReport, FileChange, Outcome, PatchResult
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for
 from patchkit.store.records import PlannedWrite
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm import hybrids
-from patchkit.vllm.contract import install_info
-from patchkit.vllm.install import Install
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.stream import hybrids
+from patchkit.vllm.release.contract import install_info
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 
 def plan_run(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
@@ -117,7 +117,7 @@ __all__ = ["dry_run", "plan_run"]
 
 def _accepted_hybrids(tree: SourceTree, archs: Sequence[str], results: Sequence[PatchResult]) -> list[PatchResult]:
     """With ``--force``: each planned interface patch of a hybrid that is not lossless on this release
-    (:func:`patchkit.vllm.hybrids.read_architecture`) gets a note saying what the user accepts."""
+    (:func:`patchkit.vllm.stream.hybrids.read_architecture`) gets a note saying what the user accepts."""
     registry = Registry(tree)
     notes = {}
     for arch in archs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from patchkit.vllm.contract import read_allow_list
+from patchkit.vllm.release.contract import read_allow_list
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.plan.arch_patches import (
     PatchKind,
@@ -25,9 +25,9 @@ from patchkit.plan.request import Request, read_model_config
 from patchkit.plan.spec import load_families, load_patches, select
 from patchkit.results import Outcome, PatchResult
 from patchkit.store.records import Entry, JournalRecords
-from patchkit.vllm.contract import Contract, admits
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.contract import Contract, admits
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 
 def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, request: Request, force: bool = False):
@@ -158,7 +158,7 @@ def patched_architectures(install, journal: JournalRecords) -> tuple[tuple[str, 
     patched again). Read by the guard's manifest and the watch's data file.
 
     Args:
-        install: the :class:`~patchkit.vllm.install.Install` (its site-packages holds the registry).
+        install: the :class:`~patchkit.vllm.release.install.Install` (its site-packages holds the registry).
         journal: its vLLM journal.
     """
     ids = {pid for e in journal.entries.values() for pid in e.patches}

@@ -104,7 +104,7 @@ class Family:
     """A declarative entry for a model family with public EAGLE-3 drafts (``patches/eagle3_families.py``).
 
     patchkit derives how to patch any registry architecture from the release's own files
-    (:mod:`patchkit.vllm.shapes`); a family entry adds what those files cannot tell.
+    (:mod:`patchkit.vllm.shapes.classify`); a family entry adds what those files cannot tell.
 
     Attributes:
         name: a short name, e.g. ``"glm4-moe"``.

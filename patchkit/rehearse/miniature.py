@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from patchkit.errors import RefusedError
-from patchkit.vllm.checkpoint import text_config
-from patchkit.vllm.aux_defaults import vllm_default_ids
-from patchkit.vllm.drafts import EAGLE_CONFIG, IDS_FIELD
+from patchkit.vllm.checkpoints.config import text_config
+from patchkit.vllm.stream.aux_defaults import vllm_default_ids
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
 
 HIDDEN = 64
 HEAD_DIM = 32
@@ -88,7 +88,7 @@ class Miniature:
 def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
     """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
 
-    The conventions are :mod:`patchkit.vllm.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
+    The conventions are :mod:`patchkit.vllm.checkpoints.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
     is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
     ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
     """

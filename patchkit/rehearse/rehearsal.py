@@ -22,20 +22,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from patchkit.vllm import drafts
-from patchkit.vllm.hybrids import HybridReading, read_architecture
-from patchkit.vllm.checkpoint import read_config
+from patchkit.vllm.checkpoints import drafts
+from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
+from patchkit.vllm.checkpoints.config import read_config
 from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
-from patchkit.vllm.install import Install
+from patchkit.vllm.release.install import Install
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse import cpu_env, verdict
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.plan.request import Request, not_registered
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.generations import GENERATIONS
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
 """The script the target interpreter runs (shipped inside the package, never imported here)."""
@@ -187,7 +187,7 @@ def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReadin
     """The aux, acceptance and greedy checks, decided by :mod:`patchkit.rehearse.verdict` on the
     driver's ``raw`` figures (what a GPU recorded decides the same way on a CPU machine).
 
-    ``hybrid``: the target's :func:`patchkit.vllm.hybrids.read_architecture` on the release that ran;
+    ``hybrid``: the target's :func:`patchkit.vllm.stream.hybrids.read_architecture` on the release that ran;
     a failed greedy check of a hybrid names its mixer kinds, and where a mixer is not lossless, its
     ``file:line``."""
     tol = verdict.tolerance(device, dtype)

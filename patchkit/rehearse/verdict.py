@@ -316,7 +316,7 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | N
             differ, or None).
         tol: the device and dtype's tolerance (``logit_tie``).
         hybrid: for a hybrid target, what its mixers do with rejected draft tokens on this release
-            (:meth:`patchkit.vllm.hybrids.HybridReading.verdict`), added to a failure's text.
+            (:meth:`patchkit.vllm.stream.hybrids.HybridReading.verdict`), added to a failure's text.
     """
     if not greedy or greedy.get("plain_tokens") is None:
         return Verdict(None, "not run: an earlier step failed")

@@ -29,7 +29,7 @@ from patchkit.store import lock as lock_mod
 from patchkit.store import preflight
 from patchkit.store.files import TMP_SUFFIX, bytecode_of, os_hint, sha256, write_atomic
 from patchkit.store.records import FORMAT, Entry, JournalRecords, PlannedWrite
-from patchkit.vllm.install import Install
+from patchkit.vllm.release.install import Install
 
 
 class _Stop(Exception):

@@ -33,7 +33,7 @@ from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal, journal_for
 from patchkit.store.records import PlannedWrite
-from patchkit.vllm.install import Install
+from patchkit.vllm.release.install import Install
 
 if TYPE_CHECKING:
     from patchkit.results import ApplyReport, Check
@@ -184,7 +184,7 @@ class Plugin(Protocol):
     Attributes:
         NAME: the command group and report key (``guard``, ``watch``).
         GROUP: vLLM's entry-point group that loads it.
-        FIRST_RELEASE: the first vLLM release that has :attr:`GROUP` (from :mod:`patchkit.vllm.contract`).
+        FIRST_RELEASE: the first vLLM release that has :attr:`GROUP` (from :mod:`patchkit.vllm.release.contract`).
         DIST: its distribution (:class:`PluginDist`).
         LAYOUT: the keys of its report in ``--json``, in order (:attr:`PluginReport.layout`).
     """

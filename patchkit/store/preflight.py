@@ -21,7 +21,7 @@ from pathlib import Path
 
 from patchkit.errors import RefusedError, StateError
 from patchkit.store.files import read_only_hint
-from patchkit.vllm.install import Install, imports_elsewhere
+from patchkit.vllm.release.install import Install, imports_elsewhere
 
 
 def _user(uid: int) -> str:
@@ -115,7 +115,7 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
 
 
 def import_problem(install: Install) -> RefusedError | None:
-    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.vllm.install.imports_elsewhere`), or None.
+    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.vllm.release.install.imports_elsewhere`), or None.
 
     ``apply`` raises it (exit 3, nothing written); ``verify`` shows it as a failing check (exit 1).
     """

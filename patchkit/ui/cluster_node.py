@@ -19,7 +19,7 @@ from patchkit.errors import PatchkitError
 from patchkit.plan.request import Request
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
-from patchkit.vllm.install import locate
+from patchkit.vllm.release.install import locate
 
 
 def _expand(path: str | None) -> Path | None:

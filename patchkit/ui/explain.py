@@ -8,7 +8,7 @@ Two kinds of id:
   ``eagle3:<Backbone>:capture``, ``eagle3:<Class>:interface``, ``eagle3:<Backbone>:embedding-alias``,
   ``eagle3:<Class>:head-alias``, ``eagle3:allowlist:<model_type>``), read on one release
   (``--python`` / ``--site-packages``, as every command): the EAGLE-3 shape of the class
-  (:func:`patchkit.vllm.shapes.classify`), the class and file the patch is written into (planned by
+  (:func:`patchkit.vllm.shapes.classify.classify`), the class and file the patch is written into (planned by
   :func:`patchkit.plan.engine.plan`, as ``apply`` plans it, nothing written) and who decided each part
   of its form, with the evidence (:class:`ArchExplainReport`). The class part may also name a
   registry architecture (``eagle3:OlmoeForCausalLM:capture``): the report then gives the id
@@ -26,7 +26,7 @@ from patchkit.plan.spec import ClassTarget, Patch, load_patches
 
 if TYPE_CHECKING:
     from patchkit.ui.explain_arch import ArchExplainReport
-    from patchkit.vllm.install import Install
+    from patchkit.vllm.release.install import Install
 
 
 @dataclass

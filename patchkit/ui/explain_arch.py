@@ -1,6 +1,6 @@
 """``patchkit explain`` for an ``eagle3:<...>`` id (the ids ``apply --arch`` prints), read on one release.
 
-The shape of the class (:func:`patchkit.vllm.shapes.classify`), the class and file the patch is
+The shape of the class (:func:`patchkit.vllm.shapes.classify.classify`), the class and file the patch is
 written into (planned by :func:`patchkit.plan.engine.plan`, as ``apply`` plans it, nothing written)
 and who decided each part of its form, with the evidence (:class:`ArchExplainReport`). Shipped patch
 ids are explained by :mod:`patchkit.ui.explain`, which imports this module only for an ``eagle3:`` id.
@@ -18,12 +18,12 @@ from patchkit.plan import arch_patches, arch_scope
 from patchkit.plan.spec import ClassTarget, Patch, load_families
 from patchkit.results import Outcome, PatchResult
 from patchkit.store.journal import journal_for
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm.install import Install
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.shapes import ArchShape, Shape, classify
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import StreamVerdict
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.shapes.classify import ArchShape, Shape, classify
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.residual import StreamVerdict
 
 ID_FORMS = ("eagle3:<Backbone>:capture", "eagle3:<Class>:interface", "eagle3:<Backbone>:embedding-alias",
             "eagle3:<Class>:head-alias", "eagle3:allowlist:<model_type>")
@@ -72,7 +72,7 @@ class Decision:
     Attributes:
         what: the part (``shape``, ``capture form``, ``residual stream``, ``written into``, ...).
         answer: what was decided, in words.
-        by: the patchkit module and function that decides it (``patchkit/vllm/stream.py residual_stream``).
+        by: the patchkit module and function that decides it (``patchkit/vllm/stream/residual.py residual_stream``).
         evidence: the vLLM ``file:line`` (and signals) the decision rests on, or None.
     """
 
@@ -130,7 +130,7 @@ class ArchExplainReport:
 
     @property
     def newer_than_qualified(self) -> str | None:
-        """The note for a release newer than any patchkit was qualified on (:func:`patchkit.vllm.contract.beyond_qualified`)."""
+        """The note for a release newer than any patchkit was qualified on (:func:`patchkit.vllm.release.contract.beyond_qualified`)."""
         return contract_mod.beyond_qualified(self.version)
 
     def rows(self) -> list[tuple[str, str]]:
@@ -220,12 +220,12 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
                                contract.era, tuple(s.architecture for s in found), shape, None, None)
     report.decisions.append(Decision(
         "shape", f"{shape.shape.value if shape.shape else '-'} ({shape.state.value}): {shape.reason}",
-        "patchkit/vllm/shapes.py classify", shape.location))
+        "patchkit/vllm/shapes/classify.py classify", shape.location))
     if shape.backbone is not None:
         report.decisions.append(Decision(
             "backbone", f"{shape.backbone.name} ({shape.backbone.location}), held as self.{arch_patches.BACKBONE_ATTR}",
-            "patchkit/vllm/composition.py held_class"))
-    report.decisions.append(Decision("era", f"{contract.era}: {contract.description}", "patchkit/vllm/contract.py detect",
+            "patchkit/vllm/classes/composition.py held_class"))
+    report.decisions.append(Decision("era", f"{contract.era}: {contract.description}", "patchkit/vllm/release/contract.py detect",
                                      contract.protocol.location if contract.protocol else None))
     if target is None:  # no class of that kind to write into (not native, no backbone found)
         report.note = f"{shape.architecture}: {shape.state.value}: {shape.reason}"
@@ -289,15 +289,15 @@ def _form(kind: IdKind, patch: Patch, shape: ArchShape, contract: contract_mod.C
         form = "inline (aux_hidden_state_layers in the backbone)" if contract.patchable else \
             f"{contract_mod.MIXIN} ({contract_mod.MAYBE_ADD} calls)"
         out.append(Decision("capture form", f"{opts.get('form')}: {form}, the form of contract {contract.era}",
-                            "patchkit/plan/arch_patches.py _capture, from the era (patchkit/vllm/contract.py)"))
+                            "patchkit/plan/arch_patches.py _capture, from the era (patchkit/vllm/release/contract.py)"))
         stream = shape.stream
         if isinstance(stream, StreamVerdict):
             out.append(Decision("residual stream", f"{stream.stream.value} entering each requested layer",
-                                "patchkit/vllm/stream.py residual_stream", stream.evidence))
+                                "patchkit/vllm/stream/residual.py residual_stream", stream.evidence))
         else:
             captured = "hidden_states" if shape.shape is Shape.HIDDEN_ONLY else "hidden_states + residual"
             out.append(Decision("residual stream", f"{captured} entering each requested layer",
-                                "patchkit/vllm/shapes.py classify (the layer call's form)", shape.location))
+                                "patchkit/vllm/shapes/classify.py classify (the layer call's form)", shape.location))
     elif kind is IdKind.INTERFACE:
         methods = (f"its own {contract_mod.SETTER} and {opts.get('getter')}" if opts.get("methods")
                    else "the release's default SupportsEagle3 methods")
@@ -340,8 +340,8 @@ def _allow_list_report(patch_id: str, model_type: str, install: Install, tree: S
         report.note = contract_mod.NoAllowList.of(contract).value
         return report
     report.decisions.append(Decision("allow-list", f"{found.name}: {len(found.entries)} entries",
-                                     "patchkit/vllm/contract.py read_allow_list", found.location))
-    rule = "patchkit/vllm/contract.py admits (an entry that is a substring of the model type)"
+                                     "patchkit/vllm/release/contract.py read_allow_list", found.location))
+    rule = "patchkit/vllm/release/contract.py admits (an entry that is a substring of the model type)"
     entry = next((e for e in found.entries if contract_mod.admits([e], model_type)), None)
     if entry is not None:
         report.decisions.append(Decision("admits", f"yes: entry {entry!r} is a substring of {model_type!r}", rule))

@@ -192,7 +192,7 @@ def rehearse_cmd(
                              "give --python /path/to/venv/bin/python")
         install = find_install(target, None, python)
         e = err()
-        from patchkit.vllm.contract import beyond_qualified  # lazy: as above
+        from patchkit.vllm.release.contract import beyond_qualified  # lazy: as above
 
         newer = beyond_qualified(install.version)
         if newer and not as_json:

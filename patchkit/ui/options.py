@@ -18,7 +18,7 @@ from patchkit.ui.console import error
 
 if TYPE_CHECKING:
     from patchkit.plan.request import Request
-    from patchkit.vllm.install import Install
+    from patchkit.vllm.release.install import Install
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
 ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
@@ -89,10 +89,10 @@ def find_install(target: str, site_packages: Optional[Path], python: Optional[Pa
 
     Raises:
         UsageError: an unknown ``--target``, or both ``--site-packages`` and ``--python``.
-        EnvironmentProblem: no usable vLLM there (:func:`patchkit.vllm.install.locate`).
+        EnvironmentProblem: no usable vLLM there (:func:`patchkit.vllm.release.install.locate`).
     """
     from patchkit.plan.spec import check_target  # lazy: the patch catalogue is read only by commands on an install
-    from patchkit.vllm.install import locate  # lazy: as above
+    from patchkit.vllm.release.install import locate  # lazy: as above
 
     check_target(target)
     if site_packages is not None and python is not None:

@@ -218,7 +218,7 @@ def _scope_line(w, report) -> None:
     patched), and that any other is checked with ``--arch``/``--model``; nothing with ``--arch``/``--model``,
     nor on a release without the ``SupportsEagle3`` Protocol (era A0: no architecture can be patched there)."""
     from patchkit.advice import NextStep, patchkit_argv  # lazy: only when a report is rendered
-    from patchkit.vllm.contract import Era  # lazy: as above
+    from patchkit.vllm.release.contract import Era  # lazy: as above
 
     if report.requested or Era(report.install.era) is Era.A0:
         return

@@ -34,7 +34,7 @@ def _plugin_command(name: str, action: str, target: str, site_packages: Optional
     def body() -> int:
         from patchkit import api  # lazy: the API layer, only when a plugin command runs
         from patchkit.plugin_results import PluginAction, PluginRun  # lazy: the result types cost start-up time
-        from patchkit.vllm.contract import beyond_qualified  # lazy: start-up, only when the command runs
+        from patchkit.vllm.release.contract import beyond_qualified  # lazy: start-up, only when the command runs
 
         install = find_install(target, site_packages, python)
         if action == "install":

@@ -9,16 +9,16 @@ install, without pip (so it works offline), a real distribution (:mod:`patchkit.
   library and vLLM's ``StatLoggerBase``; runs without patchkit), and a one-line ``__init__.py``;
 - ``patchkit_watch/watch.json``: what patchkit knows at install time (:func:`data`): the release,
   the plugin base class, the fields each model runner of this release reads the draft's aux ids
-  from (:func:`patchkit.vllm.drafts.read_release`), the target's default ids
-  (:data:`patchkit.vllm.aux_defaults.DEFAULT_ID_TERMS`), the architectures whose capture patchkit
+  from (:func:`patchkit.vllm.checkpoints.drafts.read_release`), the target's default ids
+  (:data:`patchkit.vllm.stream.aux_defaults.DEFAULT_ID_TERMS`), the architectures whose capture patchkit
   wrote (from its journal), the drafts to count and the threshold, and the environment options;
 - ``patchkit_watch-<version>.dist-info/``: ``entry_points.txt`` with group ``vllm.stat_logger_plugins``
-  (:data:`patchkit.vllm.stat_loggers.GROUP`) naming ``AcceptanceWatch``, and ``RECORD``.
+  (:data:`patchkit.vllm.plugins.stat_loggers.GROUP`) naming ``AcceptanceWatch``, and ``RECORD``.
 
 Every file is journaled (``.patchkit/patchkit-watch/``, same transaction and lock as vLLM's files);
 ``revert`` and ``watch remove`` delete them, byte-exact. ``apply`` and ``revert --arch`` rewrite
 ``watch.json`` whenever the watch is installed (what patchkit patched changed). A release without
-the group (before 0.11.1, :func:`patchkit.vllm.stat_loggers.support`) gets nothing: vLLM is never
+the group (before 0.11.1, :func:`patchkit.vllm.plugins.stat_loggers.support`) gets nothing: vLLM is never
 patched for the watch. The line's causes are the :class:`Cause` values.
 """
 
@@ -38,18 +38,18 @@ from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
 from patchkit.store.journal import Journal
 from patchkit.store.plugin_dist import PluginDist
-from patchkit.vllm import stat_loggers
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.plugins import stat_loggers
+from patchkit.vllm.release.source import SourceTree
 
 if TYPE_CHECKING:
     from patchkit.results import ApplyReport
-    from patchkit.vllm.install import Install
+    from patchkit.vllm.release.install import Install
 
 NAME = "watch"
 """The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit watch ...``, the reports' key."""
 GROUP = stat_loggers.GROUP
 FIRST_RELEASE = stat_loggers.FIRST_RELEASE
-"""The first release with :data:`GROUP` (:data:`patchkit.vllm.contract.STAT_LOGGER_PLUGINS_FROM`)."""
+"""The first release with :data:`GROUP` (:data:`patchkit.vllm.release.contract.STAT_LOGGER_PLUGINS_FROM`)."""
 DISTRIBUTION = "patchkit-watch"
 """The watch's distribution name (``pip list`` shows it); also the name of its journal."""
 PACKAGE = "patchkit_watch"
@@ -151,8 +151,8 @@ def data(install: Install, journal: Journal, drafts: int, threshold: float,
     """
     # status and verify import this module; the release readers and the planning chain cost them start-up
     from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
-    from patchkit.vllm import drafts as drafts_mod  # lazy: keeps status's start-up (the draft readers)
-    from patchkit.vllm.aux_defaults import DEFAULT_ID_TERMS  # lazy: keeps status's start-up (proposer paths)
+    from patchkit.vllm.checkpoints import drafts as drafts_mod  # lazy: keeps status's start-up (the draft readers)
+    from patchkit.vllm.stream.aux_defaults import DEFAULT_ID_TERMS  # lazy: keeps status's start-up (proposer paths)
 
     tree = SourceTree(install.site_packages)
     readers = drafts_mod.read_release(tree, install).readers

@@ -7,7 +7,7 @@ there, in vLLM's front-end process, on the serving environment's Python, without
 standard library and what vLLM gives it (its ``StatLoggerBase``, the configs and the counters).
 It never writes a file, never raises into vLLM and never stops the serve.
 
-Where vLLM calls it (:mod:`patchkit.vllm.stat_loggers` holds these facts, 0.11.1 - 0.33.0):
+Where vLLM calls it (:mod:`patchkit.vllm.plugins.stat_loggers` holds these facts, 0.11.1 - 0.33.0):
 ``AsyncLLM.__init__`` (``vllm serve``) loads the group and builds one logger per engine,
 ``AcceptanceWatch(vllm_config, engine_index)``; then ``record(scheduler_stats, iteration_stats,
 ...)`` once per batch of engine outputs, where ``scheduler_stats.spec_decoding_stats`` holds that

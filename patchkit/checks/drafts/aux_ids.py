@@ -1,6 +1,6 @@
 """The aux layer ids each runner of this release captures, their range, their order, and their pipeline stages.
 
-The id conventions and the release facts behind them are :mod:`patchkit.vllm.drafts`'s.
+The id conventions and the release facts behind them are :mod:`patchkit.vllm.checkpoints.drafts`'s.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any, NamedTuple
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts, ids_text
 from patchkit.results import Check
-from patchkit.vllm.checkpoint import as_int_list
-from patchkit.vllm.contract import DRAFT_IDS_READ_FROM
-from patchkit.vllm.aux_defaults import DefaultIds, default_ids
-from patchkit.vllm.drafts import (EAGLE_CONFIG, IDS_FIELD, LAYER_IDS, TARGET_LAYER_IDS, backbone_transport,
+from patchkit.vllm.checkpoints.config import as_int_list
+from patchkit.vllm.release.contract import DRAFT_IDS_READ_FROM
+from patchkit.vllm.stream.aux_defaults import DefaultIds, default_ids
+from patchkit.vllm.checkpoints.drafts import (EAGLE_CONFIG, IDS_FIELD, LAYER_IDS, TARGET_LAYER_IDS, backbone_transport,
                                   last_stage_start)
 
 
@@ -48,7 +48,7 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
             return Check("aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config)
     top = as_int_list(data.get(IDS_FIELD)) or None  # vLLM treats an empty list as "not given"
     nested = as_int_list(eagle_config.get(IDS_FIELD)) or None
-    # the fields only some runners read (0.33.0 - 0.34.0's V2: patchkit.vllm.drafts.IdReader)
+    # the fields only some runners read (0.33.0 - 0.34.0's V2: patchkit.vllm.checkpoints.drafts.IdReader)
     layer_ids = as_int_list(eagle_config.get(LAYER_IDS)) or None
     target_ids = as_int_list(data.get(TARGET_LAYER_IDS)) or None
     facts.declared_aux_layer_ids = top or nested or target_ids or layer_ids

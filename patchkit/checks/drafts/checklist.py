@@ -9,8 +9,8 @@ from patchkit.checks.drafts.vocab import vocab_check
 from patchkit.checks.drafts.width import width_check
 from patchkit.results import Check
 from patchkit.vllm.chain import kinds
-from patchkit.vllm.checkpoint import CheckpointConfig
-from patchkit.vllm.drafts import EAGLE_CONFIG, draft_kind
+from patchkit.vllm.checkpoints.config import CheckpointConfig
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, draft_kind
 
 
 def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, list[Check]]:

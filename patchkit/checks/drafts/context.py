@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from patchkit.vllm.checkpoint import TargetFacts
-from patchkit.vllm.drafts import ReleaseReading
-from patchkit.vllm.install import Install
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.checkpoints.config import TargetFacts
+from patchkit.vllm.checkpoints.drafts import ReleaseReading
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import SourceTree
 
 
 @dataclass
@@ -66,7 +66,7 @@ class DraftContext:
         tree: the install's sources.
         registry: its model registry.
         install: the install.
-        reading: how this release reads drafts (:func:`patchkit.vllm.drafts.read_release`).
+        reading: how this release reads drafts (:func:`patchkit.vllm.checkpoints.drafts.read_release`).
         final_capture: whether the target's backbone captures id n (None: not known).
         pipeline_parallel_size: the ``--pipeline-parallel-size`` the user will serve with.
         actions: next steps, appended to.

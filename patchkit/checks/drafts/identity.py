@@ -6,8 +6,8 @@ from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.results import Check
-from patchkit.vllm.contract import MLA_DRAFTS_FROM
-from patchkit.vllm.drafts import (
+from patchkit.vllm.release.contract import MLA_DRAFTS_FROM
+from patchkit.vllm.checkpoints.drafts import (
     MLA_DRAFT_ARCHITECTURES, SPECULATORS_MODEL_TYPE, SPECULATORS_TYPE, TRANSFORMERS_CHECKED, TRANSFORMERS_MODEL_TYPES,
     eagle3_draft_architecture, transformers_has,
 )

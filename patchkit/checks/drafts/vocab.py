@@ -7,9 +7,9 @@ from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.results import Check
-from patchkit.vllm.checkpoint import CheckpointConfig, as_int
-from patchkit.vllm.vocabulary import DRAFT_TO_TARGET, read_maps, read_tokenizer
-from patchkit.vllm.weights import weight_names
+from patchkit.vllm.checkpoints.config import CheckpointConfig, as_int
+from patchkit.vllm.checkpoints.vocabulary import DRAFT_TO_TARGET, read_maps, read_tokenizer
+from patchkit.vllm.checkpoints.weights import weight_names
 
 
 PADDING_ROWS = 1024
@@ -21,7 +21,7 @@ def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Pat
                       ctx: DraftContext) -> None:
     """Which tokenizer the draft was trained for, from the sizes, ``d2t``/``t2d`` and the tokenizers.
 
-    Evidence (:mod:`patchkit.vllm.vocabulary`): the two folders' tokenizers (same vocabulary digest or
+    Evidence (:mod:`patchkit.vllm.checkpoints.vocabulary`): the two folders' tokenizers (same vocabulary digest or
     special tokens, or not); the draft's ``t2d`` length (the target vocabulary it was trained against)
     and the highest target id its ``d2t`` proposes. Decision: any evidence of another tokenizer
     fails; an embedding smaller than the ids the target's tokenizer produces fails (those ids have no

@@ -6,14 +6,14 @@ from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.results import Check
-from patchkit.vllm.checkpoint import as_int, as_int_list
-from patchkit.vllm.drafts import FC_COUNT_FIELD, FC_STATES, IDS_FIELD, reads_aux_count
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.checkpoints.config import as_int, as_int_list
+from patchkit.vllm.checkpoints.drafts import FC_COUNT_FIELD, FC_STATES, IDS_FIELD, reads_aux_count
+from patchkit.vllm.release.source import SourceTree
 
 
 def _fc_states(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any],
                tree: SourceTree) -> tuple[int, str]:
-    """How many aux states the draft's fc takes, and why (see :data:`patchkit.vllm.drafts.FC_STATES`)."""
+    """How many aux states the draft's fc takes, and why (see :data:`patchkit.vllm.checkpoints.drafts.FC_STATES`)."""
     reads_count = reads_aux_count(tree, facts.draft_class)
     declared = as_int(data.get(FC_COUNT_FIELD))
     if reads_count is False:

@@ -25,14 +25,14 @@ Input: one JSON argument::
      "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": true}, ...},
      "getter": "get_eagle3_aux_hidden_state_layers",
      "model_types": ["deepseek_v3", "kimi_k2"],
-     "pp_flag": "<patchkit.vllm.contract.PP_FLAG>"}
+     "pp_flag": "<patchkit.vllm.release.contract.PP_FLAG>"}
 
 ``pp_flag`` is the name of the A3 backbone attribute that says it carries aux states between
-pipeline stages (:data:`patchkit.vllm.contract.PP_FLAG`; the probe cannot import patchkit).
+pipeline stages (:data:`patchkit.vllm.release.contract.PP_FLAG`; the probe cannot import patchkit).
 ``getter`` is the release's aux-layer getter (A1: ``get_eagle3_aux_hidden_state_layers``; 0.18.0
 on: ``get_eagle3_default_aux_hidden_state_layers``); ``residual`` says whether the stream entering a
 layer is ``hidden_states + residual`` (else ``hidden_states`` alone), as patchkit decided it from
-the release's code (:func:`patchkit.vllm.stream.residual_stream`): the stand-in layers of check 4 follow
+the release's code (:func:`patchkit.vllm.stream.residual.residual_stream`): the stand-in layers of check 4 follow
 that decision, so check 4 is a consistency check, not independent proof (see :data:`STAND_IN`).
 
 Output: each check also carries ``"basis": "stand-in"`` when it rests on stand-ins.

@@ -128,7 +128,7 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
 
     # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
     # the first stage (the previous stage sends it); everything else captures it locally.
-    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.contract.PP_FLAG
+    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.release.contract.PP_FLAG
     problems, staged = [], []
     try:
 

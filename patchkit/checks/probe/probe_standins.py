@@ -13,7 +13,7 @@ STAND_IN = "consistency check on stand-ins"
 """Label suffix of every check that runs installed code on stand-ins (checks 2, 4, 5 and 6): their layers,
 norms, backbones and drafts follow patchkit's own reading of vLLM's contracts (for check 4: the
 stream entering a layer is ``hidden_states + residual`` or ``hidden_states`` alone, as
-:mod:`patchkit.vllm.stream` decided from the same code the codemod read), so such a check confirms that
+:mod:`patchkit.vllm.stream.residual` decided from the same code the codemod read), so such a check confirms that
 the written code is consistent with that reading (right places, order, pipeline stages, return
 values); it cannot show the reading wrong. Only the real layer code (vLLM's engine, transformers'
 ``hidden_states``) can. Checks 1 and 3 are vLLM's own answers on its real classes."""

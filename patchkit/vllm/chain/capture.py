@@ -1,6 +1,6 @@
 """A backbone ``forward``'s capture of the aux hidden states, checked against vLLM's own capture semantics
 (:mod:`patchkit.codemods.capture`) and against the residual stream the release's code implies
-(:mod:`patchkit.vllm.stream`). Part of the chain check (:mod:`patchkit.vllm.chain`).
+(:mod:`patchkit.vllm.stream.residual`). Part of the chain check (:mod:`patchkit.vllm.chain`).
 """
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ import ast
 
 from patchkit.results import Check
 from patchkit.vllm.chain.kinds import FINAL_LAYER_CAPTURED, FINAL_LAYER_CHECK, FINAL_LAYER_MISSED, NOT_FOLLOWED
-from patchkit.vllm.composition import is_layer_loop
-from patchkit.vllm.contract import ATTR, MAYBE_ADD
-from patchkit.vllm.loops import Loop, decoder_loop
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
-from patchkit.vllm.stream_split import SplitVerdict
+from patchkit.vllm.classes.composition import is_layer_loop
+from patchkit.vllm.release.contract import ATTR, MAYBE_ADD
+from patchkit.vllm.classes.loops import Loop, decoder_loop
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.residual import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.stream.split import SplitVerdict
 
 
 def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
     """Which tensor is the residual stream entering each layer of ``backbone``, from the release's code
-    (:func:`patchkit.vllm.stream.residual_stream`), or a :class:`patchkit.vllm.stream.StreamRefusal` saying why
+    (:func:`patchkit.vllm.stream.residual.residual_stream`), or a :class:`patchkit.vllm.stream.residual.StreamRefusal` saying why
     the code does not tell. The capture checks compare what a ``forward`` captures with it."""
     found = tree.find_member(backbone, "forward")
     if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -38,12 +38,36 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         forward: the function's AST.
         relpath: its file, for locations.
         expected: the stream the capture must take (:func:`expected_stream`: a
-            :class:`patchkit.vllm.stream.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
+            :class:`patchkit.vllm.stream.residual.StreamVerdict` or ``StreamRefusal``), or None: then the loop's
             form alone decides (``hidden_states + residual`` when the layer returns a residual).
     Returns:
         Checks for: global ids, residual-stream capture before each layer, the tuple return,
         and (informational) the final-layer capture.
     """
+    where = f"{relpath}:{forward.lineno}"
+    found = _capture_site(forward, relpath)
+    if isinstance(found, list):
+        return found
+    form, loop, test = found
+    at = f"{relpath}:{loop.lineno}"
+    index_name = ast.unparse(test.test.left)
+    checks = [_ids_check(index_name, form, at)]
+    capture = None
+    for i, stmt in enumerate(loop.body):
+        if stmt is test:
+            capture = (i, stmt)
+    if capture is None:
+        checks.append(Check("captures the residual stream entering each layer", False,
+                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED))
+        return checks
+    i, stmt = capture
+    before_layer = form.call_at is not None and i < form.call_at
+    checks.append(_stream_check(_captured_value(stmt), expected, form, before_layer, f"{relpath}:{stmt.lineno}"))
+    return checks + _leaving_checks(forward, stmt, relpath, where)
+
+
+def _capture_site(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str):
+    """``forward``'s decoder-layer loop and its capture ``if``: ``(form, loop, the if)``, or the failing checks."""
     where = f"{relpath}:{forward.lineno}"
     form = decoder_loop(forward)
     loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
@@ -57,27 +81,23 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     if not tests:
         return [Check("captures the residual stream entering each layer", False,
                       f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED)]
-    index_name = ast.unparse(tests[0].test.left)
-    checks = []
     if form.index is None:
         return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at,
                       kind=NOT_FOLLOWED)]
+    return form, loop, tests[0]
+
+
+def _ids_check(index_name: str, form: Loop, at: str) -> Check:
+    """Whether the capture's ids are global layer indices (right under pipeline parallelism)."""
     global_ids = index_name == form.index
-    checks.append(Check("ids are global layer indices", True if global_ids else None,
-                        f"{index_name} is the global layer id" if global_ids else
-                        f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
-                        "pipeline parallelism only (upstream's own form in some releases)", at))
-    capture = None
-    layer_call_index = None
-    for i, stmt in enumerate(loop.body):
-        if stmt is tests[0]:
-            capture = (i, stmt)
-    layer_call_index = form.call_at
-    if capture is None:
-        checks.append(Check("captures the residual stream entering each layer", False,
-                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED))
-        return checks
-    i, stmt = capture
+    return Check("ids are global layer indices", True if global_ids else None,
+                 f"{index_name} is the global layer id" if global_ids else
+                 f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
+                 "pipeline parallelism only (upstream's own form in some releases)", at)
+
+
+def _captured_value(stmt: ast.stmt) -> ast.expr | None:
+    """The tensor a capture ``if`` appends (through a local it assigns, if so), or None."""
     appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
     # an 'if residual is None: append(hidden_states) else: append(hidden_states + residual)' capture counts as one
     value = next((a for a in appended if _is_residual_stream(a)), appended[0] if appended else None)
@@ -85,7 +105,11 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
         value = assigned[0] if assigned else value
-    before_layer = layer_call_index is not None and i < layer_call_index
+    return value
+
+
+def _stream_check(value: ast.expr | None, expected, form: Loop, before_layer: bool, location: str) -> Check:
+    """Whether the captured ``value`` is the residual stream entering the layer, taken before the layer runs."""
     stream = expected.stream if isinstance(expected, StreamVerdict) else None
     if stream is None:
         stream = Stream.SUM if form.returns_residual else Stream.HIDDEN
@@ -105,19 +129,23 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
     elif expected is not None and not isinstance(expected, StreamVerdict):
         ok = None if ok else ok
         detail += f" (patchkit cannot tell from the code which tensor is the stream: {expected.reason})"
-    checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
+    return Check("captures the residual stream entering each layer", ok, detail, location)
+
+
+def _leaving_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, relpath: str,
+                    where: str) -> list[Check]:
+    """Whether the captured states leave ``forward`` (the tuple return), and (informational) the final-layer capture."""
     states = appended_list_name(stmt)
     returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
                and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
-    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
-                        "" if returns else "the captured states never leave forward",
-                        f"{relpath}:{returns[0].lineno}" if returns else where))
     final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
-    checks.append(Check(FINAL_LAYER_CHECK, None,
-                        "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
-                        f"{relpath}:{final[0].lineno}" if final else None,
-                        kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
-    return checks
+    return [Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
+                  "" if returns else "the captured states never leave forward",
+                  f"{relpath}:{returns[0].lineno}" if returns else where),
+            Check(FINAL_LAYER_CHECK, None,
+                  "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
+                  f"{relpath}:{final[0].lineno}" if final else None,
+                  kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED)]
 
 
 def _capture_test(stmt: ast.stmt) -> ast.Compare | None:
@@ -139,18 +167,18 @@ def _is_residual(value: ast.expr | None) -> bool:
 
 
 def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, verdict) -> list[Check]:
-    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.loops.SplitLayer`).
+    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.classes.loops.SplitLayer`).
 
     Fact (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py`` ``MistralLarge4Model.forward``,
     ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the capture of id ``idx`` is
     ``residual.clone()`` taken after ``layer.<norm>(hidden_states, residual)`` and before the rest of
     the layer runs; that ``residual`` is the stream entering the layer when the norm is a fused
-    add-and-norm (``verdict``, :func:`patchkit.vllm.stream_split.split_stream`). Id ``n`` is captured after
+    add-and-norm (``verdict``, :func:`patchkit.vllm.stream.split.split_stream`). Id ``n`` is captured after
     the final fused norm, the same way.
 
     Args:
         forward: the function's AST; relpath: its file.
-        verdict: a :class:`patchkit.vllm.stream_split.SplitVerdict`, or the ``StreamRefusal`` saying why the
+        verdict: a :class:`patchkit.vllm.stream.split.SplitVerdict`, or the ``StreamRefusal`` saying why the
             norm could not be shown to be a fused add-and-norm (the capture is then not checked).
     Returns:
         Checks for global ids, the capture, the tuple return and (informational) the final-layer capture.

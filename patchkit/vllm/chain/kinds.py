@@ -1,5 +1,5 @@
 """``Check.kind`` values and labels of the chain check's nodes (:mod:`patchkit.vllm.chain`), read by the
-classifier (:mod:`patchkit.vllm.shapes`), verify, doctor and the draft checks."""
+classifier (:mod:`patchkit.vllm.shapes.classify`), verify, doctor and the draft checks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ FINAL_LAYER_MISSED = "final-layer-missed"
 """``Check.kind`` of the node saying whether the backbone captures id n (read by :mod:`patchkit.checks.drafts`)."""
 NOT_FOLLOWED = "not-followed"
 """``Check.kind`` of a failed link patchkit cannot follow statically (a composition or loop form it does
-not read): never evidence that a class is broken (:func:`patchkit.vllm.shapes.classify`,
+not read): never evidence that a class is broken (:func:`patchkit.vllm.shapes.classify.classify`,
 :func:`patchkit.checks.verify.settle`)."""
 BRANCH_LABEL = "platform branch "
 """Prefix of a platform branch node's label; the rest is the branch's ``module.Class``."""

@@ -3,7 +3,7 @@
 See :mod:`patchkit.vllm.chain` for what the chain is. :func:`architecture_chain` is the whole check
 ``verify`` runs per architecture (the class's chain, the load path, every platform branch);
 :func:`model_check` is the class's chain alone; :func:`branch_checks` runs it on every platform
-branch of a registry name (:func:`patchkit.vllm.platforms.branches`).
+branch of a registry name (:func:`patchkit.vllm.registry.platforms.branches`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from patchkit.results import Check
 from patchkit.vllm.chain.capture import capture_checks, expected_stream, mixin_capture_checks, split_capture_checks
 from patchkit.vllm.chain.kinds import BRANCH_LABEL, NOT_FOLLOWED
 from patchkit.vllm.chain.load_path import link_check
-from patchkit.vllm.composition import CompositionError, held_class, kind_of, registry_built, self_attr
-from patchkit.vllm.contract import ATTR, MAYBE_ADD, MIXIN, SETTER, Contract, is_stub
-from patchkit.vllm.platforms import branches
+from patchkit.vllm.classes.composition import CompositionError, held_class, kind_of, registry_built, self_attr
+from patchkit.vllm.release.contract import ATTR, MAYBE_ADD, MIXIN, SETTER, Contract, is_stub
+from patchkit.vllm.registry.platforms import branches
 from patchkit.vllm.runner.draft_reads import Derivation
-from patchkit.vllm.registry import Registry, Resolution
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream_split import split_stream
+from patchkit.vllm.registry.table import Registry, Resolution
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.split import split_stream
 
 
 def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution,
@@ -31,11 +31,11 @@ def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract,
 
     Args:
         tree, registry, contract: the install's sources, registry and EAGLE-3 contract.
-        resolution: the architecture's :class:`patchkit.vllm.registry.Resolution` (its ``cls`` is not None).
+        resolution: the architecture's :class:`patchkit.vllm.registry.table.Resolution` (its ``cls`` is not None).
         derivation: :func:`patchkit.vllm.runner.draft_reads.derive` of ``tree`` (computed when None).
     Returns:
         A :class:`Check` named after the class; ``ok`` is False when any link fails. The classifier
-        (:func:`patchkit.vllm.shapes.classify`) calls a natively declared class broken when this fails.
+        (:func:`patchkit.vllm.shapes.classify.classify`) calls a natively declared class broken when this fails.
     Raises:
         SourceError: a file on the chain does not parse.
     """

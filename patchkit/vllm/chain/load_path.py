@@ -8,13 +8,13 @@ from __future__ import annotations
 import ast
 
 from patchkit.results import Check
-from patchkit.vllm import composition
-from patchkit.vllm.class_attrs import assigned_at, config_class, language_model_attr
-from patchkit.vllm.contract import is_multimodal
-from patchkit.vllm.contract import is_stub
+from patchkit.vllm.classes import composition
+from patchkit.vllm.classes.class_attrs import assigned_at, config_class, language_model_attr
+from patchkit.vllm.release.contract import is_multimodal
+from patchkit.vllm.release.contract import is_stub
 from patchkit.vllm.runner.draft_reads import GETTER, Derivation, Read, derive
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 LABEL = "load path (runner and proposer)"
 """Start of the label of :func:`link_check`'s node (the class name follows: one node per class)."""

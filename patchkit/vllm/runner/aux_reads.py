@@ -15,8 +15,8 @@ import ast
 import os
 from dataclasses import dataclass
 
-from patchkit.vllm.contract import SETTER
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.contract import SETTER
+from patchkit.vllm.release.source import SourceTree
 
 WORKER_PACKAGE = "vllm/v1/worker"
 """Folder of vLLM's model runners (where the aux ids are set on the target)."""

@@ -39,8 +39,8 @@ lacks the chosen runner's loader or aux-id setter.
 
 Where the runner takes the aux ids from is read by :mod:`patchkit.vllm.runner.aux_reads` (which cuts the
 setter's functions out of the runner's bytes); what a target class holds along each path by
-:mod:`patchkit.vllm.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
-through one target class with :mod:`patchkit.vllm.composition` and returns one
+:mod:`patchkit.vllm.classes.class_attrs`; :func:`patchkit.vllm.chain.load_path.link_check` then follows each path
+through one target class with :mod:`patchkit.vllm.classes.composition` and returns one
 :class:`~patchkit.results.Check` node per link.
 """
 
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from patchkit.vllm.runner.aux_reads import AuxSource, aux_sources
 from patchkit.vllm.runner.generations import V1, V2, Generation
 from patchkit.vllm.runner.serving import RunnerChoice, serving_runner
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 PROPOSER_MODULE = V1.loader_module
 """Module of vLLM's EAGLE proposer (V1; declared in :mod:`patchkit.vllm.runner.generations`)."""
@@ -220,18 +220,20 @@ class _Reader:
                        for stmt in node.body for n in ast.walk(stmt)}
             walked = tuple(n for n in walked if id(n) not in skipped)
         guarded: set[Path] = set()
-        none_raises: dict[str, str | None] = {}  # name -> file:line of a raise nested deeper in the body
-        for node in walked:  # `if x is None: raise ...`, or a raise further down that body (0.34.0 V2)
-            if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
-                    and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Is)
-                    and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None):
-                if any(isinstance(s, ast.Raise) for s in node.body):
-                    none_raises[node.test.left.id] = None
-                else:
-                    nested = next((n for n in _walk_body(node.body) if isinstance(n, ast.Raise)), None)
-                    if nested is not None:
-                        none_raises.setdefault(node.test.left.id, where(nested))
-        # aliases first, in source order: name = <alias path>.x / getattr(<alias path>, "x", default)
+        self._alias_reads(walked, aliases, _none_raises(walked, where), guarded, where)
+        if self.owner is None:
+            self._returned_reads(walked, aliases, guarded, where)
+        self._hasattr_reads(walked, aliases, guarded, where)
+        self._plain_reads(walked, aliases, guarded, where)
+        for node in walked:  # what is handed to the draft: <alias path> assigned to self.<...>
+            if isinstance(node, ast.Assign) and any(self._handed(t, aliases) for t in node.targets):
+                self.shared.update(p for p, _ in self._paths(node.value, aliases) if p)
+        if depth < _DELEGATION_DEPTH:
+            self._delegations(walked, relpath, aliases, depth)
+
+    def _alias_reads(self, walked, aliases: dict[str, list[Path]], none_raises: dict[str, str | None],
+                     guarded: set[Path], where) -> None:
+        """Aliases first, in source order: name = <alias path>.x / getattr(<alias path>, "x", default)."""
         for node in sorted((n for n in walked if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
                 continue
@@ -250,16 +252,19 @@ class _Reader:
                                tuple(p for p in either if p != path) if len(either) > 1 else ())
                     if name not in none_raises:
                         guarded.add(path)
-        if self.owner is None:  # V2: a helper returning `getattr(<alias>, "x", None) or ...` reads x, guarded
-            # (0.34.0 get_target_lm_head: the head load_eagle_model hands to the draft, if the target has one)
-            for node in walked:
-                if isinstance(node, ast.Return) and node.value is not None:
-                    for path, default in self._paths(node.value, aliases):
-                        if path and default:
-                            self._note(path, False, where(node))
-                            guarded.add(path)
-                            self.shared.add(path)  # its caller hands what it returns to the draft
-        # hasattr guards, and hasattr chains that end in raise
+
+    def _returned_reads(self, walked, aliases: dict[str, list[Path]], guarded: set[Path], where) -> None:
+        """V2: a helper returning `getattr(<alias>, "x", None) or ...` reads x, guarded (0.34.0 get_target_lm_head)."""
+        for node in walked:
+            if isinstance(node, ast.Return) and node.value is not None:
+                for path, default in self._paths(node.value, aliases):
+                    if path and default:
+                        self._note(path, False, where(node))
+                        guarded.add(path)
+                        self.shared.add(path)  # its caller hands what it returns to the draft
+
+    def _hasattr_reads(self, walked, aliases: dict[str, list[Path]], guarded: set[Path], where) -> None:
+        """hasattr guards, and hasattr chains that end in raise."""
         for node in walked:
             if isinstance(node, ast.If):
                 arms, cur = [], node
@@ -280,7 +285,9 @@ class _Reader:
                 for p in self._hasattr_paths(node, aliases):
                     guarded.add(p)
                     self._note(p, False, where(node))
-        # plain reads
+
+    def _plain_reads(self, walked, aliases: dict[str, list[Path]], guarded: set[Path], where) -> None:
+        """Plain attribute reads through an alias: every prefix of the path, required unless guarded."""
         for node in walked:
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 found = _chain(node)
@@ -290,13 +297,9 @@ class _Reader:
                     full = base + found[1]
                     for i in range(len(base) + 1, len(full) + 1):
                         self._note(full[:i], full[:i] not in guarded, where(node))
-        # what is handed to the draft: <alias path> assigned to self.<...>
-        for node in walked:
-            if isinstance(node, ast.Assign) and any(self._handed(t, aliases) for t in node.targets):
-                self.shared.update(p for p, _ in self._paths(node.value, aliases) if p)
-        # delegation: self.method(<alias>, ...)
-        if depth >= _DELEGATION_DEPTH:
-            return
+
+    def _delegations(self, walked, relpath: str, aliases: dict[str, list[Path]], depth: int) -> None:
+        """Delegation: self.method(<alias>, ...) (V1), or a module function called with one (V2), followed."""
         for node in walked:
             if not isinstance(node, ast.Call):
                 continue
@@ -479,3 +482,19 @@ def _derive_proposer(tree: SourceTree, choice: RunnerChoice) -> Derivation:
 
 
 __all__ = ["AuxSource", "Derivation", "ImageTokenRead", "Read", "derive"]
+
+
+def _none_raises(walked, where) -> dict[str, str | None]:
+    """Names whose None raises: `if x is None: raise ...` (None), or a raise deeper in it (file:line, 0.34.0 V2)."""
+    none_raises: dict[str, str | None] = {}
+    for node in walked:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
+                and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Is)
+                and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value is None):
+            if any(isinstance(s, ast.Raise) for s in node.body):
+                none_raises[node.test.left.id] = None
+            else:
+                nested = next((n for n in _walk_body(node.body) if isinstance(n, ast.Raise)), None)
+                if nested is not None:
+                    none_raises.setdefault(node.test.left.id, where(nested))
+    return none_raises

@@ -1,6 +1,6 @@
 """Which runner generation an install serves with, and which of its declared facts the install lacks.
 
-Input: the install's sources (:class:`~patchkit.vllm.source.SourceTree`) and patchkit's environment.
+Input: the install's sources (:class:`~patchkit.vllm.release.source.SourceTree`) and patchkit's environment.
 Output: a :class:`RunnerChoice`. Nothing here raises on a missing file: a missing fact is returned
 (``missing``), and every check that rests on it says "not checked" with it.
 
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from patchkit.vllm.runner.generations import GENERATIONS, SELECTOR, SELECTOR_FILE, V1, V2, Fact, Generation
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 _TRUE = {"1", "true", "yes"}
 _FALSE = {"0", "false", "no", ""}

@@ -12,10 +12,10 @@ full stream as ``hidden_states``; ``Exaone4Model.forward`` ends with ``self.norm
 There the stream is ``hidden_states`` alone and ``hidden_states + residual`` is no stream at all.
 
 A third form runs each layer's input norm apart from the rest of the layer (0.34.0
-``MistralLarge4Model.forward`` and ``MiniMaxM3Model.forward``, :class:`patchkit.vllm.loops.SplitLayer`):
+``MistralLarge4Model.forward`` and ``MiniMaxM3Model.forward``, :class:`patchkit.vllm.classes.loops.SplitLayer`):
 the input norm is a fused add-and-norm of ``(hidden_states, residual)``, so the ``residual`` it
 returns is ``hidden_states + residual``, the stream entering the layer, and ``residual.clone()``
-taken after it (before the rest of the layer) is that stream. :func:`patchkit.vllm.stream_split.split_stream`
+taken after it (before the rest of the layer) is that stream. :func:`patchkit.vllm.stream.split.split_stream`
 decides it.
 
 This module reads three signals, never a list of names:
@@ -40,12 +40,12 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.vllm.ast_reads import assigned_names, body_of, names_loaded, returns_in
-from patchkit.vllm.composition import CompositionError, held_class, is_layer_loop
-from patchkit.vllm.layer_classes import layer_classes
-from patchkit.vllm.loops import Loop, decoder_loop
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.classes.ast_reads import assigned_names, body_of, names_loaded, returns_in
+from patchkit.vllm.classes.composition import CompositionError, held_class, is_layer_loop
+from patchkit.vllm.classes.layer_classes import layer_classes
+from patchkit.vllm.classes.loops import Loop, decoder_loop
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 class Stream(Enum):
@@ -323,7 +323,7 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
     """Decide which tensor is the residual stream entering each layer of ``backbone`` (see the module docstring).
 
     Args:
-        tree, registry: the install's sources and model registry (:class:`patchkit.vllm.registry.Registry`).
+        tree, registry: the install's sources and model registry (:class:`patchkit.vllm.registry.table.Registry`).
         owner: the class defining ``forward`` (where a capture is written).
         backbone: the backbone class (its ``__init__`` builds the layers).
         forward: ``owner``'s ``forward``.
@@ -339,6 +339,19 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
           with ``hidden_states`` alone and every layer returns the stream first.
         - loop ``hidden_states = layer(...)``: ``HIDDEN`` when every layer returns one tensor.
     """
+    call = _layer_call(owner, forward)
+    if isinstance(call, StreamRefusal):
+        return call
+    loop, node, passed = call
+    signals = _signals_of_layers(tree, backbone, passed)
+    if isinstance(signals, StreamRefusal):
+        return signals
+    tail, tail_text, tail_at = _backbone_tail(tree, registry, owner, backbone, forward, node)
+    return _decide(loop, passed, signals, tail, tail_text, tail_at)
+
+
+def _layer_call(owner: ClassRef, forward: ast.FunctionDef | ast.AsyncFunctionDef):
+    """``forward``'s one decoder-layer loop: ``(loop, its For node, how it passes residual)``, or a refusal."""
     where = f"{owner.relpath}:{forward.lineno}"
     loop = decoder_loop(forward)
     if not isinstance(loop, Loop):
@@ -351,7 +364,12 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
              and isinstance(s.value.func, ast.Name) and s.value.func.id == loop.layer]
     if not calls:
         return StreamRefusal(f"{owner.name}.forward: no layer call in its loop ({owner.relpath}:{node.lineno})", where)
-    passed = residual_passed(calls[0])
+    return loop, node, residual_passed(calls[0])
+
+
+def _signals_of_layers(tree: SourceTree, backbone: ClassRef,
+                       passed: tuple[str | None, int | None] | None) -> list[LayerSignals] | StreamRefusal:
+    """The entry and exit signals of every decoder-layer class ``backbone`` builds, or a refusal."""
     classes = layer_classes(tree, backbone)
     if isinstance(classes, str):
         return StreamRefusal(f"which tensor is the residual stream is not said: {classes}", backbone.location)
@@ -361,6 +379,13 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
         if isinstance(s, str):
             return StreamRefusal(f"which tensor is the residual stream is not said: {s} ({cls.location})", cls.location)
         signals.append(s)
+    return signals
+
+
+def _backbone_tail(tree: SourceTree, registry: Registry, owner: ClassRef, backbone: ClassRef,
+                   forward: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.For) -> tuple[Tail, str, str]:
+    """How the backbone ends after the loop ``node``: ``(tail, its words, file:line)``. A fused final norm whose
+    class hands the residual back unread ends with ``hidden_states`` alone."""
     tail, tail_line, fused_attr = tail_of(forward, node)
     tail_at = f"{owner.relpath}:{tail_line}"
     tail_text = tail.value
@@ -375,6 +400,12 @@ def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backb
             tail = Tail.ALONE
             tail_text = (f"self.{fused_attr}(hidden_states, residual), whose class {norm.name} hands the residual "
                          f"back unread ({found_norm[0].relpath}:{found_norm[1].lineno}): hidden_states alone")
+    return tail, tail_text, tail_at
+
+
+def _decide(loop: Loop, passed: tuple[str | None, int | None] | None, signals: list[LayerSignals], tail: Tail,
+            tail_text: str, tail_at: str) -> StreamVerdict | StreamRefusal:
+    """The decision of :func:`residual_stream` (its docstring) from the loop, the layers' signals and the tail."""
     layer_text = "; ".join(f"{s.cls.name}.forward {s.entry.value} and {s.exit.value} ({s.location})" for s in signals)
     first = signals[0].location
 

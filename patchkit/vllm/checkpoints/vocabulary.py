@@ -12,7 +12,7 @@ target's 262144), or pad it to a multiple. This module gathers the evidence the 
   draft was trained against: its length is that vocabulary's size) and ``d2t`` (per draft id, the
   offset to its target id: the largest ``i + d2t[i]`` is the highest target id the draft proposes).
 
-Only JSON headers (:mod:`patchkit.vllm.weights`) and the small ``d2t``/``t2d`` tensors (raw
+Only JSON headers (:mod:`patchkit.vllm.checkpoints.weights`) and the small ``d2t``/``t2d`` tensors (raw
 little-endian data after the header) are read; no tensor library is imported.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchkit.vllm.weights import read_header, safetensors_files
+from patchkit.vllm.checkpoints.weights import read_header, safetensors_files
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -116,7 +116,7 @@ class VocabMaps:
 def read_maps(folder: Path) -> VocabMaps | None:
     """``d2t``/``t2d`` of the ``*.safetensors`` files in ``folder``; None: no such file holds either.
 
-    A file whose header cannot be read (:func:`patchkit.vllm.weights.read_header`) is passed over.
+    A file whose header cannot be read (:func:`patchkit.vllm.checkpoints.weights.read_header`) is passed over.
     """
     for file in safetensors_files(folder):
         try:

@@ -4,7 +4,7 @@ What a release reads is detected once, by shape, from its own files (:func:`read
 :class:`ReleaseReading`): never from the version number. This module also holds the facts about
 draft configs every release shares (their fields and formats, :func:`draft_kind`), the draft
 architectures vLLM looks up (:func:`eagle3_draft_architecture`), the ids a target captures when
-the draft records none (:mod:`patchkit.vllm.aux_defaults`), the pipeline stages (:func:`last_stage_start`,
+the draft records none (:mod:`patchkit.vllm.stream.aux_defaults`), the pipeline stages (:func:`last_stage_start`,
 :func:`backbone_transport`), and which transformers releases know a draft's model type
 (:data:`TRANSFORMERS_MODEL_TYPES`, :func:`transformers_has`). The checks that use them are
 :mod:`patchkit.checks.drafts`.
@@ -36,13 +36,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.vllm import composition
-from patchkit.vllm.contract import INTERFACES_MODULE, PP_FLAG
-from patchkit.vllm.install import Install
-from patchkit.vllm.model_types import config_registry
-from patchkit.vllm.registry import Registry
+from patchkit.vllm.classes import composition
+from patchkit.vllm.release.contract import INTERFACES_MODULE, PP_FLAG
+from patchkit.vllm.release.install import Install
+from patchkit.vllm.registry.model_types import config_registry
+from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.generations import V1, V2
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
 """Draft config field with explicit aux layer ids (top level, or inside ``eagle_config``)."""
@@ -149,7 +149,7 @@ class ReleaseReading:
         config_types: model types in vLLM's own config registry.
         config_registry: ``file:line`` of that registry (None: not found).
         transformers: the transformers requirement of the release's METADATA (``Requires-Dist``), or None.
-        pp_transport_flag: ``interfaces.py`` defines :data:`patchkit.vllm.contract.PP_FLAG`.
+        pp_transport_flag: ``interfaces.py`` defines :data:`patchkit.vllm.release.contract.PP_FLAG`.
     """
 
     readers: tuple[IdReader, ...]
@@ -168,7 +168,7 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
       :data:`IDS_FIELD` outside a ``.get(...)`` call, the nested ids when it calls
       ``.get("eagle_aux_hidden_state_layer_ids")`` and names ``"eagle_config"``; the statement of
       that call adding ``1`` makes ``nested_offset`` 1.
-    - The config registry is :func:`patchkit.vllm.model_types.config_registry` (the assignment to
+    - The config registry is :func:`patchkit.vllm.registry.model_types.config_registry` (the assignment to
       ``_CONFIG_REGISTRY`` in ``transformers_utils/config.py``): its model types.
 
     Args:
@@ -350,9 +350,9 @@ def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | Non
         tree: the install's sources.
         registry: its model registry.
         cls: the target's resolved class (None: not a native model).
-        reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.contract.PP_FLAG` exists).
+        reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.release.contract.PP_FLAG` exists).
     Returns:
-        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets :data:`patchkit.vllm.contract.PP_FLAG`
+        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets :data:`patchkit.vllm.release.contract.PP_FLAG`
         to (False when unset or absent from the release); ``why`` says what was found, with ``file:line``.
     Raises:
         SourceError: a file read does not parse.

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm import class_attrs, composition
+from patchkit.vllm.classes import class_attrs, composition
 from patchkit.vllm.runner import draft_reads
-from patchkit.vllm.contract import KIMI_K25_LOADABLE_FROM, is_multimodal
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.contract import KIMI_K25_LOADABLE_FROM, is_multimodal
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 LANGUAGE_MODEL_VAR = "target_language_model"
 """Name the proposer gives ``target_model.get_language_model()`` (vLLM 0.15.1 - 0.18.0), used in the reason."""
@@ -85,7 +85,7 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     """The :class:`LoadPathFault` of ``cls``, or None when the proposer can load a draft for it.
 
     A fault needs all of: ``cls`` is multimodal (the proposer calls ``get_language_model()``), that
-    call returns ``self.X`` (:func:`patchkit.vllm.class_attrs.language_model_attr`) that ``__init__``
+    call returns ``self.X`` (:func:`patchkit.vllm.classes.class_attrs.language_model_attr`) that ``__init__``
     builds as one vLLM class, and a required read the proposer makes off it (derived from the
     release, :func:`patchkit.vllm.runner.draft_reads.derive`) names an attribute that class lacks.
 

@@ -3,8 +3,8 @@
 Fact (vLLM 0.22.0 - 0.33.0 ``vllm/models/<name>/__init__.py``, e.g. ``deepseek_v4``, ``deepseek_v32``):
 a registry row naming an absolute ``vllm.models.*`` package gets the class its ``__init__`` imports
 under ``if current_platform.is_cuda(): ... elif current_platform.is_rocm(): ... else: ...``.
-:meth:`patchkit.vllm.source.SourceTree.resolve_name` follows the first arm and
-:meth:`patchkit.vllm.source.SourceTree.alternatives` lists the others. ``resolve`` lists every branch,
+:meth:`patchkit.vllm.release.source.SourceTree.resolve_name` follows the first arm and
+:meth:`patchkit.vllm.release.source.SourceTree.alternatives` lists the others. ``resolve`` lists every branch,
 ``verify`` and ``doctor`` check every branch (:func:`patchkit.vllm.chain.links.branch_checks`).
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm.registry import Resolution
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.registry.table import Resolution
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 @dataclass(frozen=True)

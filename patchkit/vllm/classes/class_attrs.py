@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 import weakref
 
-from patchkit.vllm import composition
+from patchkit.vllm.classes import composition
 from patchkit.vllm.runner.draft_reads import CONFIGS_PACKAGE, GETTER, const_str
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 def assigned_at(tree: SourceTree, cls: ClassRef, attr: str) -> str | None:

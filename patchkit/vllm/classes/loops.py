@@ -2,7 +2,7 @@
 
 :func:`decoder_loop` reads which form of loop over ``self.layers`` a backbone runs (the facts it
 reads are named in its docstring, vLLM 0.10.2 - 0.33.0 model files); the classifier
-(:mod:`patchkit.vllm.shapes`), the stream reader (:mod:`patchkit.vllm.stream`), the capture checks
+(:mod:`patchkit.vllm.shapes.classify`), the stream reader (:mod:`patchkit.vllm.stream.residual`), the capture checks
 (:mod:`patchkit.vllm.chain.capture`) and the capture codemod (:mod:`patchkit.codemods.capture`) share it.
 """
 
@@ -12,9 +12,9 @@ import ast
 import functools
 from dataclasses import dataclass
 
-from patchkit.vllm.composition import is_layer_loop, self_mentions
-from patchkit.vllm.contract import ATTR, MAYBE_ADD
-from patchkit.vllm.source import nodes
+from patchkit.vllm.classes.composition import is_layer_loop, self_mentions
+from patchkit.vllm.release.contract import ATTR, MAYBE_ADD
+from patchkit.vllm.release.source import nodes
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class SplitLayer:
     ``hidden_states, residual = layer.<norm>(hidden_states, residual)``, then (for the ids asked)
     captures, then ``hidden_states, residual = layer(...)`` or ``layer.<rest>(...)``. Whether
     ``<norm>`` is a fused add-and-norm, and so whether ``residual`` after it is the stream entering
-    the layer, is the layer class's to say (:func:`patchkit.vllm.stream_split.split_stream`).
+    the layer, is the layer class's to say (:func:`patchkit.vllm.stream.split.split_stream`).
 
     Attributes:
         loop: the ``for`` statement; layer: the name the layer is bound to; index: the global id's

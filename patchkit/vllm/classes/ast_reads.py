@@ -1,5 +1,5 @@
-"""Small statement-level AST reads shared by the stream reader (:mod:`patchkit.vllm.stream`) and the
-layer-class finder (:mod:`patchkit.vllm.layer_classes`)."""
+"""Small statement-level AST reads shared by the stream reader (:mod:`patchkit.vllm.stream.residual`) and the
+layer-class finder (:mod:`patchkit.vllm.classes.layer_classes`)."""
 
 from __future__ import annotations
 

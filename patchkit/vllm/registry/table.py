@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass
 
 from patchkit.errors import SourceError
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 REGISTRY_MODULE = "vllm.model_executor.models.registry"
 MODELS_PACKAGE = "vllm.model_executor.models"
@@ -72,7 +72,7 @@ class Registry:
     """The static model registry of one vLLM install.
 
     Args:
-        tree: the install's :class:`~patchkit.vllm.source.SourceTree`.
+        tree: the install's :class:`~patchkit.vllm.release.source.SourceTree`.
     Raises:
         SourceError: ``registry.py`` is missing, does not parse, or has no ``_VLLM_MODELS``.
     """

@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 HYBRID_PROTOCOL = "IsHybrid"
 """vLLM's marker protocol of a hybrid model class (``model_executor/models/interfaces.py``)."""
@@ -230,7 +230,7 @@ accepted it)."""
 def read_architecture(tree: SourceTree, registry, architecture: str, inner: str | None = None) -> HybridReading | None:
     """:func:`read_hybrid` of a registry architecture's class; for a wrapper (a multimodal class that
     builds its language model from the config) whose own mixers cannot be found, the language model's
-    (``inner``: :attr:`patchkit.vllm.shapes.ArchShape.inner`). None when the registry has no class for it."""
+    (``inner``: :attr:`patchkit.vllm.shapes.classify.ArchShape.inner`). None when the registry has no class for it."""
     resolution = registry.resolve(architecture)
     if resolution is None or resolution.cls is None:
         return None

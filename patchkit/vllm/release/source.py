@@ -117,7 +117,7 @@ class SourceTree:
         --no-deps DIST==VERSION`` of the distribution in :attr:`site_packages`, or None when its
         metadata cannot be read either (read only on this error path)."""
         from patchkit.advice import reinstall  # lazy: only a damaged file needs it
-        from patchkit.vllm.install import from_site_packages  # lazy: as above
+        from patchkit.vllm.release.install import from_site_packages  # lazy: as above
 
         try:
             install = from_site_packages(self.site_packages)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import ConfigError
-from patchkit.vllm.registry import Resolution
-from patchkit.vllm.source import ClassRef
+from patchkit.vllm.registry.table import Resolution
+from patchkit.vllm.release.source import ClassRef
 
 CONFIG_FILE = "config.json"
 """The file doctor reads in each checkpoint folder."""

@@ -7,7 +7,7 @@ two outputs, never by a check built on patchkit's own reading; the records are i
 shape is shown under a generation, ``apply`` refuses it on a serve that uses that generation (unless
 ``--force``, which says what the user accepts), and ``verify`` and ``doctor`` fail it, naming why.
 
-Input: a :class:`~patchkit.vllm.shapes.Shape` and the serve's runner choice
+Input: a :class:`~patchkit.vllm.shapes.classify.Shape` and the serve's runner choice
 (:func:`patchkit.vllm.runner.serving.serving_runner`). Output: a :class:`Showing`. Nothing here reads
 vLLM's files itself.
 
@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patchkit.vllm.contract import GPU_V2_RELEASE
+from patchkit.vllm.release.contract import GPU_V2_RELEASE
 from patchkit.vllm.runner.serving import RunnerChoice
-from patchkit.vllm.shapes import Shape
+from patchkit.vllm.shapes.classify import Shape
 
 RECORD = f"tests/engine_records/h200-vllm-{GPU_V2_RELEASE}-spec-lossless-1.jsonl"
 """Where the V2 figures below were recorded (one JSON line per engine run)."""

@@ -10,7 +10,7 @@ Facts (vLLM 0.10.2 - 0.17.1):
   registry.
 
 Both forms are followed here: a constructor call resolved through imports (or a class attribute),
-or a registry call resolved through :class:`~patchkit.vllm.registry.Registry`.
+or a registry call resolved through :class:`~patchkit.vllm.registry.table.Registry`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import ast
 import functools
 from dataclasses import dataclass
 
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 REGISTRY_BUILDER = "init_vllm_registered_model"
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 TRANSFORMERS_PACKAGE = "transformers"
 MODELING_AUTO = "models/auto/modeling_auto.py"

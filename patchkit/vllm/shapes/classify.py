@@ -15,7 +15,7 @@ Shapes (each read from the release's own files, vLLM 0.10.2 - 0.33.0):
   (0.33.0 ``exaone4.py``); the capture takes ``hidden_states``.
 
 Which tensor is the stream is decided from the layer's and the backbone's own code by
-:func:`patchkit.vllm.stream.residual_stream`; a backbone whose code does not say, or whose signals
+:func:`patchkit.vllm.stream.residual.residual_stream`; a backbone whose code does not say, or whose signals
 disagree, is not patchable (the reason names ``file:line``).
 - ``interface-only``: the backbone already captures (inline ``aux_hidden_state_layers`` or the
   mixin's ``_maybe_add_hidden_state``), only the class's interface is missing.
@@ -32,15 +32,15 @@ from enum import Enum
 
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED
 from patchkit.vllm.chain.links import architecture_chain
-from patchkit.vllm.class_attrs import language_model_attr
-from patchkit.vllm.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
-from patchkit.vllm.contract import SETTER, Contract, is_stub, no_protocol
-from patchkit.vllm.loadpath import bare_language_model
-from patchkit.vllm.loops import Loop, decoder_loop, final_return_count, split_layer
-from patchkit.vllm.registry import TARGET_GROUPS, Registry
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import Stream, StreamRefusal, StreamVerdict, residual_stream
-from patchkit.vllm.transformers_backend import backend_route
+from patchkit.vllm.classes.class_attrs import language_model_attr
+from patchkit.vllm.classes.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
+from patchkit.vllm.release.contract import SETTER, Contract, is_stub, no_protocol
+from patchkit.vllm.classes.loadpath import bare_language_model
+from patchkit.vllm.classes.loops import Loop, decoder_loop, final_return_count, split_layer
+from patchkit.vllm.registry.table import TARGET_GROUPS, Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.residual import Stream, StreamRefusal, StreamVerdict, residual_stream
+from patchkit.vllm.registry.transformers_backend import backend_route
 
 
 class Shape(Enum):
@@ -85,7 +85,7 @@ class ArchShape:
         inner: for a wrapper, the architecture its language model is built as.
         location: ``file:line`` of the evidence for ``reason``.
         stream: for a capture patchkit writes (standard-loop, hidden-states-only), which tensor is the
-            residual stream and why (:func:`patchkit.vllm.stream.residual_stream`), else None.
+            residual stream and why (:func:`patchkit.vllm.stream.residual.residual_stream`), else None.
     """
 
     architecture: str

@@ -1,7 +1,7 @@
 """The aux layer ids a release captures for a target when the draft records none, read from the release.
 
 The ids are in vLLM's convention (id ``k`` is the residual stream entering decoder layer ``k``; see
-:mod:`patchkit.vllm.drafts` for the conventions and the fields a draft records them in).
+:mod:`patchkit.vllm.checkpoints.drafts` for the conventions and the fields a draft records them in).
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.vllm import contract as contract_mod
-from patchkit.vllm.contract import is_stub
+from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.release.contract import is_stub
 from patchkit.vllm.runner.draft_reads import derive
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 
 DEFAULT_ID_TERMS = ((0, 1, 2), (1, 2, 0), (1, 1, -3))

@@ -2,11 +2,11 @@
 apart from the rest of the layer (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py``
 ``MistralLarge4Model.forward``, ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``).
 
-The loop (:class:`patchkit.vllm.loops.SplitLayer`) runs ``hidden_states, residual =
+The loop (:class:`patchkit.vllm.classes.loops.SplitLayer`) runs ``hidden_states, residual =
 layer.<norm>(hidden_states, residual)``, captures, then runs the rest of the layer. When ``<norm>`` is a
 fused add-and-norm (vLLM's ``RMSNorm.forward(x, residual)`` returns ``(norm(x + residual), x + residual)``,
 0.34.0 ``model_executor/layers/layernorm.py``), the ``residual`` it returns is ``hidden_states + residual``:
-the stream entering the layer (:mod:`patchkit.vllm.stream` says why that sum is the stream). Read from
+the stream entering the layer (:mod:`patchkit.vllm.stream.residual` says why that sum is the stream). Read from
 the code's structure, never from class names.
 """
 
@@ -15,17 +15,17 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from patchkit.vllm.ast_reads import assigned_names, returns_in
-from patchkit.vllm.layer_classes import layer_classes
-from patchkit.vllm.loops import SplitLayer, split_layer
-from patchkit.vllm.registry import Registry
-from patchkit.vllm.source import ClassRef, SourceTree
-from patchkit.vllm.stream import StreamRefusal, Tail, tail_of
+from patchkit.vllm.classes.ast_reads import assigned_names, returns_in
+from patchkit.vllm.classes.layer_classes import layer_classes
+from patchkit.vllm.classes.loops import SplitLayer, split_layer
+from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.stream.residual import StreamRefusal, Tail, tail_of
 
 
 @dataclass(frozen=True)
 class SplitVerdict:
-    """In a split-layer loop (:class:`patchkit.vllm.loops.SplitLayer`), ``residual`` after the layer's
+    """In a split-layer loop (:class:`patchkit.vllm.classes.loops.SplitLayer`), ``residual`` after the layer's
     input norm is the stream entering the layer.
 
     Attributes:
@@ -98,7 +98,7 @@ def split_stream(tree: SourceTree, registry: Registry, backbone: ClassRef) -> Sp
         tree, registry: the install's sources and model registry.
         backbone: the backbone class.
     Returns:
-        None when ``backbone.forward`` has no split-layer loop (:func:`patchkit.vllm.loops.split_layer`);
+        None when ``backbone.forward`` has no split-layer loop (:func:`patchkit.vllm.classes.loops.split_layer`);
         a :class:`SplitVerdict` when every decoder-layer class's norm method is a fused add-and-norm
         (:func:`fused_add_norm`) and the backbone ends with a fused norm or the sum; else a
         :class:`StreamRefusal` naming what does not hold.

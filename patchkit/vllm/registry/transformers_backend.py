@@ -29,9 +29,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.vllm.contract import PP_FLAG, SETTER, Contract
-from patchkit.vllm.registry import MODELS_PACKAGE, Resolution
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.contract import PP_FLAG, SETTER, Contract
+from patchkit.vllm.registry.table import MODELS_PACKAGE, Resolution
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 TRANSFORMERS_PACKAGE = f"{MODELS_PACKAGE}.transformers"
 """The backend's package (a module ``transformers.py`` before the package existed)."""

