@@ -164,6 +164,13 @@ def test_rehearse_names_the_mixer_when_a_hybrids_greedy_output_differs():
     from patchkit.rehearse.verdict import Device, Dtype
 
     records = [json.loads(line) for line in LFM2_RECORDS.read_text().splitlines()]
+    forced = [r for r in _records(HYBRID_RECORDS) if r["case"] == "lfm2"]
+    assert len(forced) == 1  # after the decision: applied with --force, rehearse must fail naming the mixer
+    printed = {c["name"]: c for c in forced[0]["report"]["checks"]}
+    greedy_printed = next(c for name, c in printed.items() if name.startswith("greedy output"))
+    assert greedy_printed["ok"] is False and "(ShortConv)" in greedy_printed["detail"]
+    assert greedy_printed["where"].startswith(SHORT_CONV + ":")
+    records += forced
     assert {(r["path"], r["dtype"]) for r in records} == {("compiled", "bf16"), ("compiled", "fp32"),
                                                            ("eager", "bf16"), ("eager", "fp32")}
     reading = _reading(pristine_site_packages("0.20.2"), "Lfm2ForCausalLM")
@@ -180,3 +187,63 @@ def test_rehearse_names_the_mixer_when_a_hybrids_greedy_output_differs():
         assert greedy.where == reading.lossy[0].evidence and greedy.where.startswith(SHORT_CONV + ":")
         plain = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]))}
         assert "hybrid" not in plain[CheckName.GREEDY].detail  # the mixers are named only from the release's reading
+
+
+HYBRID_RECORDS = Path(__file__).parent / "engine_records" / "h200-vllm-0.20.2-hybrids.jsonl"
+"""The H200 campaign's hybrids after the decision (2026-12-03, vLLM 0.20.2, V1 runner): LFM2 applied with
+``--force`` (compiled bf16), and Qwen3-Next, interface-only and lossless by patchkit's reading, twice in
+compiled bf16, eager bf16 and compiled fp32, with ``PATCHKIT_ENGINE_ARGS`` choosing vLLM's Triton Gated
+DeltaNet prefill (the staged vLLM has no FlashInfer)."""
+NGRAM_CONTROL = Path(__file__).parent / "engine_records" / "h200-vllm-0.20.2-ngram-lfm2-fp32.jsonl"
+"""``benchmarks/spec_control.py --cases lfm2 --dtypes float32 [--eager]`` on the H200: the unpatched LFM2
+with vLLM's own ngram speculation (no draft model, no aux states, nothing of patchkit's), fp32."""
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.release
+def test_a_hybrid_whose_mixers_read_the_accepted_count_keeps_greedy_output_on_the_gpu():
+    """Qwen3-Next on the H200, decided again with 0.20.2's reading: its Gated DeltaNet mixers read
+    ``num_accepted_tokens``; greedy output with EAGLE-3 equals greedy output without it up to a near-tie
+    in every bf16 run (every draft rejected in the miniature: the mixers rolled rejected tokens back). The
+    miniature's layers are too alike to tell a shifted capture apart, which rehearse names instead of
+    passing; in fp32 vLLM's FLA chunk kernel refuses to run (vLLM's limit, not a verdict)."""
+    from patchkit.rehearse.rehearsal import decided_checks
+    from patchkit.rehearse.rehearsal_result import CheckName
+    from patchkit.rehearse.verdict import AuxCause, Device, Dtype
+
+    reading = _reading(pristine_site_packages("0.20.2"), "Qwen3NextForCausalLM")
+    assert reading.hybrid and reading.lossless is True
+    runs = [r for r in _records(HYBRID_RECORDS) if r["case"] == "qwen3-next"]
+    bf16 = [r for r in runs if r["dtype"] == "bf16"]
+    assert {r["path"] for r in bf16} == {"compiled", "eager"} and len(bf16) == 4
+    for r in bf16:
+        report = r["report"]
+        checks = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]),
+                                                    reading)}
+        assert checks[CheckName.GREEDY].ok is True, checks[CheckName.GREEDY].detail
+        assert checks[CheckName.AUX].ok is False and checks[CheckName.AUX].figures["cause"] == AuxCause.AMBIGUOUS.name
+    fp32 = [r for r in runs if r["dtype"] == "fp32"]
+    assert len(fp32) == 2
+    for r in fp32:
+        started = next(c for c in r["report"]["checks"] if c["name"].startswith("engine started"))
+        assert started["ok"] is False and "does not support float32" in started["detail"]
+        assert started["where"].startswith("vllm/model_executor/layers/fla/")
+
+
+def test_vllms_own_ngram_speculation_changes_lfm2s_fp32_output_after_a_speculative_step():
+    """The control that needs nothing of patchkit's: in fp32, compiled and eager, the unpatched LFM2 under
+    ngram speculation leaves greedy output unchanged where ngram never proposed, and changes it right after
+    the one accepted draft, at a token transformers does not call a near-tie (its two tokens' logits are
+    farther apart than rehearse's bf16 near-tie tolerance, 5e-2 relative)."""
+    runs = _records(NGRAM_CONTROL)
+    assert {(r["path"], r["dtype"]) for r in runs} == {("compiled", "float32"), ("eager", "float32")}
+    for r in runs:
+        assert r["lossless"] is False and r["counters"]["vllm:spec_decode_num_drafts"] >= 1
+        diverged = [p for p in r["prompts"] if p["first_divergence"] is not None]
+        assert len(diverged) == 1
+        (p,) = diverged
+        assert p["transformers"]["gap"] > 5e-2
+        assert p["plain_tokens"][:p["first_divergence"]] == p["ngram_tokens"][:p["first_divergence"]]
