@@ -27,6 +27,7 @@ from patchkit.vllm.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoint import read_config
 from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
 from patchkit.vllm.install import Install
+from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse import cpu_env, verdict
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
@@ -203,6 +204,9 @@ def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReadin
         v = verdict.decide_greedy(raw["greedy"], tol, _mixers_said(mixers) if mixers is not None else None)
         where = next((m.evidence for m in mixers.lossy), None) if mixers is not None and v.ok is False else None
         out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, where, v.figures))
+    if (raw.get("ranks") or {}).get("world", 1) > 1:
+        v = verdict.decide_ranks(raw["ranks"], tol, f"{device.value} {dtype.value}")
+        out.append(RehearsalCheck(CheckName.RANKS, v.ok, v.detail, None, v.figures))
     return out
 
 
@@ -233,7 +237,7 @@ def resolve_dtype(dtype: str, device: Device) -> Dtype:
 
 def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu", dtype: str = "auto",
              eager: bool = False, on_progress: Callable[[str], None] | None = None, keep: Path | None = None,
-             save_aux: bool = False) -> RehearsalReport:
+             save_aux: bool = False, layout: Layout = Layout()) -> RehearsalReport:
     """Rehearse ``draft`` on ``model`` in miniature, in the vLLM of ``install``'s interpreter.
 
     Args:
@@ -247,6 +251,9 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         on_progress: called with one line of text per stage while the engine works.
         keep: write the miniature there instead of a temporary folder (kept afterwards; for tests).
         save_aux: with ``keep``, also write the aux states the draft received (``keep/aux.json``).
+        layout: the parallel layout the engine runs with (:class:`patchkit.rehearse.layout.Layout`: the
+            tensor- and pipeline-parallel sizes); the miniature's heads are shrunk so the tensor-parallel
+            size divides them.
     Returns:
         A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
     Raises:
@@ -275,10 +282,12 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     arch = _registered_architecture(install, target_cfg)
     source = SourceTree(install.site_packages)
     hybrid = read_architecture(source, Registry(source), arch)  # names the mixers when greedy output differs
-    mini = shrink(target_cfg, draft_cfg)
+    mini = shrink(target_cfg, draft_cfg, tensor_parallel_size=layout.tensor_parallel_size)
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
     found = _probe_device(python, device)
+    if where is Device.CUDA:
+        check_gpus(layout, int(found.get("gpus") or 0), str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
@@ -290,7 +299,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                 "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
                 "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
                 "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None),
-                "runners": [g.for_driver() for g in GENERATIONS],
+                "runners": [g.for_driver() for g in GENERATIONS], **layout.for_driver(),
                 "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name]}
         if where is Device.CUDA:
             total = max(found.get("total") or [GPU_BYTES * 10])
@@ -332,7 +341,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
     names = {c.name for c in checks}
-    for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE):
+    expected_checks = (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE)
+    for expected in expected_checks + ((CheckName.RANKS,) if layout.world > 1 else ()):
         if expected not in names:
             checks.append(RehearsalCheck(expected, None, "not run: an earlier step failed"))
     if figures and CheckName.BUILD not in names:
@@ -344,7 +354,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                                         f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
     report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
                              mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                             mini.changed, kind.value, "eager" if eager else "compiled", raw)
+                             mini.changed, kind.value, "eager" if eager else "compiled", raw, layout=layout.to_json())
     return replace(report, next_steps=next_steps(install, report))
 
 
@@ -384,4 +394,4 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-__all__ = ["DRIVER", "decided_checks", "next_steps", "rehearse", "resolve_dtype", "unimportable"]
+__all__ = ["DRIVER", "Layout", "decided_checks", "layout", "next_steps", "rehearse", "resolve_dtype", "unimportable"]

