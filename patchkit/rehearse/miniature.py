@@ -285,6 +285,30 @@ def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable
         put(holder, {**rope, "mrope_section": scaled})
 
 
+def _shrink_draft(draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: str,
+                  ids: tuple[int, ...]) -> dict[str, Any]:
+    """The miniature draft: the target's width and ``heads`` heads (one KV head), its vocabulary
+    rules kept (same as the target's or not, a smaller draft vocabulary or not), ``ids`` written
+    where the draft keeps its ids (``field``), in its own convention."""
+    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    hidden = _scaled(HIDDEN, heads)
+    d = copy.deepcopy(draft)
+    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
+    layer.update({"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": 1, "head_dim": head_dim,
+                  "intermediate_size": _scaled(INTERMEDIATE, heads), "max_position_embeddings": MAX_POSITIONS,
+                  "torch_dtype": "float32"})
+    if d.get("target_hidden_size") is not None:
+        d["target_hidden_size"] = hidden
+    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
+    user_draft_vocab = draft.get("draft_vocab_size")
+    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
+    if field == "top level":
+        d[IDS_FIELD] = list(ids)
+    elif field == EAGLE_CONFIG:
+        d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
+    return d
+
+
 def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM,
            tensor_parallel_size: int = 1) -> Miniature:
     """Shrink the user's target and draft configs (nothing is written; the inputs are not changed).
@@ -350,20 +374,7 @@ def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEA
     user_vocab = text.get("vocab_size")
     draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
     same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
-    d = copy.deepcopy(draft)
-    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
-    layer.update({"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": 1, "head_dim": head_dim,
-                  "intermediate_size": _scaled(INTERMEDIATE, heads), "max_position_embeddings": MAX_POSITIONS,
-                  "torch_dtype": "float32"})
-    if d.get("target_hidden_size") is not None:
-        d["target_hidden_size"] = hidden
-    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
-    user_draft_vocab = draft.get("draft_vocab_size")
-    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
-    if field == "top level":
-        d[IDS_FIELD] = list(ids)
-    elif field == EAGLE_CONFIG:
-        d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
+    d = _shrink_draft(draft, heads, head_dim, same_vocab, field, ids)
     return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed),
                      (user_vocab, draft_layer.get("vocab_size")))
 
