@@ -77,11 +77,16 @@ def test_each_rank_gets_its_own_cpus():
 
 
 def test_more_ranks_than_gpus_is_refused():
+    """vLLM puts rank i on visible GPU i: two ranks need two GPUs, each with the miniature's share free."""
+    gib = 1024 ** 3
     with pytest.raises(RefusedError) as err:
-        check_gpus(layout(2, 1), 1, "/v/bin/python")
+        check_gpus(layout(2, 1), [80 * gib], 2 * gib, "/v/bin/python")
     assert err.value.exit_code == ExitCode.REFUSED
     assert err.value.message == "--device cuda with TP=2 needs 2 GPUs; 1 visible"
-    check_gpus(layout(2, 1), 2, "/v/bin/python")
+    with pytest.raises(RefusedError) as err:
+        check_gpus(layout(2, 1), [80 * gib, 1 * gib], 2 * gib, "/v/bin/python")
+    assert err.value.message == "--device cuda with TP=2: GPU 1 of the first 2 has less than 2 GiB free"
+    check_gpus(layout(2, 1), [80 * gib, 80 * gib, 0], 2 * gib, "/v/bin/python")
 
 
 TOL = tolerance(Device.CPU, Dtype.FP32)

@@ -55,16 +55,24 @@ def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> Layout:
     return Layout(tensor_parallel_size, pipeline_parallel_size)
 
 
-def check_gpus(chosen: Layout, gpus: int, python: str) -> None:
-    """Refuse a GPU layout with more ranks than the interpreter's torch sees GPUs (vLLM places one
-    rank on each GPU).
+def check_gpus(chosen: Layout, free: list[int], need: int, python: str) -> None:
+    """Refuse a GPU layout the visible GPUs cannot hold: vLLM's multiprocessing executor puts local
+    rank i on visible GPU i, so the first ``chosen.world`` GPUs must each have ``need`` bytes free.
 
+    Args:
+        free: free bytes per visible GPU (the device probe's).
     Raises:
-        RefusedError: ``chosen.world`` is more than ``gpus`` (exit 3).
+        RefusedError: fewer visible GPUs than ranks, or one of the first ``chosen.world`` without
+            ``need`` bytes free (exit 3).
     """
-    if chosen.world > gpus:
-        raise RefusedError(f"--device cuda with {chosen.described()} needs {chosen.world} GPUs; {gpus} visible",
+    if chosen.world > len(free):
+        raise RefusedError(f"--device cuda with {chosen.described()} needs {chosen.world} GPUs; {len(free)} visible",
                            f"rehearse on a machine with {chosen.world} GPUs (check CUDA_VISIBLE_DEVICES), --python {python}")
+    short = [i for i in range(chosen.world) if free[i] < need]
+    if short and chosen.world > 1:
+        raise RefusedError(f"--device cuda with {chosen.described()}: GPU {', '.join(map(str, short))} of the first "
+                           f"{chosen.world} has less than {need / 1024 ** 3:.0f} GiB free",
+                           f"free those GPUs or pick others with CUDA_VISIBLE_DEVICES, --python {python}")
 
 
 __all__ = ["Layout", "check_gpus", "layout"]

@@ -335,7 +335,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     say(f"checking the device ({device})")
     found = _probe_device(python, device)
     if where is Device.CUDA:
-        check_gpus(layout, int(found.get("gpus") or 0), str(python))
+        check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
