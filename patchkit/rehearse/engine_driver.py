@@ -138,12 +138,43 @@ def import_target_class(spec: dict) -> dict | None:
 
 # --------------------------------------------------------------------------- checkpoints
 
+ENGINE_ARGS_VAR = "PATCHKIT_ENGINE_ARGS"
+
+
+def extra_engine_args(environ) -> dict:
+    """Keyword arguments for vLLM's ``LLM`` that the serving setup needs and the miniature does not set:
+    a JSON object in ``PATCHKIT_ENGINE_ARGS`` (empty or unset: none). For example
+    ``{"additional_config": {"gdn_prefill_backend": "triton"}}`` where FlashInfer is not installed: on a
+    Hopper GPU vLLM 0.20.2's Gated DeltaNet prefill picks FlashInfer's kernel unless that key says triton
+    (``ChunkGatedDeltaRule`` in ``model_executor/layers/mamba/gdn_linear_attn.py``).
+
+    Raises:
+        ValueError: the variable holds something other than a JSON object (the engine step fails with it).
+    """
+    text = environ.get(ENGINE_ARGS_VAR, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{ENGINE_ARGS_VAR} is not JSON ({exc.msg}); give an object such as "
+                         "'{\"additional_config\": {\"gdn_prefill_backend\": \"triton\"}}'") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{ENGINE_ARGS_VAR} must be a JSON object of LLM keyword arguments, not {type(value).__name__}")
+    return value
+
+
 def engine(spec: dict, target: str, draft: str | None, speculative: dict | None = None):
     """vLLM's ``LLM`` on the miniature: the spec's dtype, vLLM's default path (torch.compile, and
     CUDA graphs on a GPU) unless ``eager``; on cuda a fixed KV cache (``kv_cache_memory_bytes``) and
     a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then).
     ``draft``: an EAGLE-3 draft folder; ``speculative``: another ``speculative_config`` instead
-    (``benchmarks/spec_control.py``'s ngram control); neither: no speculation."""
+    (``benchmarks/spec_control.py``'s ngram control); neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
+    adds keyword arguments (:func:`extra_engine_args`).
+
+    Raises:
+        ValueError: ``PATCHKIT_ENGINE_ARGS`` is not a JSON object.
+    """
     from vllm import LLM  # lazy: target interpreter only; a failed import is a failed step in the report
 
     kwargs = dict(model=target, skip_tokenizer_init=True, dtype=spec.get("dtype", "float32"),
@@ -157,6 +188,7 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     else:  # vLLM's CPU workers read their binding from the environment when they start
         world = int(spec.get("tensor_parallel_size", 1)) * int(spec.get("pipeline_parallel_size", 1))
         os.environ.update(cpu_binding(world, sorted(os.sched_getaffinity(0))))
+    kwargs.update(extra_engine_args(os.environ))
     if speculative is not None:
         kwargs["speculative_config"] = dict(speculative)
     elif draft is not None:
