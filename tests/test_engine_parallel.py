@@ -76,6 +76,7 @@ CAMPAIGN = [
     ("glm45-air", 2, 1, "eager", None, PASSES),
     ("stablelm2", 2, 1, "eager", None, PASSES),
     ("llama", 2, 1, "compiled", None, PASSES),
+    ("llama", 4, 1, "eager", None, PASSES),  # four ranks on two CPUs: unbound, one thread each; 4 heads
     ("mixtral", 2, 1, "eager", ("mixtral.py", "shift"), ("aux states", "every capture is one layer late", "")),
     ("llama", 1, 2, "eager", None, ("engine started with EAGLE-3", "'CPUModelRunner' object has no attribute 'drafter'",
                                     "vllm/v1/executor/multiproc_executor.py")),
