@@ -85,8 +85,8 @@ def for_verify(info: InstallInfo, request: Request, journaled: Sequence[str], ta
                         f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
                         patches=[p.id for p in shipped]),)
     if info.native and not request and not journaled:
-        return (reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these "
-                          "models natively and patchkit has nothing to apply; the files above differ from the release"),)
+        return (reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these models "
+                          "natively and patchkit has nothing to apply; the files above differ from the release"),)
     default = [] if info.native else [Request()]  # natively supported: no shipped patch applies there
     runs = [request] if request else [*default, *([Request(tuple(journaled))] if journaled else [])]
     steps = []
