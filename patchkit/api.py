@@ -311,7 +311,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
 
         steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
-                 next_steps.for_verify(install, info, request, patched, "vllm", run_checks))
+                 next_steps.for_verify(info, request, patched, "vllm"))
     return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps, architectures=tuple(archs),
                         requested=requested)
 

@@ -53,7 +53,7 @@ def test_verify_hint_repeats_the_site_packages_given(release, cli):
     sp = release("0.17.1")
     result = cli("verify", "--site-packages", str(sp))
     assert result.exit_code == 1
-    assert f"hint: run 'patchkit apply --target vllm --site-packages {sp}'" in result.stdout
+    assert f"hint: run 'patchkit apply --target vllm --site-packages {sp} --dry-run'" in result.stdout
 
 
 @pytest.mark.release
@@ -64,9 +64,11 @@ def test_verify_hint_for_a_chosen_architecture_on_a_native_era_release(release, 
     result = cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")
     assert result.exit_code == 1
     hint = [line for line in result.stdout.splitlines() if line.startswith("hint:")]
-    assert hint == [f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM' "
-                    "(writes eagle3:Glm4MoeModel:capture, eagle3:Glm4MoeForCausalLM:interface; add --dry-run to see "
-                    "the diff)"], hint
+    assert hint == [f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM --dry-run' "
+                    "(writes nothing: shows the patches apply would write here, or why it would refuse (exit 3); "
+                    "without --dry-run it writes them)"], hint
+    shown = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM", "--dry-run")
+    assert shown.exit_code == 0 and "eagle3:Glm4MoeForCausalLM:interface" in shown.stdout
     applied = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")  # and that command works
     assert applied.exit_code == 0
     assert cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM").exit_code == 0

@@ -96,10 +96,25 @@ def steps_of(report: dict) -> list[dict]:
 # -- verify --------------------------------------------------------------------------------------
 
 
+def follow_dry_run(cli, sp: Path, step: dict) -> None:
+    """A failing verify advises apply's dry run, unplanned (issue 32, finding 9): it writes nothing and
+    exits 0, and the same command without ``--dry-run`` writes exactly the patches the dry run showed,
+    after which verify of the same scope passes."""
+    argv = patchkit_args(step)
+    assert step["effect"] == "shows" and argv[0] == "apply" and argv[-1] == "--dry-run", step
+    assert follow(cli, sp, step, []) == "shows"
+    _, planned = cli.json(*argv)
+    would = {p["id"] for p in planned["patches"] if p["outcome"] == "applied"}
+    code, applied = cli.json(*argv[:-1])
+    assert code == 0 and would, applied
+    assert {p["id"] for p in applied["patches"] if p["outcome"] == "applied"} == would
+    assert journaled_ids(cli, sp) == would
+
+
 @pytest.mark.parametrize("version, effects", [
     ("0.9.2", ["upgrade"]),                # no SupportsEagle3 Protocol
-    ("0.15.1", ["patches", "upgrade"]),    # DeepSeek patched here; Kimi-K2.5 from 0.16.0 on (it said 'apply')
-    ("0.17.1", ["patches"]),
+    ("0.15.1", ["shows"]),                 # the dry run: DeepSeek would apply; Kimi-K2.5 not applicable: use >= 0.16.0
+    ("0.17.1", ["shows"]),
 ])
 def test_verify_advice_runs(release, cli, version, effects):
     sp = release(version)
@@ -108,8 +123,11 @@ def test_verify_advice_runs(release, cli, version, effects):
     steps = [s for s in steps_of(report)]
     assert [s["effect"] for s in steps] == effects
     for step in steps:
-        follow(cli, sp, step, [])
-    if "patches" in effects:
+        if step["effect"] == "shows":
+            follow_dry_run(cli, sp, step)
+        else:
+            follow(cli, sp, step, [])
+    if "shows" in effects:
         code, after = cli.json("verify", "--site-packages", str(sp))
         assert code == 0 and steps_of(after) == [], after["missing"]
 
@@ -119,8 +137,8 @@ def test_verify_advice_for_a_chosen_architecture_runs(release, cli):
     code, report = cli.json("verify", "--site-packages", str(sp), "--arch", OLMOE)
     assert code == 1
     (step,) = steps_of(report)
-    assert step["argv"][-2:] == ["--arch", OLMOE] and "--site-packages" in step["argv"]
-    assert follow(cli, sp, step, []) == "patches"
+    assert step["argv"][-3:] == ["--arch", OLMOE, "--dry-run"] and "--site-packages" in step["argv"]
+    follow_dry_run(cli, sp, step)
     assert cli("verify", "--site-packages", str(sp), "--arch", OLMOE).exit_code == 0
 
 

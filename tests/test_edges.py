@@ -263,7 +263,7 @@ def test_every_hint_repeats_the_environment_options(release, cli, tmp_path, monk
     hints = [cli("status", "--site-packages", str(sp), "--arch", "NoSuchArch").stderr,
              cli("verify", "--site-packages", str(sp)).stdout]
     assert f"'patchkit scan {where}'" in hints[0]
-    assert f"'patchkit apply --target vllm {where}'" in hints[1]
+    assert f"'patchkit apply --target vllm {where} --dry-run'" in hints[1]  # verify advises apply's dry run
     applied = cli("apply", "--site-packages", str(sp))
     assert applied.exit_code == 0
     assert f"'patchkit verify {where}' shows the chain, 'patchkit revert {where}' undoes it" in \

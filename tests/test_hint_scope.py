@@ -78,8 +78,9 @@ def test_status_and_verify_after_a_reinstall_name_the_architectures_the_journal_
     assert suggested == [["apply", "--target", "vllm", *env, "--arch", "Glm4MoeForCausalLM"]], status.stdout
     verify = cli("verify", *env)  # the default set and the journaled GLM: the hint names both runs
     assert verify.exit_code == 1
-    runs = _suggested(verify.stdout, "apply")
-    assert runs == [["apply", "--target", "vllm", *env], suggested[0]], verify.stdout
+    runs = _suggested(verify.stdout, "apply")  # their dry runs (issue 32, finding 9): without --dry-run, the apply
+    assert runs == [["apply", "--target", "vllm", *env, "--dry-run"], [*suggested[0], "--dry-run"]], verify.stdout
+    runs = [run[:-1] for run in runs]
     assert cli(*suggested[0]).exit_code == 0
     assert cli("verify", *env, "--arch", "Glm4MoeForCausalLM").exit_code == 0
     assert cli(*runs[0]).exit_code == 0

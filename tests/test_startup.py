@@ -78,6 +78,24 @@ def test_read_only_command_does_not_import_libcst(patched, command):
     assert "rich" not in modules  # output through a pipe needs no rich
 
 
+FAILING = {
+    "verify": lambda sp: ["verify", "--site-packages", str(sp)],
+    "verify --arch": lambda sp: ["verify", "--arch", "Glm4MoeForCausalLM", "--site-packages", str(sp)],
+    "verify --model": lambda sp: ["verify", "--model", str(sp.parent / "target"), "--site-packages", str(sp)],
+}
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("command", sorted(FAILING))
+def test_failing_verify_does_not_import_libcst(patched, command):
+    """A verify that fails (an unpatched 0.17.1) advises apply's dry run without planning it (issue 32,
+    finding 9: planning it loaded libcst and took about 3 s of a 3.4 s verify); its advice is
+    followed in tests/test_advised_commands.py."""
+    code, modules, stderr = loaded(FAILING[command](patched.parent / "unpatched"))
+    assert code == 1, stderr
+    assert modules == [], modules
+
+
 @pytest.mark.release
 def test_doctor_not_ready_plans_in_its_own_process(patched):
     """Not ready: doctor plans the 'patchkit apply' it advises with apply's own planner, in its own

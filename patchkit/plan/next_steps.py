@@ -64,33 +64,37 @@ def after_dry_run(report: ApplyReport, apply_argv: Sequence[str]) -> tuple[NextS
     return tuple(steps)
 
 
-def for_verify(install: Install, info: InstallInfo, request: Request, journaled: Sequence[str], target: str,
-               chain_check: ChainCheck) -> tuple[NextStep, ...]:
-    """What ``verify`` advises when EAGLE-3 is not in effect: planned, not guessed.
+def for_verify(info: InstallInfo, request: Request, journaled: Sequence[str], target: str) -> tuple[NextStep, ...]:
+    """What ``verify`` advises when EAGLE-3 is not in effect, established without planning (issue 32, finding 9).
 
-    Without the ``SupportsEagle3`` Protocol (vLLM <= 0.10.1): upgrade. Else the ``apply`` with
-    verify's own scope (``--arch``/``--model``; without them the default set, and ``--arch`` for
-    the architectures the journal shows an ``--arch``/``--model`` run patched) is planned by
-    :func:`patchkit.plan.run.dry_run` and advised by :func:`after_dry_run`. A native release
-    whose plan writes nothing (its files differ from the release): reinstall.
+    Without the ``SupportsEagle3`` Protocol (vLLM <= 0.10.1): upgrade. On a release that supports
+    the default set natively, with no ``--arch``/``--model`` and nothing patched by one: reinstall
+    (no shipped patch applies there, so only the release's own files put it back). Else the dry run
+    of the ``apply`` with verify's own scope (``--arch``/``--model``; without them the default set,
+    unless it is native, and ``--arch`` for the architectures the journal shows an ``--arch``/``--model`` run patched):
+    it writes nothing and prints what that ``apply`` would write, or why it would refuse, and the
+    ``apply`` it names is the same command without ``--dry-run``. verify does not plan it itself:
+    planning imports libcst and took most of a failing verify (6.3 to 6.7 s before, 2.2 to 3.1 s
+    after, on 0.17.1 under load); a read-only command
+    imports none (``tests/test_startup.py``, ``docs/development.md`` rule 3).
     """
-    from patchkit.plan.run import dry_run  # lazy: libcst, only when verify fails and plans the fix
-
     if info.era == Era.A0:  # the first release where every patch of the default set works
         shipped = load_patches(target)
         release = str(max(Version(first_release(p)) for p in shipped))
         return (upgrade(info.distribution, release, f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
                         f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
                         patches=[p.id for p in shipped]),)
-    runs = [request] if request else [Request(), *([Request(tuple(journaled))] if journaled else [])]
-    steps: list[NextStep] = []
+    if info.native and not request and not journaled:
+        return (reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these models "
+                          "natively and patchkit has nothing to apply; the files above differ from the release"),)
+    default = [] if info.native else [Request()]  # natively supported: no shipped patch applies there
+    runs = [request] if request else [*default, *([Request(tuple(journaled))] if journaled else [])]
+    steps = []
     for run in runs:
         model = os.path.abspath(run.model) if run.model is not None else None
-        argv = patchkit_argv("apply", target=target, architectures=run.architectures, model=model)
-        steps += after_dry_run(dry_run(install, chain_check=chain_check, target=target, request=run), argv)
-    if not steps and info.native:
-        steps.append(reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these "
-                               "models natively and patchkit has nothing to apply; the files above differ from the release"))
+        argv = patchkit_argv("apply", target=target, architectures=run.architectures, model=model, extra=("--dry-run",))
+        steps.append(NextStep(argv, "writes nothing: shows the patches apply would write here, or why it would "
+                              "refuse (exit 3); without --dry-run it writes them", None, Effect.SHOWS))
     return tuple(steps)
 
 
