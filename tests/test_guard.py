@@ -29,7 +29,8 @@ from vllm_release import pristine_site_packages, venv_python
 
 OLMOE = "OlmoeForCausalLM"
 OLMOE_FILE = "vllm/model_executor/models/olmoe.py"
-GUARD_FILES = {"patchkit_guard/__init__.py", "patchkit_guard/guard.py", "patchkit_guard/manifest.json",
+GUARD_FILES = {"patchkit_guard/__init__.py", "patchkit_guard/guard.py", "patchkit_guard/plugin_file.py",
+               "patchkit_guard/manifest.json",
                "patchkit_guard-0.1.0.dist-info/METADATA", "patchkit_guard-0.1.0.dist-info/INSTALLER",
                "patchkit_guard-0.1.0.dist-info/top_level.txt", "patchkit_guard-0.1.0.dist-info/entry_points.txt",
                "patchkit_guard-0.1.0.dist-info/RECORD"}

@@ -188,6 +188,10 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
         package = importer.split(".") if is_package else importer.split(".")[:-1]
         base = package[: len(package) - (node.level - 1)]
         source = ".".join([*base, *([node.module] if node.module else [])])
+        if node.module and source not in modules and not any(m.startswith(source + ".") for m in modules):
+            # no such module in the tree: a plugin's sibling that exists only where it is installed
+            # (guard_plugin's ``from .plugin_file import``, patchkit/store/plugin_file.py there)
+            return []
     else:
         source = node.module or ""
     if source != root and not source.startswith(root + "."):

@@ -131,13 +131,23 @@ def test_the_plugin_and_patchkit_agree_on_codes_and_format(plugin):
 
 
 def test_the_plugin_imports_the_standard_library_only():
-    imported = set()
-    for node in ast.walk(ast.parse(PLUGIN.read_bytes())):
+    """The standard library, and siblings its distribution ships (``from .plugin_file import``); patchkit's
+    own module only in the ``except ImportError`` branch, the import in patchkit's tree."""
+    imported, siblings, fallback = set(), set(), set()
+    tree = ast.parse(PLUGIN.read_bytes())
+    in_fallback = {id(n) for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler)
+                   and isinstance(h.type, ast.Name) and h.type.id == "ImportError" for n in ast.walk(h)}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            siblings.add(f"{node.module}.py")
         elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
+            (fallback if id(node) in in_fallback else imported).add((node.module or "").split(".")[0])
     assert imported and imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+    shipped = {path.rsplit("/", 1)[1] for path in watch_mod.files({"format": 1})}
+    assert siblings == {"plugin_file.py"} and siblings <= shipped
+    assert fallback == {"patchkit"}
 
 
 def test_a_draft_with_shifted_ids_gets_one_line_after_the_configured_drafts(plugin, caplog):

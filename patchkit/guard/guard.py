@@ -42,7 +42,7 @@ from patchkit.advice import Effect, NextStep, patchkit_argv
 from patchkit.errors import RefusedError
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
-from patchkit.store.plugin_dist import PluginDist
+from patchkit.store.plugin_dist import PluginDist, plugin_file_bytes
 from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
 from patchkit.vllm.release.contract import GENERAL_PLUGINS_FROM
@@ -176,6 +176,7 @@ def distribution(data: dict) -> dict[str, bytes]:
     return DIST.files({
         f"{PACKAGE}/__init__.py": b'"""patchkit\'s guard (written by patchkit; its code is in guard.py)."""\n',
         module_path(): (Path(__file__).with_name("guard_plugin.py")).read_bytes(),
+        f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
         manifest_path(): (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
     })
 

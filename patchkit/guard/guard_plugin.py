@@ -55,10 +55,14 @@ module; ``patchkit revert`` removes that too).
 """
 
 import hashlib
-import json
 import logging
 import os
 import sys
+
+try:  # the serving environment: plugin_file.py beside this file, in the plugin's package
+    from .plugin_file import read_json
+except ImportError:  # patchkit's own tree
+    from patchkit.store.plugin_file import read_json
 
 MANIFEST_FORMAT = 1
 """The format of ``manifest.json`` this guard reads (:mod:`patchkit.guard.guard` writes it)."""
@@ -106,16 +110,7 @@ def _vllm_version(site_packages):
 
 def read_manifest(folder=_HERE):
     """The manifest beside this file: a dict, or raises ``ValueError`` (unreadable, other format)."""
-    path = os.path.join(folder, "manifest.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ValueError("cannot read {}: {}".format(path, exc))
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
-        raise ValueError("{} has format {!r}; this guard reads format {}".format(
-            path, data.get("format") if isinstance(data, dict) else None, MANIFEST_FORMAT))
-    return data
+    return read_json(os.path.join(folder, "manifest.json"), MANIFEST_FORMAT, "this guard")
 
 
 def findings(manifest, site_packages):

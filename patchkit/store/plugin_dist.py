@@ -23,6 +23,7 @@ import base64
 import csv
 import hashlib
 import io
+from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -267,3 +268,9 @@ def remove_plugin(plugin: Plugin, install: Install, *, target: str = "vllm", on_
     """``patchkit <plugin> remove``: delete ``plugin``'s files (the vLLM patches stay), under the lock."""
     with interrupt.deferred(), journal_for(install, target).lock(on_wait=on_wait):
         return plugin.remove(install)
+
+
+def plugin_file_bytes() -> bytes:
+    """:mod:`patchkit.store.plugin_file`'s bytes, which each plugin's distribution carries beside its code
+    (``PACKAGE/plugin_file.py``): the one JSON reader the guard and the watch share where they run."""
+    return Path(__file__).with_name("plugin_file.py").read_bytes()

@@ -37,7 +37,7 @@ from patchkit.errors import RefusedError, UsageError
 from patchkit.plugin_results import PluginAction, PluginReport, PluginRun
 from patchkit.results import Check
 from patchkit.store.journal import Journal
-from patchkit.store.plugin_dist import PluginDist
+from patchkit.store.plugin_dist import PluginDist, plugin_file_bytes
 from patchkit.vllm.plugins import stat_loggers
 from patchkit.vllm.release.source import SourceTree
 
@@ -202,6 +202,7 @@ def files(content: dict) -> dict[str, bytes]:
     return DIST.files({
         f"{PACKAGE}/__init__.py": b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n',
         module_path(): Path(__file__).with_name("watch_plugin.py").read_bytes(),
+        f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
         data_path(): (json.dumps(content, indent=2, sort_keys=True) + "\n").encode(),
     })
 

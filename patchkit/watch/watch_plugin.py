@@ -33,11 +33,15 @@ Any exception inside the watch turns it off (logged once at debug level); vLLM c
 """
 
 import importlib
-import json
 import logging
 import os
 import shlex
 import sys
+
+try:  # the serving environment: plugin_file.py beside this file, in the plugin's package
+    from .plugin_file import read_json
+except ImportError:  # patchkit's own tree
+    from patchkit.store.plugin_file import read_json
 
 DATA_FORMAT = 1
 """The format of ``watch.json`` this watch reads (:mod:`patchkit.watch.watch` writes it)."""
@@ -61,15 +65,7 @@ _LOG = logging.getLogger("vllm.patchkit_watch")
 
 def read_data(folder=_HERE):
     """``watch.json`` beside this file: a dict, or raises ``ValueError`` (unreadable, other format)."""
-    path = os.path.join(folder, "watch.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ValueError("cannot read {}: {}".format(path, exc))
-    if not isinstance(data, dict) or data.get("format") != DATA_FORMAT:
-        raise ValueError("{} is not format {}".format(path, DATA_FORMAT))
-    return data
+    return read_json(os.path.join(folder, "watch.json"), DATA_FORMAT, "this watch")
 
 
 def settings(data, environ=os.environ):
