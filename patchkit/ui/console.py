@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, PatchkitError
+from patchkit.results import Outcome
 from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
@@ -32,15 +33,15 @@ if TYPE_CHECKING:
     from patchkit.plugin_results import PluginReport
     from patchkit.results import Check, InstallInfo
 
-OUTCOME_STYLE = {
-    "applied": "green",
-    "already applied": "green",
-    "supported upstream": "cyan",
-    "not applicable": "yellow",
-    "refused": "red",
-    "not written": "yellow",
+OUTCOME_STYLE: "dict[Outcome, str]" = {
+    Outcome.APPLIED: "green",
+    Outcome.ALREADY_APPLIED: "green",
+    Outcome.UPSTREAM: "cyan",
+    Outcome.NOT_APPLICABLE: "yellow",
+    Outcome.REFUSED: "red",
+    Outcome.NOT_WRITTEN: "yellow",
 }
-"""The style of each :class:`~patchkit.results.Outcome` (by its value) in a table."""
+"""The style of each :class:`~patchkit.results.Outcome` in a table."""
 
 
 def out() -> Writer:

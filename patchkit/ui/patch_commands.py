@@ -17,6 +17,7 @@ import typer
 from patchkit.advice import reinstall
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
+from patchkit.ui.cluster_report import ClusterCommand
 from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
                                  out, print_checks, waiting, watch_line, working)
 from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, ReadTargetOpt, SitePackagesOpt,
@@ -90,7 +91,7 @@ def apply(
                 w.line(("rolled back", "yellow"), f" {path} ", ("(an earlier run did not finish)", "dim"))
         rows = []
         for p in report.patches:
-            style = OUTCOME_STYLE[p.outcome.value]
+            style = OUTCOME_STYLE[p.outcome]
             label = p.outcome.value
             if p.outcome is Outcome.APPLIED and dry_run:
                 label, style = "would apply", "yellow"
@@ -175,7 +176,7 @@ def verify(
                 raise UsageError("--runtime is not available with --ray", "run 'patchkit verify --runtime' on each node")
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
-            return cluster_view.run("verify", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.VERIFY, ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         runtime_python = None
@@ -249,7 +250,7 @@ def revert(
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
-            return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.REVERT, ray, target=target, site_packages=site_packages, python=python,
                                     force=force, arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         report = _completed(api.revert(install, target=target, force=force, on_wait=waiting(as_json),
@@ -296,7 +297,7 @@ def status(
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
 
-            return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.STATUS, ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         report = api.status(install, target=target, request=request(arch, model))
