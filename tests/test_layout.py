@@ -51,6 +51,8 @@ BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrup
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""
+API = ("api", "api_steps")
+"""The API (rank 6): ``api.py`` and the named steps of its writing commands, one group."""
 RANKS: dict[str, int] = {
     "base": 0,
     "vllm": 1,
@@ -200,6 +202,8 @@ def group(module: str) -> str | None:
         return "base"
     if head in TOP and len(parts) == 2:
         return "top"
+    if head in API and len(parts) == 2:
+        return "api"
     return head if head in RANKS and head not in ("base", "top") else None
 
 
