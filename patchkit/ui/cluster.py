@@ -349,54 +349,21 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         planned = session.alive()
         died, joined = _membership(start, planned, plans)
         order = sorted(start, key=lambda nid: (start[nid].address, nid))
-        versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
         errors = [nid for nid in order if plans[nid].error and nid not in died]
-        refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
-        reason = ""
-        if died or joined or errors:
-            reason = "a node failed, died or joined while planning; nothing was written on any node"
-        elif refusing:
-            reason = (f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node")
-        elif len(versions) > 1:
-            reason = (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
-                      "must run the same release: nothing was written on any node")
+        reason = _plan_refusal(order, plans, died, joined, errors)
         if reason or dry_run:
-            rows = []
-            for nid in order:
-                state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
-                         NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
-                answer = plans[nid].held_back() if reason else plans[nid]
-                rows.append(_row(start[nid], answer, ClusterCommand.APPLY, state, plan=plans[nid].result))
-            rows += _joined_rows(planned, joined)
-            failed = bool(died or joined or errors)
-            return ClusterReport(ClusterCommand.APPLY, session.address, tuple(rows), refused=bool(reason) and not failed,
-                                 failed=failed, dry_run=dry_run, reason=reason)
+            return _planned_report(session.address, start, planned, order, plans, died, joined, errors, reason, dry_run)
 
         writes = _ask(session, planned, ClusterCommand.APPLY, opts)
         after = session.alive()
         died, joined = _membership(planned, after, writes)
         wrote = [nid for nid in order if writes[nid].written]
         broken = [nid for nid in order if nid in died or writes[nid].error or writes[nid].refused]
-        rollbacks = _ask(session, {nid: planned[nid] for nid in wrote}, ClusterCommand.REVERT, opts) if broken and wrote else {}
+        rollbacks = (_ask(session, {nid: planned[nid] for nid in wrote}, ClusterCommand.REVERT, opts)
+                     if broken and wrote else {})
 
-    rows = []
-    for nid in order:
-        answer, extra = writes[nid], {"plan": plans[nid].result}
-        if nid in died:
-            state = NodeState.DIED
-        elif writes[nid].error:
-            state = NodeState.FAILED
-        elif nid in rollbacks:
-            back = rollbacks[nid]
-            extra["rollback"] = back.result
-            ok = back.result is not None and not back.refused and not back.error
-            state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
-            answer = answer.with_digest(back.raw.get("digest") if ok else answer.raw.get("digest"))
-        elif broken:
-            state = NodeState.UNCHANGED
-        else:
-            state = NodeState.PATCHED if nid in wrote else NodeState.ALREADY
-        rows.append(_row(planned[nid], answer, ClusterCommand.APPLY, state, **extra))
+    rows = [_written_row(planned[nid], plans[nid], writes[nid], rollbacks.get(nid), nid in died, nid in wrote, bool(broken))
+            for nid in order]
     rows += _joined_rows(after, joined)
     reason = ""
     if broken:
@@ -406,3 +373,53 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
     return ClusterReport(ClusterCommand.APPLY, session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
 
+
+def _plan_refusal(order: list[str], plans: dict[str, NodeAnswer], died: set[str], joined: set[str],
+                  errors: list[str]) -> str:
+    """Why the plan step stops ``apply --ray`` before any write, or "" when every node can write."""
+    versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
+    refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
+    if died or joined or errors:
+        return "a node failed, died or joined while planning; nothing was written on any node"
+    if refusing:
+        return f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node"
+    if len(versions) > 1:
+        return (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
+                "must run the same release: nothing was written on any node")
+    return ""
+
+
+def _planned_report(address: str, start: dict[str, _Node], planned: dict[str, _Node], order: list[str],
+                    plans: dict[str, NodeAnswer], died: set[str], joined: set[str], errors: list[str], reason: str,
+                    dry_run: bool) -> ClusterReport:
+    """The report of an ``apply --ray`` that wrote nothing: a dry run, or stopped by its plan step (``reason``)."""
+    rows = []
+    for nid in order:
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
+                 NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
+        answer = plans[nid].held_back() if reason else plans[nid]
+        rows.append(_row(start[nid], answer, ClusterCommand.APPLY, state, plan=plans[nid].result))
+    rows += _joined_rows(planned, joined)
+    failed = bool(died or joined or errors)
+    return ClusterReport(ClusterCommand.APPLY, address, tuple(rows), refused=bool(reason) and not failed,
+                         failed=failed, dry_run=dry_run, reason=reason)
+
+
+def _written_row(node: _Node, plan: NodeAnswer, write: NodeAnswer, rollback: NodeAnswer | None, died: bool,
+                 wrote: bool, broken: bool) -> NodeResult:
+    """One node's row after the write step (and, when a node broke, the rollback of the nodes written)."""
+    answer, extra = write, {"plan": plan.result}
+    if died:
+        state = NodeState.DIED
+    elif write.error:
+        state = NodeState.FAILED
+    elif rollback is not None:
+        extra["rollback"] = rollback.result
+        ok = rollback.result is not None and not rollback.refused and not rollback.error
+        state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
+        answer = answer.with_digest(rollback.raw.get("digest") if ok else answer.raw.get("digest"))
+    elif broken:
+        state = NodeState.UNCHANGED
+    else:
+        state = NodeState.PATCHED if wrote else NodeState.ALREADY
+    return _row(node, answer, ClusterCommand.APPLY, state, **extra)

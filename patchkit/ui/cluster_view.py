@@ -16,7 +16,8 @@ from patchkit.plan.spec import check_target
 from patchkit.results import Outcome
 from patchkit.ui import cluster
 from patchkit.ui.cluster_report import ClusterCommand, ClusterReport, NodeState
-from patchkit.ui.console import OUTCOME_STYLE, emit_json, out
+from patchkit.ui.console import emit_json, out
+from patchkit.ui.outcome_style import OUTCOME_STYLE
 from patchkit.ui.render import Piece
 
 _STATE_STYLE = {

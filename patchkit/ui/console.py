@@ -4,8 +4,8 @@ and what happens when standard output cannot take the report.
 - :func:`out` / :func:`err`: a :class:`~patchkit.ui.render.Writer` on standard output / error;
   :func:`next_lines` renders a report's next steps (:class:`~patchkit.advice.NextStep`) with the
   run's options.
-- :data:`OUTCOME_STYLE`, :func:`emit_json`, :func:`error`: how outcomes, ``--json`` reports and a
-  :class:`~patchkit.errors.PatchkitError` are shown.
+- :func:`emit_json`, :func:`error`: how ``--json`` reports and a :class:`~patchkit.errors.PatchkitError`
+  are shown (an outcome's style: :data:`patchkit.ui.outcome_style.OUTCOME_STYLE`).
 - :class:`GuardedStdout`, :class:`OutputFailed`, :func:`output_closed`: a report that cannot be
   written (a pipe closed early, ``> /dev/full``, ``>&-``) exits 141 with one line on stderr.
 
@@ -25,23 +25,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, PatchkitError
-from patchkit.results import Outcome
 from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
 if TYPE_CHECKING:
     from patchkit.plugin_results import PluginReport
     from patchkit.results import Check, InstallInfo
-
-OUTCOME_STYLE: "dict[Outcome, str]" = {
-    Outcome.APPLIED: "green",
-    Outcome.ALREADY_APPLIED: "green",
-    Outcome.UPSTREAM: "cyan",
-    Outcome.NOT_APPLICABLE: "yellow",
-    Outcome.REFUSED: "red",
-    Outcome.NOT_WRITTEN: "yellow",
-}
-"""The style of each :class:`~patchkit.results.Outcome` in a table."""
 
 
 def out() -> Writer:
