@@ -29,7 +29,7 @@ from patchkit.watch import watch as watch_mod
 def revert_blockers(plugins: Sequence[Plugin], install: Install) -> dict[str, tuple[str, ...]]:
     """``{path: patch ids}`` of the installed plugins' files a revert must not delete without ``--force``."""
     return {path: ids for plugin in plugins if plugin.installed(install)
-            for path, ids in plugin.revert_blockers(plugins, install).items()}
+            for path, ids in plugin.revert_blockers(install).items()}
 
 
 def plugin_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
