@@ -7,14 +7,13 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from patchkit import interrupt
+from patchkit import api_steps, interrupt
 from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import Interrupted, PatchkitError, StateError, UsageError
+from patchkit.errors import Interrupted, PatchkitError, UsageError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -83,29 +82,6 @@ def remove_plugin(name: str, install: Install, *, target: str = "vllm", on_wait=
     return plugin_dist.remove_plugin(plugin_named(name), install, target=target, on_wait=on_wait)
 
 
-def _revert_blockers(install: Install) -> dict[str, tuple[str, ...]]:
-    """``{path: patch ids}`` of the installed plugins' files a revert must not delete without ``--force``."""
-    return {path: ids for plugin in PLUGINS if plugin.installed(install)
-            for path, ids in plugin.revert_blockers(install).items()}
-
-
-def _guard_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
-    """The :class:`Interrupted` of a signal that stopped the guard's (``name``: or the watch's) step
-    after the vLLM files were committed.
-
-    The journal's own message (about the plugin's files only) would say "every file is as it was
-    before this run", which is untrue of the run: ``done`` says what stands of the vLLM files,
-    ``step`` is what the plugin was not (``installed``/``refreshed``/``removed``), ``then`` the
-    step that finishes the job.
-    """
-    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
-              "removed": ": it is still installed"}[step]
-    what = (f"patchkit's {name} was not {step} (its files were put back{stands})" if exc.put_back else
-            f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
-    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
-                                   f"{done}; {what}", "", then)
-
-
 def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
           target: str = "vllm", force: bool = False, request: Request = Request(),
           on_wait: Callable[[Path, float], None] | None = None, guard: bool = False,
@@ -152,7 +128,7 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         StateError: the journal cannot be read, has another format, or a file or folder cannot be
             written keeping its owner (checked before the first write; nothing is left changed).
         RefusedError: the interpreter imports ``vllm`` from another folder (:func:`import_problem`);
-            the install is inside a package cache (:func:`cache_problem`).
+            the install is inside a package cache (:func:`~patchkit.store.preflight.cache_problem`).
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
@@ -160,30 +136,12 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
-    # the model absolute: the guard's line is read from the server's working folder, not this one
-    model = os.path.abspath(request.model) if request.model is not None else None
-    runs = {guard_mod.NAME: PluginRun(guard, command_options, model, target),
-            watch_mod.NAME: PluginRun(watch, command_options, target=target,
-                                      settings={"drafts": watch_drafts, "threshold": watch_threshold})}
-    wanted = [plugin for plugin in PLUGINS if runs[plugin.NAME].want]
-    for plugin in wanted:
-        plugin.check_run(runs[plugin.NAME])
-    elsewhere = (import_problem(install) or cache_problem(install) or
-                 next((found for found in (plugin.refusal(install) for plugin in wanted) if found is not None), None))
-    if elsewhere is not None:
-        raise elsewhere
+    runs = api_steps.plugin_runs(request, target, command_options, guard, watch, watch_drafts, watch_threshold)
+    wanted = api_steps.wanted_plugins(PLUGINS, install, runs)
     patches = select(everything, patch_ids) if not request else None
-    requested = set(patch_ids or ())
     journal = journal_for(install, target)
     if dry_run:
-        # Plan exactly what the real run will: from the files as its rollback will leave them.
-        from patchkit.plan.run import dry_run as plan_dry_run  # lazy: libcst, imported only by commands that plan
-
-        report = plan_dry_run(install, chain_check=run_checks, target=target, patch_ids=patch_ids, request=request,
-                              force=force)
-        for plugin in wanted if not report.refused else ():
-            report = replace(report, **{plugin.NAME: plugin.would_install(install, report, journal, runs[plugin.NAME])})
-        return _with_steps(install, report, request, target, force)
+        return _plan_apply(install, journal, wanted, runs, target=target, patch_ids=patch_ids, request=request, force=force)
     # Plan and write under the lock, from the files as they are once the lock is held: a second,
     # concurrent run then sees the first one's result ("already applied").
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
@@ -192,39 +150,30 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         recovered = journal.recover()
         before = frozenset(pid for e in journal.entries.values() for pid in e.patches)
         try:
-            report = _apply(install, journal, patches, dry_run=False, requested=requested, force=force,
+            report = _apply(install, journal, patches, dry_run=False, requested=set(patch_ids or ()), force=force,
                             request=request, recovered=recovered, unfinished=unfinished)
         except Interrupted as exc:
             if not exc.put_back:
                 raise
-            # the journal's step is a bare 'patchkit apply': repeat this run's options, --guard included
-            watching = [*(["--watch"] if watch else []),
-                        *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
-                        *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
-            again = run_steps.again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
-                           guard=guard, watch=watching)
-            raise Interrupted(exc.signum, exc.message, "", again, put_back=True) from None
+            raise api_steps.apply_interrupted(exc, target, request, force, command_options, patch_ids, guard, watch,
+                                     watch_drafts, watch_threshold) from None
         if not report.refused:
-            done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
-                    if report.written else "the patches were applied already (nothing to write)")
-            for plugin in PLUGINS:
-                name, had = plugin.NAME, plugin.installed(install)
-                if not (had or runs[name].want):
-                    continue
-                try:
-                    found = plugin.sync(install, journal, runs[name])
-                except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-                    raise _guard_interrupted(exc, done, "refreshed" if had else "installed", run_steps.plugin_step(
-                        command_options, "refresh it" if had else "install it", name=name), name) from None
-                except StateError as exc:  # the vLLM files are written (committed) already: say so
-                    raise StateError(f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
-                                     exc.hint, run_steps.plugin_step(command_options, f"then, to write the {name}", name=name)
-                                     ) from exc
-                if found is not None:
-                    report = replace(report, **{name: found})
+            report = api_steps.sync_plugins(PLUGINS, install, journal, report, runs, command_options)
         journal.remove_if_empty()
     interrupt.late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
     return _with_steps(install, report, request, target, force, before)
+
+
+def _plan_apply(install: Install, journal: Journal, wanted: list[Plugin], runs: dict[str, PluginRun], *, target: str,
+                patch_ids: list[str] | None, request: Request, force: bool) -> ApplyReport:
+    """``apply --dry-run``: plan exactly what the real run will, from the files as its rollback will leave them."""
+    from patchkit.plan.run import dry_run as plan_dry_run  # lazy: libcst, imported only by commands that plan
+
+    report = plan_dry_run(install, chain_check=run_checks, target=target, patch_ids=patch_ids, request=request,
+                          force=force)
+    for plugin in wanted if not report.refused else ():
+        report = replace(report, **{plugin.NAME: plugin.would_install(install, report, journal, runs[plugin.NAME])})
+    return _with_steps(install, report, request, target, force)
 
 
 def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool,
@@ -370,63 +319,27 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         check_requested(Registry(tree), request, str(install.version))
     if not journal.entries and not journal.pending and not journal.leftovers():
         # nothing to revert, with or without --arch/--model: exit 0 alike (issue 32; --model was exit 2)
-        if not request and any(plugin.installed(install) for plugin in PLUGINS):  # they go with the rest
-            with interrupt.deferred(), journal.lock(on_wait=on_wait):
-                edits = {} if force else _revert_blockers(install)
-                if edits:
-                    done = plan_revert(install, journal, force, guard_edits=edits)
-                    return RevertReport(info, done.files, refused=True,
-                                        next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
-                removed = {plugin.NAME: plugin.remove(install) for plugin in PLUGINS if plugin.installed(install)}
-            return RevertReport(info, [], refused=False, **removed)
-        return RevertReport(info, [], refused=False)
+        return api_steps.revert_plugins_only(PLUGINS, install, journal, info, target, request, force, on_wait)
     with interrupt.deferred(), journal.lock(on_wait=on_wait):
         journal = journal_for(install, target)
         unfinished = journal.unfinished()
         rolled = journal.recover()
         what = f"an unfinished {unfinished.operation}" if unfinished else "an unfinished run"
         files: list[RevertedFile] = [RevertedFile(p, True, f"rolled back {what}", [], "rolled back") for p in rolled]
-        narrow = rewrite = None
-        if request:
-            from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
-
-            narrow = arch_scope.narrowing(install, journal, request)
-            rewrite = arch_scope.rewritten(install, journal, narrow)
+        narrow, rewrite = api_steps.revert_scope(install, journal, request)
         # every revert deletes or rewrites an installed guard's files: one edited by hand blocks it too
-        edits = {} if force else _revert_blockers(install)
+        edits = {} if force else api_steps.revert_blockers(PLUGINS, install)
         done = plan_revert(install, journal, force, narrow, rewrite, edits)
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
             return RevertReport(info, files, refused=True,
                                 next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
-        try:
-            if narrow is not None:
-                keep = {p: sorted(set(journal.entries[p].patches) & narrow.keep) for p in rewrites}
-                journal.narrow(restore, rewrites, keep, str(install.version), forget=forget)
-            elif restore or forget:
-                journal.restore(restore, forget=forget)
-        except Interrupted as exc:
-            if not request or not exc.put_back:
-                raise
-            # the journal's step is a bare 'patchkit revert', which would revert every patch: repeat --arch/--model
-            raise Interrupted(exc.signum, exc.message, "", run_steps.again("revert", target, request, force),
-                              put_back=True) from None
+        api_steps.write_revert(install, journal, narrow, restore, rewrites, forget, target=target, request=request, force=force)
         # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
-        done = f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)"
-        followed = {}
-        for plugin in PLUGINS:
-            name = plugin.NAME
-            if not plugin.installed(install):
-                continue
-            try:
-                followed[name] = (plugin.sync(install, journal, PluginRun(target=target)) if refresh else
-                                  plugin.remove(install))
-            except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
-                raise _guard_interrupted(exc, done, "refreshed" if refresh else "removed",
-                                         run_steps.plugin_step((), "refresh it", name=name) if refresh else
-                                         run_steps.plugin_step((), "remove it", remove=True, name=name), name) from None
+        followed = api_steps.follow_plugins(PLUGINS, install, journal, refresh, target,
+                                   f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)")
         journal.remove_if_empty()
     interrupt.late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False, **followed)

@@ -90,10 +90,11 @@ def test_a_multi_line_engine_error_keeps_its_reason():
     count on its first line; the reason ('... failed to be inspected') is on the next. The driver's
     check detail keeps the first three lines, joined, so a rehearsal names the cause."""
     from patchkit.rehearse.engine_driver import failure
+    from patchkit.rehearse.engine_steps import Step
 
     exc = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures "
                      "['Gemma3ForConditionalGeneration'] failed to be inspected.\n    For further information")
-    check = failure("engine started with EAGLE-3", exc)
+    check = failure(Step.STARTED, exc)
     assert check["ok"] is False
     assert check["detail"] == ("ValueError: 1 validation error for ModelConfig | Value error, Model architectures "
                                "['Gemma3ForConditionalGeneration'] failed to be inspected. | For further information")

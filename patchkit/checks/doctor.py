@@ -111,13 +111,7 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     registry = Registry(tree)
     info = contract_mod.install_info(install, contract)
     facts = _target_facts(target_cfg, tree, registry)
-    if facts.architectures and facts.resolution is None and not any(
-            isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures
-            for p in load_patches(distribution)):
-        # a name this registry lacks and patchkit knows from no release (a typo, a remote-code class):
-        # exit 2 with the closest names, the answer every command gives (issue 32)
-        raise not_registered(registry, facts.architectures[0], str(install.version),
-                             "--model's config.json architecture", " ".join(command_options or ()), facts.model_type)
+    _check_known(facts, registry, install, distribution, command_options)
     route = backend_route(tree, contract, facts.resolution) if facts.resolution is not None else None
     options = tuple(command_options) if command_options else ("--site-packages", str(install.site_packages))
     actions: list[NextStep | str] = []  # a str: an edit only the user can make (the draft checks' advice)
@@ -135,13 +129,7 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
     load_check = _draft_load_check(facts, tree, registry, contract, install, actions)
     if load_check is not None:
         checks.append(load_check)
-    pending = unfinished_check(journal_for(install, distribution))
-    if pending is not None:  # the files are a mix of two runs until the next apply or revert
-        checks.insert(0, pending)
-        if pending.ok is False:
-            actions.append(NextStep(patchkit_argv("apply", target=distribution, environment=options),
-                                    "finish the unfinished patchkit run: apply puts its files back first",
-                                    effect=Effect.PATCHES))
+    _pending_check(checks, actions, install, distribution, options)
 
     draft_facts = None
     warnings: list[str] = []
@@ -149,12 +137,7 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
         ctx = DraftContext(facts, tree, registry, install, read_release(tree, install), final_layer_capture(chain),
                            pipeline_parallel_size, actions, warnings)
         draft_facts, more = draft_checks(draft_cfg, ctx)
-        checks += more
-        if route is not None and route.declares and route.id_zero_breaks and 0 in (draft_facts.aux_layer_ids or ()):
-            checks.append(Check("aux id 0 through vLLM's Transformers backend", False,
-                                f"the backend's {SETTER_NAME}() indexes layer - 1, so id 0 (the embedding output) fails "
-                                "when the draft loads (KeyError: -1)", route.location))
-            actions.append("use a draft whose aux layer ids are 1 or more (the backend cannot capture id 0)")
+        checks += more + _backend_id_zero(route, draft_facts, actions)
     else:
         checks.append(Check("EAGLE-3 draft", None, "no --draft given: draft architecture, aux layer ids and width not checked"))
 
@@ -165,6 +148,43 @@ def doctor(install: Install, model: Path, draft: Path | None = None, *,
             and any(c.failures() for c in vllm_side)):
         _suggest_apply(report, install, distribution, options, model_dir)
     return report
+
+
+def _check_known(facts: TargetFacts, registry: Registry, install: Install, distribution: str,
+                 command_options: Sequence[str] | None) -> None:
+    """Raises :func:`~patchkit.plan.request.not_registered` for a target architecture this registry lacks and
+    patchkit knows from no release (a typo, a remote-code class): exit 2 with the closest names, the
+    answer every command gives (issue 32)."""
+    if facts.architectures and facts.resolution is None and not any(
+            isinstance(p.target, ClassTarget) and p.target.architecture in facts.architectures
+            for p in load_patches(distribution)):
+        raise not_registered(registry, facts.architectures[0], str(install.version),
+                             "--model's config.json architecture", " ".join(command_options or ()), facts.model_type)
+
+
+def _pending_check(checks: list[Check], actions: list, install: Install, distribution: str,
+                   options: tuple[str, ...]) -> None:
+    """An unfinished patchkit run first in ``checks`` (the files are a mix of two runs until the next
+    apply or revert), and the apply that finishes it in ``actions``."""
+    pending = unfinished_check(journal_for(install, distribution))
+    if pending is None:
+        return
+    checks.insert(0, pending)
+    if pending.ok is False:
+        actions.append(NextStep(patchkit_argv("apply", target=distribution, environment=options),
+                                "finish the unfinished patchkit run: apply puts its files back first",
+                                effect=Effect.PATCHES))
+
+
+def _backend_id_zero(route, draft_facts: DraftFacts, actions: list) -> list[Check]:
+    """Through vLLM's Transformers backend, a draft's aux id 0 fails when the draft loads: the failing
+    check (and the advice), or nothing."""
+    if route is not None and route.declares and route.id_zero_breaks and 0 in (draft_facts.aux_layer_ids or ()):
+        actions.append("use a draft whose aux layer ids are 1 or more (the backend cannot capture id 0)")
+        return [Check("aux id 0 through vLLM's Transformers backend", False,
+                      f"the backend's {SETTER_NAME}() indexes layer - 1, so id 0 (the embedding output) fails "
+                      "when the draft loads (KeyError: -1)", route.location)]
+    return []
 
 
 def _runner_check(tree: SourceTree) -> Check:

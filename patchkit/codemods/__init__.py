@@ -12,6 +12,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from patchkit.codemods.kinds import CaptureForm, CodemodKind
+
 if TYPE_CHECKING:
     from patchkit.codemods.base import Codemod
 
@@ -38,7 +40,7 @@ class Kind:
 def _capture_expects(o: dict[str, Any]) -> str:
     layer = ("'hidden_states, residual = layer(..., residual, ...)'" if o.get("residual", True) else
              "'hidden_states = layer(...)' (or 'hidden_states, residual = layer(...)' with no residual passed in)")
-    if o.get("form", "inline") == "mixin":
+    if CaptureForm(o.get("form", CaptureForm.INLINE)) is CaptureForm.MIXIN:
         return (
             "the backbone class exactly once at module level, with exactly one forward; forward holds exactly one "
             f"top-level 'for <layer> in ...self.layers...' loop whose body has exactly one {layer} and exactly one "
@@ -61,38 +63,38 @@ def _interface_expects(o: dict[str, Any]) -> str:
     )
 
 
-CATALOGUE: dict[str, Kind] = {
-    "capture": Kind(
+CATALOGUE: dict[CodemodKind, Kind] = {
+    CodemodKind.CAPTURE: Kind(
         "patchkit.codemods.capture", "CaptureAuxHiddenStates",
         "the residual-stream capture of EAGLE-3 aux hidden states in the backbone's forward",
         _capture_expects,
         "Make a decoder backbone capture EAGLE-3 aux hidden states, in the form the release's native classes use.",
     ),
-    "interface": Kind(
+    CodemodKind.INTERFACE: Kind(
         "patchkit.codemods.interface", "AddEagle3Interface",
         "SupportsEagle3 base and its import (and, on A1 releases, the two methods)",
         _interface_expects,
         "Give a model class the SupportsEagle3 interface the release's runner checks for.",
     ),
-    "allowlist": Kind(
+    CodemodKind.ALLOWLIST: Kind(
         "patchkit.codemods.allowlist", "ExtendAllowList",
         "model types added to the EAGLE-3 allow-list",
         lambda o: f"exactly one assignment '{' or '.join(o['names'])} = [\"...\", ...]' (a list of string literals)",
         "Add model types to the EAGLE-3 start-up allow-list of the speculative config.",
     ),
-    "embedding-alias": Kind(
+    CodemodKind.EMBEDDING_ALIAS: Kind(
         "patchkit.codemods.alias", "AddEmbeddingAlias",
         "a read-only property naming the backbone's embedding the way vLLM's EAGLE proposer reads it",
         lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
         "Let vLLM's EAGLE proposer find a backbone's embedding under the name it reads (embed_tokens).",
     ),
-    "head-alias": Kind(
+    CodemodKind.HEAD_ALIAS: Kind(
         "patchkit.codemods.alias", "AddHeadAlias",
         "a read-only property naming the model's head the way vLLM's EAGLE proposer reads it",
         lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
         "Let vLLM's EAGLE proposer share a target's head it reads under another name (lm_head).",
     ),
-    "proposer-branch": Kind(
+    CodemodKind.PROPOSER_BRANCH: Kind(
         "patchkit.codemods.proposer", "AddModelNameBranch",
         "elif branch in the EAGLE proposer's image-token mapping",
         lambda o: (f"exactly one 'self.get_model_name(...) == \"{o['after']}\"' branch, followed by an "
@@ -107,21 +109,24 @@ class CodemodRef:
     """A codemod by kind and options; the class is imported only by :meth:`load`.
 
     Attributes:
-        kind: a key of :data:`CATALOGUE`.
+        kind: the codemod (a key of :data:`CATALOGUE`).
         options: keyword arguments of the codemod class, as sorted ``(name, value)`` pairs.
     """
 
-    kind: str
+    kind: CodemodKind
     options: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, kind: str, **options: Any) -> "CodemodRef":
-        """``CodemodRef.of("capture", patch_id=..., form="mixin")``.
+    def of(cls, kind: CodemodKind | str, **options: Any) -> "CodemodRef":
+        """``CodemodRef.of(CodemodKind.CAPTURE, patch_id=..., form="mixin")`` (or the kind's value, ``"capture"``).
 
         Raises:
             KeyError: ``kind`` is not in :data:`CATALOGUE`.
         """
-        CATALOGUE[kind]  # noqa: B018 - fail at definition time for an unknown kind
+        try:
+            kind = CodemodKind(kind)  # fail at definition time for an unknown kind
+        except ValueError:
+            raise KeyError(kind) from None
         return cls(kind, tuple(sorted(options.items())))
 
     @property

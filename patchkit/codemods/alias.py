@@ -19,6 +19,7 @@ from __future__ import annotations
 import libcst as cst
 
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, parse_members, replace_top_level, top_level_class
+from patchkit.codemods.kinds import CodemodKind
 
 _TEMPLATE = '''
 @property
@@ -62,7 +63,7 @@ class AddEmbeddingAlias(Codemod):
         patch_id: written into a comment in the property.
     """
 
-    kind = "embedding-alias"
+    kind = CodemodKind.EMBEDDING_ALIAS
     what, holder = "embedding", "backbone"
 
     def __init__(self, alias: str, attribute: str, patch_id: str) -> None:
@@ -101,5 +102,5 @@ class AddEmbeddingAlias(Codemod):
 class AddHeadAlias(AddEmbeddingAlias):
     """As :class:`AddEmbeddingAlias`, for a causal LM's head (``lm_head`` -> ``output``)."""
 
-    kind = "head-alias"
+    kind = CodemodKind.HEAD_ALIAS
     what, holder = "head", "class"

@@ -15,6 +15,7 @@ import libcst as cst
 
 from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one, insert_into_sequence
+from patchkit.codemods.kinds import CodemodKind
 from patchkit.vllm.release.contract import ALLOW_LIST_NAMES, allow_list_entries
 
 __all__ = ["ExtendAllowList", "find_allow_lists", "list_entries"]
@@ -57,7 +58,7 @@ class ExtendAllowList(Codemod):
         entries: the strings to add, in order; entries already there are not repeated.
     """
 
-    kind = "allowlist"
+    kind = CodemodKind.ALLOWLIST
 
     def __init__(self, names: tuple[str, ...], entries: tuple[str, ...]) -> None:
         self.names = tuple(names)

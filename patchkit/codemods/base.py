@@ -15,6 +15,7 @@ from typing import Sequence, TypeVar
 
 import libcst as cst
 
+from patchkit.codemods.kinds import CodemodKind
 from patchkit.vllm.classes.composition import Holder
 
 
@@ -60,7 +61,7 @@ class Codemod(ABC):
     names this module's subclasses (issue 25: that was the last import cycle).
     """
 
-    kind: str = ""
+    kind: "CodemodKind"
     options: dict
 
     @abstractmethod

@@ -45,6 +45,7 @@ from patchkit.codemods.base import (
     replace_top_level,
     top_level_class,
 )
+from patchkit.codemods.kinds import CaptureForm, CodemodKind
 from patchkit.codemods.interface import add_interfaces_import
 from patchkit.vllm.classes.composition import is_layer_loop
 from patchkit.vllm.release.contract import ATTR, MAYBE_ADD, MIXIN
@@ -150,15 +151,16 @@ class CaptureAuxHiddenStates(Codemod):
             :func:`patchkit.vllm.stream.residual.residual_stream`, never assumed from the loop's form.
     """
 
-    kind = "capture"
+    kind = CodemodKind.CAPTURE
 
-    def __init__(self, patch_id: str, form: str = "inline", residual: bool = True) -> None:
-        if form not in ("inline", "mixin"):
-            raise ValueError(f"unknown capture form {form!r}")
+    def __init__(self, patch_id: str, form: CaptureForm | str = CaptureForm.INLINE, residual: bool = True) -> None:
+        try:
+            self.form = CaptureForm(form)
+        except ValueError:
+            raise ValueError(f"unknown capture form {form!r}") from None
         self.patch_id = patch_id
-        self.form = form
         self.residual = residual
-        self.options = {"patch_id": patch_id, "form": form, "residual": residual}
+        self.options = {"patch_id": patch_id, "form": self.form.value, "residual": residual}
 
     @property
     def stream(self) -> str:
@@ -168,7 +170,7 @@ class CaptureAuxHiddenStates(Codemod):
     def check(self, module: cst.Module, site: Site) -> tuple[Presence, str]:
         cls = top_level_class(module, _class_name(site))
         forward = exactly_one(method_of(cls, "forward"), f"forward in {cls.name.value}")
-        if self.form == "mixin":
+        if self.form is CaptureForm.MIXIN:
             parts = {
                 f"{MIXIN} base": any(tree.is_name(a.value, MIXIN) for a in cls.bases),
                 f"{MAYBE_ADD} calls": len(tree.find(tree.walk(forward), _maybe_add_call)) >= 2,
@@ -198,7 +200,7 @@ class CaptureAuxHiddenStates(Codemod):
             if tree.find(tree.walk(forward), _named(name)):
                 raise Refusal(f"{cls.name.value}.forward already uses the name {name}")
         new_forward = forward.with_changes(body=forward.body.with_changes(body=self._forward_body(forward)))
-        if self.form == "mixin":
+        if self.form is CaptureForm.MIXIN:
             body = [new_forward if s is forward else s for s in cls.body.body]
             new_cls = cls.with_changes(body=cls.body.with_changes(body=body))
             if not any(tree.is_name(a.value, MIXIN) for a in cls.bases):
@@ -239,7 +241,7 @@ class CaptureAuxHiddenStates(Codemod):
         loop_body = list(loop.body.body)
         if len(loop_body) <= at_call or not _runs_layer(loop_body[at_call], form.layer, form.tuple_target):
             raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
-        if self.form == "inline":
+        if self.form is CaptureForm.INLINE:
             loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
         else:
             residual = "residual" if self.residual else "None"
@@ -253,7 +255,7 @@ class CaptureAuxHiddenStates(Codemod):
             f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
             "(residual stream entering each requested global layer id)."))
         before: list[cst.BaseStatement] = []
-        if self.form == "inline":
+        if self.form is CaptureForm.INLINE:
             if self.residual and not form.residual_before:  # the first layer takes hidden_states alone
                 before.append(cst.parse_statement("residual = None\n"))
             before.append(cst.parse_statement(f"{STATES} = []\n"))
@@ -264,7 +266,7 @@ class CaptureAuxHiddenStates(Codemod):
         before[0] = before[0].with_changes(leading_lines=[*loop.leading_lines, comment])
         new_loop = new_loop.with_changes(leading_lines=[])
         after_loop: list[cst.BaseStatement] = []
-        if self.form == "inline":
+        if self.form is CaptureForm.INLINE:
             after_loop.append(cst.parse_statement(
                 f"if self.end_layer == len(self.layers) and self.end_layer in self.{ATTR}:\n"
                 f"    {STATES}.append({self.stream})\n"

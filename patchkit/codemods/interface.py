@@ -28,6 +28,7 @@ from patchkit.codemods.base import (
     replace_top_level,
     top_level_class,
 )
+from patchkit.codemods.kinds import CodemodKind
 
 from patchkit.vllm.release.contract import GETTER_A1 as GETTER
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PROTOCOL, SETTER
@@ -67,7 +68,7 @@ class AddEagle3Interface(Codemod):
             through ``get_language_model()`` / ``language_model`` and ``.model``.
     """
 
-    kind = "interface"
+    kind = CodemodKind.INTERFACE
 
     def __init__(self, patch_id: str, methods: bool = True, getter: str = GETTER) -> None:
         self.patch_id = patch_id

@@ -15,6 +15,7 @@ import libcst as cst
 
 from patchkit.codemods import tree
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, exactly_one
+from patchkit.codemods.kinds import CodemodKind
 
 
 def _branch_for(model_name: str):
@@ -47,7 +48,7 @@ class AddModelNameBranch(Codemod):
         patch_id: written into a comment in the branch.
     """
 
-    kind = "proposer-branch"
+    kind = CodemodKind.PROPOSER_BRANCH
 
     def __init__(self, model: str, after: str, attribute: str, patch_id: str) -> None:
         self.model = model

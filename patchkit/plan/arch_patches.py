@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.codemods import CodemodRef
+from patchkit.codemods import CaptureForm, CodemodKind, CodemodRef
 from patchkit.plan.request import ModelConfig
 from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_patches, order
 from patchkit.vllm.registry import model_types
@@ -89,16 +89,38 @@ def head_alias_id(cls: str) -> str:
 
 
 class PatchKind(str, Enum):
-    """What a per-architecture patch changes; the value is its part of the patch id (:func:`parse_id`)."""
+    """What a per-architecture patch changes; the value is its part of the patch id (:func:`parse_id`),
+    the same word as its codemod's kind (:attr:`codemod`)."""
 
-    CAPTURE = "capture"
-    INTERFACE = "interface"
-    EMBEDDING_ALIAS = "embedding-alias"
-    HEAD_ALIAS = "head-alias"
-    ALLOWLIST = "allowlist"
+    CAPTURE = CodemodKind.CAPTURE.value
+    INTERFACE = CodemodKind.INTERFACE.value
+    EMBEDDING_ALIAS = CodemodKind.EMBEDDING_ALIAS.value
+    HEAD_ALIAS = CodemodKind.HEAD_ALIAS.value
+    ALLOWLIST = CodemodKind.ALLOWLIST.value
 
     __str__ = str.__str__  # printed as its value
     __format__ = str.__format__
+
+    @property
+    def codemod(self) -> CodemodKind:
+        """The codemod that writes this kind of patch."""
+        return CodemodKind(self.value)
+
+    @property
+    def on_backbone(self) -> bool:
+        """The patch lands in the architecture's decoder backbone (else in its registry class or, for
+        the allow-list, in the speculative config)."""
+        return self in (PatchKind.CAPTURE, PatchKind.EMBEDDING_ALIAS)
+
+    def patch_id(self, name: str) -> str:
+        """The id ``apply`` prints for this kind on class (or model type) ``name``."""
+        return {
+            PatchKind.CAPTURE: capture_id,
+            PatchKind.INTERFACE: interface_id,
+            PatchKind.EMBEDDING_ALIAS: alias_id,
+            PatchKind.HEAD_ALIAS: head_alias_id,
+            PatchKind.ALLOWLIST: allowlist_id,
+        }[self](name)
 
 
 def parse_id(patch_id: str) -> tuple[PatchKind, str] | None:
@@ -191,7 +213,7 @@ def head_names(tree: SourceTree) -> tuple[str, ...]:
 
 def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
     return _alias_patch(
-        head_alias_id(cls.name), "head-alias", arch, (), cls, attribute, names,
+        head_alias_id(cls.name), CodemodKind.HEAD_ALIAS, arch, (), cls, attribute, names,
         f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
         f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
         "keep a head that was never loaded, without an error.")
@@ -199,12 +221,12 @@ def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]
 
 def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
     return _alias_patch(
-        alias_id(backbone.name), "embedding-alias", arch, (BACKBONE_ATTR,), backbone, attribute, names,
+        alias_id(backbone.name), CodemodKind.EMBEDDING_ALIAS, arch, (BACKBONE_ATTR,), backbone, attribute, names,
         f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
         f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}.")
 
 
-def _alias_patch(pid: str, kind: str, arch: str, held: tuple[str, ...], cls: ClassRef, attribute: str,
+def _alias_patch(pid: str, kind: CodemodKind, arch: str, held: tuple[str, ...], cls: ClassRef, attribute: str,
                  names: tuple[str, ...], why: str) -> Patch:
     """A read-only property ``names[0]`` returning ``self.<attribute>`` on ``cls`` (reached from
     ``arch`` through ``held``, in the class defining its ``__init__``)."""
@@ -244,7 +266,7 @@ def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, pat
     mro = tree.mro(resolution.cls)
     for patch in patches:
         target = patch.target
-        if patch.codemod.kind != "interface" or not isinstance(target, ClassTarget) or target.forwards_to != BACKBONE_ATTR:
+        if patch.codemod.kind is not CodemodKind.INTERFACE or not isinstance(target, ClassTarget) or target.forwards_to != BACKBONE_ATTR:
             continue
         parent = registry.resolve(target.architecture)
         if parent is None or parent.cls is None or parent.cls not in mro:
@@ -339,7 +361,7 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         served = shipped_for(tree, registry, contract, shape.inner) if inner.state is not State.NATIVE else ()
         if served:  # the shipped patches give the language model EAGLE-3 (0.16.0 kimi_vl.py: DeepSeek-V2)
             out.extend(served)
-            requires.extend(p.id for p in served if p.codemod.kind == "interface")
+            requires.extend(p.id for p in served if p.codemod.kind is CodemodKind.INTERFACE)
         elif inner.state is not State.NATIVE:
             inner_patches = _patches_for(tree, registry, contract, inner, families, None, None, force)
             out.extend(inner_patches)
@@ -371,7 +393,7 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         reference="vLLM's own native EAGLE-3 classes of this release (model_executor/models/interfaces.py)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, forwards_to=attr),
-        codemod=CodemodRef.of("interface", patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
+        codemod=CodemodRef.of(CodemodKind.INTERFACE, patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
         requires=tuple(requires),
         architectures=(arch,),
     ))
@@ -402,7 +424,8 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
         reference="vLLM's own native EAGLE-3 backbones of this release (llama.py, qwen3_moe.py, granite.py)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="forward"),
-        codemod=CodemodRef.of("capture", patch_id=pid, form="inline" if a1 else "mixin", residual=residual),
+        codemod=CodemodRef.of(CodemodKind.CAPTURE, patch_id=pid, form=(CaptureForm.INLINE if a1 else CaptureForm.MIXIN).value,
+                              residual=residual),
         architectures=(arch,),
     )
 
@@ -421,7 +444,7 @@ def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
         reference=f"vLLM config/speculative.py ({ALLOW_LIST_RELEASES})",
         vllm=EAGLE3_RELEASES,
         target=ModuleTarget(modules=ALLOW_LIST_MODULES),
-        codemod=CodemodRef.of("allowlist", names=ALLOW_LIST_NAMES, entries=(model_type,)),
+        codemod=CodemodRef.of(CodemodKind.ALLOWLIST, names=ALLOW_LIST_NAMES, entries=(model_type,)),
         architectures=(arch,) if arch else (),
     )
 

@@ -178,6 +178,41 @@ def _replan(result: Plan, outcome_of: dict[str, PatchResult], planned: PatchResu
 def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
             journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
             written: set[str], result: Plan) -> PatchResult:
+    decided = _release_decision(patch, install, contract)
+    if decided is not None:
+        return decided
+    _check_requires(patch, outcome_of)
+    load = _loader(install, tree, modules, result)
+    codemod = patch.codemod.load()
+    resolved = _resolve_target(patch, codemod, tree, registry, load)
+    relpath = resolved.relpath
+    module = load(relpath)
+    try:
+        presence, why = codemod.check(module, resolved.site)
+    except Refusal as exc:
+        raise _Refused(f"{relpath}: {exc}") from exc
+
+    if presence is Presence.PRESENT:
+        return _already_applied(patch, journal, result, relpath, why, resolved.where)
+    if presence is Presence.PARTIAL:
+        raise _Refused(f"{relpath}: {why}; reinstall vLLM to get the original file, then apply again")
+
+    try:
+        new_module = codemod.transform(module, resolved.site)
+    except Refusal as exc:
+        raise _Refused(f"{relpath}: {exc}") from exc
+    after, why_after = codemod.check(new_module, resolved.site)
+    if after is not Presence.PRESENT:
+        raise _Refused(f"{relpath}: post-condition does not hold after the transform: {why_after}")
+    modules[relpath] = new_module
+    written.add(relpath)
+    result.patches_by_file.setdefault(relpath, []).append(patch.id)
+    return PatchResult(patch.id, Outcome.APPLIED, patch.codemod.description, [relpath], resolved.where)
+
+
+def _release_decision(patch: Patch, install: Install, contract: Contract) -> PatchResult | None:
+    """What the release alone decides for ``patch``: supported upstream (a result), not applicable or
+    refused (raised), or None when the patch is for this release."""
     if contract.era is Era.A0:
         raise _Refused(no_protocol(install.version))
     mismatch = contract.patchable != (install.version in A1_RELEASES)
@@ -204,6 +239,11 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
                 f"vLLM {install.version} has this natively (since {patch.upstream_from}); nothing to write",
             )
         raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
+    return None
+
+
+def _check_requires(patch: Patch, outcome_of: dict[str, PatchResult]) -> None:
+    """Raises when a patch ``patch`` needs was not applicable or refused."""
     for dep in patch.requires:
         dep_result = outcome_of.get(dep)
         if dep_result is None:
@@ -212,6 +252,11 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             raise _NotApplicable(f"needs {dep}, which is not applicable: {dep_result.reason}", dep_result.upgrade_to)
         if dep_result.outcome is Outcome.REFUSED:
             raise _Refused(f"needs {dep}, which was refused")
+
+
+def _loader(install: Install, tree: SourceTree, modules: dict[str, cst.Module], result: Plan):
+    """``load(relpath)``: the file parsed once per run (kept in ``modules``; its bytes and encoding in
+    ``result``)."""
 
     def load(relpath: str) -> cst.Module:
         if relpath not in modules:
@@ -228,40 +273,21 @@ def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract
             result.encodings[relpath] = modules[relpath].encoding
         return modules[relpath]
 
-    codemod = patch.codemod.load()
-    resolved = _resolve_target(patch, codemod, tree, registry, load)
-    relpath = resolved.relpath
-    module = load(relpath)
-    try:
-        presence, why = codemod.check(module, resolved.site)
-    except Refusal as exc:
-        raise _Refused(f"{relpath}: {exc}") from exc
+    return load
 
-    if presence is Presence.PRESENT:
-        entry = journal.entries.get(relpath)
-        if entry is not None and patch.id in entry.patches:
-            if sha256(result.originals[relpath]) != entry.sha256_after:
-                note = "the file was edited since patchkit wrote it ('patchkit status' shows it)"
-                return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where, note)
-            return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], resolved.where)
-        raise _Refused(
-            f"{relpath}: {why}, but patchkit's journal has no record of writing it "
-            "(a hand edit?); reinstall vLLM to get the original file, then apply again"
-        )
-    if presence is Presence.PARTIAL:
-        raise _Refused(f"{relpath}: {why}; reinstall vLLM to get the original file, then apply again")
 
-    try:
-        new_module = codemod.transform(module, resolved.site)
-    except Refusal as exc:
-        raise _Refused(f"{relpath}: {exc}") from exc
-    after, why_after = codemod.check(new_module, resolved.site)
-    if after is not Presence.PRESENT:
-        raise _Refused(f"{relpath}: post-condition does not hold after the transform: {why_after}")
-    modules[relpath] = new_module
-    written.add(relpath)
-    result.patches_by_file.setdefault(relpath, []).append(patch.id)
-    return PatchResult(patch.id, Outcome.APPLIED, patch.codemod.description, [relpath], resolved.where)
+def _already_applied(patch: Patch, journal: Journal, result: Plan, relpath: str, why: str, where) -> PatchResult:
+    """The codemod's change is in ``relpath``: already applied when patchkit's journal wrote it, else refused."""
+    entry = journal.entries.get(relpath)
+    if entry is not None and patch.id in entry.patches:
+        if sha256(result.originals[relpath]) != entry.sha256_after:
+            note = "the file was edited since patchkit wrote it ('patchkit status' shows it)"
+            return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], where, note)
+        return PatchResult(patch.id, Outcome.ALREADY_APPLIED, why, [relpath], where)
+    raise _Refused(
+        f"{relpath}: {why}, but patchkit's journal has no record of writing it "
+        "(a hand edit?); reinstall vLLM to get the original file, then apply again"
+    )
 
 
 def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry, load) -> _Resolved:

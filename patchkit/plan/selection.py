@@ -21,6 +21,7 @@ from patchkit.plan.arch_patches import (
     select_architectures,
     shipped_for,
 )
+from patchkit.codemods import CodemodKind
 from patchkit.plan.request import Request, read_model_config
 from patchkit.plan.spec import load_families, load_patches, select
 from patchkit.results import Outcome, PatchResult
@@ -76,7 +77,7 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
         types.extend(TEXT_MODEL_TYPES)
         # a checkpoint of a default-set architecture whose model type neither the release's list nor the
         # shipped entries admit (a fine-tune with its own model_type) gets its own allow-list entry
-        shipped_entries = [e for p in patches if p.codemod.kind == "allowlist" for e in p.codemod.opts.get("entries", ())]
+        shipped_entries = [e for p in patches if p.codemod.kind is CodemodKind.ALLOWLIST for e in p.codemod.opts.get("entries", ())]
         if (allow is not None and config is not None and config.model_type
                 and set(config.architectures) & set(served)
                 and not admits([*allow.entries, *shipped_entries], config.model_type)):

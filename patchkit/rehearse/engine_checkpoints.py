@@ -136,6 +136,51 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     vocab = spec["target_config"].get("vocab_size") or spec["target_config"]["text_config"]["vocab_size"]
     top = spec["draft_config"]
     draft_vocab = top.get("draft_vocab_size") or cfg.get("draft_vocab_size") or cfg["vocab_size"]
+    feats, targets, shifted = _rollouts(model, spec, ids, n_layers, vocab)
+    x = torch.cat(feats).float()
+    y = torch.cat(targets)
+    keep = sorted(set(y.tolist()))
+    if draft_vocab < vocab:  # the draft's own vocabulary: the tokens the target emits, then the smallest ids
+        chosen = (keep + [t for t in range(vocab) if t not in set(keep)])[:draft_vocab]
+        chosen = sorted(chosen)
+        to_draft = {t: i for i, t in enumerate(chosen)}
+        y_draft = torch.tensor([to_draft.get(t, 0) for t in y.tolist()])
+    else:
+        chosen = list(range(draft_vocab))
+        y_draft = y
+    sink = next(i for i, t in enumerate(chosen) if t not in set(keep))  # a token the target never emits here
+    x_right, y_right = x, y_draft
+    if shifted:
+        x_wrong = torch.cat(shifted).float()
+        x = torch.cat([x, x_wrong])
+        y_draft = torch.cat([y_draft, torch.full((len(x_wrong),), sink, dtype=y_draft.dtype)])
+    fc, lm_head, cols, eps = _fit(x, y_draft, hidden, draft_vocab, cfg, spec)
+    with torch.no_grad():
+
+        def picks(inputs):  # over the whole draft vocabulary, zero rows included
+            h = fc(inputs)
+            return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head.T
+
+        fit = float((picks(x_right).argmax(-1) == y_right).float().mean())
+        apart = float((picks(x[len(x_right):]).argmax(-1) == sink).float().mean()) if len(x) > len(x_right) else None
+    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": lm_head,
+               "norm.weight": torch.ones(hidden)}
+    weights.update(_midlayer(cfg, hidden))
+    if "speculators_model_type" in top:  # speculators checkpoints name the decoder layer layers.0
+        weights = {("layers.0." + k[len("midlayer."):]) if k.startswith("midlayer.") else k: v for k, v in weights.items()}
+    if draft_vocab < vocab:
+        weights["d2t"] = torch.tensor([t - i for i, t in enumerate(chosen)], dtype=torch.long)
+        mask = torch.zeros(vocab, dtype=torch.bool)
+        mask[chosen] = True
+        weights["t2d"] = mask
+    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart}
+
+
+def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> tuple[list, list, list]:
+    """``(feats, targets, shifted)`` on the target's greedy rollouts (the test prompt and a few random
+    ones): the aux states at ``ids``, the token two positions ahead, and the states at ``ids`` shifted by one."""
+    import torch  # lazy: target interpreter only
+
     layers = decoder_layers(model)
     captured = {}
 
@@ -163,23 +208,13 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
                     shifted.append(torch.cat([at(k + delta) for k in ids], dim=-1)[:-2])
     finally:
         handle.remove()
-    x = torch.cat(feats).float()
-    y = torch.cat(targets)
-    keep = sorted(set(y.tolist()))
-    if draft_vocab < vocab:  # the draft's own vocabulary: the tokens the target emits, then the smallest ids
-        chosen = (keep + [t for t in range(vocab) if t not in set(keep)])[:draft_vocab]
-        chosen = sorted(chosen)
-        to_draft = {t: i for i, t in enumerate(chosen)}
-        y_draft = torch.tensor([to_draft.get(t, 0) for t in y.tolist()])
-    else:
-        chosen = list(range(draft_vocab))
-        y_draft = y
-    sink = next(i for i, t in enumerate(chosen) if t not in set(keep))  # a token the target never emits here
-    x_right, y_right = x, y_draft
-    if shifted:
-        x_wrong = torch.cat(shifted).float()
-        x = torch.cat([x, x_wrong])
-        y_draft = torch.cat([y_draft, torch.full((len(x_wrong),), sink, dtype=y_draft.dtype)])
+    return feats, targets, shifted
+
+
+def _fit(x, y_draft, hidden: int, draft_vocab: int, cfg: dict, spec: dict):
+    """``(fc, lm_head, cols, eps)``: ``fc`` and the named rows of ``lm_head`` fitted to ``y_draft`` from ``x``."""
+    import torch  # lazy: target interpreter only
+
     # Only the tokens the fit names (the targets, and the sink) get trained rows of lm_head; every other
     # row is zero, so its logit is 0, and the fit's cost no longer grows with the draft's vocabulary
     # (the miniature's is small: 512 for the Llama case, where the whole fit takes about 3 s on one
@@ -205,19 +240,17 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     lm_head = torch.zeros(draft_vocab, hidden)
     with torch.no_grad():
         lm_head[cols] = head.weight
+    return fc, lm_head, cols, eps
 
-        def picks(inputs):  # over the whole draft vocabulary, zero rows included
-            h = fc(inputs)
-            return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head.T
 
-        fit = float((picks(x_right).argmax(-1) == y_right).float().mean())
-        apart = float((picks(x[len(x_right):]).argmax(-1) == sink).float().mean()) if len(x) > len(x_right) else None
-    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": lm_head,
-               "norm.weight": torch.ones(hidden)}
+def _midlayer(cfg: dict, hidden: int) -> dict:
+    """The draft layer's weights: attention and MLP outputs zero (``o_proj``, ``down_proj``), norms one."""
+    import torch  # lazy: target interpreter only
+
     heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     head_dim = cfg.get("head_dim") or hidden // heads
     inter = cfg["intermediate_size"]
-    weights.update({
+    return {
         "midlayer.input_layernorm.weight": torch.ones(hidden),
         "midlayer.hidden_norm.weight": torch.ones(hidden),
         "midlayer.post_attention_layernorm.weight": torch.ones(hidden),
@@ -228,15 +261,7 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
         "midlayer.mlp.gate_proj.weight": torch.randn(inter, hidden) * 0.02,
         "midlayer.mlp.up_proj.weight": torch.randn(inter, hidden) * 0.02,
         "midlayer.mlp.down_proj.weight": torch.zeros(hidden, inter),
-    })
-    if "speculators_model_type" in top:  # speculators checkpoints name the decoder layer layers.0
-        weights = {("layers.0." + k[len("midlayer."):]) if k.startswith("midlayer.") else k: v for k, v in weights.items()}
-    if draft_vocab < vocab:
-        weights["d2t"] = torch.tensor([t - i for i, t in enumerate(chosen)], dtype=torch.long)
-        mask = torch.zeros(vocab, dtype=torch.bool)
-        mask[chosen] = True
-        weights["t2d"] = mask
-    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart}
+    }
 
 
 def layer_config(draft: dict) -> dict:

@@ -26,7 +26,8 @@ SPEC (JSON object):
     tensor_parallel_size, pipeline_parallel_size: the engine's layout (default 1 and 1: one worker
         in this process; else one worker process per rank, :func:`layout_kwargs`).
 
-REPORT (JSON object): ``steps``: one object per engine step with ``name``, ``ok`` (true, false,
+REPORT (JSON object): ``steps``: one object per engine step with ``name`` (its
+:class:`~patchkit.rehearse.engine_steps.Step` value), ``ok`` (true, false,
 or null when not run), ``detail`` (text), ``where`` (``vllm/...py:line`` where vLLM raised, or
 null); ``raw``: the figures patchkit decides on (:mod:`patchkit.rehearse.verdict`), measured here
 and not judged here: ``aux`` (the id-distance matrix), ``counters`` (vLLM's spec-decode counters,
@@ -72,10 +73,12 @@ if __package__:
     from patchkit.rehearse.engine_checkpoints import (build_target, decoder_layers, greedy, layer_config, layer_states,
                                                       save_draft, torch_dtype, train_draft)
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from patchkit.rehearse.engine_steps import Step
 else:  # run as a script (``python engine_driver.py``): its folder is first on sys.path
     from engine_checkpoints import (build_target, decoder_layers, greedy, layer_config, layer_states, save_draft,
                                     torch_dtype, train_draft)
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from engine_steps import Step
 
 PROGRESS = "PATCHKIT-PROGRESS "
 
@@ -98,12 +101,12 @@ def vllm_location(exc: BaseException) -> str | None:
     return None
 
 
-def failure(name: str, exc: BaseException, **extra) -> dict:
+def failure(name: Step, exc: BaseException, **extra) -> dict:
     # a multi-line message (pydantic's ValidationError: a count, then the field and the reason) is kept
     # on one line, its first three lines joined, so the reason is not cut off after the count
     message = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {' | '.join(message[:3])}"
-    return {"name": name, "ok": False, "detail": text[:600], "where": vllm_location(exc), **extra}
+    return {"name": name.value, "ok": False, "detail": text[:600], "where": vllm_location(exc), **extra}
 
 
 def import_target_class(spec: dict) -> dict | None:
@@ -378,31 +381,10 @@ def main(spec_path: str, report_path: str) -> int:
         write()
         return 1
     try:
-        import torch  # lazy: target interpreter only; a failed import is a failed step in the report
-
-        # the spec's threads, else OMP_NUM_THREADS, else every core: with 16 threads each on 16 cores, 8 to 14
-        # rehearsals side by side on the H200 took 250-320 s each here (6-22 s alone, one thread, on this CPU)
-        threads = spec.get("threads") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1
-        torch.set_num_threads(max(1, int(threads)))
-        progress("building the miniature target (random weights, fp32, safetensors)")
-        model, target_dir = build_target(spec)
-        n = len(decoder_layers(model))
-        hf_greedy = greedy(model, prompt, spec["max_tokens"])
-        progress("fitting the miniature draft to the target's own greedy choices")
-        trained = train_draft(model, spec, n)
-        draft_dir = save_draft(spec, trained["weights"])
-        report["draft_fit"] = {"train_accuracy": trained["fit"], "pairs": trained["pairs"],
-                               "shifted_to_sink": trained["shifted_to_sink"]}
-        # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
-        model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))
-        reference, _logits = layer_states(model, prompt, device)
-        # transformers' states along its own greedy tokens, taken before vLLM runs in this process:
-        # vLLM's Transformers backend rebinds transformers' classes when it loads (0.32.0: after it,
-        # SeedOssModel's forward asks for vLLM's 'do_not_compile'), so a forward after the engine can fail
-        hf_states, _logits = layer_states(model, prompt + hf_greedy, device)
-        report["timings"]["build"] = round(time.monotonic() - started, 2)
+        model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n = _build(spec, report, prompt, device,
+                                                                                          started)
     except Exception as exc:  # noqa: BLE001 - every failure is a step in the report
-        steps.append(failure("miniature checkpoints", exc))
+        steps.append(failure(Step.BUILD, exc))
         write()
         return 1
     # EAGLE-3 first: when vLLM refuses it (an unpatched target), the run stops there
@@ -412,37 +394,18 @@ def main(spec_path: str, report_path: str) -> int:
     try:
         llm = engine(spec, target_dir, draft_dir)
     except Exception as exc:  # noqa: BLE001
-        steps.append(failure("engine started with EAGLE-3", exc))
+        steps.append(failure(Step.STARTED, exc))
         report["timings"]["eagle3"] = round(time.monotonic() - t0, 2)
         write()
         return 1
-    steps.append({"name": "engine started with EAGLE-3", "ok": True, "where": None,
+    steps.append({"name": Step.STARTED.value, "ok": True, "where": None,
                   "detail": f"started in {time.monotonic() - t0:.1f} s"})
     spec_tokens = None
     try:
-        runners = spec["runners"]
-        status = llm.collective_rpc(_install_recorder, args=(runners,))
-        if status and "ok" not in status:
-            raise RuntimeError(status[0])
-        progress("generating with speculation")
-        spec_tokens = generate(llm, prompt, spec["max_tokens"])
-        recorded, info, raw["ranks"] = _ranks_recorded(llm, runners, len(prompt))
-        shared = info.get("shares_embed")
-        steps.append({"name": "draft loaded", "ok": shared is True, "where": None,
-                      "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True
-                                 else f"the draft's embed_tokens is not the target's ({shared})")
-                      + f"; vLLM's {info.get('runner')} model runner", **info})
-        raw["counters"] = counters(llm)
-        if recorded:
-            first = torch.tensor(recorded[0])[:len(prompt)]
-            raw["aux"] = aux_errors(first, reference, ids)
-            if spec.get("save_aux"):
-                with open(os.path.join(spec["workdir"], "aux.json"), "w") as fh:
-                    json.dump({"ids": ids, "states": first.tolist()}, fh)
-        else:
-            raw["aux"] = {"ids": ids, "n": n, "errors": [], "tokens": 0, "called": False}
+        spec_tokens = _generate_speculative(llm, spec, prompt)
+        _record(llm, spec, prompt, ids, n, reference, steps, raw)
     except Exception as exc:  # noqa: BLE001
-        steps.append(failure("speculative generation", exc))
+        steps.append(failure(Step.GENERATION, exc))
     del llm
     _release()
     report["timings"]["eagle3"] = round(time.monotonic() - t0, 2)
@@ -455,7 +418,7 @@ def main(spec_path: str, report_path: str) -> int:
             plain_tokens = generate(llm, prompt, spec["max_tokens"])
             del llm
         except Exception as exc:  # noqa: BLE001
-            steps.append(failure("engine without speculation", exc))
+            steps.append(failure(Step.PLAIN, exc))
         _release()
         report["timings"]["plain"] = round(time.monotonic() - t0, 2)
     if spec_tokens is not None:
@@ -463,21 +426,89 @@ def main(spec_path: str, report_path: str) -> int:
         raw["greedy"] = {"tokens": spec_tokens, "plain_tokens": plain_tokens, "transformers_tokens": hf_greedy,
                          "difference": None}
         try:
-            seq, states = prompt + hf_greedy, hf_states
-            if spec_tokens != hf_greedy:  # along vLLM's own tokens, where they are not transformers'
-                seq = prompt + spec_tokens
-                states, _logits = layer_states(model, seq, device)
-            eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
-            proposals = draft_proposals(states, ids, trained["weights"], eps)
-            raw["offline"] = offline_acceptance(seq, len(prompt), proposals,
-                                                int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"])
-            if plain_tokens is not None and plain_tokens != spec_tokens:
-                raw["greedy"]["difference"] = first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
+            _replay(spec, model, device, prompt, ids, trained, hf_greedy, hf_states, spec_tokens, plain_tokens, raw)
         except Exception as exc:  # noqa: BLE001
-            steps.append(failure("offline replay", exc))
+            steps.append(failure(Step.REPLAY, exc))
     report["timings"]["total"] = round(time.monotonic() - started, 2)
     write()
     return 0 if all(s["ok"] for s in steps) else 1
+
+
+def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
+    """The miniature target (random weights) and the draft fitted to it, saved; the reference states.
+    Returns ``(model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n)``; raises what failed."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    # the spec's threads, else OMP_NUM_THREADS, else every core: with 16 threads each on 16 cores, 8 to 14
+    # rehearsals side by side on the H200 took 250-320 s each here (6-22 s alone, one thread, on this CPU)
+    threads = spec.get("threads") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1
+    torch.set_num_threads(max(1, int(threads)))
+    progress("building the miniature target (random weights, fp32, safetensors)")
+    model, target_dir = build_target(spec)
+    n = len(decoder_layers(model))
+    hf_greedy = greedy(model, prompt, spec["max_tokens"])
+    progress("fitting the miniature draft to the target's own greedy choices")
+    trained = train_draft(model, spec, n)
+    draft_dir = save_draft(spec, trained["weights"])
+    report["draft_fit"] = {"train_accuracy": trained["fit"], "pairs": trained["pairs"],
+                           "shifted_to_sink": trained["shifted_to_sink"]}
+    # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
+    model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))
+    reference, _logits = layer_states(model, prompt, device)
+    # transformers' states along its own greedy tokens, taken before vLLM runs in this process:
+    # vLLM's Transformers backend rebinds transformers' classes when it loads (0.32.0: after it,
+    # SeedOssModel's forward asks for vLLM's 'do_not_compile'), so a forward after the engine can fail
+    hf_states, _logits = layer_states(model, prompt + hf_greedy, device)
+    report["timings"]["build"] = round(time.monotonic() - started, 2)
+    return model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n
+
+
+def _generate_speculative(llm, spec: dict, prompt: list) -> list:
+    """Generate with speculation, the recorder of what the draft receives installed first; returns the
+    tokens. Raises what failed."""
+    status = llm.collective_rpc(_install_recorder, args=(spec["runners"],))
+    if status and "ok" not in status:  # one result per rank: some rank must hold the draft
+        raise RuntimeError(status[0])
+    progress("generating with speculation")
+    return generate(llm, prompt, spec["max_tokens"])
+
+
+def _record(llm, spec: dict, prompt: list, ids: list, n: int, reference, steps: list, raw: dict) -> None:
+    """What the draft received during the speculative generation: the draft-loaded step in ``steps``,
+    the counters and the aux distances in ``raw``. Raises what failed."""
+    import torch  # lazy: target interpreter only
+
+    recorded, info, raw["ranks"] = _ranks_recorded(llm, spec["runners"], len(prompt))
+    shared = info.get("shares_embed")
+    steps.append({"name": Step.DRAFT_LOADED.value, "ok": shared is True, "where": None,
+                  "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True
+                             else f"the draft's embed_tokens is not the target's ({shared})")
+                  + f"; vLLM's {info.get('runner')} model runner", **info})
+    raw["counters"] = counters(llm)
+    if recorded:
+        first = torch.tensor(recorded[0])[:len(prompt)]
+        raw["aux"] = aux_errors(first, reference, ids)
+        if spec.get("save_aux"):
+            with open(os.path.join(spec["workdir"], "aux.json"), "w") as fh:
+                json.dump({"ids": ids, "states": first.tolist()}, fh)
+    else:
+        raw["aux"] = {"ids": ids, "n": n, "errors": [], "tokens": 0, "called": False}
+
+
+def _replay(spec: dict, model, device: str, prompt: list, ids: list, trained: dict, hf_greedy: list, hf_states,
+            spec_tokens: list, plain_tokens: list | None, raw: dict) -> None:
+    """The same draft replayed offline on transformers' hidden states along the same tokens (``raw["offline"]``),
+    and where the plain and speculative outputs first differ (``raw["greedy"]["difference"]``). Raises what failed."""
+    seq, states = prompt + hf_greedy, hf_states
+    if spec_tokens != hf_greedy:  # along vLLM's own tokens, where they are not transformers'
+        seq = prompt + spec_tokens
+        states, _logits = layer_states(model, seq, device)
+    eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
+    proposals = draft_proposals(states, ids, trained["weights"], eps)
+    raw["offline"] = offline_acceptance(seq, len(prompt), proposals,
+                                        int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"])
+    if plain_tokens is not None and plain_tokens != spec_tokens:
+        raw["greedy"]["difference"] = first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
 
 
 def _release() -> None:

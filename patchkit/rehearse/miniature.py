@@ -185,6 +185,16 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
     widths = [key for key in _WIDTH_FIELDS if isinstance(cfg.get(key), int)]
     for key in widths:
         put(key, _scaled(_WIDTH_FIELDS[key], heads))
+    _shrink_heads(cfg, user, widths, put, refuse, head_dim, heads)
+    _shrink_experts(cfg, put, heads)
+    _shrink_layer_fields(cfg, m, n, put)
+    _shrink_sizes(cfg, put)
+    cfg["torch_dtype"] = "float32"
+
+
+def _shrink_heads(cfg: dict[str, Any], user: dict[str, Any], widths: list[str], put: Callable[[str, Any], None],
+                  refuse: Callable[[str, str, str], None], head_dim: int, heads: int) -> None:
+    """The attention heads, key-value heads and head size (and a rescaled ``mrope_section``)."""
     heads_key = next((k for k in _HEAD_FIELDS if isinstance(cfg.get(k), int)), None)
     if heads_key is None and widths:
         refuse("num_attention_heads", "is absent: patchkit cannot shrink hidden_size without the head count "
@@ -205,6 +215,10 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
         if "kv_channels" in cfg:
             put("kv_channels", head_dim)
         _rescale_mrope(cfg, user_head_dim, put, refuse, head_dim)
+
+
+def _shrink_experts(cfg: dict[str, Any], put: Callable[[str, Any], None], heads: int) -> None:
+    """The experts, their top-k and groups, and the dense layers first (both paths kept)."""
     experts_key = next((k for k in _EXPERT_FIELDS if isinstance(cfg.get(k), int)), None)
     for key in _EXPERT_FIELDS:
         if isinstance(cfg.get(key), int) and cfg[key] > EXPERTS:
@@ -231,6 +245,10 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
     for key in _DENSE_FIRST:
         if isinstance(cfg.get(key), int) and cfg[key] > 1:
             put(key, 1)  # one dense layer first, MoE layers after: both paths kept
+
+
+def _shrink_layer_fields(cfg: dict[str, Any], m: int, n: int, put: Callable[[str, Any], None]) -> None:
+    """The fields that name layers or count them (MLP-only layers, sparse steps, window layers and patterns)."""
     if isinstance(cfg.get("mlp_only_layers"), list) and cfg["mlp_only_layers"]:
         put("mlp_only_layers", sorted({min(m - 1, round(int(k) * m / n)) for k in cfg["mlp_only_layers"]}))
     for key in ("decoder_sparse_step", "moe_layer_interval"):
@@ -241,6 +259,10 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
     if not isinstance(cfg.get("layer_types"), list) and isinstance(cfg.get("sliding_window_pattern"), int) \
             and cfg["sliding_window_pattern"] > m // 2:
         put("sliding_window_pattern", 2)  # a pattern longer than the miniature would leave no full-attention layer
+
+
+def _shrink_sizes(cfg: dict[str, Any], put: Callable[[str, Any], None]) -> None:
+    """MLA ranks, windows, positions, the vocabulary and the special token ids within it."""
     if any(isinstance(cfg.get(k), int) for k in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim")):
         for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             put(key, _MLA[key])  # absent: DeepseekV3Config's defaults (512, 64, 128, 128)
@@ -260,7 +282,6 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
             put(key, VOCAB - 1 - ("pad_token_id", "bos_token_id", "eos_token_id").index(key))
         elif isinstance(value, list):
             put(key, [v if v < VOCAB else VOCAB - 2 for v in value if isinstance(v, int)])
-    cfg["torch_dtype"] = "float32"
 
 
 def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable[[str, Any], None],

@@ -30,6 +30,7 @@ from patchkit.vllm.release.install import Install
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse import cpu_env, verdict
+from patchkit.rehearse.engine_steps import Step
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.advice import NextStep, patchkit_argv
@@ -176,12 +177,14 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
     return found
 
 
+_CHECK_OF_STEP = {Step.STARTED: CheckName.STARTED, Step.DRAFT_LOADED: CheckName.DRAFT_LOADED, Step.PLAIN: CheckName.PLAIN,
+                  Step.BUILD: CheckName.BUILD, Step.GENERATION: CheckName.GENERATION, Step.REPLAY: CheckName.REPLAY}
+"""The check each engine step of the driver's report is."""
+
+
 def _from_step(step: dict) -> RehearsalCheck:
-    names = {"engine started with EAGLE-3": CheckName.STARTED, "draft loaded": CheckName.DRAFT_LOADED,
-             "engine without speculation": CheckName.PLAIN, "miniature checkpoints": CheckName.BUILD,
-             "speculative generation": CheckName.GENERATION, "offline replay": CheckName.REPLAY}
     figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
-    return RehearsalCheck(names[step["name"]], step["ok"], step["detail"], step.get("where"), figures)
+    return RehearsalCheck(_CHECK_OF_STEP[Step(step["name"])], step["ok"], step["detail"], step.get("where"), figures)
 
 
 def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReading | None = None) -> list[RehearsalCheck]:
@@ -347,19 +350,8 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"
         proc = _start_driver(python, work, report_path)
-        tail = _follow(proc, say)
-        if report_path.is_file():
-            data = json.loads(report_path.read_text())
-            if data.get("import_error"):
-                raise unimportable(python, device, data["import_error"])
-            checks += [_from_step(s) for s in data["steps"]]
-            raw = data.get("raw", {})
-            checks += decided_checks(raw, where, kind, hybrid)
-            figures = {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
-        else:
-            last = next((t for t in reversed(tail) if t.strip()), "no output")
-            checks.append(RehearsalCheck(CheckName.BUILD, False, f"the engine driver exited {proc.returncode}: {last}"))
-            figures = {}
+        found_checks, raw, figures = _driver_report(report_path, proc, _follow(proc, say), python, device, kind, hybrid)
+        checks += found_checks
     except KeyboardInterrupt as exc:
         _stop(proc)
         raise Interrupted(signal.SIGINT, "interrupted: the engine was stopped and the miniature removed",
@@ -373,6 +365,25 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
                              mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
                              mini.changed, kind.value, "eager" if eager else "compiled", raw, layout=layout.to_json())
     return replace(report, next_steps=next_steps(install, report))
+
+
+def _driver_report(report_path: Path, proc: subprocess.Popen, tail: list[str], python: Path, device: str,
+                   kind: Dtype, hybrid: HybridReading) -> tuple[list[RehearsalCheck], dict, dict]:
+    """The driver's report read back: its steps as checks and the checks decided on its ``raw`` figures,
+    the raw figures, and the timings and draft fit; a failed build check when it wrote none.
+
+    Raises:
+        InterpreterError: the driver could not import vLLM's class of the target (:func:`unimportable`).
+    """
+    if not report_path.is_file():
+        last = next((t for t in reversed(tail) if t.strip()), "no output")
+        return [RehearsalCheck(CheckName.BUILD, False, f"the engine driver exited {proc.returncode}: {last}")], {}, {}
+    data = json.loads(report_path.read_text())
+    if data.get("import_error"):
+        raise unimportable(python, device, data["import_error"])
+    raw = data.get("raw", {})
+    checks = [_from_step(s) for s in data["steps"]] + decided_checks(raw, Device(device), kind, hybrid)
+    return checks, raw, {"timings": data.get("timings", {}), "draft_fit": data.get("draft_fit", {})}
 
 
 def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout: Layout) -> list[RehearsalCheck]:

@@ -44,7 +44,7 @@ from patchkit.errors import ClusterError, ExitCode
 from patchkit.plan.file_states import RevertAction, revert_action
 from patchkit.plan.spec import patches_package
 from patchkit.ui.cluster_node import run_on_node
-from patchkit.ui.cluster_report import ClusterReport, NodeAnswer, NodeResult, NodeState
+from patchkit.ui.cluster_report import ClusterCommand, ClusterReport, NodeAnswer, NodeResult, NodeState
 
 RAY_INSTALL = "pip install 'vllm-patchkit[ray]'"
 """The install command the error names when Ray is missing."""
@@ -104,13 +104,13 @@ class _Session:
             for n in self.ray.nodes() if n.get("Alive")
         }
 
-    def run(self, nodes: dict[str, _Node], command: str, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def run(self, nodes: dict[str, _Node], command: ClusterCommand, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Run ``command`` on each node at once, one task pinned to each; a node that does not answer
         gets ``{"lost": True, "error": ...}``."""
         refs = {
             node_id: self._task.options(
                 scheduling_strategy=self._strategy(node_id, soft=False), num_cpus=0, max_retries=0,
-            ).remote(command, options)
+            ).remote(command.value, options)  # the value crosses: the node reads it back
             for node_id in nodes
         }
         out: dict[str, dict[str, Any]] = {}
@@ -128,7 +128,7 @@ class _Session:
         return out
 
 
-def _ask(session: "_Session", nodes: dict[str, _Node], command: str,
+def _ask(session: "_Session", nodes: dict[str, _Node], command: ClusterCommand,
          options: dict[str, Any]) -> dict[str, NodeAnswer]:
     """:meth:`_Session.run`, each node's answer read once."""
     return _answers(session.run(nodes, command, options))
@@ -185,26 +185,26 @@ def _options(site_packages: Path | str | None, python: Path | str | None, *,
             "architectures": list(architectures or ()), "model": None if model is None else str(model), **rest}
 
 
-def _patch_outcomes(command: str, answer: NodeAnswer) -> dict[str, str]:
+def _patch_outcomes(command: ClusterCommand, answer: NodeAnswer) -> dict[str, str]:
     """Patch id -> outcome on one node, from the node's report (and, for verify, its status)."""
     if answer.result is None:
         return {}
-    if command == "apply":
+    if command is ClusterCommand.APPLY:
         return {p.id: p.outcome.value for p in answer.patches}
-    if command == "revert":
+    if command is ClusterCommand.REVERT:
         out: dict[str, str] = {}
         for f in answer.files:
             for pid in f.patches:
                 out[pid] = "restored" if f.restored else ("refused" if answer.refused else "nothing to revert")
         return out
     states: dict[str, set[str]] = {}
-    for e in answer.status_entries if command == "verify" else answer.entries:
+    for e in answer.status_entries if command is ClusterCommand.VERIFY else answer.entries:
         for pid in e.patches:
             states.setdefault(pid, set()).add(e.state)
     return {pid: ", ".join(sorted(s)) for pid, s in sorted(states.items())}
 
 
-def _row(node: _Node, answer: NodeAnswer, command: str, state: NodeState, **extra: Any) -> NodeResult:
+def _row(node: _Node, answer: NodeAnswer, command: ClusterCommand, state: NodeState, **extra: Any) -> NodeResult:
     raw = answer.raw
     return NodeResult(
         node_id=node.node_id, host=node.host, address=node.address, state=state,
@@ -227,7 +227,11 @@ def _joined_rows(nodes: dict[str, _Node], joined: set[str]) -> list[NodeResult]:
             for nid in sorted(joined)]
 
 
-def run(command: str, address: str | None, *, site_packages: Path | str | None = None,
+_RUN_COMMANDS = (ClusterCommand.VERIFY, ClusterCommand.STATUS, ClusterCommand.REVERT)
+"""The commands :func:`run` takes (``apply`` has :func:`apply`: it plans first)."""
+
+
+def run(command: ClusterCommand, address: str | None, *, site_packages: Path | str | None = None,
         python: Path | str | None = None, target: str = "vllm", force: bool = False,
         architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None) -> ClusterReport:
     """Run ``verify``, ``status`` or ``revert`` on every alive node of the cluster.
@@ -237,7 +241,7 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     node. A node that fails while reverting is reported; the others stay reverted.
 
     Args:
-        command: ``verify``, ``status`` or ``revert``.
+        command: ``VERIFY``, ``STATUS`` or ``REVERT``.
         address: the cluster's address, or None for what ``ray.init`` finds.
         site_packages / python: the install on each node (expanded there; at most one given).
         target: the distribution.
@@ -250,13 +254,13 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     Raises:
         ClusterError: Ray is missing or the cluster cannot be reached.
     """
-    if command not in ("verify", "status", "revert"):
-        raise ValueError(f"run() takes verify, status or revert, not {command!r}")
+    if command not in _RUN_COMMANDS:
+        raise ValueError(f"run() takes verify, status or revert, not {command.value!r}")
     opts = _options(site_packages, python, target=target, force=force, architectures=architectures, model=model)
     with connect(address) as session:
         start = session.alive()
-        if command == "revert":
-            plans = _ask(session, start, "status", opts)
+        if command is ClusterCommand.REVERT:
+            plans = _ask(session, start, ClusterCommand.STATUS, opts)
             planned = session.alive()
             refused = _refused_revert(start, planned, plans, force, session.address)
             if refused is not None:
@@ -269,8 +273,8 @@ def run(command: str, address: str | None, *, site_packages: Path | str | None =
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         a = answers[nid]
         state = (NodeState.DIED if nid in died else NodeState.FAILED if a.error else
-                 NodeState.REFUSED if command == "revert" and a.refused else
-                 NodeState.REVERTED if command == "revert" else NodeState.DONE)
+                 NodeState.REFUSED if command is ClusterCommand.REVERT and a.refused else
+                 NodeState.REVERTED if command is ClusterCommand.REVERT else NodeState.DONE)
         rows.append(_row(node, a, command, state))
     rows += _joined_rows(after, joined)
     failed = any(r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED) for r in rows)
@@ -292,13 +296,13 @@ def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: d
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
                  NodeState.REFUSED if nid in refusing else NodeState.UNCHANGED)
-        rows.append(_row(node, plans[nid], "status", state))
+        rows.append(_row(node, plans[nid], ClusterCommand.STATUS, state))
     rows += _joined_rows(planned, joined)
     failed = bool(died or joined or errors)
     reason = (_failure_reason(rows) + "; nothing was reverted on any node" if failed else
               f"node(s) {', '.join(sorted(n[:8] for n in refusing))} hold files edited by hand since patchkit "
               "wrote them (their 'patches' column says which); nothing was reverted on any node")
-    return ClusterReport("revert", address, tuple(rows), refused=not failed, failed=failed, reason=reason)
+    return ClusterReport(ClusterCommand.REVERT, address, tuple(rows), refused=not failed, failed=failed, reason=reason)
 
 
 def _failure_reason(rows: list[NodeResult]) -> str:
@@ -341,58 +345,25 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
                     watch_threshold=watch_threshold)
     with connect(address, with_libcst=True) as session:
         start = session.alive()
-        plans = _ask(session, start, "plan", opts)
+        plans = _ask(session, start, ClusterCommand.PLAN, opts)
         planned = session.alive()
         died, joined = _membership(start, planned, plans)
         order = sorted(start, key=lambda nid: (start[nid].address, nid))
-        versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
         errors = [nid for nid in order if plans[nid].error and nid not in died]
-        refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
-        reason = ""
-        if died or joined or errors:
-            reason = "a node failed, died or joined while planning; nothing was written on any node"
-        elif refusing:
-            reason = (f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node")
-        elif len(versions) > 1:
-            reason = (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
-                      "must run the same release: nothing was written on any node")
+        reason = _plan_refusal(order, plans, died, joined, errors)
         if reason or dry_run:
-            rows = []
-            for nid in order:
-                state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
-                         NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
-                answer = plans[nid].held_back() if reason else plans[nid]
-                rows.append(_row(start[nid], answer, "apply", state, plan=plans[nid].result))
-            rows += _joined_rows(planned, joined)
-            failed = bool(died or joined or errors)
-            return ClusterReport("apply", session.address, tuple(rows), refused=bool(reason) and not failed,
-                                 failed=failed, dry_run=dry_run, reason=reason)
+            return _planned_report(session.address, start, planned, order, plans, died, joined, errors, reason, dry_run)
 
-        writes = _ask(session, planned, "apply", opts)
+        writes = _ask(session, planned, ClusterCommand.APPLY, opts)
         after = session.alive()
         died, joined = _membership(planned, after, writes)
         wrote = [nid for nid in order if writes[nid].written]
         broken = [nid for nid in order if nid in died or writes[nid].error or writes[nid].refused]
-        rollbacks = _ask(session, {nid: planned[nid] for nid in wrote}, "revert", opts) if broken and wrote else {}
+        rollbacks = (_ask(session, {nid: planned[nid] for nid in wrote}, ClusterCommand.REVERT, opts)
+                     if broken and wrote else {})
 
-    rows = []
-    for nid in order:
-        answer, extra = writes[nid], {"plan": plans[nid].result}
-        if nid in died:
-            state = NodeState.DIED
-        elif writes[nid].error:
-            state = NodeState.FAILED
-        elif nid in rollbacks:
-            back = rollbacks[nid]
-            extra["rollback"] = back.result
-            ok = back.result is not None and not back.refused and not back.error
-            state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
-            answer = answer.with_digest(back.raw.get("digest") if ok else answer.raw.get("digest"))
-        elif broken:
-            state = NodeState.UNCHANGED
-        else:
-            state = NodeState.PATCHED if nid in wrote else NodeState.ALREADY
-        rows.append(_row(planned[nid], answer, "apply", state, **extra))
+    rows = [_written_row(planned[nid], plans[nid], writes[nid], rollbacks.get(nid), nid in died, nid in wrote, bool(broken))
+            for nid in order]
     rows += _joined_rows(after, joined)
     reason = ""
     if broken:
@@ -400,5 +371,55 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
                   + ("the nodes written were reverted" if wrote else "no node had been written"))
     elif joined:
         reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
-    return ClusterReport("apply", session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
+    return ClusterReport(ClusterCommand.APPLY, session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
 
+
+def _plan_refusal(order: list[str], plans: dict[str, NodeAnswer], died: set[str], joined: set[str],
+                  errors: list[str]) -> str:
+    """Why the plan step stops ``apply --ray`` before any write, or "" when every node can write."""
+    versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
+    refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
+    if died or joined or errors:
+        return "a node failed, died or joined while planning; nothing was written on any node"
+    if refusing:
+        return f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node"
+    if len(versions) > 1:
+        return (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
+                "must run the same release: nothing was written on any node")
+    return ""
+
+
+def _planned_report(address: str, start: dict[str, _Node], planned: dict[str, _Node], order: list[str],
+                    plans: dict[str, NodeAnswer], died: set[str], joined: set[str], errors: list[str], reason: str,
+                    dry_run: bool) -> ClusterReport:
+    """The report of an ``apply --ray`` that wrote nothing: a dry run, or stopped by its plan step (``reason``)."""
+    rows = []
+    for nid in order:
+        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
+                 NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
+        answer = plans[nid].held_back() if reason else plans[nid]
+        rows.append(_row(start[nid], answer, ClusterCommand.APPLY, state, plan=plans[nid].result))
+    rows += _joined_rows(planned, joined)
+    failed = bool(died or joined or errors)
+    return ClusterReport(ClusterCommand.APPLY, address, tuple(rows), refused=bool(reason) and not failed,
+                         failed=failed, dry_run=dry_run, reason=reason)
+
+
+def _written_row(node: _Node, plan: NodeAnswer, write: NodeAnswer, rollback: NodeAnswer | None, died: bool,
+                 wrote: bool, broken: bool) -> NodeResult:
+    """One node's row after the write step (and, when a node broke, the rollback of the nodes written)."""
+    answer, extra = write, {"plan": plan.result}
+    if died:
+        state = NodeState.DIED
+    elif write.error:
+        state = NodeState.FAILED
+    elif rollback is not None:
+        extra["rollback"] = rollback.result
+        ok = rollback.result is not None and not rollback.refused and not rollback.error
+        state = NodeState.ROLLED_BACK if ok else NodeState.ROLLBACK_FAILED
+        answer = answer.with_digest(rollback.raw.get("digest") if ok else answer.raw.get("digest"))
+    elif broken:
+        state = NodeState.UNCHANGED
+    else:
+        state = NodeState.PATCHED if wrote else NodeState.ALREADY
+    return _row(node, answer, ClusterCommand.APPLY, state, **extra)

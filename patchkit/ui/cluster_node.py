@@ -19,6 +19,7 @@ from patchkit.errors import PatchkitError
 from patchkit.plan.request import Request
 from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
+from patchkit.ui.cluster_report import ClusterCommand
 from patchkit.vllm.release.install import locate
 
 
@@ -54,7 +55,8 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """The task each node runs: one patchkit API call on the node's own install.
 
     Args:
-        command: ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
+        command: a :class:`~patchkit.ui.cluster_report.ClusterCommand`'s value (what crosses to the node):
+            ``plan`` (``apply`` as a dry run), ``apply``, ``verify``, ``status`` or ``revert``.
         options: ``site_packages``/``python`` (strings, expanded on the node, or None), ``target``,
             ``patch_ids``, ``force``, ``architectures`` (``--arch`` names) and ``model`` (a checkpoint
             folder, expanded on the node, or None): the :class:`~patchkit.plan.request.Request` of every
@@ -74,27 +76,26 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - outside a Ray worker (a direct call) there is no node id
         node["node_id"] = None
     target = options.get("target", "vllm")
+    kind = ClusterCommand(command)
     try:
         install = locate(site_packages=_expand(options.get("site_packages")), python=_expand(options.get("python")))
         node["vllm_version"] = str(install.version)
         request = Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
-        if command in ("plan", "apply"):
+        if kind in (ClusterCommand.PLAN, ClusterCommand.APPLY):
             where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
                                                                           ("--site-packages", "site_packages"))]
-            report = api.apply(install, dry_run=command == "plan", patch_ids=options.get("patch_ids"),
+            report = api.apply(install, dry_run=kind is ClusterCommand.PLAN, patch_ids=options.get("patch_ids"),
                                target=target, force=bool(options.get("force")), request=request,
                                guard=bool(options.get("guard")), watch=bool(options.get("watch")),
                                watch_drafts=options.get("watch_drafts"), watch_threshold=options.get("watch_threshold"),
                                command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
-        elif command == "verify":
+        elif kind is ClusterCommand.VERIFY:
             report = api.verify(install, request=request)
             node["status"] = api.status(install, target=target).to_dict()
-        elif command == "status":
+        elif kind is ClusterCommand.STATUS:
             report = api.status(install, target=target, request=request)
-        elif command == "revert":
+        else:  # ClusterCommand.REVERT
             report = api.revert(install, target=target, force=bool(options.get("force")), request=request)
-        else:
-            raise ValueError(f"unknown cluster command {command!r}")
         node["result"] = report.to_dict()
         node["digest"] = patched_digest(install.site_packages, target)
     except PatchkitError as exc:

@@ -19,6 +19,25 @@ from patchkit.plan.outcomes import held_back
 from patchkit.results import Outcome, PatchResult, RevertedFile, StatusEntry
 
 
+class ClusterCommand(Enum):
+    """A command run on every node of a Ray cluster; its value is the CLI's word, what ``--json``
+    prints as ``command`` and what crosses to the node (:func:`patchkit.ui.cluster_node.run_on_node`)."""
+
+    PLAN = "plan"  # ``apply --dry-run`` on a node: the first phase of ``apply --ray``
+    APPLY = "apply"
+    VERIFY = "verify"
+    STATUS = "status"
+    REVERT = "revert"
+
+    @classmethod
+    def read(cls, value: Any) -> "ClusterCommand | None":
+        """The command a report's ``to_dict()`` names (None: not one of these)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+
 @dataclass(frozen=True)
 class NodeAnswer:
     """One node's answer to one task, read once.
@@ -50,11 +69,11 @@ class NodeAnswer:
         raw = raw or {}
         result = raw.get("result")
         got = result or {}
-        kind = got.get("command")  # every report's to_dict() names its command
+        kind = ClusterCommand.read(got.get("command"))  # every report's to_dict() names its command
         return cls(
             raw=raw,
             patches=tuple(PatchResult.from_dict(p) for p in got.get("patches", [])),
-            files=tuple(RevertedFile(**f) for f in got.get("files", [])) if kind == "revert" else (),
+            files=tuple(RevertedFile(**f) for f in got.get("files", [])) if kind is ClusterCommand.REVERT else (),
             entries=tuple(StatusEntry(**e) for e in got.get("entries", [])),
             status_entries=tuple(StatusEntry(**e) for e in (raw.get("status") or {}).get("entries", [])),
             refused=bool(got.get("refused")), written=bool(got.get("written")),
@@ -176,7 +195,7 @@ class ClusterReport:
     """Result of a command run across a Ray cluster.
 
     Attributes:
-        command: ``apply``, ``verify``, ``status`` or ``revert``.
+        command: ``APPLY``, ``VERIFY``, ``STATUS`` or ``REVERT``.
         address: the cluster address given (``auto``: what ``ray.init`` finds).
         nodes: one row per node seen during the run (alive at the start, or joined since).
         refused: nothing was written because a node would refuse or the nodes differ
@@ -186,7 +205,7 @@ class ClusterReport:
         reason: one line saying why the run was refused or stopped, or "".
     """
 
-    command: str
+    command: ClusterCommand
     address: str
     nodes: tuple[NodeResult, ...]
     refused: bool = False
@@ -207,7 +226,7 @@ class ClusterReport:
     @property
     def ok(self) -> bool:
         """``verify``: in effect and alike on every node; other commands: nothing failed or was refused."""
-        if self.command == "verify":
+        if self.command is ClusterCommand.VERIFY:
             return not self.failed and self.in_effect and self.same_bytes
         return not (self.failed or self.refused)
 
@@ -218,14 +237,14 @@ class ClusterReport:
             return ExitCode.ENVIRONMENT
         if self.refused:
             return ExitCode.REFUSED
-        if self.command == "verify" and not self.ok:
+        if self.command is ClusterCommand.VERIFY and not self.ok:
             return ExitCode.NOT_IN_EFFECT
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (schema: docs/json.md)."""
         return {
-            "command": self.command, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
+            "command": self.command.value, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
             "refused": self.refused, "failed": self.failed, "reason": self.reason,
             "in_effect": self.in_effect, "same_bytes": self.same_bytes,
             "nodes": [n.to_dict() for n in self.nodes],

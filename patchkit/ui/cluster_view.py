@@ -15,8 +15,9 @@ from patchkit.errors import UsageError
 from patchkit.plan.spec import check_target
 from patchkit.results import Outcome
 from patchkit.ui import cluster
-from patchkit.ui.cluster_report import ClusterReport, NodeState
-from patchkit.ui.console import OUTCOME_STYLE, emit_json, out
+from patchkit.ui.cluster_report import ClusterCommand, ClusterReport, NodeState
+from patchkit.ui.console import emit_json, out
+from patchkit.ui.outcome_style import OUTCOME_STYLE
 from patchkit.ui.render import Piece
 
 _STATE_STYLE = {
@@ -27,9 +28,10 @@ _STATE_STYLE = {
     NodeState.FAILED: "red", NodeState.DIED: "red", NodeState.JOINED: "red",
     NodeState.REFUSED: "red",
 }
-_PATCH_STYLE = dict(OUTCOME_STYLE)
-_PATCH_STYLE.update({"patched": "green", "restored": "green", "edited": "red", "missing": "red",
-                     "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"})
+_FILE_STYLE = {"patched": "green", "restored": "green", "edited": "red", "missing": "red", "refused": "red",
+               "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"}
+"""``status``/``verify``/``revert``: the style of the text in a node's patch column (the journaled files'
+states, or what revert did), a lookup for display only; ``apply`` styles by :data:`OUTCOME_STYLE`."""
 
 
 def _check(target: str, site_packages: Optional[Path], python: Optional[Path],
@@ -62,7 +64,7 @@ def apply(address: str, *, target: str, site_packages: Optional[Path], python: O
     return _show(report, as_json)
 
 
-def run(command: str, address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path],
+def run(command: ClusterCommand, address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path],
         force: bool = False, arch: Optional[list[str]] = None, model: Optional[Path] = None, as_json: bool) -> int:
     """``verify|status|revert --ray``: the command on every node; returns the exit code.
 
@@ -87,16 +89,18 @@ def _render(report: ClusterReport) -> None:
     ids: list[str] = []
     for n in report.nodes:
         ids += [pid for pid in n.patches if pid not in ids]
-    extra = ["EAGLE-3"] if report.command == "verify" else []
+    extra = ["EAGLE-3"] if report.command is ClusterCommand.VERIFY else []
     rows: list[list[Piece]] = []
     for n in report.nodes:
         cells: list[Piece] = []
         for pid in ids:
             value = n.patches.get(pid, "-")
             would = report.dry_run and n.outcome(pid) is Outcome.APPLIED
-            label, style = ("would apply", "yellow") if would else (value, _PATCH_STYLE.get(value))
+            outcome = n.outcome(pid)
+            style = OUTCOME_STYLE[outcome] if outcome is not None else _FILE_STYLE.get(value)
+            label, style = ("would apply", "yellow") if would else (value, style)
             cells.append((label, style))
-        if report.command == "verify":
+        if report.command is ClusterCommand.VERIFY:
             cells.append("-" if n.result is None else ("in effect", "green") if n.answer.in_effect
                          else ("not in effect", "red"))
         rows.append([n.node_id[:8], f"{n.host} {n.address}", n.vllm_version or "-",
@@ -110,15 +114,15 @@ def _render(report: ClusterReport) -> None:
         for p in n.answer.patches:
             if p.outcome is Outcome.REFUSED:
                 w.line(who, f"{p.id} refused: {p.reason}")
-        if report.command == "verify" and n.result is not None:
+        if report.command is ClusterCommand.VERIFY and n.result is not None:
             for line in n.result.get("missing", []):
                 w.line(who, f"missing: {line}")
-        if report.command == "revert" and n.result is not None:
+        if report.command is ClusterCommand.REVERT and n.result is not None:
             for f in n.answer.files:
                 if not f.restored:
                     w.line(who, f"{f.path}: {f.reason}")
     w.line(*_summary(report))
-    if report.command == "revert" and report.refused:
+    if report.command is ClusterCommand.REVERT and report.refused:
         w.line(("hint:", "dim"), " 'patchkit revert --ray --force' writes the originals over the edits on every node")
 
 
@@ -126,16 +130,16 @@ def _summary(report: ClusterReport) -> tuple[Piece, ...]:
     count = len(report.nodes)
     if report.reason:
         return ((f"{'refused' if report.refused else 'failed'}:", "red"), f" {report.reason}")
-    if report.command == "verify":
+    if report.command is ClusterCommand.VERIFY:
         if report.ok:
             return ((f"EAGLE-3 is in effect on all {count} nodes", "green"), ", with the same bytes")
         why = [] if report.in_effect else ["not in effect on every node"]
         why += [] if report.same_bytes else ["the nodes differ in their vLLM release or patched bytes (see 'hash')"]
         return ((f"EAGLE-3 is not in effect alike on all {count} nodes:", "red"), f" {'; '.join(why)}")
-    if report.command == "apply":
+    if report.command is ClusterCommand.APPLY:
         if report.dry_run:
             return (f"dry run on {count} nodes: nothing was written",)
         return (f"{count} nodes patched alike; 'patchkit verify --ray' checks them, 'patchkit revert --ray' undoes it",)
-    if report.command == "revert":
+    if report.command is ClusterCommand.REVERT:
         return (f"reverted on all {count} nodes: every file patchkit changed holds its original bytes again",)
     return (f"status of {count} nodes",)

@@ -4,8 +4,8 @@ and what happens when standard output cannot take the report.
 - :func:`out` / :func:`err`: a :class:`~patchkit.ui.render.Writer` on standard output / error;
   :func:`next_lines` renders a report's next steps (:class:`~patchkit.advice.NextStep`) with the
   run's options.
-- :data:`OUTCOME_STYLE`, :func:`emit_json`, :func:`error`: how outcomes, ``--json`` reports and a
-  :class:`~patchkit.errors.PatchkitError` are shown.
+- :func:`emit_json`, :func:`error`: how ``--json`` reports and a :class:`~patchkit.errors.PatchkitError`
+  are shown (an outcome's style: :data:`patchkit.ui.outcome_style.OUTCOME_STYLE`).
 - :class:`GuardedStdout`, :class:`OutputFailed`, :func:`output_closed`: a report that cannot be
   written (a pipe closed early, ``> /dev/full``, ``>&-``) exits 141 with one line on stderr.
 
@@ -31,16 +31,6 @@ from patchkit.ui.render import Writer, check_nodes
 if TYPE_CHECKING:
     from patchkit.plugin_results import PluginReport
     from patchkit.results import Check, InstallInfo
-
-OUTCOME_STYLE = {
-    "applied": "green",
-    "already applied": "green",
-    "supported upstream": "cyan",
-    "not applicable": "yellow",
-    "refused": "red",
-    "not written": "yellow",
-}
-"""The style of each :class:`~patchkit.results.Outcome` (by its value) in a table."""
 
 
 def out() -> Writer:

@@ -144,7 +144,7 @@ def explain(patch_id: str, distribution: str = "vllm",
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise UsageError(f"unknown patch {patch_id!r}", hint + f"known patches: {', '.join(by_id)} ('patchkit list'), "
                          f"or an id 'apply --arch' prints: {', '.join(explain_arch.ID_FORMS)}")
-    return explain_arch.explain_arch_id(patch_id, explain_arch.IdKind(parsed[0]), parsed[1], install)
+    return explain_arch.explain_arch_id(patch_id, parsed[0], parsed[1], install)
 
 
 __all__ = ["ExplainReport", "explain", "needs_install"]

@@ -9,12 +9,12 @@ ids are explained by :mod:`patchkit.ui.explain`, which imports this module only 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from patchkit.codemods import CATALOGUE
 from patchkit.errors import UsageError
 from patchkit.plan import arch_patches, arch_scope
+from patchkit.plan.arch_patches import PatchKind
 from patchkit.plan.spec import ClassTarget, Patch, load_families
 from patchkit.results import Outcome, PatchResult
 from patchkit.store.journal import journal_for
@@ -25,44 +25,14 @@ from patchkit.vllm.shapes.classify import ArchShape, Shape, classify
 from patchkit.vllm.release.source import ClassRef, SourceTree
 from patchkit.vllm.stream.residual import StreamVerdict
 
-ID_FORMS = ("eagle3:<Backbone>:capture", "eagle3:<Class>:interface", "eagle3:<Backbone>:embedding-alias",
-            "eagle3:<Class>:head-alias", "eagle3:allowlist:<model_type>")
+
+def id_form(kind: PatchKind) -> str:
+    """The id form of ``kind``, as :data:`ID_FORMS` writes it."""
+    return kind.patch_id("<Backbone>" if kind.on_backbone else "<model_type>" if kind is PatchKind.ALLOWLIST else "<Class>")
+
+
+ID_FORMS = tuple(id_form(k) for k in PatchKind)
 """The ``eagle3:`` id forms ``apply --arch`` prints (:mod:`patchkit.plan.arch_patches`)."""
-
-
-class IdKind(Enum):
-    """What an ``eagle3:`` id patches; the value is the kind :func:`patchkit.plan.arch_patches.parse_id` names."""
-
-    CAPTURE = "capture"
-    INTERFACE = "interface"
-    EMBEDDING_ALIAS = "embedding-alias"
-    HEAD_ALIAS = "head-alias"
-    ALLOWLIST = "allowlist"
-
-    @property
-    def form(self) -> str:
-        """The id form, as :data:`ID_FORMS` writes it."""
-        return self.apply_id("<Backbone>" if self.on_backbone else "<model_type>" if self is IdKind.ALLOWLIST else "<Class>")
-
-    @property
-    def codemod_kind(self) -> str:
-        """The :data:`patchkit.codemods.CATALOGUE` key of the codemod that writes this kind of patch."""
-        return self.value
-
-    @property
-    def on_backbone(self) -> bool:
-        """The patch lands in the architecture's decoder backbone (else in its registry class)."""
-        return self in (IdKind.CAPTURE, IdKind.EMBEDDING_ALIAS)
-
-    def apply_id(self, name: str) -> str:
-        """The id ``apply`` prints for this kind on class (or model type) ``name``."""
-        return {
-            IdKind.CAPTURE: arch_patches.capture_id,
-            IdKind.INTERFACE: arch_patches.interface_id,
-            IdKind.EMBEDDING_ALIAS: arch_patches.alias_id,
-            IdKind.HEAD_ALIAS: arch_patches.head_alias_id,
-            IdKind.ALLOWLIST: arch_patches.allowlist_id,
-        }[self](name)
 
 
 @dataclass(frozen=True)
@@ -109,7 +79,7 @@ class ArchExplainReport:
     """
 
     id: str
-    kind: IdKind
+    kind: PatchKind
     apply_id: str
     version: str
     era: contract_mod.Era
@@ -180,7 +150,7 @@ class ArchExplainReport:
             },
             "summary": self.patch.summary if self.patch else None,
             "why": self.patch.why if self.patch else None,
-            "codemod": None if self.patch is None else {"name": self.patch.codemod.name, "kind": self.patch.codemod.kind,
+            "codemod": None if self.patch is None else {"name": self.patch.codemod.name, "kind": self.patch.codemod.kind.value,
                                                         "options": {k: v for k, v in self.patch.codemod.options}},
             "outcome": self.result.outcome.value if self.result else None,
             "applied_in": list(self.applied_in),
@@ -191,7 +161,7 @@ class ArchExplainReport:
         }
 
 
-def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) -> ArchExplainReport:
+def explain_arch_id(patch_id: str, kind: PatchKind, name: str, install: Install) -> ArchExplainReport:
     """The :class:`ArchExplainReport` of ``eagle3:`` id ``patch_id`` (kind ``kind``, class or model type ``name``).
 
     Raises:
@@ -207,16 +177,16 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
         report = ArchExplainReport(patch_id, kind, patch_id, str(install.version), contract.era, (), None, None, None)
         report.note = contract_mod.no_protocol(install.version)
         return report
-    if kind is IdKind.ALLOWLIST:
+    if kind is PatchKind.ALLOWLIST:
         return _allow_list_report(patch_id, name, install, tree, contract, registry)
     found = _architectures_for(tree, registry, contract, kind, name)
     if not found:
         raise UsageError(f"no class {name!r} for {patch_id!r} in vLLM {install.version}",
-                         f"give the class as 'apply --arch' prints it ({kind.form}), or a registry "
+                         f"give the class as 'apply --arch' prints it ({id_form(kind)}), or a registry "
                          "architecture ('patchkit scan' lists them)")
     shape = found[0]
     target = shape.backbone if kind.on_backbone else shape.cls
-    report = ArchExplainReport(patch_id, kind, kind.apply_id(target.name) if target else patch_id, str(install.version),
+    report = ArchExplainReport(patch_id, kind, kind.patch_id(target.name) if target else patch_id, str(install.version),
                                contract.era, tuple(s.architecture for s in found), shape, None, None)
     report.decisions.append(Decision(
         "shape", f"{shape.shape.value if shape.shape else '-'} ({shape.state.value}): {shape.reason}",
@@ -232,7 +202,7 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
         return report
     shipped = arch_patches.shipped_for(tree, registry, contract, shape.architecture)
     if shipped:
-        same = next((p for p in shipped if p.codemod.kind == kind.codemod_kind), shipped[0])
+        same = next((p for p in shipped if p.codemod.kind is kind.codemod), shipped[0])
         report.note = (f"apply serves {shape.architecture} with the shipped patches {', '.join(p.id for p in shipped)} "
                        f"('patchkit explain {same.id}'), not with {report.apply_id}")
         return report
@@ -254,7 +224,7 @@ def explain_arch_id(patch_id: str, kind: IdKind, name: str, install: Install) ->
     return report
 
 
-def _architectures_for(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, kind: IdKind,
+def _architectures_for(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, kind: PatchKind,
                        name: str) -> list[ArchShape]:
     """The classifications of the registry architectures an id's class part names, in registry order.
 
@@ -281,11 +251,11 @@ def _architectures_for(tree: SourceTree, registry: Registry, contract: contract_
     return out
 
 
-def _form(kind: IdKind, patch: Patch, shape: ArchShape, contract: contract_mod.Contract) -> list[Decision]:
+def _form(kind: PatchKind, patch: Patch, shape: ArchShape, contract: contract_mod.Contract) -> list[Decision]:
     """Who decided the form of ``patch`` (its codemod options), with the evidence."""
     opts = patch.codemod.opts
     out: list[Decision] = []
-    if kind is IdKind.CAPTURE:
+    if kind is PatchKind.CAPTURE:
         form = "inline (aux_hidden_state_layers in the backbone)" if contract.patchable else \
             f"{contract_mod.MIXIN} ({contract_mod.MAYBE_ADD} calls)"
         out.append(Decision("capture form", f"{opts.get('form')}: {form}, the form of contract {contract.era}",
@@ -297,8 +267,8 @@ def _form(kind: IdKind, patch: Patch, shape: ArchShape, contract: contract_mod.C
         else:
             captured = "hidden_states" if shape.shape is Shape.HIDDEN_ONLY else "hidden_states + residual"
             out.append(Decision("residual stream", f"{captured} entering each requested layer",
-                                "patchkit/vllm/shapes/classify.py classify (the layer call's form)", shape.location))
-    elif kind is IdKind.INTERFACE:
+                                "patchkit/vllm/shapes.py classify (the layer call's form)", shape.location))
+    elif kind is PatchKind.INTERFACE:
         methods = (f"its own {contract_mod.SETTER} and {opts.get('getter')}" if opts.get("methods")
                    else "the release's default SupportsEagle3 methods")
         out.append(Decision("interface form", f"SupportsEagle3 with {methods} (contract {contract.era})",
@@ -333,7 +303,7 @@ def _planned(install: Install, tree: SourceTree, contract: contract_mod.Contract
 def _allow_list_report(patch_id: str, model_type: str, install: Install, tree: SourceTree,
                        contract: contract_mod.Contract, registry: Registry) -> ArchExplainReport:
     """The report of ``eagle3:allowlist:<model_type>``: the release's list, and whether it admits the type."""
-    report = ArchExplainReport(patch_id, IdKind.ALLOWLIST, patch_id, str(install.version), contract.era, (), None,
+    report = ArchExplainReport(patch_id, PatchKind.ALLOWLIST, patch_id, str(install.version), contract.era, (), None,
                                None, None)
     found = contract_mod.read_allow_list(tree)
     if found is None:
@@ -357,4 +327,4 @@ def _allow_list_report(patch_id: str, model_type: str, install: Install, tree: S
     return report
 
 
-__all__ = ["ID_FORMS", "ArchExplainReport", "Decision", "IdKind", "explain_arch_id"]
+__all__ = ["ID_FORMS", "ArchExplainReport", "Decision", "explain_arch_id", "id_form"]

@@ -17,7 +17,7 @@ import typer
 from patchkit.advice import reinstall
 from patchkit.errors import ExitCode, PatchkitError, UsageError
 from patchkit.ui import hints
-from patchkit.ui.console import (OUTCOME_STYLE, emit_json, error, failing_lines, guard_line, header, next_lines,
+from patchkit.ui.console import (emit_json, error, failing_lines, guard_line, header, next_lines,
                                  out, print_checks, waiting, watch_line, working)
 from patchkit.ui.options import (ArchOpt, JsonOpt, ModelOpt, PythonOpt, RayOpt, ReadTargetOpt, SitePackagesOpt,
                                  TargetOpt, find_install, request)
@@ -51,7 +51,6 @@ def apply(
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
         from patchkit.plan.spec import check_patch_ids  # lazy: as above
-        from patchkit.results import Outcome  # lazy: the result types cost start-up time (list needs none)
 
         check_patch_ids(patch, target)
         if (watch_drafts is not None or watch_threshold is not None) and not watch:
@@ -76,51 +75,64 @@ def apply(
         if as_json:
             emit_json(report.to_dict())
             return _apply_code(report, dry_run, as_json)
-        w = out()
-        header(w, report.install)
-        if report.unfinished is not None and dry_run:
-            w.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
-        elif report.unfinished is not None and report.unfinished.leftovers:
-            w.line(("removed", "yellow"), f" {len(report.unfinished.leftovers)} leftover file(s) of an interrupted run")
-        for path in report.recovered:
-            if dry_run:
-                w.line(("would roll back", "yellow"), f" {path} first ",
-                       ("(the plan below starts from its bytes before that run)", "dim"))
-            else:
-                w.line(("rolled back", "yellow"), f" {path} ", ("(an earlier run did not finish)", "dim"))
-        rows = []
-        for p in report.patches:
-            style = OUTCOME_STYLE[p.outcome.value]
-            label = p.outcome.value
-            if p.outcome is Outcome.APPLIED and dry_run:
-                label, style = "would apply", "yellow"
-            detail = p.target or "" if p.outcome.landed else p.reason
-            if p.note:
-                detail = f"{detail} (note: {p.note})"
-            rows.append([p.id, (label, style), detail])
-        w.table(["patch", "outcome", "where / why"], rows)
-        if dry_run and report.diff:
-            w.raw(report.diff)
-        if report.verify is not None and not report.verify.ok:
-            print_checks(w, report.verify.checks)
-        if report.guard is not None:
-            guard_line(w, report.guard)
-        if report.watch is not None:
-            watch_line(w, report.watch)
-        if report.refused:
-            w.line(("refused:", "red"), " nothing was written")
-            next_lines(w, report.next_steps)
-        elif report.written:
-            verify_, revert_ = report.next_steps[:2]
-            w.line(f"wrote {len(report.files)} file(s); '{verify_.command}' shows the chain, "
-                   f"'{revert_.command}' {revert_.why}")
-        elif dry_run:
-            w.line("dry run: nothing was written")
-        else:
-            w.line("nothing to write")
+        _show_apply(report, dry_run)
         return _apply_code(report, dry_run, as_json)
 
     run(as_json, body, site_packages, python, arch=arch, model=model, guard=guard)
+
+
+def _show_apply(report, dry_run: bool) -> None:
+    """``apply``'s text output: the recovered files, one row per patch, the diff, the checks and the next step."""
+    w = out()
+    header(w, report.install)
+    if report.unfinished is not None and dry_run:
+        w.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
+    elif report.unfinished is not None and report.unfinished.leftovers:
+        w.line(("removed", "yellow"), f" {len(report.unfinished.leftovers)} leftover file(s) of an interrupted run")
+    for path in report.recovered:
+        if dry_run:
+            w.line(("would roll back", "yellow"), f" {path} first ",
+                   ("(the plan below starts from its bytes before that run)", "dim"))
+        else:
+            w.line(("rolled back", "yellow"), f" {path} ", ("(an earlier run did not finish)", "dim"))
+    w.table(["patch", "outcome", "where / why"], _patch_rows(report, dry_run))
+    if dry_run and report.diff:
+        w.raw(report.diff)
+    if report.verify is not None and not report.verify.ok:
+        print_checks(w, report.verify.checks)
+    if report.guard is not None:
+        guard_line(w, report.guard)
+    if report.watch is not None:
+        watch_line(w, report.watch)
+    if report.refused:
+        w.line(("refused:", "red"), " nothing was written")
+        next_lines(w, report.next_steps)
+    elif report.written:
+        verify_, revert_ = report.next_steps[:2]
+        w.line(f"wrote {len(report.files)} file(s); '{verify_.command}' shows the chain, "
+               f"'{revert_.command}' {revert_.why}")
+    elif dry_run:
+        w.line("dry run: nothing was written")
+    else:
+        w.line("nothing to write")
+
+
+def _patch_rows(report, dry_run: bool) -> list:
+    """One table row per patch: id, outcome (``would apply`` on a dry run) and where or why."""
+    from patchkit.results import Outcome  # lazy: the result types cost start-up time (list needs none)
+    from patchkit.ui.outcome_style import OUTCOME_STYLE  # lazy: as above
+
+    rows = []
+    for p in report.patches:
+        style = OUTCOME_STYLE[p.outcome]
+        label = p.outcome.value
+        if p.outcome is Outcome.APPLIED and dry_run:
+            label, style = "would apply", "yellow"
+        detail = p.target or "" if p.outcome.landed else p.reason
+        if p.note:
+            detail = f"{detail} (note: {p.note})"
+        rows.append([p.id, (label, style), detail])
+    return rows
 
 
 def _completed(report):
@@ -174,8 +186,9 @@ def verify(
             if runtime:
                 raise UsageError("--runtime is not available with --ray", "run 'patchkit verify --runtime' on each node")
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
+            from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above
 
-            return cluster_view.run("verify", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.VERIFY, ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         runtime_python = None
@@ -248,8 +261,9 @@ def revert(
 
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
+            from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above
 
-            return cluster_view.run("revert", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.REVERT, ray, target=target, site_packages=site_packages, python=python,
                                     force=force, arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         report = _completed(api.revert(install, target=target, force=force, on_wait=waiting(as_json),
@@ -295,8 +309,9 @@ def status(
 
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
+            from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above
 
-            return cluster_view.run("status", ray, target=target, site_packages=site_packages, python=python,
+            return cluster_view.run(ClusterCommand.STATUS, ray, target=target, site_packages=site_packages, python=python,
                                     arch=arch, model=model, as_json=as_json)
         install = find_install(target, site_packages, python)
         report = api.status(install, target=target, request=request(arch, model))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from patchkit.checks.drafts.context import DraftContext, DraftFacts, ids_text
+from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat, IdsSource, ids_text
 from patchkit.results import Check
 from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.release.contract import DRAFT_IDS_READ_FROM
@@ -17,13 +17,22 @@ from patchkit.vllm.checkpoints.drafts import (EAGLE_CONFIG, IDS_FIELD, LAYER_IDS
 
 
 class _Pick(NamedTuple):
-    """The ids one runner picks: ``source`` is ``"draft config"``, ``"draft eagle_config"`` or ``"default"``."""
+    """The ids one runner picks, and where they come from."""
 
     runner: str
     location: str | None
     ids: list[int] | None
-    source: str
+    source: IdsSource
     how: str
+
+
+class _Declared(NamedTuple):
+    """The ids the draft's config.json declares, each as written (None: not given)."""
+
+    top: list[int] | None  # the top-level IDS_FIELD (vLLM's convention)
+    nested: list[int] | None  # eagle_config's IDS_FIELD (output of layer k)
+    layer_ids: list[int] | None  # eagle_config's LAYER_IDS, read by only some runners (0.33.0 - 0.34.0's V2)
+    target_ids: list[int] | None  # the top-level TARGET_LAYER_IDS (output of layer k)
 
 
 def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check:
@@ -39,133 +48,171 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
         SourceError: a vLLM file on the way does not parse.
     """
     n = ctx.target.num_hidden_layers
-    reading = ctx.reading
     fallback = default_ids(ctx.tree, ctx.target.cls, n) if n is not None else None
     default = fallback.ids if fallback is not None else None
-    for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
-        if value is not None and as_int_list(value) is None:
-            ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
-            return Check("aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config)
-    top = as_int_list(data.get(IDS_FIELD)) or None  # vLLM treats an empty list as "not given"
-    nested = as_int_list(eagle_config.get(IDS_FIELD)) or None
-    # the fields only some runners read (0.33.0 - 0.34.0's V2: patchkit.vllm.checkpoints.drafts.IdReader)
-    layer_ids = as_int_list(eagle_config.get(LAYER_IDS)) or None
-    target_ids = as_int_list(data.get(TARGET_LAYER_IDS)) or None
-    facts.declared_aux_layer_ids = top or nested or target_ids or layer_ids
+    malformed = _malformed(facts, data, eagle_config, ctx)
+    if malformed is not None:
+        return malformed
+    declared = _declared(data, eagle_config)
+    facts.declared_aux_layer_ids = declared.top or declared.nested or declared.target_ids or declared.layer_ids
     # the top-level ids of a speculators config reach vLLM only through a converter that forwards them
-    top_seen = top if (facts.kind != "speculators" or reading.speculators_ids) else None
-
-    # what the draft was trained on, in vLLM's convention
-    if top is not None:
-        intended = top
-        intended_why = f"the draft's top-level {IDS_FIELD} (vLLM's convention: id k = the stream entering layer k)"
-    elif nested is not None:
-        intended = [k + 1 for k in nested]
-        intended_why = (f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
-                        f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention")
-    elif target_ids is not None:
-        intended = [k + 1 for k in target_ids]
-        intended_why = (f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
-                        f"entering layer k + 1: {ids_text(intended)} in vLLM's convention")
-    elif layer_ids is not None:
-        intended = layer_ids
-        intended_why = f"{EAGLE_CONFIG}.{LAYER_IDS}, which the runners that read it use verbatim (vLLM's convention)"
-    else:
-        intended = default
-        intended_why = "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers"
+    top_seen = declared.top if (facts.kind is not DraftFormat.SPECULATORS or ctx.reading.speculators_ids) else None
+    intended, intended_why = _intended(declared, default)
     facts.intended_aux_layer_ids = intended
-
-    # what each runner picks
-    picks: list[_Pick] = []
-    for r in reading.readers or (None,):
-        if r is not None and top_seen is not None and r.top_level:
-            picks.append(_Pick(r.runner, r.location, top_seen, "draft config", f"reads the top-level {IDS_FIELD} verbatim"))
-        elif r is not None and top_seen is None and nested is not None and r.nested:
-            how = ("adds 1 to eagle_config's ids" if r.nested_offset else
-                   f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention")
-            picks.append(_Pick(r.runner, r.location, [k + r.nested_offset for k in nested], "draft eagle_config", how))
-        elif r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
-            picks.append(_Pick(r.runner, r.location, [k + 1 for k in target_ids], "draft config",
-                               f"reads the top-level {TARGET_LAYER_IDS} and adds 1"))
-        elif r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
-            picks.append(_Pick(r.runner, r.location, layer_ids, "draft eagle_config",
-                               f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim"))
-        else:
-            if r is None:
-                how = "this release's runner reads no ids from the draft: the target's default decides"
-            elif top_seen is None and top is not None:
-                how = "this release's speculators converter drops the top-level ids: the target's default decides"
-            elif nested is not None and not r.nested:
-                how = f"reads only a top-level {IDS_FIELD}: eagle_config's ids are ignored, the target's default decides"
-            else:
-                how = "the target's default (2, n // 2, n - 3)" + (f" with n = {n}" if n is not None else "")
-            picks.append(_Pick(r.runner if r else "model runner", r.location if r else None, default, "default", how))
-
-    if len(picks) > 1 and all(sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source == picks[0].source for p in picks):
-        picks = [picks[0]._replace(runner="every model runner")]  # they agree: say it once
+    picks = _picks(ctx, declared, top_seen, default, n)
     ids, source = picks[0].ids, picks[0].source
     facts.aux_layer_ids, facts.aux_layer_ids_source = ids, source
     if ids is None:
         return Check("aux layer ids", False, "the target's text config has no num_hidden_layers: the ids cannot be known",
                      ctx.target.config)
 
-    node = Check(f"aux layer ids {ids_text(ids)}", True, "")
     same_everywhere = all(sorted(p.ids or []) == sorted(ids) for p in picks)
-    if source == "default":
-        node.detail = (f"the target's default (2, n // 2, n - 3) with n = {n}" if same_everywhere
-                       else "the runners pick different ids (below)")
-    elif source == "draft config":
-        node.detail = f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
-    else:
-        node.detail = f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if nested is not None else LAYER_IDS} in the draft's config.json"
-
-    # does every runner capture the layers the draft was trained on?
-    wrong = []
-    for pick in picks:
-        right = intended is not None and pick.ids is not None and sorted(pick.ids) == sorted(intended)
-        if len(picks) > 1 or not right or (facts.declared_aux_layer_ids is not None and pick.source != "draft config"):
-            detail = (f"{pick.how}: {ids_text(pick.ids or [])}; the draft was trained on {ids_text(intended or [])} "
-                      f"({intended_why})")
-            node.children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
-        if not right:
-            wrong.append(pick.runner)
+    node = Check(f"aux layer ids {ids_text(ids)}", True, _source_detail(source, same_everywhere, n, top_seen, declared))
+    wrong = _runner_checks(node, picks, intended, intended_why, facts)
     if wrong and intended is not None:
-        if top is not None and top_seen is not None:
-            ctx.actions.append(f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "
-                               f"runner reads them ({DRAFT_IDS_READ_FROM} and later)")
-        elif top is not None:
-            ctx.actions.append(f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
-                               f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)")
-        elif reading.readers and any(r.top_level for r in reading.readers) and nested is None:
-            ctx.actions.append(f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
-                               "(every runner of this release that reads draft ids reads it there)")
-        elif reading.readers and any(r.top_level for r in reading.readers):
-            ctx.actions.append(f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
-                               f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "
-                               f"{EAGLE_CONFIG}'s ids unchanged)")
-        else:
-            ctx.actions.append(f"vLLM {ctx.install.version} captures {ids_text(default or [])}, the draft was trained on "
-                               f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} ({DRAFT_IDS_READ_FROM} and later) "
-                               f"and add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json")
-
-    if facts.declared_aux_layer_ids is None and source == "default" and fallback is not None:
+        ctx.actions.append(_ids_action(ctx, declared, top_seen, intended, default))
+    if facts.declared_aux_layer_ids is None and source is IdsSource.DEFAULT and fallback is not None:
         _unrecorded_ids(node, fallback, n, ctx)
-
-    # ids that look like vLLM's default minus one, given in vLLM's convention
-    if n is not None and source == "draft config" and default is not None and sorted(ids) == [k - 1 for k in default]:
-        shifted = [k + 1 for k in sorted(ids)]
-        ctx.warnings.append(f"the draft's {IDS_FIELD} {ids} are vLLM's default {tuple(default)} minus one: ids exported by "
-                            f"SpecForge / SGLang / ModelOpt (output of layer k) read in vLLM's convention (stream entering "
-                            f"layer k) capture one layer early; if the draft was trained with those tools, set {shifted}")
-        node.children.append(Check("ids look like vLLM's default minus one", None,
-                                   f"{ids} = {tuple(default)} - 1: if they were copied from a SpecForge / SGLang / ModelOpt "
-                                   f"export unchanged, the right ids are {shifted}"))
-
+    if n is not None and source is IdsSource.DRAFT_CONFIG and default is not None:
+        _shifted_default(node, ids, default, ctx)
     _ranges(node, ids, n, ctx)
     _order(node, facts, ids)
     _pipeline(node, facts, ids, n, ctx)
     node.ok = not any(c.failures() for c in node.children)
     return node
+
+
+def _malformed(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check | None:
+    """The failing check of an ids field that is not a list of integers (and the action to fix it), or None."""
+    for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
+        if value is not None and as_int_list(value) is None:
+            ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
+            return Check("aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config)
+    return None
+
+
+def _declared(data: dict[str, Any], eagle_config: dict[str, Any]) -> _Declared:
+    """The ids the draft declares (vLLM treats an empty list as "not given")."""
+    return _Declared(top=as_int_list(data.get(IDS_FIELD)) or None,
+                     nested=as_int_list(eagle_config.get(IDS_FIELD)) or None,
+                     layer_ids=as_int_list(eagle_config.get(LAYER_IDS)) or None,
+                     target_ids=as_int_list(data.get(TARGET_LAYER_IDS)) or None)
+
+
+def _intended(declared: _Declared, default: list[int] | None) -> tuple[list[int] | None, str]:
+    """What the draft was trained on, in vLLM's convention, and why patchkit reads it so."""
+    top, nested, layer_ids, target_ids = declared
+    if top is not None:
+        return top, f"the draft's top-level {IDS_FIELD} (vLLM's convention: id k = the stream entering layer k)"
+    if nested is not None:
+        intended = [k + 1 for k in nested]
+        return intended, (f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
+                          f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+    if target_ids is not None:
+        intended = [k + 1 for k in target_ids]
+        return intended, (f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
+                          f"entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+    if layer_ids is not None:
+        return layer_ids, f"{EAGLE_CONFIG}.{LAYER_IDS}, which the runners that read it use verbatim (vLLM's convention)"
+    return default, "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers"
+
+
+def _picks(ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, default: list[int] | None,
+           n: int | None) -> list[_Pick]:
+    """What each runner of the release picks (one pick for every runner when they agree)."""
+    picks = [_pick(r, declared, top_seen, default, n) for r in ctx.reading.readers or (None,)]
+    if len(picks) > 1 and all(sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source is picks[0].source for p in picks):
+        picks = [picks[0]._replace(runner="every model runner")]  # they agree: say it once
+    return picks
+
+
+def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None) -> _Pick:
+    """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none) picks."""
+    top, nested, layer_ids, target_ids = declared
+    if r is not None and top_seen is not None and r.top_level:
+        return _Pick(r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim")
+    if r is not None and top_seen is None and nested is not None and r.nested:
+        how = ("adds 1 to eagle_config's ids" if r.nested_offset else
+               f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention")
+        return _Pick(r.runner, r.location, [k + r.nested_offset for k in nested], IdsSource.DRAFT_EAGLE_CONFIG, how)
+    if r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
+        return _Pick(r.runner, r.location, [k + 1 for k in target_ids], IdsSource.DRAFT_CONFIG,
+                     f"reads the top-level {TARGET_LAYER_IDS} and adds 1")
+    if r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
+        return _Pick(r.runner, r.location, layer_ids, IdsSource.DRAFT_EAGLE_CONFIG,
+                     f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim")
+    if r is None:
+        how = "this release's runner reads no ids from the draft: the target's default decides"
+    elif top_seen is None and top is not None:
+        how = "this release's speculators converter drops the top-level ids: the target's default decides"
+    elif nested is not None and not r.nested:
+        how = f"reads only a top-level {IDS_FIELD}: eagle_config's ids are ignored, the target's default decides"
+    else:
+        how = "the target's default (2, n // 2, n - 3)" + (f" with n = {n}" if n is not None else "")
+    return _Pick(r.runner if r else "model runner", r.location if r else None, default, IdsSource.DEFAULT, how)
+
+
+def _source_detail(source: IdsSource, same_everywhere: bool, n: int | None, top_seen: list[int] | None,
+                   declared: _Declared) -> str:
+    """The ids node's detail: where the ids come from."""
+    if source is IdsSource.DEFAULT:
+        return (f"the target's default (2, n // 2, n - 3) with n = {n}" if same_everywhere
+                else "the runners pick different ids (below)")
+    if source is IdsSource.DRAFT_CONFIG:
+        return f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
+    return f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if declared.nested is not None else LAYER_IDS} in the draft's config.json"
+
+
+def _runner_checks(node: Check, picks: list[_Pick], intended: list[int] | None, intended_why: str,
+                   facts: DraftFacts) -> list[str]:
+    """Does every runner capture the layers the draft was trained on? One child per runner worth a line;
+    returns the runners that do not."""
+    wrong = []
+    for pick in picks:
+        right = intended is not None and pick.ids is not None and sorted(pick.ids) == sorted(intended)
+        if len(picks) > 1 or not right or (facts.declared_aux_layer_ids is not None and pick.source is not IdsSource.DRAFT_CONFIG):
+            detail = (f"{pick.how}: {ids_text(pick.ids or [])}; the draft was trained on {ids_text(intended or [])} "
+                      f"({intended_why})")
+            node.children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
+        if not right:
+            wrong.append(pick.runner)
+    return wrong
+
+
+def _ids_action(ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, intended: list[int],
+                default: list[int] | None) -> str:
+    """What to do when a runner does not capture the layers the draft was trained on."""
+    top, nested = declared.top, declared.nested
+    readers = ctx.reading.readers
+    if top is not None and top_seen is not None:
+        return (f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "
+                f"runner reads them ({DRAFT_IDS_READ_FROM} and later)")
+    if top is not None:
+        return (f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
+                f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)")
+    if readers and any(r.top_level for r in readers) and nested is None:
+        return (f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
+                "(every runner of this release that reads draft ids reads it there)")
+    if readers and any(r.top_level for r in readers):
+        return (f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
+                f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "
+                f"{EAGLE_CONFIG}'s ids unchanged)")
+    return (f"vLLM {ctx.install.version} captures {ids_text(default or [])}, the draft was trained on "
+            f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} ({DRAFT_IDS_READ_FROM} and later) "
+            f"and add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json")
+
+
+def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: DraftContext) -> None:
+    """Ids that look like vLLM's default minus one, given in vLLM's convention: a warning and a note."""
+    if sorted(ids) != [k - 1 for k in default]:
+        return
+    shifted = [k + 1 for k in sorted(ids)]
+    ctx.warnings.append(f"the draft's {IDS_FIELD} {ids} are vLLM's default {tuple(default)} minus one: ids exported by "
+                        f"SpecForge / SGLang / ModelOpt (output of layer k) read in vLLM's convention (stream entering "
+                        f"layer k) capture one layer early; if the draft was trained with those tools, set {shifted}")
+    node.children.append(Check("ids look like vLLM's default minus one", None,
+                               f"{ids} = {tuple(default)} - 1: if they were copied from a SpecForge / SGLang / ModelOpt "
+                               f"export unchanged, the right ids are {shifted}"))
 
 
 def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from patchkit.checks.drafts.aux_ids import aux_ids_check
-from patchkit.checks.drafts.context import DraftContext, DraftFacts
+from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat
 from patchkit.checks.drafts.identity import architecture_check, model_type_check
 from patchkit.checks.drafts.vocab import vocab_check
 from patchkit.checks.drafts.width import width_check
 from patchkit.results import Check
 from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoints.config import CheckpointConfig
-from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, draft_kind
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG
 
 
 def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, list[Check]]:
@@ -25,8 +25,8 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
         SourceError: a vLLM file on the way does not parse.
     """
     data = cfg.data
-    kind = draft_kind(data)
-    layer = data.get("transformer_layer_config") if kind == "speculators" else data
+    kind = DraftFormat.of(data)
+    layer = data.get("transformer_layer_config") if kind is DraftFormat.SPECULATORS else data
     layer = layer if isinstance(layer, dict) else data
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []

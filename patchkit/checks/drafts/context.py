@@ -3,13 +3,44 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from patchkit.vllm.checkpoints.config import TargetFacts
+from patchkit.vllm.checkpoints.drafts import draft_kind
 from patchkit.vllm.checkpoints.drafts import ReleaseReading
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.release.source import SourceTree
+
+
+class DraftFormat(str, Enum):
+    """Which exporter's format a draft config has; the value is :func:`patchkit.vllm.checkpoints.drafts.draft_kind`'s
+    word and what ``doctor --json`` prints as the draft's ``kind``."""
+
+    SPECULATORS = "speculators"  # RedHatAI speculators: the layer config nested in transformer_layer_config
+    EAGLE_CONFIG = "eagle_config"  # SpecForge / SGLang / ModelOpt exports: an eagle_config dict
+    PLAIN = "plain"  # the EAGLE repository, lmsys, AngelSlim, TorchSpec: a plain Llama config
+
+    __str__ = str.__str__  # printed as its value
+    __format__ = str.__format__
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> "DraftFormat":
+        """The format of draft config ``data``."""
+        return cls(draft_kind(data))
+
+
+class IdsSource(str, Enum):
+    """Where the aux layer ids a runner uses come from; the value is what ``doctor --json`` prints as
+    ``aux_layer_ids_source``."""
+
+    DRAFT_CONFIG = "draft config"  # the draft's top-level ids
+    DRAFT_EAGLE_CONFIG = "draft eagle_config"  # the draft's eagle_config
+    DEFAULT = "default"  # the target's default (2, n // 2, n - 3)
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
 @dataclass
@@ -19,13 +50,12 @@ class DraftFacts:
     Attributes:
         config: path of the ``config.json`` read.
         architectures: its ``architectures`` list.
-        kind: ``"speculators"`` (speculators format), ``"eagle_config"`` (SpecForge / SGLang /
-            ModelOpt export) or ``"plain"`` (EAGLE repository, lmsys, AngelSlim, TorchSpec).
+        kind: the config's format (:class:`DraftFormat`).
         model_type: the model type vLLM loads the config as.
         vllm_architectures: the names vLLM looks up for them with method ``eagle3``.
         aux_layer_ids: the ids vLLM will use, in vLLM's convention (None when they cannot be known);
             with several runners that disagree, the first runner's.
-        aux_layer_ids_source: where they come from (``"draft config"``, ``"draft eagle_config"``, ``"default"``).
+        aux_layer_ids_source: where they come from (:class:`IdsSource`).
         declared_aux_layer_ids: ids the draft config declares (top level first), as written; None when none.
         intended_aux_layer_ids: the layers the draft was trained on, in vLLM's convention (None: unknown).
         capture_order: the ids in the order their states reach the draft (layer order, each once).
@@ -38,11 +68,11 @@ class DraftFacts:
 
     config: str
     architectures: list[str]
-    kind: str = "plain"
+    kind: DraftFormat = DraftFormat.PLAIN
     model_type: str | None = None
     vllm_architectures: list[str] = field(default_factory=list)
     aux_layer_ids: list[int] | None = None
-    aux_layer_ids_source: str | None = None
+    aux_layer_ids_source: IdsSource | None = None
     declared_aux_layer_ids: list[int] | None = None
     intended_aux_layer_ids: list[int] | None = None
     capture_order: list[int] | None = None
@@ -53,8 +83,9 @@ class DraftFacts:
     fc_input_width: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
+        """JSON-ready form (the kinds as their values)."""
+        source = self.aux_layer_ids_source
+        return {**asdict(self), "kind": self.kind.value, "aux_layer_ids_source": None if source is None else source.value}
 
 
 @dataclass
@@ -90,4 +121,4 @@ def ids_text(ids: list[int]) -> str:
     return str(tuple(ids)) if len(ids) != 1 else f"({ids[0]})"
 
 
-__all__ = ["DraftContext", "DraftFacts", "ids_text"]
+__all__ = ["DraftContext", "DraftFacts", "DraftFormat", "IdsSource", "ids_text"]

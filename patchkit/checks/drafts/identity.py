@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from patchkit.checks.drafts.context import DraftContext, DraftFacts
+from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat
 from patchkit.results import Check
 from patchkit.vllm.release.contract import MLA_DRAFTS_FROM
 from patchkit.vllm.checkpoints.drafts import (
@@ -23,7 +23,7 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
     Returns:
         One :class:`Check` tree, a child per listed architecture (ok when one of them is registered).
     """
-    if facts.kind == "speculators":
+    if facts.kind is DraftFormat.SPECULATORS:
         return Check("draft architecture", None,
                      f"speculators format (speculators_model_type {data.get(SPECULATORS_TYPE)!r}): vLLM's "
                      "converter picks the draft class")

@@ -35,6 +35,14 @@ def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Pat
     """
     same: list[str] = []
     other: list[str] = []
+    produced = _tokenizer_evidence(same, other, target_vocab, draft_dir, target_dir)
+    beyond = _map_evidence(same, other, vocab, target_vocab, produced, draft_dir)
+    _decide_vocabulary(node, vocab, target_vocab, produced, same, other, beyond, ctx)
+
+
+def _tokenizer_evidence(same: list[str], other: list[str], target_vocab: int, draft_dir: Path, target_dir: Path) -> int:
+    """The two folders' tokenizers: evidence of the same tokenizer or another, appended to ``same`` / ``other``;
+    returns how many ids the target's tokenizer produces (its size, else the target's ``vocab_size``)."""
     draft_tok, target_tok = read_tokenizer(draft_dir), read_tokenizer(target_dir)
     if draft_tok is not None and target_tok is not None:
         if draft_tok.digest is not None and target_tok.digest is not None:
@@ -47,7 +55,13 @@ def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Pat
         elif draft_tok.specials and target_tok.specials:
             differ = sorted(set(draft_tok.specials.items()) ^ set(target_tok.specials.items()))[:3]
             other.append("the tokenizers' special tokens differ (" + ", ".join(f"{t!r}: {i}" for t, i in differ) + ")")
-    produced = target_tok.size if target_tok is not None and target_tok.size is not None else target_vocab
+    return target_tok.size if target_tok is not None and target_tok.size is not None else target_vocab
+
+
+def _map_evidence(same: list[str], other: list[str], vocab: int, target_vocab: int, produced: int,
+                  draft_dir: Path) -> int | None:
+    """The draft's ``t2d`` length and ``d2t`` range: evidence appended to ``same`` / ``other``; returns the
+    highest target id ``d2t`` proposes when it is beyond the target's vocabulary, else None."""
     maps = read_maps(draft_dir)
     beyond = None
     if maps is not None and maps.t2d_size is not None:
@@ -62,6 +76,12 @@ def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Pat
             same.append(f"its d2t maps every draft id to a target id below {target_vocab} (the highest is {maps.highest_target_id})")
         else:
             beyond = maps.highest_target_id
+    return beyond
+
+
+def _decide_vocabulary(node: Check, vocab: int, target_vocab: int, produced: int, same: list[str], other: list[str],
+                       beyond: int | None, ctx: DraftContext) -> None:
+    """The verdict on the evidence (see :func:`_judge_vocabulary`), with its action or warning."""
     if other:
         node.ok = False
         node.detail = (f"the draft (vocab_size {vocab}) was trained for another tokenizer than the target's (vocab_size "

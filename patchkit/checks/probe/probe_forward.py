@@ -29,53 +29,86 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
     parallelism only), as static ``verify`` shows it.
     """
     import torch  # lazy: torch exists only in the target environment (__main__ reports its absence)
-    from vllm.sequence import IntermediateTensors  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
+    import vllm.sequence  # lazy: vLLM exists only in the target environment (__main__ reports its absence first)
 
     cls = load(backbone_name)
     label = f"the installed {cls.__name__}.forward captures the residual stream (consistency check on stand-ins)"
     module = sys.modules[cls.forward.__module__]  # where forward is defined (it may be inherited): its get_pp_group
+    n = 8
+    run = _runner(cls, module, n, residual_layers, pair)
+    # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
+    # the first stage (the previous stage sends it); everything else captures it locally.
+    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.release.contract.PP_FLAG
+    problems, staged = [], []
+    try:
+
+        written = "Added by patchkit" in inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        written = True
+    try:
+        _check_stages(run, torch, n, transport, written, problems, staged)
+    except Exception as exc:  # noqa: BLE001
+        frames = traceback.extract_tb(exc.__traceback__)
+        line = frames[-1].line or "" if frames else ""
+        if "aux_hidden_states" in line or "_maybe_add_hidden_state" in line:
+            problems.append(f"the capture raised {exc!r} at {frames[-1].filename}:{frames[-1].lineno}: {line}")
+        else:
+            results.append({"label": label, "ok": None, "detail": f"not run: the stand-in layers cannot drive this "
+                            f"forward ({exc!r} at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames else repr(exc)})
+            return
+    if staged and not problems and not written:
+        results.append({"label": label, "ok": None, "detail": f"the release's own capture (patchkit wrote none) holds on "
+                        f"one stage; on a later pipeline stage: {'; '.join(staged)} (right without pipeline parallelism only)"})
+        return
+    problems += staged
+    results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
+                    f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage"})
+
+
+def _check_stages(run, torch, n: int, transport: bool, written: bool, problems: list, staged: list) -> None:
+    """The four cases of :func:`check_forward` on ``run``'s stand-ins: what fails goes to ``problems``,
+    what differs on a later pipeline stage to ``staged``. Errors propagate (the caller tells a capture
+    line's error from stand-ins that cannot drive the forward)."""
+    from vllm.sequence import IntermediateTensors  # lazy: vLLM exists only in the target environment
+
+    plain, _ = run(2, n, False, True, ())
+    if not isinstance(plain, torch.Tensor):
+        problems.append(f"with no ids requested forward returned {type(plain).__name__}, not the hidden_states tensor")
+    ids = (2, 5, n)
+    expect = tuple(k for k in ids if k > 2) if transport else ids
+    out, streams = run(2, n, False, True, ids)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        problems.append(f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)")
+    else:
+        hidden, aux = out
+        if isinstance(plain, torch.Tensor) and not torch.equal(hidden, plain):
+            problems.append("requesting ids changed the returned hidden_states")
+        if len(aux) != len(expect):
+            staged.append(f"{len(aux)} aux states for ids {ids} (expected {len(expect)}; id n is the final layer output)")
+        for k, got in zip(expect, aux):
+            if not torch.equal(got, streams[k]):
+                what = "the returned (normed) output" if torch.equal(got, hidden) else "not the residual stream entering that layer"
+                staged.append(f"id {k} on stage [2, {n}): captured {what}")
+    out, _ = run(2, 5, False, False, (3,))
+    if not isinstance(out, IntermediateTensors):
+        problems.append(f"a non-last pipeline stage returned {type(out).__name__}, not its IntermediateTensors")
+    # id 0 on the first stage has no residual yet: patchkit's capture takes hidden_states alone there;
+    # the release's own (0.16.0 llama.py) adds residual unconditionally and supports ids from 1 only
+    first = 0 if written else 1
+    out, streams = run(0, n, True, True, (first, 4))
+    if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams[first])
+            and torch.equal(out[1][1], streams[4])):
+        problems.append(f"on the first stage ids ({first}, 4) did not return the stream entering layers {first} and 4")
+
+
+def _runner(cls, module, n: int, residual_layers: bool, pair: bool):
+    """``run(start, end, first, last, ids)``: the real ``cls.forward`` on ``n`` stand-in layers as one
+    pipeline stage, returning its output and the residual stream entering each layer (by id)."""
+    import torch  # lazy: torch exists only in the target environment
+    from vllm.sequence import IntermediateTensors  # lazy: vLLM exists only in the target environment
+
     log = []
-
-    class Layer(torch.nn.Module):
-        """The layer contract patchkit read from the release's code (so this is a consistency check, not a
-        proof): fused-residual, (h, r) in, (new h, residual stream) out; or, for layers that keep the
-        residual inside (granite.py, exaone4.py), h in, the new residual stream out. Records its inputs."""
-
-        def __init__(self, i: int) -> None:
-            super().__init__()
-            self.i = i
-
-        def forward(self, *args, **kwargs):
-            # layers are called (positions, hidden_states, residual) or (hidden_states, position_ids,
-            # residual) (bailing_moe.py), positionally or by name: the streams are the 2-D float tensors
-            floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() == 2]
-            hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else floats.pop(0)
-            residual = kwargs["residual"] if "residual" in kwargs else (floats[0] if floats else None)
-            entering = hidden_states if residual is None or not residual_layers else hidden_states + residual
-            if not residual_layers:
-                out = hidden_states * (self.i + 2) + 0.25 * self.i
-                log.append((self.i, entering.clone(), out.clone()))
-                # a layer that keeps the residual inside but still returns a pair (0.33.0 stablelm.py)
-                return (out, torch.zeros_like(out)) if pair else out
-            out = entering * (self.i + 2) + 0.25 * self.i
-            log.append((self.i, entering.clone(), out + entering))
-            return out, entering
-
-        def __getattr__(self, name):
-            # a flag the loop reads on the layer (0.33.0 nemotron_nas.py: layer._is_no_op_attention)
-            try:
-                return super().__getattr__(name)
-            except AttributeError:
-                if name.startswith("__"):
-                    raise
-                return _Flag()
-
-    class Norm(torch.nn.Module):
-        def forward(self, hidden_states, residual=None):
-            if residual is None:
-                return hidden_states * 0.5 - 1.0
-            stream = hidden_states + residual
-            return stream * 0.5 - 1.0, stream
+    Layer, Norm = _stand_in_layer(log, residual_layers, pair), _stand_in_norm()
 
     class Probe(cls):
         """The real class (its real forward), with a fallback for attributes __init__ would have set."""
@@ -86,7 +119,6 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
             except AttributeError:
                 return _Anything()
 
-    n = 8
     tokens, width = 3, 4
     positions = torch.arange(tokens)
     h0 = torch.arange(tokens * width, dtype=torch.float64).reshape(tokens, width) / 7.0
@@ -126,57 +158,59 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
             streams[log[-1][0] + 1] = log[-1][2]
         return out, streams
 
-    # A3 (0.33.0) backbones that carry aux states between stages capture a stage's first id only on
-    # the first stage (the previous stage sends it); everything else captures it locally.
-    transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.release.contract.PP_FLAG
-    problems, staged = [], []
-    try:
+    return run
 
-        written = "Added by patchkit" in inspect.getsource(cls.forward)
-    except (OSError, TypeError):
-        written = True
-    try:
-        plain, _ = run(2, n, False, True, ())
-        if not isinstance(plain, torch.Tensor):
-            problems.append(f"with no ids requested forward returned {type(plain).__name__}, not the hidden_states tensor")
-        ids = (2, 5, n)
-        expect = tuple(k for k in ids if k > 2) if transport else ids
-        out, streams = run(2, n, False, True, ids)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            problems.append(f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)")
-        else:
-            hidden, aux = out
-            if isinstance(plain, torch.Tensor) and not torch.equal(hidden, plain):
-                problems.append("requesting ids changed the returned hidden_states")
-            if len(aux) != len(expect):
-                staged.append(f"{len(aux)} aux states for ids {ids} (expected {len(expect)}; id n is the final layer output)")
-            for k, got in zip(expect, aux):
-                if not torch.equal(got, streams[k]):
-                    what = "the returned (normed) output" if torch.equal(got, hidden) else "not the residual stream entering that layer"
-                    staged.append(f"id {k} on stage [2, {n}): captured {what}")
-        out, _ = run(2, 5, False, False, (3,))
-        if not isinstance(out, IntermediateTensors):
-            problems.append(f"a non-last pipeline stage returned {type(out).__name__}, not its IntermediateTensors")
-        # id 0 on the first stage has no residual yet: patchkit's capture takes hidden_states alone there;
-        # the release's own (0.16.0 llama.py) adds residual unconditionally and supports ids from 1 only
-        first = 0 if written else 1
-        out, streams = run(0, n, True, True, (first, 4))
-        if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams[first])
-                and torch.equal(out[1][1], streams[4])):
-            problems.append(f"on the first stage ids ({first}, 4) did not return the stream entering layers {first} and 4")
-    except Exception as exc:  # noqa: BLE001
-        frames = traceback.extract_tb(exc.__traceback__)
-        line = frames[-1].line or "" if frames else ""
-        if "aux_hidden_states" in line or "_maybe_add_hidden_state" in line:
-            problems.append(f"the capture raised {exc!r} at {frames[-1].filename}:{frames[-1].lineno}: {line}")
-        else:
-            results.append({"label": label, "ok": None, "detail": f"not run: the stand-in layers cannot drive this "
-                            f"forward ({exc!r} at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames else repr(exc)})
-            return
-    if staged and not problems and not written:
-        results.append({"label": label, "ok": None, "detail": f"the release's own capture (patchkit wrote none) holds on "
-                        f"one stage; on a later pipeline stage: {'; '.join(staged)} (right without pipeline parallelism only)"})
-        return
-    problems += staged
-    results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
-                    f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage"})
+
+def _stand_in_layer(log: list, residual_layers: bool, pair: bool):
+    """The stand-in decoder layer class; each call appends ``(i, stream entering, stream after)`` to ``log``."""
+    import torch  # lazy: torch exists only in the target environment
+
+    class Layer(torch.nn.Module):
+        """The layer contract patchkit read from the release's code (so this is a consistency check, not a
+        proof): fused-residual, (h, r) in, (new h, residual stream) out; or, for layers that keep the
+        residual inside (granite.py, exaone4.py), h in, the new residual stream out. Records its inputs."""
+
+        def __init__(self, i: int) -> None:
+            super().__init__()
+            self.i = i
+
+        def forward(self, *args, **kwargs):
+            # layers are called (positions, hidden_states, residual) or (hidden_states, position_ids,
+            # residual) (bailing_moe.py), positionally or by name: the streams are the 2-D float tensors
+            floats = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dim() == 2]
+            hidden_states = kwargs["hidden_states"] if "hidden_states" in kwargs else floats.pop(0)
+            residual = kwargs["residual"] if "residual" in kwargs else (floats[0] if floats else None)
+            entering = hidden_states if residual is None or not residual_layers else hidden_states + residual
+            if not residual_layers:
+                out = hidden_states * (self.i + 2) + 0.25 * self.i
+                log.append((self.i, entering.clone(), out.clone()))
+                # a layer that keeps the residual inside but still returns a pair (0.33.0 stablelm.py)
+                return (out, torch.zeros_like(out)) if pair else out
+            out = entering * (self.i + 2) + 0.25 * self.i
+            log.append((self.i, entering.clone(), out + entering))
+            return out, entering
+
+        def __getattr__(self, name):
+            # a flag the loop reads on the layer (0.33.0 nemotron_nas.py: layer._is_no_op_attention)
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                if name.startswith("__"):
+                    raise
+                return _Flag()
+
+    return Layer
+
+
+def _stand_in_norm():
+    """The stand-in final norm class (fused-residual or not)."""
+    import torch  # lazy: torch exists only in the target environment
+
+    class Norm(torch.nn.Module):
+        def forward(self, hidden_states, residual=None):
+            if residual is None:
+                return hidden_states * 0.5 - 1.0
+            stream = hidden_states + residual
+            return stream * 0.5 - 1.0, stream
+
+    return Norm

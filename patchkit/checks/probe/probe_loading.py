@@ -115,16 +115,7 @@ def check_load_model(classes, chains, results, loader=None):
     where = short(module.__file__, function.__code__.co_firstlineno)
     name = f"{loader['cls']}.{loader['name']}" if loader["cls"] else loader["name"]
 
-    class Draft(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = torch.nn.Module()
-            self.model.embed_tokens = torch.nn.Embedding(VOCAB, WIDTH)
-            self.lm_head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
-            self.config = types.SimpleNamespace()
-            self.has_own_embed_tokens = False
-            self.has_own_lm_head = False
-
+    Draft = _draft_class()
     for arch, cls in classes.items():
         # V1's label is the one earlier reports carry; V2's names its runner (the run's header names it too)
         runner = "" if loader["runner"] == "V1" else f" ({loader['runner']} runner)"
@@ -135,29 +126,7 @@ def check_load_model(classes, chains, results, loader=None):
         single_stage = types.SimpleNamespace(world_size=1, is_first_rank=True, is_last_rank=True, rank_in_group=0)
         patches = {"get_model": lambda *a, **k: draft, "get_layers_from_vllm_config": lambda *a, **k: {},
                    "get_pp_group": lambda: single_stage}
-        if proposer_cls is not None:
-            class Proposer(proposer_cls):
-                def __getattr__(self, name):  # proposer state __init__ would set: falsy stand-ins
-                    if name.startswith("__"):
-                        raise AttributeError(name)
-                    return _Anything()
-
-                def _get_model(self, *args, **kwargs):
-                    return draft
-
-            proposer = object.__new__(Proposer)
-            proposer.supports_mm_inputs = False
-            proposer.parallel_drafting = False
-            proposer.input_ids = torch.zeros(1, dtype=torch.int32)
-            run = lambda target: proposer.load_model(target)  # noqa: E731
-        else:
-            load_config = object()
-            speculative = types.SimpleNamespace(draft_model_config=types.SimpleNamespace(), draft_lm_head_quantization=None)
-            vllm_config = types.SimpleNamespace(speculative_config=speculative, load_config=load_config)
-            speculative.apply_draft_overrides = lambda config: config
-            patches.update({"get_draft_load_config": lambda config: config.load_config,
-                            "get_pp_safe_draft_load_config": lambda config: config})
-            run = lambda target: function(target, vllm_config)  # noqa: E731
+        run = _loader_call(proposer_cls, function, draft, patches)
         present = {n for n in patches if n in module.__dict__}
         saved = {n: module.__dict__[n] for n in present}
         try:
@@ -174,28 +143,83 @@ def check_load_model(classes, chains, results, loader=None):
             results.append({"label": label, "ok": False,
                             "detail": f"{loader['name']} raised {one_line(exc)} at {vllm_site(frames)}"})
             continue
-        problems, shared = [], []
-        backbone_index = len(holders) - 1
-        embeds = [part for i, part in placed["embed"] if i == backbone_index]
-        got_embed = getattr(draft.model, "embed_tokens", None)
-        if any(got_embed is part for part in embeds):
-            shared.append("embed_tokens")
-        elif got_embed is own_embed:
-            problems.append("the draft has no embed_tokens of its own but kept its unloaded one (not shared)")
-        else:
-            problems.append(f"the draft's embed_tokens is {type(got_embed).__name__}, not the target backbone's")
+        problems, shared = _sharing(draft, own_embed, own_head, placed, holders)
         heads = placed["head"]
-        got_head = getattr(draft, "lm_head", None)
-        if heads and any(got_head is part for _, part in heads):
-            shared.append("lm_head")
-        elif heads:
-            problems.append("the draft has no lm_head of its own but kept its unloaded one (the target's "
-                            f"head on {type(holders[heads[-1][0]]).__name__} was not shared)")
-        elif got_head is not own_head:
-            problems.append(f"the target has no lm_head, yet the draft's became {type(got_head).__name__}")
         detail = (f"{where}: {loader['name']} ran through; the draft (no embeddings or head of its own) now uses the "
                   "target's " + " and ".join(shared) + ("" if heads else " (the target has no lm_head: the draft keeps its own)"))
         results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or detail})
+
+
+def _draft_class():
+    """The draft stand-in: a tiny embedding and head of its own, flagged as not its own
+    (``has_own_embed_tokens``/``has_own_lm_head`` False), so the release must share the target's."""
+    import torch  # lazy: torch exists only in the target environment
+
+    class Draft(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Module()
+            self.model.embed_tokens = torch.nn.Embedding(VOCAB, WIDTH)
+            self.lm_head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
+            self.config = types.SimpleNamespace()
+            self.has_own_embed_tokens = False
+            self.has_own_lm_head = False
+
+    return Draft
+
+
+def _loader_call(proposer_cls, function, draft, patches: dict):
+    """``run(target)``: the release's loader on ``target``, loading ``draft``: V1 the proposer's
+    ``load_model``, V2 the loader function (whose load-config helpers are added to ``patches``)."""
+    import torch  # lazy: torch exists only in the target environment
+
+    if proposer_cls is not None:
+        class Proposer(proposer_cls):
+            def __getattr__(self, name):  # proposer state __init__ would set: falsy stand-ins
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                return _Anything()
+
+            def _get_model(self, *args, **kwargs):
+                return draft
+
+        proposer = object.__new__(Proposer)
+        proposer.supports_mm_inputs = False
+        proposer.parallel_drafting = False
+        proposer.input_ids = torch.zeros(1, dtype=torch.int32)
+        return lambda target: proposer.load_model(target)
+    load_config = object()
+    speculative = types.SimpleNamespace(draft_model_config=types.SimpleNamespace(), draft_lm_head_quantization=None)
+    vllm_config = types.SimpleNamespace(speculative_config=speculative, load_config=load_config)
+    speculative.apply_draft_overrides = lambda config: config
+    patches.update({"get_draft_load_config": lambda config: config.load_config,
+                    "get_pp_safe_draft_load_config": lambda config: config})
+    return lambda target: function(target, vllm_config)
+
+
+def _sharing(draft, own_embed, own_head, placed: dict, holders: list) -> tuple[list[str], list[str]]:
+    """``(problems, shared)``: whether the loaded draft uses the target backbone's embedding and the
+    target's head (where it has one) instead of its own unloaded ones."""
+    problems, shared = [], []
+    backbone_index = len(holders) - 1
+    embeds = [part for i, part in placed["embed"] if i == backbone_index]
+    got_embed = getattr(draft.model, "embed_tokens", None)
+    if any(got_embed is part for part in embeds):
+        shared.append("embed_tokens")
+    elif got_embed is own_embed:
+        problems.append("the draft has no embed_tokens of its own but kept its unloaded one (not shared)")
+    else:
+        problems.append(f"the draft's embed_tokens is {type(got_embed).__name__}, not the target backbone's")
+    heads = placed["head"]
+    got_head = getattr(draft, "lm_head", None)
+    if heads and any(got_head is part for _, part in heads):
+        shared.append("lm_head")
+    elif heads:
+        problems.append("the draft has no lm_head of its own but kept its unloaded one (the target's "
+                        f"head on {type(holders[heads[-1][0]]).__name__} was not shared)")
+    elif got_head is not own_head:
+        problems.append(f"the target has no lm_head, yet the draft's became {type(got_head).__name__}")
+    return problems, shared
 
 
 def check_wrapper_forward(classes, chains, results):
@@ -258,25 +282,32 @@ def check_wrapper_forward(classes, chains, results):
                 results.append({"label": label, "ok": None, "detail": f"not run: the stand-ins cannot drive this forward "
                                 f"({one_line(exc)} at {vllm_site(frames)})"})
             continue
-        expected = [aux[k] for k in sorted(ids)]
-        problems = []
-        if not calls:
-            problems.append("forward never called the backbone")
-        elif calls[0] != ids:
-            problems.append(f"the backbone saw aux ids {calls[0]}, not {ids}")
-        if not (isinstance(out, tuple) and len(out) == 2):
-            problems.append(f"forward returned {type(out).__name__}, not the (hidden_states, aux_hidden_states) tuple: "
-                            "the aux states were dropped")
-        else:
-            got_hidden, got_aux = out
-            if not (got_hidden is hidden or (isinstance(got_hidden, torch.Tensor) and torch.equal(got_hidden, hidden))):
-                problems.append("the hidden_states came back changed")
-            got_aux = list(got_aux) if isinstance(got_aux, (list, tuple)) else None
-            if got_aux is None or len(got_aux) != len(expected) or not all(
-                    isinstance(g, torch.Tensor) and (g is e or torch.equal(g, e)) for g, e in zip(got_aux, expected)):
-                problems.append(f"the aux states came back changed or reordered (expected layers {sorted(ids)} in order)")
+        problems = _passthrough_problems(out, calls, ids, hidden, [aux[k] for k in sorted(ids)])
         path = " -> ".join([cls.__name__] + [q.split(":")[1] for _, q in chain])
         results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
                         f"{cls.__name__}.forward ({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
                         f"{path}) "
                         f"returned the backbone's hidden states and aux states for ids {ids}, in layer order"})
+
+
+def _passthrough_problems(out, calls: list, ids: tuple, hidden, expected: list) -> list[str]:
+    """What is wrong with what a wrapper's ``forward`` returned, against the backbone's ``(hidden, aux)``."""
+    import torch  # lazy: torch exists only in the target environment
+
+    problems = []
+    if not calls:
+        problems.append("forward never called the backbone")
+    elif calls[0] != ids:
+        problems.append(f"the backbone saw aux ids {calls[0]}, not {ids}")
+    if not (isinstance(out, tuple) and len(out) == 2):
+        problems.append(f"forward returned {type(out).__name__}, not the (hidden_states, aux_hidden_states) tuple: "
+                        "the aux states were dropped")
+    else:
+        got_hidden, got_aux = out
+        if not (got_hidden is hidden or (isinstance(got_hidden, torch.Tensor) and torch.equal(got_hidden, hidden))):
+            problems.append("the hidden_states came back changed")
+        got_aux = list(got_aux) if isinstance(got_aux, (list, tuple)) else None
+        if got_aux is None or len(got_aux) != len(expected) or not all(
+                isinstance(g, torch.Tensor) and (g is e or torch.equal(g, e)) for g, e in zip(got_aux, expected)):
+            problems.append(f"the aux states came back changed or reordered (expected layers {sorted(ids)} in order)")
+    return problems
