@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.rehearse.engine_driver import ENGINE_ARGS_VAR, extra_engine_args
+from patchkit.rehearse.engine_start import ENGINE_ARGS_VAR, extra_engine_args
 
 
 def test_unset_or_empty_adds_nothing():

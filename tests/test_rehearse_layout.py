@@ -12,7 +12,7 @@ import pytest
 
 from engine_models import GLM45_AIR, GLM45_SPECFORGE_DRAFT, LLAMA, vllm_draft, write_checkpoint
 from patchkit.errors import ExitCode, RefusedError
-from patchkit.rehearse import engine_driver, rehearsal
+from patchkit.rehearse import engine_start, rehearsal
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import HEADS, heads_for, shrink
 from patchkit.rehearse.rehearsal_result import CheckName
@@ -62,18 +62,18 @@ def test_tp_1_and_2_keep_the_miniature_as_it_was():
 
 def test_the_layout_reaches_the_engine():
     """The driver starts one in-process worker for one rank, vLLM's multiprocessing executor for more."""
-    assert engine_driver.layout_kwargs({}) == {"distributed_executor_backend": "uni"}
-    assert engine_driver.layout_kwargs(Layout(2, 1).for_driver()) == {
+    assert engine_start.layout_kwargs({}) == {"distributed_executor_backend": "uni"}
+    assert engine_start.layout_kwargs(Layout(2, 1).for_driver()) == {
         "distributed_executor_backend": "mp", "tensor_parallel_size": 2, "pipeline_parallel_size": 1}
-    assert engine_driver.layout_kwargs(Layout(1, 2).for_driver())["pipeline_parallel_size"] == 2
+    assert engine_start.layout_kwargs(Layout(1, 2).for_driver())["pipeline_parallel_size"] == 2
 
 
 def test_each_rank_gets_its_own_cpus():
     """On two CPUs two ranks get one each; on fewer CPUs than ranks nothing is bound, one thread each."""
-    assert engine_driver.cpu_binding(1, [0, 1]) == {}
-    assert engine_driver.cpu_binding(2, [0, 1]) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "OMP_NUM_THREADS": "1"}
-    assert engine_driver.cpu_binding(2, [0, 1, 2, 3, 4]) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1|2,3", "OMP_NUM_THREADS": "2"}
-    assert engine_driver.cpu_binding(4, [0, 1]) == {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+    assert engine_start.cpu_binding(1, [0, 1]) == {}
+    assert engine_start.cpu_binding(2, [0, 1]) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "OMP_NUM_THREADS": "1"}
+    assert engine_start.cpu_binding(2, [0, 1, 2, 3, 4]) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1|2,3", "OMP_NUM_THREADS": "2"}
+    assert engine_start.cpu_binding(4, [0, 1]) == {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
 def test_more_ranks_than_gpus_is_refused():
