@@ -43,8 +43,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 """Subprocesses may cache bytecode, as every installed package has it (pip compiles on install)."""
 
 AST_BASELINE = "import ast, sys\nfor f in sys.argv[1:]:\n    ast.parse(open(f, 'rb').read(), filename=f)\n"
-CST_BASELINE = ("import sys, libcst\nfor f in sys.argv[1:]:\n"
-                "    libcst.parse_module(open(f, 'rb').read()).bytes\n")
+CST_BASELINE = "import sys, libcst\nfor f in sys.argv[1:]:\n    libcst.parse_module(open(f, 'rb').read()).bytes\n"
 
 LIMITS = [
     # (label, command, baseline or other command, at most)
@@ -95,8 +94,7 @@ def files_read(site: Path) -> dict[str, list[str]]:
             for name, call in (("status", api.status), ("verify", api.verify)):
                 seen.clear()
                 call(install)
-                out[name] = sorted(str(p.relative_to(copy)) for p in seen
-                                   if p.suffix == ".py" and copy in p.parents)
+                out[name] = sorted(str(p.relative_to(copy)) for p in seen if p.suffix == ".py" and copy in p.parents)
         finally:
             Path.read_bytes = real
     return out
@@ -118,11 +116,19 @@ def bench(version: str, repeat: int) -> tuple[dict[str, float], dict[str, list[s
             shutil.copytree(pristine, site)
             sp = ["--site-packages", str(site)]
             for name in ("status", "verify"):
-                add(f"ast: {name}", timed([sys.executable, "-c", AST_BASELINE, *(str(site / f) for f in reads[name])], 0))
-            models = [str(p) for d in ("vllm/model_executor/models", "vllm/models") for p in sorted((site / d).rglob("*.py"))]
+                add(
+                    f"ast: {name}",
+                    timed([sys.executable, "-c", AST_BASELINE, *(str(site / f) for f in reads[name])], 0),
+                )
+            models = [
+                str(p) for d in ("vllm/model_executor/models", "vllm/models") for p in sorted((site / d).rglob("*.py"))
+            ]
             add("ast: scan", timed([sys.executable, "-c", AST_BASELINE, *models], 0))
             add("scan", timed([*PATCHKIT, "scan", "--json", *sp], 0))
-            add("libcst: apply", timed([sys.executable, "-c", CST_BASELINE, *(str(site / f) for f in reads["apply"])], 0))
+            add(
+                "libcst: apply",
+                timed([sys.executable, "-c", CST_BASELINE, *(str(site / f) for f in reads["apply"])], 0),
+            )
             # verify fails before apply, except on a release that needs no patch (0.18.0 on: apply writes nothing)
             add("verify (unpatched)", timed([*PATCHKIT, "verify", *sp], 1 if reads["apply"] else 0))
             add("apply --dry-run", timed([*PATCHKIT, "apply", "--dry-run", *sp], 0))
@@ -162,8 +168,10 @@ def main() -> None:
     failed = False
     for v in args.versions:
         r, reads = bench(v, args.repeat)
-        print(f"vLLM {v}: ast baselines parse {len(reads['status'])} file(s) (status), "
-              f"{len(reads['verify'])} (verify); the libcst baseline {len(reads['apply'])} (apply)\n")
+        print(
+            f"vLLM {v}: ast baselines parse {len(reads['status'])} file(s) (status), "
+            f"{len(reads['verify'])} (verify); the libcst baseline {len(reads['apply'])} (apply)\n"
+        )
         print("| " + " | ".join(r) + " |")
         print("|---" * len(r) + "|")
         print("| " + " | ".join(f"{s:.2f}" for s in r.values()) + " |\n")
@@ -180,10 +188,14 @@ def main() -> None:
     if args.runtime:
         runs = bench_runtime(args.runtime, args.repeat)
         print(f"| {args.runtime} | verify --runtime | bare import of the same vLLM modules |\n|---|---|---|")
-        print(f"| median of {args.repeat} | {statistics.median(runs['verify --runtime']):.2f} | "
-              f"{statistics.median(runs['bare import']):.2f} |")
-        print(f"| range | {min(runs['verify --runtime']):.2f} - {max(runs['verify --runtime']):.2f} | "
-              f"{min(runs['bare import']):.2f} - {max(runs['bare import']):.2f} |")
+        print(
+            f"| median of {args.repeat} | {statistics.median(runs['verify --runtime']):.2f} | "
+            f"{statistics.median(runs['bare import']):.2f} |"
+        )
+        print(
+            f"| range | {min(runs['verify --runtime']):.2f} - {max(runs['verify --runtime']):.2f} | "
+            f"{min(runs['bare import']):.2f} - {max(runs['bare import']):.2f} |"
+        )
     sys.exit(1 if failed else 0)
 
 

@@ -63,8 +63,9 @@ def row(version: str, round_trip: bool) -> list[str]:
                 model = Path(tmp) / "ckpt"
                 model.mkdir(exist_ok=True)
                 # a model type of our own for the start-up allow-list of 0.10.2 - 0.20.x (a user's config.json has it)
-                (model / "config.json").write_text(json.dumps({"architectures": [a["architecture"]],
-                                                               "model_type": a["architecture"].lower()}))
+                (model / "config.json").write_text(
+                    json.dumps({"architectures": [a["architecture"]], "model_type": a["architecture"].lower()})
+                )
                 request = Request((), model)
                 applied = api.apply(install, request=request)
                 if applied.written and not applied.refused:
@@ -72,7 +73,15 @@ def row(version: str, round_trip: bool) -> list[str]:
                     api.revert(install)
                     ok += verified_ok and digest(sp) == pristine
             verified = str(ok)
-        return [version, scanned["install"]["era"], str(native), str(broken), str(len(patchable)), verified, str(refused)]
+        return [
+            version,
+            scanned["install"]["era"],
+            str(native),
+            str(broken),
+            str(len(patchable)),
+            verified,
+            str(refused),
+        ]
 
 
 def _last_results(path: Path) -> dict[tuple[str, str], dict]:
@@ -92,8 +101,14 @@ def proven_in_engine(path: Path) -> dict[str, tuple[str, int]]:
     for (case, step), entry in last.items():
         unpatched, reverted = last.get((case, "unpatched")), last.get((case, "reverted"))
         # the whole cycle: vLLM refused it unpatched, every check passed patched, refused again after revert
-        if (step == "patched" and entry["ok"] and unpatched is not None and not unpatched["ok"]
-                and reverted is not None and not reverted["ok"]):
+        if (
+            step == "patched"
+            and entry["ok"]
+            and unpatched is not None
+            and not unpatched["ok"]
+            and reverted is not None
+            and not reverted["ok"]
+        ):
             dist, _, version = entry["vllm"].rpartition(" ")
             out.setdefault(version, (dist, set()))[1].add(entry["architecture"])
     return {v: (d, len(archs)) for v, (d, archs) in out.items()}
@@ -103,8 +118,11 @@ def engine_table(path: Path) -> list[str]:
     """Markdown rows from the tier's results: the last run of each case and step wins."""
     last = _last_results(path)
     cases = list(dict.fromkeys(case for case, _ in last))
-    out = ["| architecture (case) | vLLM | unpatched | patched: rehearse | aux distance (same ids / shifted by one) "
-           "| accepted / draft tokens | rehearse time | after revert |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| architecture (case) | vLLM | unpatched | patched: rehearse | aux distance (same ids / shifted by one) "
+        "| accepted / draft tokens | rehearse time | after revert |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for case in cases:
         un, pa, re = (last.get((case, s)) for s in ("unpatched", "patched", "reverted"))
         main = pa or un or last.get((case, "native"))
@@ -122,15 +140,23 @@ def engine_table(path: Path) -> list[str]:
         dist = main.get("distance")
         shifted = [d for d in (main.get("shifted_distance") or {}).values() if d is not None]
         counters = main.get("counters") or {}
-        acc = (f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0)} / "
-               f"{counters.get('vllm:spec_decode_num_draft_tokens', 0)}") if counters else "-"
+        acc = (
+            (
+                f"{counters.get('vllm:spec_decode_num_accepted_tokens', 0)} / "
+                f"{counters.get('vllm:spec_decode_num_draft_tokens', 0)}"
+            )
+            if counters
+            else "-"
+        )
         if pa is None and un is not None and not un["ok"]:
             verdict = "not patched (apply wrote nothing); vLLM refuses it"
         else:
             verdict = "**proven**" if main["ok"] else "fails: " + "; ".join(n for n, _, _ in main["failed"])
-        out.append(f"| {main.get('architecture')} ({case}) | {main.get('vllm')} | {refused(un) if pa else '-'} | {verdict} "
-                   f"| {f'{dist:.1e}' if dist is not None else '-'} / {', '.join(f'{d:.2g}' for d in shifted) or '-'} "
-                   f"| {acc} | {main['seconds']:.0f} s | {refused(re) if re else '-'} |")
+        out.append(
+            f"| {main.get('architecture')} ({case}) | {main.get('vllm')} | {refused(un) if pa else '-'} | {verdict} "
+            f"| {f'{dist:.1e}' if dist is not None else '-'} / {', '.join(f'{d:.2g}' for d in shifted) or '-'} "
+            f"| {acc} | {main['seconds']:.0f} s | {refused(re) if re else '-'} |"
+        )
     return out
 
 

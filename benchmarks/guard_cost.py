@@ -48,8 +48,9 @@ t = time.perf_counter(); ep.load()(); print(time.perf_counter() - t)
 
 
 def seconds(python: str, code: str, site: Path) -> float:
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
-                         env={**ENV, "PYTHONPATH": str(site)})
+    out = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, check=True, env={**ENV, "PYTHONPATH": str(site)}
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -71,8 +72,13 @@ def interleaved_ms(python: str, code: str, sites: tuple[Path, Path], repeat: int
 
 def import_ms(python: str, site: Path) -> float:
     """``python -X importtime``: the cumulative import time of ``patchkit_guard.guard`` (ms)."""
-    out = subprocess.run([python, "-X", "importtime", "-c", "import patchkit_guard.guard"], capture_output=True,
-                         text=True, check=True, env={**ENV, "PYTHONPATH": str(site)})
+    out = subprocess.run(
+        [python, "-X", "importtime", "-c", "import patchkit_guard.guard"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**ENV, "PYTHONPATH": str(site)},
+    )
     line = [ln for ln in out.stderr.splitlines() if ln.rstrip().endswith("patchkit_guard.guard")][-1]
     return int(line.split("|")[1]) / 1000
 
@@ -83,8 +89,10 @@ def main() -> None:
     parser.add_argument("versions", nargs="*", default=["0.16.0", "0.33.0"])
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    print("| vLLM | files watched | load_general_plugins with the guard (ms) | without (ms) | ratio "
-          "| the guard alone: import and check (ms) | after a dropped patch (ms) | -X importtime (ms) |")
+    print(
+        "| vLLM | files watched | load_general_plugins with the guard (ms) | without (ms) | ratio "
+        "| the guard alone: import and check (ms) | after a dropped patch (ms) | -X importtime (ms) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for version in args.versions:
         with tempfile.TemporaryDirectory() as tmp:
@@ -94,11 +102,16 @@ def main() -> None:
 
             # the default set (DeepSeek, Kimi) where patchkit ships it, else one architecture
             arch = [] if Version(version) < Version("0.18") else ["--arch", "OlmoeForCausalLM"]
-            subprocess.run([*PATCHKIT, "apply", "--site-packages", str(site), *arch, "--guard"], check=True,
-                           capture_output=True, env=ENV)
+            subprocess.run(
+                [*PATCHKIT, "apply", "--site-packages", str(site), *arch, "--guard"],
+                check=True,
+                capture_output=True,
+                env=ENV,
+            )
             shutil.copytree(site, bare, symlinks=True)
-            subprocess.run([*PATCHKIT, "guard", "remove", "--site-packages", str(bare)], check=True,
-                           capture_output=True, env=ENV)
+            subprocess.run(
+                [*PATCHKIT, "guard", "remove", "--site-packages", str(bare)], check=True, capture_output=True, env=ENV
+            )
             watched = json.loads((site / "patchkit_guard/manifest.json").read_text())["files"]
             with_guard, without = interleaved_ms(args.python, LOADER, (site, bare), args.repeat)
             alone = median_ms(args.python, GUARD, site, args.repeat)
@@ -106,8 +119,10 @@ def main() -> None:
             first = sorted(watched)[-1]
             shutil.copyfile(pristine_site_packages(version) / first, site / first)
             dropped = median_ms(args.python, GUARD, site, args.repeat)
-            print(f"| {version} | {len(watched)} | {with_guard:.1f} | {without:.1f} | {with_guard / without:.2f} "
-                  f"| {alone:.1f} | {dropped:.1f} | {imported:.1f} |")
+            print(
+                f"| {version} | {len(watched)} | {with_guard:.1f} | {without:.1f} | {with_guard / without:.2f} "
+                f"| {alone:.1f} | {dropped:.1f} | {imported:.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -67,16 +67,19 @@ def _vkey(version: str) -> tuple[int, ...]:
 
 def digest(site: Path) -> dict[str, str]:
     """SHA-256 of every ``vllm/**/*.py`` under ``site`` (relative path -> hex digest)."""
-    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((site / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((site / "vllm").rglob("*.py"))
+    }
 
 
 def git(*args: str) -> str:
     """``git`` in the checkout patchkit is imported from (the code being qualified)."""
     import patchkit
 
-    out = subprocess.run(["git", "-C", str(Path(patchkit.__file__).resolve().parent), *args],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "-C", str(Path(patchkit.__file__).resolve().parent), *args], capture_output=True, text=True
+    )
     return out.stdout.strip()
 
 
@@ -86,8 +89,16 @@ def git(*args: str) -> str:
 def scan_rows(site: Path) -> dict[str, dict]:
     """``scan`` of the tree at ``site``: architecture -> {state, shape, group, reason, location}."""
     report = api.scan(from_site_packages(site))
-    return {r.architecture: {"state": r.state, "shape": r.shape, "group": r.group, "reason": r.reason,
-                             "location": r.location} for r in report.rows}
+    return {
+        r.architecture: {
+            "state": r.state,
+            "shape": r.shape,
+            "group": r.group,
+            "reason": r.reason,
+            "location": r.location,
+        }
+        for r in report.rows
+    }
 
 
 def previous_release(version: str, given: str | None) -> tuple[str | None, str]:
@@ -105,10 +116,16 @@ def previous_release(version: str, given: str | None) -> tuple[str | None, str]:
 
 def scan_changes(now: dict[str, dict], before: dict[str, dict]) -> dict:
     """What changed between two scans: appeared, disappeared, and changed verdict (state)."""
-    changed = {a: {"from": before[a]["state"], "to": now[a]["state"]}
-               for a in now if a in before and now[a]["state"] != before[a]["state"]}
-    return {"appeared": sorted(set(now) - set(before)), "disappeared": sorted(set(before) - set(now)),
-            "changed": dict(sorted(changed.items()))}
+    changed = {
+        a: {"from": before[a]["state"], "to": now[a]["state"]}
+        for a in now
+        if a in before and now[a]["state"] != before[a]["state"]
+    }
+    return {
+        "appeared": sorted(set(now) - set(before)),
+        "disappeared": sorted(set(before) - set(now)),
+        "changed": dict(sorted(changed.items())),
+    }
 
 
 # -- 2. the cycle ---------------------------------------------------------------------------------
@@ -144,8 +161,9 @@ def cycle(site: Path, rows: dict[str, dict], tmp: Path) -> dict:
         # verify fails those on their lossless check alone, which is counted apart, not as a failure
         first = api.apply(install, request=request, force=True)
         if first.refused or not first.written:
-            failures["apply"].append(f"{arch}: " + "; ".join(f"{p.id} {p.outcome.value} {p.reason}".strip()
-                                                            for p in first.patches))
+            failures["apply"].append(
+                f"{arch}: " + "; ".join(f"{p.id} {p.outcome.value} {p.reason}".strip() for p in first.patches)
+            )
             api.revert(install, force=True)
             continue
         verified = api.verify(install, request=request)
@@ -154,8 +172,9 @@ def cycle(site: Path, rows: dict[str, dict], tmp: Path) -> dict:
         if gated:
             refused_here.append(f"{arch}: " + "; ".join(f"{f.label}: {f.detail}" for f in gated))
         if any(f.kind not in LOSSLESS_KINDS for f in failed):
-            failures["verify"].append(f"{arch}: " + "; ".join(f"{f.label}: {f.detail}" for f in failed
-                                                             if f.kind not in LOSSLESS_KINDS))
+            failures["verify"].append(
+                f"{arch}: " + "; ".join(f"{f.label}: {f.detail}" for f in failed if f.kind not in LOSSLESS_KINDS)
+            )
         second = api.apply(install, request=request, force=True)
         if second.written or second.refused:
             failures["second apply"].append(f"{arch}: wrote {second.written}, refused {second.refused}")
@@ -163,8 +182,13 @@ def cycle(site: Path, rows: dict[str, dict], tmp: Path) -> dict:
         if digest(site) != pristine:
             failures["revert"].append(arch)
             break  # later architectures would start from a wrong tree
-    return {"architectures": len(patchable), "with_model": with_model, "failures": failures,
-            "refused without --force": refused_here, "byte_exact": not failures["revert"]}
+    return {
+        "architectures": len(patchable),
+        "with_model": with_model,
+        "failures": failures,
+        "refused without --force": refused_here,
+        "byte_exact": not failures["revert"],
+    }
 
 
 # -- 3. the runtime -------------------------------------------------------------------------------
@@ -195,8 +219,10 @@ def runtime(version: str) -> dict:
         archs = tuple(a for a, r in rows.items() if r["state"] == "patchable")
         result: dict = {"python": str(python), "architectures": len(archs)}
         if _needs_model(site):
-            result["not checked"] = ("this release has a start-up allow-list: each architecture needs a model type "
-                                     "of its own (tests/test_runtime_arch.py applies them one by one)")
+            result["not checked"] = (
+                "this release has a start-up allow-list: each architecture needs a model type "
+                "of its own (tests/test_runtime_arch.py applies them one by one)"
+            )
             return result
         applied = api.apply(install, request=Request(archs), force=True)  # as the cycle: every shape
         result["applied"] = bool(applied.written) and not applied.refused
@@ -209,17 +235,22 @@ def runtime(version: str) -> dict:
             for top in report.checks:  # the static checks too: a failure there fails the runtime step
                 _walk(top, checks)
             result["label"] = node.label if node is not None else None
-            result["checks"] = {"passed": sum(c.ok is True for c in checks),
-                                "failed": sum(c.ok is False for c in checks),
-                                "not run": sum(c.ok is None for c in checks)}
+            result["checks"] = {
+                "passed": sum(c.ok is True for c in checks),
+                "failed": sum(c.ok is False for c in checks),
+                "not run": sum(c.ok is None for c in checks),
+            }
             leaves = [c for c in checks if c.ok is False and not c.children and c.kind not in LOSSLESS_KINDS]
             missing = [c for c in leaves if MISSING_IMPORT.search(c.detail)]
             result["failed"] = [f"{c.label}: {c.detail}" for c in leaves if c not in missing]
             result["environment lacks"] = [f"{c.label}: {c.detail}" for c in missing]
             result["ok"] = not result["failed"] and report.runtime_error is None and node is not None
         else:
-            result["refused"] = [f"{p.id} {p.outcome.value} {p.reason}" for p in applied.patches
-                                 if p.outcome.value not in ("applied", "already applied")]
+            result["refused"] = [
+                f"{p.id} {p.outcome.value} {p.reason}"
+                for p in applied.patches
+                if p.outcome.value not in ("applied", "already applied")
+            ]
         api.revert(install, force=True)
         result["byte_exact"] = digest(site) == before
         return result
@@ -240,11 +271,22 @@ def declared_facts(site: Path) -> dict:
         missing = set(serving.missing_facts(tree, generation))
         present = generation.runner and (site / generation.runner).is_file()
         for fact in generation.facts():
-            facts.append({"generation": generation.name, "what": fact.what, "where": fact.where,
-                          "found": fact not in missing, "runner present": bool(present)})
+            facts.append(
+                {
+                    "generation": generation.name,
+                    "what": fact.what,
+                    "where": fact.where,
+                    "found": fact not in missing,
+                    "runner present": bool(present),
+                }
+            )
     choice = serving.serving_runner(tree, environ={})
-    return {"source": "patchkit.vllm.runner (the runner wing's declarations)", "serving runner": choice.name,
-            "why": choice.reason, "facts": facts}
+    return {
+        "source": "patchkit.vllm.runner (the runner wing's declarations)",
+        "serving runner": choice.name,
+        "why": choice.reason,
+        "facts": facts,
+    }
 
 
 def _derived_facts(tree: SourceTree) -> dict:
@@ -252,17 +294,31 @@ def _derived_facts(tree: SourceTree) -> dict:
     from patchkit.vllm import proposer_paths
 
     d = proposer_paths.derive(tree)
-    facts = [{"what": "the draft loader (proposer load_model)", "where": d.loader or "vllm/v1/spec_decode/",
-              "found": d.loader is not None},
-             {"what": "the proposer's language model (get_language_model)", "where": d.language_model or "",
-              "found": d.language_model is not None},
-             {"what": "the proposer's reads of the target", "where": ", ".join(sorted({r.location for r in d.reads}))[:200],
-              "found": bool(d.reads)}]
+    facts = [
+        {
+            "what": "the draft loader (proposer load_model)",
+            "where": d.loader or "vllm/v1/spec_decode/",
+            "found": d.loader is not None,
+        },
+        {
+            "what": "the proposer's language model (get_language_model)",
+            "where": d.language_model or "",
+            "found": d.language_model is not None,
+        },
+        {
+            "what": "the proposer's reads of the target",
+            "where": ", ".join(sorted({r.location for r in d.reads}))[:200],
+            "found": bool(d.reads),
+        },
+    ]
     facts += [{"what": f"aux ids from {a.kind} {a.name}", "where": a.location, "found": True} for a in d.aux]
     if not d.aux:
         facts.append({"what": "aux-id sources", "where": "", "found": False})
-    return {"source": "patchkit.vllm.proposer_paths (no runner wing in this checkout: the facts the load-path "
-                      "and aux-id checks derive)", "facts": facts}
+    return {
+        "source": "patchkit.vllm.proposer_paths (no runner wing in this checkout: the facts the load-path "
+        "and aux-id checks derive)",
+        "facts": facts,
+    }
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -296,10 +352,23 @@ def verdict(report: dict) -> tuple[bool, list[str]]:
 def qualify(version: str, previous: str | None, with_runtime: bool) -> dict:
     started = time.monotonic()
     timings: dict[str, float] = {}
-    report: dict = {"version": version, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                    "branch": git("rev-parse", "--abbrev-ref", "HEAD"), "commit": git("rev-parse", "HEAD"),
-                    "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ":(top)",
-                                      ":(top,exclude)docs/releases.md", ":(top,exclude)docs/releases"))}
+    report: dict = {
+        "version": version,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(
+            git(
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ":(top)",
+                ":(top,exclude)docs/releases.md",
+                ":(top,exclude)docs/releases",
+            )
+        ),
+    }
     with tempfile.TemporaryDirectory(prefix="qualify-") as tmp_name:
         tmp = Path(tmp_name)
         t = time.monotonic()
@@ -334,64 +403,101 @@ def qualify(version: str, previous: str | None, with_runtime: bool) -> dict:
 
 def section(r: dict) -> str:
     """The markdown section of one report."""
+
     def names(items) -> str:
         items = list(items)
         shown = ", ".join(items[:MAX_LISTED])
         return shown + (f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "") if items else "none"
 
     status = "qualified" if r["qualified"] else "**not qualified**"
-    lines = [f"## vLLM {r['version']}", "",
-             f"{status}; ran {r['date']} on branch `{r['branch']}` at commit `{r['commit'][:10]}`"
-             + (" (with uncommitted changes)" if r["dirty"] else "") + f", in {r['seconds']['total']:.0f} s.", ""]
+    lines = [
+        f"## vLLM {r['version']}",
+        "",
+        f"{status}; ran {r['date']} on branch `{r['branch']}` at commit `{r['commit'][:10]}`"
+        + (" (with uncommitted changes)" if r["dirty"] else "")
+        + f", in {r['seconds']['total']:.0f} s.",
+        "",
+    ]
     lines += [f"- {reason}" for reason in r["reasons"]] + ([""] if r["reasons"] else [])
     counts = ", ".join(f"{n} {s}" for s, n in r["scan"]["counts"].items())
     lines += [f"**scan**: {r['scan']['architectures']} architectures: {counts}."]
     prev = r["previous"]
     if prev["version"]:
         c = prev["changes"]
-        lines += ["", f"**against {prev['version']}** ({prev['why']}): "
-                  f"{len(c['appeared'])} appeared ({names(c['appeared'])}); "
-                  f"{len(c['disappeared'])} disappeared ({names(c['disappeared'])}); "
-                  f"{len(c['changed'])} changed verdict:"]
+        lines += [
+            "",
+            f"**against {prev['version']}** ({prev['why']}): "
+            f"{len(c['appeared'])} appeared ({names(c['appeared'])}); "
+            f"{len(c['disappeared'])} disappeared ({names(c['disappeared'])}); "
+            f"{len(c['changed'])} changed verdict:",
+        ]
         lines += [f"- {a}: {v['from']} → {v['to']}" for a, v in c["changed"].items()]
     cy = r["cycle"]
     failed = {s: a for s, a in cy["failures"].items() if a}
-    lines += ["", f"**cycle** (apply → verify → apply again → revert, each architecture alone): "
-              f"{cy['architectures']} patchable architectures, "
-              + ("all passed, every revert byte-exact" if not failed else
-                 "; ".join(f"{s} failed: {names(a.split(':')[0] for a in archs)}" for s, archs in failed.items()))
-              + f" ({r['seconds']['cycle']:.0f} s)."]
+    lines += [
+        "",
+        f"**cycle** (apply → verify → apply again → revert, each architecture alone): "
+        f"{cy['architectures']} patchable architectures, "
+        + (
+            "all passed, every revert byte-exact"
+            if not failed
+            else "; ".join(f"{s} failed: {names(a.split(':')[0] for a in archs)}" for s, archs in failed.items())
+        )
+        + f" ({r['seconds']['cycle']:.0f} s).",
+    ]
     gated = cy.get("refused without --force", [])
     if gated:
-        lines += ["", f"**lossless or refused**: {len(gated)} of them are refused by `apply` without `--force` here "
-                  f"(a hybrid whose mixers lose greedy output, or a shape not shown lossless under the serve's "
-                  f"runner; cycled with `--force`): {names(a.split(':')[0] for a in gated)}."]
+        lines += [
+            "",
+            f"**lossless or refused**: {len(gated)} of them are refused by `apply` without `--force` here "
+            f"(a hybrid whose mixers lose greedy output, or a shape not shown lossless under the serve's "
+            f"runner; cycled with `--force`): {names(a.split(':')[0] for a in gated)}.",
+        ]
     run = r["runtime"]
     if run is None:
         lines += ["", "**runtime**: not checked (`--no-runtime`)."]
     elif "not checked" in run:
         lines += ["", f"**runtime**: not checked: {run['not checked']}."]
     else:
-        head = (f"{run['architectures']} architectures applied in a real `vllm=={r['version']}` install; "
-                if run.get("applied") else "apply refused in the real install; ")
+        head = (
+            f"{run['architectures']} architectures applied in a real `vllm=={r['version']}` install; "
+            if run.get("applied")
+            else "apply refused in the real install; "
+        )
         if run.get("applied"):
             k = run["checks"]
-            head += (f"`verify --runtime` {'passed' if run['ok'] else 'failed'}: {k['passed']} checks passed, "
-                     f"{len(run['failed'])} failed, {len(run.get('environment lacks', []))} not checked for a "
-                     f"missing import, {k['not run']} not run")
-        lines += ["", f"**runtime**: {head}; revert {'byte-exact' if run.get('byte_exact') else 'NOT byte-exact'} "
-                  f"({r['seconds']['runtime']:.0f} s)."]
+            head += (
+                f"`verify --runtime` {'passed' if run['ok'] else 'failed'}: {k['passed']} checks passed, "
+                f"{len(run['failed'])} failed, {len(run.get('environment lacks', []))} not checked for a "
+                f"missing import, {k['not run']} not run"
+            )
+        lines += [
+            "",
+            f"**runtime**: {head}; revert {'byte-exact' if run.get('byte_exact') else 'NOT byte-exact'} "
+            f"({r['seconds']['runtime']:.0f} s).",
+        ]
         lines += [f"- failed: {f[:300]}" for f in run.get("failed", [])[:MAX_LISTED]]
-        lines += [f"- not checked, the environment lacks an import: {f[:300]}"
-                  for f in run.get("environment lacks", [])[:MAX_LISTED]]
+        lines += [
+            f"- not checked, the environment lacks an import: {f[:300]}"
+            for f in run.get("environment lacks", [])[:MAX_LISTED]
+        ]
     facts = r["facts"]
-    lines += ["", f"**declared facts** (from {facts['source']})"
-              + (f"; the serve uses runner {facts['serving runner']}: {facts['why']}" if "serving runner" in facts else "")
-              + ":", "", "| fact | where patchkit looked | found |", "|---|---|---|"]
+    lines += [
+        "",
+        f"**declared facts** (from {facts['source']})"
+        + (f"; the serve uses runner {facts['serving runner']}: {facts['why']}" if "serving runner" in facts else "")
+        + ":",
+        "",
+        "| fact | where patchkit looked | found |",
+        "|---|---|---|",
+    ]
     for f in facts["facts"]:
         what = f"{f['generation']}: {f['what']}" if "generation" in f else f["what"]
-        found = "yes" if f["found"] else ("no" if f.get("runner present", True)
-                                           else f"no: this release has no {f['generation']} runner")
+        found = (
+            "yes"
+            if f["found"]
+            else ("no" if f.get("runner present", True) else f"no: this release has no {f['generation']} runner")
+        )
         lines.append(f"| {what} | `{f['where']}` | {found} |")
     return "\n".join(lines) + "\n"
 
@@ -411,18 +517,24 @@ def row(r: dict) -> str:
     cy = r["cycle"]
     cycle_cell = "passed" if not any(cy["failures"].values()) else "failed"
     run = r["runtime"]
-    run_cell = ("not checked" if run is None or "not checked" in run else
-                ("passed" if run.get("ok") else "failed") + f" ({run['architectures']})")
+    run_cell = (
+        "not checked"
+        if run is None or "not checked" in run
+        else ("passed" if run.get("ok") else "failed") + f" ({run['architectures']})"
+    )
     facts = [f for f in r["facts"]["facts"] if f.get("runner present", True)]  # of the runners the release has
     found = sum(f["found"] for f in facts)
-    return (f"| {r['version']} | {'qualified' if r['qualified'] else 'not qualified'} | {r['scan']['architectures']} | "
-            f"{r['scan']['counts'].get('patchable', 0)} | {cycle_cell} ({cy['architectures']}) | {run_cell} | "
-            f"{found}/{len(facts)} | `{r['commit'][:10]}` | {r['seconds']['total']:.0f} |")
+    return (
+        f"| {r['version']} | {'qualified' if r['qualified'] else 'not qualified'} | {r['scan']['architectures']} | "
+        f"{r['scan']['counts'].get('patchable', 0)} | {cycle_cell} ({cy['architectures']}) | {run_cell} | "
+        f"{found}/{len(facts)} | `{r['commit'][:10]}` | {r['seconds']['total']:.0f} |"
+    )
 
 
 def write_page() -> None:
-    reports = sorted((json.loads(p.read_text()) for p in REPORTS.glob("*.json")), key=lambda r: _vkey(r["version"]),
-                     reverse=True)
+    reports = sorted(
+        (json.loads(p.read_text()) for p in REPORTS.glob("*.json")), key=lambda r: _vkey(r["version"]), reverse=True
+    )
     PAGE.write_text(HEAD + "\n".join(row(r) for r in reports) + "\n\n" + "\n".join(section(r) for r in reports))
 
 
@@ -438,8 +550,11 @@ def main(argv: list[str]) -> int:
         args = [a for a in args if a != previous]
     unknown = [a for a in argv if a.startswith("--") and a not in ("--previous", "--no-runtime")]
     if len(args) != 1 or unknown or not all(p.isdigit() for p in args[0].split(".")):
-        print("usage: python benchmarks/qualify.py VERSION [--previous X.Y.Z] [--no-runtime]\n"
-              "hint: VERSION is an exact vLLM release, e.g. 0.34.0", file=sys.stderr)
+        print(
+            "usage: python benchmarks/qualify.py VERSION [--previous X.Y.Z] [--no-runtime]\n"
+            "hint: VERSION is an exact vLLM release, e.g. 0.34.0",
+            file=sys.stderr,
+        )
         return 2
     report = qualify(args[0], previous, "--no-runtime" not in argv)
     REPORTS.mkdir(parents=True, exist_ok=True)

@@ -75,8 +75,9 @@ def generate(llm, prompt: list[int], max_tokens: int) -> tuple[list[int], list[d
     """Greedy tokens, and per token ``{token id: logprob}`` (the sampled token and the top 2)."""
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True,
-                            detokenize=False, logprobs=2)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, detokenize=False, logprobs=2
+    )
     out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0].outputs[0]
     logprobs = None
     if out.logprobs:
@@ -97,11 +98,13 @@ def compare(prompt, plain, ngram, model, device) -> dict:
     row = {"prompt_len": len(prompt), "first_divergence": i, "plain_tokens": p_tokens, "ngram_tokens": s_tokens}
     if i is not None:
         row["tokens"] = [p_tokens[i], s_tokens[i]]
-        row["vllm_gap"] = {"plain": top2_gap(p_lp[i] if p_lp else None),
-                           "ngram": top2_gap(s_lp[i] if s_lp else None),
-                           "plain_logprob_of_ngram_token_below_top": (
-                               p_lp[i][p_tokens[i]] - p_lp[i][s_tokens[i]]
-                               if p_lp and s_tokens[i] in p_lp[i] else None)}
+        row["vllm_gap"] = {
+            "plain": top2_gap(p_lp[i] if p_lp else None),
+            "ngram": top2_gap(s_lp[i] if s_lp else None),
+            "plain_logprob_of_ngram_token_below_top": (
+                p_lp[i][p_tokens[i]] - p_lp[i][s_tokens[i]] if p_lp and s_tokens[i] in p_lp[i] else None
+            ),
+        }
         try:
             row["transformers"] = first_difference_gap(model, device, prompt, p_tokens, s_tokens)
         except Exception as exc:  # noqa: BLE001 - a measurement, not a verdict
@@ -114,15 +117,29 @@ def run_one(case, dtype: str, eager: bool, device: str, n_prompts: int, max_toke
 
     mini = shrink(case.target, case.draft)
     work = tempfile.mkdtemp(prefix=f"spec-control-{case.name}-")
-    spec = {"workdir": work, "target_config": mini.target_config, "seed": 0, "init_scale": 5.0, "device": device,
-            "dtype": dtype, "eager": eager, "max_model_len": 256}
+    spec = {
+        "workdir": work,
+        "target_config": mini.target_config,
+        "seed": 0,
+        "init_scale": 5.0,
+        "device": device,
+        "dtype": dtype,
+        "eager": eager,
+        "max_model_len": 256,
+    }
     if device == "cuda":
         total = torch.cuda.mem_get_info()[1]
         spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
         spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
-    line = {"case": case.name, "architecture": mini.target_config["architectures"][0], "dtype": dtype,
-            "path": "eager" if eager else "compiled", "device": device, "speculative_config": NGRAM,
-            "max_tokens": max_tokens}
+    line = {
+        "case": case.name,
+        "architecture": mini.target_config["architectures"][0],
+        "dtype": dtype,
+        "path": "eager" if eager else "compiled",
+        "device": device,
+        "speculative_config": NGRAM,
+        "max_tokens": max_tokens,
+    }
     try:
         import vllm
 
@@ -174,8 +191,10 @@ def main() -> int:
         return 2
     for name in args.cases.split(","):
         for dtype in args.dtypes.split(","):
-            print(json.dumps(run_one(known[name], dtype, args.eager, args.device, args.prompts, args.max_tokens)),
-                  flush=True)
+            print(
+                json.dumps(run_one(known[name], dtype, args.eager, args.device, args.prompts, args.max_tokens)),
+                flush=True,
+            )
     return 0
 
 

@@ -58,9 +58,17 @@ def build(cases: list[str], out: Path) -> None:
         mini = shrink(case.target, case.draft)
         work = out / name
         work.mkdir(parents=True, exist_ok=True)
-        spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
-                "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
-                "num_speculative_tokens": 2, "seed": 0, "init_scale": 5.0}
+        spec = {
+            "workdir": str(work),
+            "target_config": mini.target_config,
+            "draft_config": mini.draft_config,
+            "reference_ids": list(mini.ids),
+            "prompt": PROMPT,
+            "max_tokens": PROMPT_TOKENS,
+            "num_speculative_tokens": 2,
+            "seed": 0,
+            "init_scale": 5.0,
+        }
         t0 = time.monotonic()
         model, _target = build_target(spec)
         trained = train_draft(model, spec, len(decoder_layers(model)))
@@ -69,9 +77,17 @@ def build(cases: list[str], out: Path) -> None:
         rng = random.Random(7)
         prompts = [PROMPT] + [[rng.randrange(3, vocab) for _ in range(PROMPT_LEN)] for _ in range(PROMPTS - 1)]
         (work / "prompts.json").write_text(json.dumps(prompts))
-        (work / "case.json").write_text(json.dumps({"case": name, "arch": case.target["architectures"][0],
-                                                    "ids": list(mini.ids), "fit": trained["fit"],
-                                                    "build_s": round(time.monotonic() - t0, 1)}))
+        (work / "case.json").write_text(
+            json.dumps(
+                {
+                    "case": name,
+                    "arch": case.target["architectures"][0],
+                    "ids": list(mini.ids),
+                    "fit": trained["fit"],
+                    "build_s": round(time.monotonic() - t0, 1),
+                }
+            )
+        )
         print(json.dumps({"built": name, "ids": list(mini.ids), "fit": trained["fit"]}), flush=True)
 
 
@@ -106,8 +122,11 @@ def router_margins(folder: Path, dtype: str) -> dict:
 
     cfg = json.loads((folder / "target" / "config.json").read_text())
     k, experts = cfg.get("num_experts_per_tok", 2), cfg.get("num_local_experts")
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder / "target"),
-                                                              torch_dtype=getattr(torch, dtype)).to("cuda").eval()
+    model = (
+        transformers.AutoModelForCausalLM.from_pretrained(str(folder / "target"), torch_dtype=getattr(torch, dtype))
+        .to("cuda")
+        .eval()
+    )
     gaps: dict[str, float] = {}
 
     def hook(name):
@@ -117,6 +136,7 @@ def router_margins(folder: Path, dtype: str) -> dict:
             top = logits.topk(k + 1, dim=-1).values
             g = float((top[:, k - 1] - top[:, k]).min())
             gaps[name] = min(gaps.get(name, g), g)
+
         return fn
 
     for name, mod in model.named_modules():
@@ -146,20 +166,34 @@ def one_run(folder: Path, method: str, dtype: str, eager: bool) -> dict:
     from vllm import LLM, SamplingParams
 
     prompts = json.loads((folder / "prompts.json").read_text())
-    kwargs = dict(model=str(folder / "target"), skip_tokenizer_init=True, dtype=dtype, max_model_len=256,
-                  enforce_eager=eager, seed=0, max_num_seqs=4, distributed_executor_backend="uni",
-                  gpu_memory_utilization=0.05, kv_cache_memory_bytes=256 << 20)
+    kwargs = dict(
+        model=str(folder / "target"),
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        max_model_len=256,
+        enforce_eager=eager,
+        seed=0,
+        max_num_seqs=4,
+        distributed_executor_backend="uni",
+        gpu_memory_utilization=0.05,
+        kv_cache_memory_bytes=256 << 20,
+    )
     if method == "eagle3":
         kwargs["speculative_config"] = {"method": "eagle3", "model": str(folder / "draft"), "num_speculative_tokens": K}
     elif method == "ngram":
-        kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3,
-                                        "prompt_lookup_min": 1}
+        kwargs["speculative_config"] = {
+            "method": "ngram",
+            "num_speculative_tokens": K,
+            "prompt_lookup_max": 3,
+            "prompt_lookup_min": 1,
+        }
     t0 = time.monotonic()
     llm = LLM(**kwargs)
     started = time.monotonic() - t0
     digest = llm.collective_rpc(_digest)[0]
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS, ignore_eos=True,
-                            detokenize=False, logprobs=2)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS, ignore_eos=True, detokenize=False, logprobs=2
+    )
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     tokens, gaps = [], []
     for o in outs:
@@ -174,7 +208,9 @@ def one_run(folder: Path, method: str, dtype: str, eager: bool) -> dict:
     try:
         for m in llm.get_metrics():
             if m.name.startswith("vllm:spec_decode"):
-                counters[m.name] = getattr(m, "value", None) if getattr(m, "value", None) is not None else getattr(m, "values", None)
+                counters[m.name] = (
+                    getattr(m, "value", None) if getattr(m, "value", None) is not None else getattr(m, "values", None)
+                )
     except Exception as exc:  # noqa: BLE001
         counters["error"] = str(exc)
     return {"tokens": tokens, "gaps": gaps, "digest": digest, "start_s": round(started, 1), "counters": counters}
@@ -182,8 +218,11 @@ def one_run(folder: Path, method: str, dtype: str, eager: bool) -> dict:
 
 def compare(rows: list[dict], tie: float) -> list[dict]:
     """Each speculative run against the plain run of the same env, case, runner, dtype and path."""
-    plain = {(r["env"], r["case"], r["runner"], r["dtype"], r["path"]): r for r in rows
-             if r["method"] == "none" and r.get("tokens")}
+    plain = {
+        (r["env"], r["case"], r["runner"], r["dtype"], r["path"]): r
+        for r in rows
+        if r["method"] == "none" and r.get("tokens")
+    }
     out = []
     for r in rows:
         if r["method"] == "none" or not r.get("tokens"):
@@ -196,10 +235,20 @@ def compare(rows: list[dict], tie: float) -> list[dict]:
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
             per.append({"first": first, "gap": None if first is None else g[first]})
         differ = [p for p in per if p["first"] is not None]
-        out.append({"env": r["env"], "case": r["case"], "runner": r["runner"], "dtype": r["dtype"], "path": r["path"],
-                    "method": r["method"], "equal": f"{len(per) - len(differ)}/{len(per)}", "first": per,
-                    "near_tie": all(p["gap"] is not None and p["gap"] < tie for p in differ) if differ else None,
-                    "target_weights_same": r["digest"] == base["digest"]})
+        out.append(
+            {
+                "env": r["env"],
+                "case": r["case"],
+                "runner": r["runner"],
+                "dtype": r["dtype"],
+                "path": r["path"],
+                "method": r["method"],
+                "equal": f"{len(per) - len(differ)}/{len(per)}",
+                "first": per,
+                "near_tie": all(p["gap"] is not None and p["gap"] < tie for p in differ) if differ else None,
+                "target_weights_same": r["digest"] == base["digest"],
+            }
+        )
     return out
 
 
@@ -211,13 +260,20 @@ def campaign(args) -> int:
     out = Path(args.out)
     cases = json.loads(args.plan)
     envs = {"unpatched": make_env(out, "unpatched"), "patched": make_env(out, "patched")}
-    archs = sorted({json.loads((out / c / "case.json").read_text())["arch"] for c in {j[1] for j in cases}
-                    if (out / c / "case.json").exists()})
+    archs = sorted(
+        {
+            json.loads((out / c / "case.json").read_text())["arch"]
+            for c in {j[1] for j in cases}
+            if (out / c / "case.json").exists()
+        }
+    )
     marker = out / "patched-for.json"
     if not marker.exists() or json.loads(marker.read_text()) != archs:
         done = run([*patchkit(), "apply", *[x for a in archs for x in ("--arch", a)], "--python", envs["patched"]])
-        print(json.dumps({"apply": archs, "exit": done.returncode, "tail": done.stdout[-600:] + done.stderr[-300:]}),
-              flush=True)
+        print(
+            json.dumps({"apply": archs, "exit": done.returncode, "tail": done.stdout[-600:] + done.stderr[-300:]}),
+            flush=True,
+        )
         marker.write_text(json.dumps(archs))
     deadline = time.monotonic() + args.deadline
     results = out / "runs.jsonl"
@@ -226,7 +282,11 @@ def campaign(args) -> int:
         env, case, method, runner, dtype, path = j
         if time.monotonic() > deadline:
             return None
-        env_vars = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(out / "cache" / ("-".join(j) + f"-{os.urandom(3).hex()}"))}
+        env_vars = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "VLLM_CACHE_ROOT": str(out / "cache" / ("-".join(j) + f"-{os.urandom(3).hex()}")),
+        }
         env_vars.pop("VLLM_USE_V2_MODEL_RUNNER", None)
         if runner == "v2":
             env_vars["VLLM_USE_V2_MODEL_RUNNER"] = "1"
@@ -235,23 +295,36 @@ def campaign(args) -> int:
             cmd.append("--eager")
         t0 = time.monotonic()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env_vars,
-                               timeout=max(30, deadline - time.monotonic()))
-            last = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            p = subprocess.run(
+                cmd, capture_output=True, text=True, env=env_vars, timeout=max(30, deadline - time.monotonic())
+            )
+            last = [line for line in p.stdout.splitlines() if line.startswith("{")]
             row = json.loads(last[-1]) if last else {"error": (p.stderr or "")[-1500:]}
         except subprocess.TimeoutExpired:
             row = {"error": "timed out"}
-        row.update(env=env, case=case, method=method, runner=runner, dtype=dtype, path=path,
-                   seconds=round(time.monotonic() - t0, 1))
+        row.update(
+            env=env,
+            case=case,
+            method=method,
+            runner=runner,
+            dtype=dtype,
+            path=path,
+            seconds=round(time.monotonic() - t0, 1),
+        )
         with results.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(json.dumps({k: row.get(k) for k in ("env", "case", "method", "runner", "dtype", "path", "seconds")}
-                         | {"error": (row.get("error") or "")[-300:]}), flush=True)
+        print(
+            json.dumps(
+                {k: row.get(k) for k in ("env", "case", "method", "runner", "dtype", "path", "seconds")}
+                | {"error": (row.get("error") or "")[-300:]}
+            ),
+            flush=True,
+        )
         return row
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(job, [tuple(j) for j in cases]))
-    rows = [json.loads(l) for l in results.read_text().splitlines()]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
     for c in compare(rows, args.tie):
         print(json.dumps(c), flush=True)
     return 0
@@ -292,9 +365,12 @@ def main() -> int:
             print(json.dumps(one_run(Path(args.dir), args.method, args.dtype, args.eager)), flush=True)
         except Exception as exc:  # noqa: BLE001 - one line, the campaign records it
             import traceback
+
             tb = traceback.extract_tb(exc.__traceback__)
-            where = next((f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(tb)
-                          if "vllm" in f.filename), None)
+            where = next(
+                (f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in reversed(tb) if "vllm" in f.filename),
+                None,
+            )
             print(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:500]}", "where": where}), flush=True)
             return 1
     elif args.cmd == "campaign":
@@ -304,7 +380,7 @@ def main() -> int:
     elif args.cmd == "router":
         print(json.dumps(router_margins(Path(args.dir), args.dtype)), flush=True)
     else:
-        rows = [json.loads(l) for l in Path(args.runs).read_text().splitlines()]
+        rows = [json.loads(line) for line in Path(args.runs).read_text().splitlines()]
         for row in compare(rows, args.tie):
             print(json.dumps(row))
     return 0

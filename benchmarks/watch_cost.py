@@ -36,15 +36,40 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TARGET = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-          "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 512,
-          "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float32"}
-DRAFT = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-         "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 512,
-         "draft_vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
-         "torch_dtype": "float32", "eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
+TARGET = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+}
+DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "draft_vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
+}
 
-MEASURE = r'''
+MEASURE = r"""
 import asyncio, json, os, statistics, sys, time
 work, calls, rounds, engine_too = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
@@ -113,7 +138,7 @@ if engine_too:
                                          "rounds": rounds}
     out["engine_ratio_with_to_without"] = statistics.median(a) / statistics.median(b)
 print("PATCHKIT-WATCH-COST " + json.dumps(out))
-'''
+"""
 
 
 def main() -> int:
@@ -139,11 +164,28 @@ def main() -> int:
         for name, cfg in (("target", TARGET), ("draft", DRAFT)):
             (work / name).mkdir()
             (work / name / "config.json").write_text(json.dumps(cfg))
-        env = {**os.environ, "PYTHONPATH": str(work), "PATCHKIT_WATCH_THRESHOLD": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "OMP_NUM_THREADS": "1"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(work),
+            "PATCHKIT_WATCH_THRESHOLD": "0",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "OMP_NUM_THREADS": "1",
+        }
         env.pop("VLLM_PLUGINS", None)
-        proc = subprocess.run([args.python, "-c", MEASURE, str(work), str(args.calls), str(args.rounds),
-                               "0" if args.skip_engine else "1"], capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [
+                args.python,
+                "-c",
+                MEASURE,
+                str(work),
+                str(args.calls),
+                str(args.rounds),
+                "0" if args.skip_engine else "1",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PATCHKIT-WATCH-COST ")), None)
         if line is None:
             sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])

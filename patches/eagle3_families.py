@@ -18,6 +18,14 @@ FAMILIES = (
     Family("olmoe", ("OlmoeForCausalLM",), ("olmoe",)),
     Family("seed-oss", ("SeedOssForCausalLM",), ("seed_oss",)),
     Family("qwen3-next", ("Qwen3NextForCausalLM",), ("qwen3_next",)),
-    Family("qwen3.5", ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
-                       "Qwen3_5MoeForConditionalGeneration"), ("qwen3_5", "qwen3_5_moe")),
+    Family(
+        "qwen3.5",
+        (
+            "Qwen3_5ForCausalLM",
+            "Qwen3_5MoeForCausalLM",
+            "Qwen3_5ForConditionalGeneration",
+            "Qwen3_5MoeForConditionalGeneration",
+        ),
+        ("qwen3_5", "qwen3_5_moe"),
+    ),
 )

@@ -68,9 +68,18 @@ class RunOptions:
     program: tuple[str, ...] = ("patchkit",)
 
 
-def patchkit_argv(command: str, *, target: str | None = None, environment: Sequence[str] = (),
-                  patch_ids: Sequence[str] = (), architectures: Sequence[str] = (), model: str | None = None,
-                  force: bool = False, guard: bool = False, extra: Sequence[str] = ()) -> tuple[str, ...]:
+def patchkit_argv(
+    command: str,
+    *,
+    target: str | None = None,
+    environment: Sequence[str] = (),
+    patch_ids: Sequence[str] = (),
+    architectures: Sequence[str] = (),
+    model: str | None = None,
+    force: bool = False,
+    guard: bool = False,
+    extra: Sequence[str] = (),
+) -> tuple[str, ...]:
     """The argument tuple of a ``patchkit`` command: the one builder of every command line patchkit advises.
 
     Args:
@@ -137,12 +146,14 @@ class NextStep:
             return f"writes {', '.join(self.patches)}" if self.patches else "writes the patches it plans"
         if self.effect is Effect.RESTORES:
             return f"takes out {', '.join(self.patches)}" if self.patches else "restores the files patchkit changed"
-        return {Effect.GUARD: "writes or removes patchkit's guard only",
-                Effect.WATCH: "writes or removes patchkit's acceptance watch only",
-                Effect.REINSTALLS: "replaces vLLM's files with the release's own",
-                Effect.UPGRADE: "another vLLM release replaces this one",
-                Effect.SHOWS: "nothing: it only reads",
-                Effect.EDIT: "a file only you can change"}[self.effect]
+        return {
+            Effect.GUARD: "writes or removes patchkit's guard only",
+            Effect.WATCH: "writes or removes patchkit's acceptance watch only",
+            Effect.REINSTALLS: "replaces vLLM's files with the release's own",
+            Effect.UPGRADE: "another vLLM release replaces this one",
+            Effect.SHOWS: "nothing: it only reads",
+            Effect.EDIT: "a file only you can change",
+        }[self.effect]
 
     @property
     def is_patchkit(self) -> bool:
@@ -185,22 +196,32 @@ class NextStep:
             return self
         # after the command's own words (patchkit CMD [SUBCMD]) and its --target
         at = 3 if argv[1] == "guard" and len(argv) > 2 else 2
-        if argv[at:at + 1] == ["--target"]:
+        if argv[at : at + 1] == ["--target"]:
             at += 2
         return replace(self, argv=tuple([*options.program, *argv[1:at], *add, *argv[at:]]))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``next_steps`` in the ``--json`` reports, docs/json.md)."""
-        return {"argv": list(self.argv), "command": self.command, "why": self.why, "rests_on": self.rests_on,
-                "effect": self.effect.value, "changes": self.changes, "patches": list(self.patches),
-                "exit_code": self.exit_code}
+        return {
+            "argv": list(self.argv),
+            "command": self.command,
+            "why": self.why,
+            "rests_on": self.rests_on,
+            "effect": self.effect.value,
+            "changes": self.changes,
+            "patches": list(self.patches),
+            "exit_code": self.exit_code,
+        }
 
 
 def reinstall(distribution: str, version: str, why: str) -> NextStep:
     """``pip install --force-reinstall --no-deps DIST==VERSION`` (:attr:`Effect.REINSTALLS`): the
     release's own files back, named with the installed distribution and version (never a placeholder)."""
-    return NextStep(("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"), why,
-                    effect=Effect.REINSTALLS)
+    return NextStep(
+        ("pip", "install", "--force-reinstall", "--no-deps", f"{distribution}=={version}"),
+        why,
+        effect=Effect.REINSTALLS,
+    )
 
 
 def lines(steps: Sequence[NextStep], options: RunOptions | None = None) -> list[str]:
@@ -208,5 +229,14 @@ def lines(steps: Sequence[NextStep], options: RunOptions | None = None) -> list[
     return [(s.for_run(options) if options is not None else s).line() for s in steps]
 
 
-__all__ = ["ENVIRONMENT_OPTIONS", "Effect", "NextStep", "RunOptions", "SCOPED", "SCOPE_OPTIONS", "lines",
-           "patchkit_argv", "reinstall"]
+__all__ = [
+    "ENVIRONMENT_OPTIONS",
+    "Effect",
+    "NextStep",
+    "RunOptions",
+    "SCOPED",
+    "SCOPE_OPTIONS",
+    "lines",
+    "patchkit_argv",
+    "reinstall",
+]

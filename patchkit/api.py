@@ -7,13 +7,13 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import api_steps, interrupt
 from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import Interrupted, PatchkitError, UsageError
+from patchkit.errors import Interrupted, PatchkitError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -34,7 +34,7 @@ from patchkit.results import (
 from patchkit.store import plugin_dist
 from patchkit.store.plugin_dist import Plugin
 from patchkit.store.journal import Journal, journal_for, unfinished_check
-from patchkit.store.preflight import cache_problem, import_problem
+from patchkit.store.preflight import import_problem
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.release.contract import install_info
 from patchkit.vllm.release.install import Install, has_record, record_sha256
@@ -45,7 +45,6 @@ PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
 """patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
-    from patchkit.vllm.registry.table import Registry
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 

@@ -28,8 +28,12 @@ from patchkit.watch import watch as watch_mod
 
 def revert_blockers(plugins: Sequence[Plugin], install: Install) -> dict[str, tuple[str, ...]]:
     """``{path: patch ids}`` of the installed plugins' files a revert must not delete without ``--force``."""
-    return {path: ids for plugin in plugins if plugin.installed(install)
-            for path, ids in plugin.revert_blockers(install).items()}
+    return {
+        path: ids
+        for plugin in plugins
+        if plugin.installed(install)
+        for path, ids in plugin.revert_blockers(install).items()
+    }
 
 
 def plugin_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, name: str = "guard") -> Interrupted:
@@ -41,22 +45,42 @@ def plugin_interrupted(exc: Interrupted, done: str, step: str, then: NextStep, n
     ``step`` is what the plugin was not (``installed``/``refreshed``/``removed``), ``then`` the
     step that finishes the job.
     """
-    stands = {"installed": "", "refreshed": ": it watches what the previous run left patched",
-              "removed": ": it is still installed"}[step]
-    what = (f"patchkit's {name} was not {step} (its files were put back{stands})" if exc.put_back else
-            f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})")
-    return Interrupted(exc.signum, f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: "
-                                   f"{done}; {what}", "", then)
+    stands = {
+        "installed": "",
+        "refreshed": ": it watches what the previous run left patched",
+        "removed": ": it is still installed",
+    }[step]
+    what = (
+        f"patchkit's {name} was not {step} (its files were put back{stands})"
+        if exc.put_back
+        else f"patchkit's {name} was not {step} ({exc.message.split(': ', 1)[-1]})"
+    )
+    return Interrupted(
+        exc.signum,
+        f"interrupted by {interrupt.name(exc.signum)} during patchkit's {name} step: {done}; {what}",
+        "",
+        then,
+    )
 
 
-def plugin_runs(request: Request, target: str, command_options: Sequence[str] | None, guard: bool, watch: bool,
-                 watch_drafts: int | None, watch_threshold: float | None) -> dict[str, PluginRun]:
+def plugin_runs(
+    request: Request,
+    target: str,
+    command_options: Sequence[str] | None,
+    guard: bool,
+    watch: bool,
+    watch_drafts: int | None,
+    watch_threshold: float | None,
+) -> dict[str, PluginRun]:
     """What ``apply`` asks of each plugin, by name."""
     # the model absolute: the guard's line is read from the server's working folder, not this one
     model = os.path.abspath(request.model) if request.model is not None else None
-    return {guard_mod.NAME: PluginRun(guard, command_options, model, target),
-            watch_mod.NAME: PluginRun(watch, command_options, target=target,
-                                      settings={"drafts": watch_drafts, "threshold": watch_threshold})}
+    return {
+        guard_mod.NAME: PluginRun(guard, command_options, model, target),
+        watch_mod.NAME: PluginRun(
+            watch, command_options, target=target, settings={"drafts": watch_drafts, "threshold": watch_threshold}
+        ),
+    }
 
 
 def wanted_plugins(plugins: Sequence[Plugin], install: Install, runs: dict[str, PluginRun]) -> list[Plugin]:
@@ -69,37 +93,68 @@ def wanted_plugins(plugins: Sequence[Plugin], install: Install, runs: dict[str, 
     wanted = [plugin for plugin in plugins if runs[plugin.NAME].want]
     for plugin in wanted:
         plugin.check_run(runs[plugin.NAME])
-    elsewhere = (import_problem(install) or cache_problem(install) or
-                 next((found for found in (plugin.refusal(install) for plugin in wanted) if found is not None), None))
+    elsewhere = (
+        import_problem(install)
+        or cache_problem(install)
+        or next((found for found in (plugin.refusal(install) for plugin in wanted) if found is not None), None)
+    )
     if elsewhere is not None:
         raise elsewhere
     return wanted
 
 
-def apply_interrupted(exc: Interrupted, target: str, request: Request, force: bool, command_options: Sequence[str] | None,
-                       patch_ids: list[str] | None, guard: bool, watch: bool, watch_drafts: int | None,
-                       watch_threshold: float | None) -> Interrupted:
+def apply_interrupted(
+    exc: Interrupted,
+    target: str,
+    request: Request,
+    force: bool,
+    command_options: Sequence[str] | None,
+    patch_ids: list[str] | None,
+    guard: bool,
+    watch: bool,
+    watch_drafts: int | None,
+    watch_threshold: float | None,
+) -> Interrupted:
     """The :class:`Interrupted` of a signal that stopped the write (every file put back), with the
     step that repeats this run."""
     # the journal's step is a bare 'patchkit apply': repeat this run's options, --guard included
-    watching = [*(["--watch"] if watch else []),
-                *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
-                *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else [])]
-    again = run_steps.again("apply", target, request, force, command_options=command_options, patch_ids=patch_ids,
-                            guard=guard, watch=watching)
+    watching = [
+        *(["--watch"] if watch else []),
+        *(["--watch-drafts", str(watch_drafts)] if watch and watch_drafts is not None else []),
+        *(["--watch-threshold", str(watch_threshold)] if watch and watch_threshold is not None else []),
+    ]
+    again = run_steps.again(
+        "apply",
+        target,
+        request,
+        force,
+        command_options=command_options,
+        patch_ids=patch_ids,
+        guard=guard,
+        watch=watching,
+    )
     return Interrupted(exc.signum, exc.message, "", again, put_back=True)
 
 
-def sync_plugins(plugins: Sequence[Plugin], install: Install, journal: Journal, report: ApplyReport, runs: dict[str, PluginRun],
-                  command_options: Sequence[str] | None) -> ApplyReport:
+def sync_plugins(
+    plugins: Sequence[Plugin],
+    install: Install,
+    journal: Journal,
+    report: ApplyReport,
+    runs: dict[str, PluginRun],
+    command_options: Sequence[str] | None,
+) -> ApplyReport:
     """After the vLLM files are committed: install the wanted plugins and refresh the installed ones,
     each in the run's journal; ``report`` with what each did.
 
     Raises:
         Interrupted, StateError: a plugin's step failed; the message says the vLLM files stand.
     """
-    done = (f"the patches were applied and committed ({len(report.files)} file(s) written)"
-            if report.written else "the patches were applied already (nothing to write)")
+    done = (
+        f"the patches were applied and committed ({len(report.files)} file(s) written)"
+        if report.written
+        else "the patches were applied already (nothing to write)"
+    )
     for plugin in plugins:
         name, had = plugin.NAME, plugin.installed(install)
         if not (had or runs[name].want):
@@ -107,20 +162,34 @@ def sync_plugins(plugins: Sequence[Plugin], install: Install, journal: Journal, 
         try:
             found = plugin.sync(install, journal, runs[name])
         except Interrupted as exc:  # the vLLM files are written (committed) already: say so
-            raise plugin_interrupted(exc, done, "refreshed" if had else "installed", run_steps.plugin_step(
-                command_options, "refresh it" if had else "install it", name=name), name) from None
+            raise plugin_interrupted(
+                exc,
+                done,
+                "refreshed" if had else "installed",
+                run_steps.plugin_step(command_options, "refresh it" if had else "install it", name=name),
+                name,
+            ) from None
         except StateError as exc:  # the vLLM files are written (committed) already: say so
-            raise StateError(f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
-                             exc.hint, run_steps.plugin_step(command_options, f"then, to write the {name}", name=name)
-                             ) from exc
+            raise StateError(
+                f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
+                exc.hint,
+                run_steps.plugin_step(command_options, f"then, to write the {name}", name=name),
+            ) from exc
         if found is not None:
             report = replace(report, **{name: found})
     return report
 
 
-def revert_plugins_only(plugins: Sequence[Plugin], install: Install, journal: Journal, info: InstallInfo,
-                        target: str, request: Request, force: bool,
-                         on_wait: Callable[[Path, float], None] | None) -> RevertReport:
+def revert_plugins_only(
+    plugins: Sequence[Plugin],
+    install: Install,
+    journal: Journal,
+    info: InstallInfo,
+    target: str,
+    request: Request,
+    force: bool,
+    on_wait: Callable[[Path, float], None] | None,
+) -> RevertReport:
     """A revert with nothing journaled: a whole one still removes the installed plugins (they go with
     the rest), unless one of their files was edited by hand and ``force`` is not given."""
     if not request and any(plugin.installed(install) for plugin in plugins):  # they go with the rest
@@ -128,8 +197,12 @@ def revert_plugins_only(plugins: Sequence[Plugin], install: Install, journal: Jo
             edits = {} if force else revert_blockers(plugins, install)
             if edits:
                 done = plan_revert(install, journal, force, guard_edits=edits)
-                return RevertReport(info, done.files, refused=True,
-                                    next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
+                return RevertReport(
+                    info,
+                    done.files,
+                    refused=True,
+                    next_steps=run_steps.revert_refused(info, target, request, done.files, edits),
+                )
             removed = {plugin.NAME: plugin.remove(install) for plugin in plugins if plugin.installed(install)}
         return RevertReport(info, [], refused=False, **removed)
     return RevertReport(info, [], refused=False)
@@ -146,8 +219,9 @@ def revert_scope(install: Install, journal: Journal, request: Request):
     return narrow, arch_scope.rewritten(install, journal, narrow)
 
 
-def write_revert(install: Install, journal: Journal, narrow, restore, rewrites, forget, *, target: str,
-                  request: Request, force: bool) -> None:
+def write_revert(
+    install: Install, journal: Journal, narrow, restore, rewrites, forget, *, target: str, request: Request, force: bool
+) -> None:
     """Restore (or, for a scoped revert, rewrite) the planned files through the journal.
 
     Raises:
@@ -164,11 +238,14 @@ def write_revert(install: Install, journal: Journal, narrow, restore, rewrites, 
         if not request or not exc.put_back:
             raise
         # the journal's step is a bare 'patchkit revert', which would revert every patch: repeat --arch/--model
-        raise Interrupted(exc.signum, exc.message, "", run_steps.again("revert", target, request, force),
-                          put_back=True) from None
+        raise Interrupted(
+            exc.signum, exc.message, "", run_steps.again("revert", target, request, force), put_back=True
+        ) from None
 
 
-def follow_plugins(plugins: Sequence[Plugin], install: Install, journal: Journal, refresh: bool, target: str, done: str) -> dict[str, PluginReport]:
+def follow_plugins(
+    plugins: Sequence[Plugin], install: Install, journal: Journal, refresh: bool, target: str, done: str
+) -> dict[str, PluginReport]:
     """The installed plugins after the revert's vLLM files are committed: refreshed (``refresh``: a
     partial revert left patches) or removed; by name.
 
@@ -181,14 +258,31 @@ def follow_plugins(plugins: Sequence[Plugin], install: Install, journal: Journal
         if not plugin.installed(install):
             continue
         try:
-            followed[name] = (plugin.sync(install, journal, PluginRun(target=target)) if refresh else
-                              plugin.remove(install))
+            followed[name] = (
+                plugin.sync(install, journal, PluginRun(target=target)) if refresh else plugin.remove(install)
+            )
         except Interrupted as exc:  # the vLLM files are restored (committed) already: say so
-            raise plugin_interrupted(exc, done, "refreshed" if refresh else "removed",
-                                     run_steps.plugin_step((), "refresh it", name=name) if refresh else
-                                     run_steps.plugin_step((), "remove it", remove=True, name=name), name) from None
+            raise plugin_interrupted(
+                exc,
+                done,
+                "refreshed" if refresh else "removed",
+                run_steps.plugin_step((), "refresh it", name=name)
+                if refresh
+                else run_steps.plugin_step((), "remove it", remove=True, name=name),
+                name,
+            ) from None
     return followed
 
 
-__all__ = ["apply_interrupted", "follow_plugins", "plugin_interrupted", "plugin_runs", "revert_blockers",
-           "revert_plugins_only", "revert_scope", "sync_plugins", "wanted_plugins", "write_revert"]
+__all__ = [
+    "apply_interrupted",
+    "follow_plugins",
+    "plugin_interrupted",
+    "plugin_runs",
+    "revert_blockers",
+    "revert_plugins_only",
+    "revert_scope",
+    "sync_plugins",
+    "wanted_plugins",
+    "write_revert",
+]

@@ -38,7 +38,9 @@ def main() -> None:
         signal.signal(s, _on_signal)
     try:
         try:
-            from patchkit.ui.cli import main as cli_main  # lazy: the signal handlers go in before Typer and the CLI load
+            from patchkit.ui.cli import (
+                main as cli_main,
+            )  # lazy: the signal handlers go in before Typer and the CLI load
         except ModuleNotFoundError as exc:
             from patchkit.errors import missing_requirement  # lazy: only when a requirement of patchkit is missing
 
@@ -60,8 +62,11 @@ def main() -> None:
             if "--json" in sys.argv[1:]:
                 import json  # lazy: as above; json only on this path
 
-                print(json.dumps({"error": message, "hint": "run the command again", "next_step": None,
-                                  "exit_code": code}))
+                print(
+                    json.dumps(
+                        {"error": message, "hint": "run the command again", "next_step": None, "exit_code": code}
+                    )
+                )
             else:
                 print(f"error: {message}\nhint: run the command again", file=sys.stderr)
         except (OSError, AttributeError, ValueError):

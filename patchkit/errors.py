@@ -113,8 +113,9 @@ class Interrupted(PatchkitError):
         put_back: every file the run had written was put back (the install is as before the run).
     """
 
-    def __init__(self, signum: int, message: str, hint: str = "", step: "NextStep | None" = None,
-                 put_back: bool = False) -> None:
+    def __init__(
+        self, signum: int, message: str, hint: str = "", step: "NextStep | None" = None, put_back: bool = False
+    ) -> None:
         super().__init__(message, hint, step)
         self.signum = signum
         self.put_back = put_back
@@ -140,6 +141,8 @@ def missing_requirement(exc: ModuleNotFoundError) -> PatchkitError | None:
     root = (exc.name or "").split(".")[0]
     if root not in REQUIREMENTS:
         return None
-    return PatchkitError(f"patchkit needs {root}, which {sys.executable} cannot import",
-                         f"install patchkit into that environment ({sys.executable} -m pip install /path/to/patchkit), "
-                         "or run the installed 'patchkit' script")
+    return PatchkitError(
+        f"patchkit needs {root}, which {sys.executable} cannot import",
+        f"install patchkit into that environment ({sys.executable} -m pip install /path/to/patchkit), "
+        "or run the installed 'patchkit' script",
+    )

@@ -99,5 +99,9 @@ def late_signal(what: str) -> None:
 
     signum = received()
     if signum is not None:
-        raise Interrupted(signum, f"interrupted by {name(signum)} after the run had finished: {what}", "",
-                          NextStep(patchkit_argv("status"), "it shows the install as it is"))
+        raise Interrupted(
+            signum,
+            f"interrupted by {name(signum)} after the run had finished: {what}",
+            "",
+            NextStep(patchkit_argv("status"), "it shows the install as it is"),
+        )

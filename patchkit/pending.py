@@ -49,20 +49,29 @@ class PendingRun:
     def summary(self) -> str:
         """One line: what stopped, which files it had written, and what the next apply or revert does."""
         if not self.files:
-            return (f"{len(self.leftovers)} leftover file(s) of an interrupted run ({', '.join(self.leftovers)}); "
-                    "the next 'patchkit apply' or 'patchkit revert' removes them")
+            return (
+                f"{len(self.leftovers)} leftover file(s) of an interrupted run ({', '.join(self.leftovers)}); "
+                "the next 'patchkit apply' or 'patchkit revert' removes them"
+            )
         written = self.to_roll_back
-        wrote = (f"it had written {', '.join(written)}" if written else "it had not changed any file yet")
+        wrote = f"it had written {', '.join(written)}" if written else "it had not changed any file yet"
         rest = [f"{f.path} ({f.state})" for f in self.files if f.state != "written"]
-        return (f"an earlier 'patchkit {self.operation}' stopped while writing: {wrote}"
-                + (f"; not written: {', '.join(rest)}" if rest else "")
-                + f". The next 'patchkit apply' or 'patchkit revert' first puts back the {len(written)} written "
-                f"file(s) to their bytes from before that {self.operation}, then runs as usual")
+        return (
+            f"an earlier 'patchkit {self.operation}' stopped while writing: {wrote}"
+            + (f"; not written: {', '.join(rest)}" if rest else "")
+            + f". The next 'patchkit apply' or 'patchkit revert' first puts back the {len(written)} written "
+            f"file(s) to their bytes from before that {self.operation}, then runs as usual"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"operation": self.operation, "files": [asdict(f) for f in self.files],
-                "leftovers": list(self.leftovers), "to_roll_back": self.to_roll_back, "summary": self.summary()}
+        return {
+            "operation": self.operation,
+            "files": [asdict(f) for f in self.files],
+            "leftovers": list(self.leftovers),
+            "to_roll_back": self.to_roll_back,
+            "summary": self.summary(),
+        }
 
 
 __all__ = ["PendingFile", "PendingRun"]

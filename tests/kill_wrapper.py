@@ -91,10 +91,16 @@ def main() -> None:
         def stepped(*a, **k):
             step()
             return real(*a, **k)
+
         return stepped
 
     os.open = opened
-    os.replace, os.unlink, os.rmdir, os.mkdir = wrap(real_replace), wrap(real_unlink), wrap(real_rmdir), wrap(real_mkdir)
+    os.replace, os.unlink, os.rmdir, os.mkdir = (
+        wrap(real_replace),
+        wrap(real_unlink),
+        wrap(real_rmdir),
+        wrap(real_mkdir),
+    )
     fcntl.flock = flock
 
     from patchkit.ui.cli import app

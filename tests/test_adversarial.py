@@ -37,8 +37,12 @@ def test_lock_holds_across_different_tmpdirs(release, tmp_path):
     other_tmp.mkdir()
     try:
         env = dict(os.environ, TMPDIR=str(other_tmp), PATCHKIT_LOCK_TIMEOUT="1")
-        proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--site-packages", str(sp)],
-                              capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchkit", "apply", "--site-packages", str(sp)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
     finally:
         done.set()
         t.join()
@@ -80,10 +84,17 @@ def test_revert_force_restores_a_deleted_file(release, cli):
     assert snapshot(sp) == before
 
 
-@pytest.mark.parametrize("content", ["[]", "null", '{"entries": [], "pending": "zz"}',
-                                     '{"entries": [], "pending": [{"path": "vllm/x.py"}]}',
-                                     '{"entries": [{"path": "../../etc/x", "sha256_before": "a", "sha256_after": "b", '
-                                     '"patches": [], "vllm_version": "0.17.1", "applied_at": "t"}]}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",
+        "null",
+        '{"entries": [], "pending": "zz"}',
+        '{"entries": [], "pending": [{"path": "vllm/x.py"}]}',
+        '{"entries": [{"path": "../../etc/x", "sha256_before": "a", "sha256_after": "b", '
+        '"patches": [], "vllm_version": "0.17.1", "applied_at": "t"}]}',
+    ],
+)
 def test_journal_of_the_wrong_shape_is_a_clear_error(release, cli, content):
     sp = release("0.17.1")
     state = sp / ".patchkit" / "vllm"

@@ -64,9 +64,11 @@ def test_verify_hint_for_a_chosen_architecture_on_a_native_era_release(release, 
     result = cli("verify", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")
     assert result.exit_code == 1
     hint = [line for line in result.stdout.splitlines() if line.startswith("hint:")]
-    assert hint == [f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM --dry-run' "
-                    "(writes nothing: shows the patches apply would write here, or why it would refuse (exit 3); "
-                    "without --dry-run it writes them)"], hint
+    assert hint == [
+        f"hint: run 'patchkit apply --target vllm --site-packages {sp} --arch Glm4MoeForCausalLM --dry-run' "
+        "(writes nothing: shows the patches apply would write here, or why it would refuse (exit 3); "
+        "without --dry-run it writes them)"
+    ], hint
     shown = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM", "--dry-run")
     assert shown.exit_code == 0 and "eagle3:Glm4MoeForCausalLM:interface" in shown.stdout
     applied = cli("apply", "--site-packages", str(sp), "--arch", "Glm4MoeForCausalLM")  # and that command works
@@ -129,8 +131,12 @@ def write_config(folder: Path, data: dict, bom: bool = False) -> Path:
     return folder
 
 
-DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-               "num_hidden_layers": 61, "hidden_size": 7168}
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 61,
+    "hidden_size": 7168,
+}
 
 
 @pytest.mark.release

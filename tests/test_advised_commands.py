@@ -73,8 +73,13 @@ def follow(cli, sp: Path, step: dict, scope: list[str]) -> str:
         return effect
     if effect == "reinstalls":
         _, status = cli.json("status", "--site-packages", str(sp))
-        assert step["argv"] == ["pip", "install", "--force-reinstall", "--no-deps",
-                                f"{status['install']['distribution']}=={status['install']['version']}"]
+        assert step["argv"] == [
+            "pip",
+            "install",
+            "--force-reinstall",
+            "--no-deps",
+            f"{status['install']['distribution']}=={status['install']['version']}",
+        ]
         return effect
     before = snapshot(sp)
     result = cli(*patchkit_args(step))
@@ -111,11 +116,14 @@ def follow_dry_run(cli, sp: Path, step: dict) -> None:
     assert journaled_ids(cli, sp) == would
 
 
-@pytest.mark.parametrize("version, effects", [
-    ("0.9.2", ["upgrade"]),                # no SupportsEagle3 Protocol
-    ("0.15.1", ["shows"]),                 # the dry run: DeepSeek would apply; Kimi-K2.5 not applicable: use >= 0.16.0
-    ("0.17.1", ["shows"]),
-])
+@pytest.mark.parametrize(
+    "version, effects",
+    [
+        ("0.9.2", ["upgrade"]),  # no SupportsEagle3 Protocol
+        ("0.15.1", ["shows"]),  # the dry run: DeepSeek would apply; Kimi-K2.5 not applicable: use >= 0.16.0
+        ("0.17.1", ["shows"]),
+    ],
+)
 def test_verify_advice_runs(release, cli, version, effects):
     sp = release(version)
     code, report = cli.json("verify", "--site-packages", str(sp))
@@ -146,9 +154,15 @@ def test_verify_advice_for_a_chosen_architecture_runs(release, cli):
 
 
 @pytest.mark.parametrize("version", ["0.15.1", "0.17.1", "0.33.0"])
-@pytest.mark.parametrize("target, draft", [("gemma-3-1b-it", "gemma-3-1b-eagle3-specforge"),
-                                           ("llama-3.3-70b-instruct", "llama-3.3-70b-instruct-eagle3"),
-                                           ("glm-4.6", None), ("seed-oss-36b", None)])
+@pytest.mark.parametrize(
+    "target, draft",
+    [
+        ("gemma-3-1b-it", "gemma-3-1b-eagle3-specforge"),
+        ("llama-3.3-70b-instruct", "llama-3.3-70b-instruct-eagle3"),
+        ("glm-4.6", None),
+        ("seed-oss-36b", None),
+    ],
+)
 def test_doctor_advice_runs(release, cli, version, target, draft):
     sp = release(version)
     args = ["doctor", "--model", str(CHECKPOINTS / target), "--site-packages", str(sp)]
@@ -172,8 +186,9 @@ def test_status_and_the_guard_name_the_same_apply_and_it_runs(release, cli, tmp_
     sp = release("0.33.0")
     model = tmp_path / "olmoe"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": [OLMOE], "model_type": "olmoe",
-                                                   "num_hidden_layers": 16, "hidden_size": 2048}))
+    (model / "config.json").write_text(
+        json.dumps({"architectures": [OLMOE], "model_type": "olmoe", "num_hidden_layers": 16, "hidden_size": 2048})
+    )
     assert cli("apply", "--site-packages", str(sp), "--model", str(model), "--guard").exit_code == 0
     shutil.copyfile(pristine_site_packages("0.33.0") / OLMOE_FILE, sp / OLMOE_FILE)  # a reinstall
     _, status = cli.json("status", "--site-packages", str(sp))
@@ -181,8 +196,10 @@ def test_status_and_the_guard_name_the_same_apply_and_it_runs(release, cli, tmp_
     # the guard's line names the same command status advises (issue 25: --arch there, --model here)
     assert status["guard"]["apply_command"] == step["command"]
     assert follow(cli, sp, step, []) == "patches"
-    assert hashlib.sha256((sp / OLMOE_FILE).read_bytes()).hexdigest() != hashlib.sha256(
-        (pristine_site_packages("0.33.0") / OLMOE_FILE).read_bytes()).hexdigest()
+    assert (
+        hashlib.sha256((sp / OLMOE_FILE).read_bytes()).hexdigest()
+        != hashlib.sha256((pristine_site_packages("0.33.0") / OLMOE_FILE).read_bytes()).hexdigest()
+    )
     assert cli("verify", "--site-packages", str(sp), "--model", str(model)).exit_code == 0
 
 
@@ -199,8 +216,11 @@ def test_apply_advice_after_a_write_runs(release, cli):
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
 
 
-KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-            "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61}}
+KIMI_K25 = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "model_type": "kimi_k25",
+    "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61},
+}
 
 
 def test_the_revert_apply_model_prints_undoes_all_it_wrote(release, cli, tmp_path):
@@ -222,7 +242,9 @@ def test_the_revert_apply_model_prints_undoes_all_it_wrote(release, cli, tmp_pat
     revert = " ".join(text.split()).split("shows the chain, '")[1].split("' undoes it")[0]
     assert cli(*shlex.split(revert)[1:]).exit_code == 0
     assert snapshot(sp) == pristine, revert
-    assert cli("verify", "--site-packages", str(sp), "--model", str(model)).exit_code == 1  # the same scope: not patched
+    assert (
+        cli("verify", "--site-packages", str(sp), "--model", str(model)).exit_code == 1
+    )  # the same scope: not patched
 
     # DeepSeek patched on its own first: the Kimi apply adds only Kimi's files, and its revert takes only those out
     assert cli("apply", "--site-packages", str(sp), "--arch", "DeepseekV3ForCausalLM").exit_code == 0
@@ -237,8 +259,17 @@ def test_the_revert_apply_model_prints_undoes_all_it_wrote(release, cli, tmp_pat
 
 def test_a_refused_arch_among_several_names_the_apply_of_the_rest(release, cli):
     sp = release("0.33.0")
-    code, report = cli.json("apply", "--site-packages", str(sp), "--arch", OLMOE, "--arch", "SeedOssForCausalLM",
-                            "--arch", "BloomForCausalLM")
+    code, report = cli.json(
+        "apply",
+        "--site-packages",
+        str(sp),
+        "--arch",
+        OLMOE,
+        "--arch",
+        "SeedOssForCausalLM",
+        "--arch",
+        "BloomForCausalLM",
+    )
     assert code == 3  # all or nothing: Bloom (no decoder backbone in self.model) refuses
     (step,) = steps_of(report)
     assert "BloomForCausalLM" not in step["argv"] and OLMOE in step["argv"] and "--arch BloomForCausalLM" in step["why"]
@@ -268,10 +299,15 @@ def test_reinstall_hints_name_the_installed_release(release, cli):
     wanted = "pip install --force-reinstall --no-deps vllm==0.17.1"
     kimi = sp / "vllm/model_executor/models/kimi_k25.py"
     original = kimi.read_bytes()
-    kimi.write_bytes(original.replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1))
+    kimi.write_bytes(
+        original.replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1)
+    )
     for command in (["apply"], ["verify"], ["apply", "--dry-run"]):
         result = cli(*command, "--site-packages", str(sp))
-        assert result.exit_code == 4 and wanted in result.stderr and "X.Y.Z" not in result.stderr, (command, result.stderr)
+        assert result.exit_code == 4 and wanted in result.stderr and "X.Y.Z" not in result.stderr, (
+            command,
+            result.stderr,
+        )
     kimi.unlink()
     result = cli("apply", "--site-packages", str(sp))
     assert "kimi_k25.py missing" in result.stderr and wanted in result.stderr, result.stderr
@@ -294,8 +330,9 @@ def test_printed_commands_name_the_script_run_when_patchkit_is_not_on_path(relea
     assert script.is_file()
     sp = release("0.17.1")
     env = {**os.environ, "PATH": "/usr/bin:/bin"}
-    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
-                             env=env, cwd=tmp_path)
+    applied = subprocess.run(
+        [str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert applied.returncode == 0, applied.stderr
     text = " ".join(applied.stdout.split())
     verify = text.split("wrote 4 file(s); '")[1].split("' shows the chain")[0]
@@ -306,6 +343,7 @@ def test_printed_commands_name_the_script_run_when_patchkit_is_not_on_path(relea
     assert snapshot(sp) == snapshot(pristine_site_packages("0.17.1"))
     # on PATH, the same file: the commands say 'patchkit'
     env["PATH"] = f"{script.parent}:/usr/bin:/bin"
-    applied = subprocess.run([str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True,
-                             env=env, cwd=tmp_path)
+    applied = subprocess.run(
+        [str(script), "apply", "--site-packages", str(sp)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert f"'patchkit verify --site-packages {sp}'" in " ".join(applied.stdout.split()), applied.stdout

@@ -17,12 +17,29 @@ from patchkit.codemods import tree
 from patchkit.vllm.release.install import from_site_packages
 from patchkit.results import Outcome
 
-FILES = ["vllm/v1/spec_decode/eagle.py", "vllm/config/speculative.py",
-         "vllm/model_executor/models/deepseek_v2.py", "vllm/model_executor/models/kimi_k25.py"]
+FILES = [
+    "vllm/v1/spec_decode/eagle.py",
+    "vllm/config/speculative.py",
+    "vllm/model_executor/models/deepseek_v2.py",
+    "vllm/model_executor/models/kimi_k25.py",
+]
 """The files ``apply`` changes on 0.17.1."""
 
-STATEMENT_KINDS = [cst.If, cst.Assign, cst.AnnAssign, cst.Return, cst.For, cst.FunctionDef, cst.ClassDef,
-                   cst.SimpleStatementLine, cst.IndentedBlock, cst.Else, cst.ExceptHandler, cst.With, cst.Try]
+STATEMENT_KINDS = [
+    cst.If,
+    cst.Assign,
+    cst.AnnAssign,
+    cst.Return,
+    cst.For,
+    cst.FunctionDef,
+    cst.ClassDef,
+    cst.SimpleStatementLine,
+    cst.IndentedBlock,
+    cst.Else,
+    cst.ExceptHandler,
+    cst.With,
+    cst.Try,
+]
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +80,11 @@ def test_replace_gives_the_bytes_deep_replace_gives(modules):
     ifs = [n for n in tree.statements(module) if isinstance(n, cst.If)]
     assert lists and ifs
     for old in (lists[-1], ifs[len(ifs) // 2], ifs[-1]):
-        new = old.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if isinstance(old, cst.List) else \
-            old.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment("# moved"))])
+        new = (
+            old.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            if isinstance(old, cst.List)
+            else old.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment("# moved"))])
+        )
         got = tree.replace(module, old, new)
         assert got.code != module.code
         assert got.code == module.deep_replace(old, new).code
@@ -73,12 +93,15 @@ def test_replace_gives_the_bytes_deep_replace_gives(modules):
 @pytest.mark.release
 def test_apply_does_not_import_libcst_matchers(release):
     sp = release("0.17.1")
-    probe = ("import atexit, sys\n"
-             "atexit.register(lambda: sys.stderr.write('MATCHERS ' + str('libcst.matchers' in sys.modules) + "
-             "' LIBCST ' + str('libcst' in sys.modules) + '\\n'))\n"
-             "sys.argv = ['patchkit', *sys.argv[1:]]\nfrom patchkit.ui.cli import main\nmain()\n")
-    proc = subprocess.run([sys.executable, "-c", probe, "apply", "--site-packages", str(sp)],
-                          capture_output=True, text=True)
+    probe = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: sys.stderr.write('MATCHERS ' + str('libcst.matchers' in sys.modules) + "
+        "' LIBCST ' + str('libcst' in sys.modules) + '\\n'))\n"
+        "sys.argv = ['patchkit', *sys.argv[1:]]\nfrom patchkit.ui.cli import main\nmain()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, "apply", "--site-packages", str(sp)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MATCHERS False LIBCST True" in proc.stderr
 

@@ -100,19 +100,27 @@ def test_disagreeing_sources_give_no_answer(tmp_path):
     write("vllm/transformers_utils/config.py", '_CONFIG_REGISTRY = LazyConfigDict(foo="FooConfig")\n')
     write("vllm/model_executor/__init__.py", "")
     write("vllm/model_executor/models/__init__.py", "")
-    write("vllm/model_executor/models/foo.py",
-          "from vllm.transformers_utils.configs import FooConfig\n\n"
-          "class FooForCausalLM:\n    def __init__(self, config):\n        assert isinstance(config, FooConfig)\n")
-    write("transformers/models/auto/modeling_auto.py",
-          'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("bar", "FooForCausalLM")])\n')
-    write("transformers/models/auto/configuration_auto.py", 'CONFIG_MAPPING_NAMES = OrderedDict([("bar", "BarConfig")])\n')
+    write(
+        "vllm/model_executor/models/foo.py",
+        "from vllm.transformers_utils.configs import FooConfig\n\n"
+        "class FooForCausalLM:\n    def __init__(self, config):\n        assert isinstance(config, FooConfig)\n",
+    )
+    write(
+        "transformers/models/auto/modeling_auto.py",
+        'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("bar", "FooForCausalLM")])\n',
+    )
+    write(
+        "transformers/models/auto/configuration_auto.py", 'CONFIG_MAPPING_NAMES = OrderedDict([("bar", "BarConfig")])\n'
+    )
     tree = SourceTree(tmp_path)
     cls = tree.find_class("vllm.model_executor.models.foo", "FooForCausalLM")
     answer = model_types.lookup(tree, cls, "FooForCausalLM", False)
     assert answer.conflict and answer.types == ()
     assert "says bar" in answer.reason() and "says foo" in answer.reason() and "disagree" in answer.reason()
     # the same two sources agreeing: the union
-    write("transformers/models/auto/modeling_auto.py",
-          'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("foo", "FooForCausalLM")])\n')
+    write(
+        "transformers/models/auto/modeling_auto.py",
+        'MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = OrderedDict([("foo", "FooForCausalLM")])\n',
+    )
     answer = model_types.lookup(SourceTree(tmp_path), cls, "FooForCausalLM", False)
     assert not answer.conflict and answer.types == ("foo",)

@@ -23,8 +23,10 @@ GLM, OLMOE, KIMI = "Glm4MoeForCausalLM", "OlmoeForCausalLM", "KimiK25ForConditio
 
 
 def digest(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((root / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "vllm").rglob("*.py"))
+    }
 
 
 @pytest.mark.release
@@ -48,11 +50,16 @@ def test_revert_one_architecture_leaves_exactly_the_others(release, cli):
     code, data = cli.json("revert", "--arch", OLMOE, "--site-packages", str(sp))
     assert code == 0, data
     assert {f["path"]: f["action"] for f in data["files"]} == {
-        "vllm/config/speculative.py": "rewritten", "vllm/model_executor/models/olmoe.py": "restored"}
+        "vllm/config/speculative.py": "rewritten",
+        "vllm/model_executor/models/olmoe.py": "restored",
+    }
     assert digest(sp) == glm_alone  # exactly what GLM alone left
     assert api.verify(install, request=Request((GLM,))).ok
     code, data = cli.json("status", "--arch", OLMOE, "--arch", GLM, "--site-packages", str(sp))
-    assert [(a["architecture"], a["state"]) for a in data["architectures"]] == [(OLMOE, "not patched"), (GLM, "patched")]
+    assert [(a["architecture"], a["state"]) for a in data["architectures"]] == [
+        (OLMOE, "not patched"),
+        (GLM, "patched"),
+    ]
 
     code, data = cli.json("revert", "--arch", GLM, "--site-packages", str(sp))
     assert code == 0
@@ -70,8 +77,10 @@ def test_revert_arch_of_the_default_set_keeps_what_other_architectures_share(rel
     code, data = cli.json("revert", "--arch", KIMI, "--site-packages", str(sp))
     assert code == 0, data
     # Kimi's own files go back; DeepSeek's backbone (DeepseekV3 stays patched) and the allow-list stay
-    assert sorted(f["path"] for f in data["files"]) == ["vllm/model_executor/models/kimi_k25.py",
-                                                        "vllm/v1/spec_decode/eagle.py"]
+    assert sorted(f["path"] for f in data["files"]) == [
+        "vllm/model_executor/models/kimi_k25.py",
+        "vllm/v1/spec_decode/eagle.py",
+    ]
     now = digest(sp)
     assert now["vllm/model_executor/models/deepseek_v2.py"] == default["vllm/model_executor/models/deepseek_v2.py"]
     assert api.verify(install, request=Request(("DeepseekV3ForCausalLM", GLM))).ok
@@ -109,13 +118,18 @@ def test_edited_file_gives_a_note_not_a_changed_reason(release):
 
 
 def test_decide_refuses_the_vetoed_and_holds_back_the_rest():
-    planned = [PatchResult("a", Outcome.APPLIED, "ready", ("x.py",)),
-               PatchResult("b", Outcome.APPLIED, "ready", ("y.py",)),
-               PatchResult("c", Outcome.UPSTREAM, "native")]
+    planned = [
+        PatchResult("a", Outcome.APPLIED, "ready", ("x.py",)),
+        PatchResult("b", Outcome.APPLIED, "ready", ("y.py",)),
+        PatchResult("c", Outcome.UPSTREAM, "native"),
+    ]
     vetoes = outcomes.file_gate(planned, ["y.py"], lambda hit: f"{hit} is a link")
     final = outcomes.decide(planned, vetoes)
-    assert [(r.id, r.outcome) for r in final] == [("a", Outcome.NOT_WRITTEN), ("b", Outcome.REFUSED),
-                                                  ("c", Outcome.UPSTREAM)]
+    assert [(r.id, r.outcome) for r in final] == [
+        ("a", Outcome.NOT_WRITTEN),
+        ("b", Outcome.REFUSED),
+        ("c", Outcome.UPSTREAM),
+    ]
     assert final[1].reason == "y.py is a link"
     assert planned[1].outcome is Outcome.APPLIED  # the planned results are not changed
     assert outcomes.decide(planned) == tuple(planned)

@@ -21,8 +21,10 @@ pytestmark = pytest.mark.release
 
 
 def digest(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((root / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "vllm").rglob("*.py"))
+    }
 
 
 def model_dir(tmp: Path, arch: str, model_type: str) -> Path:
@@ -45,16 +47,23 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
         report = api.apply(install, request=request)
         if row.lossless is not None and not row.lossless.startswith("lossless"):
             # a hybrid whose mixers lose losslessness here (docs/hybrids.md): refused, nothing written
-            if not (report.refused and not report.written and any(
-                    "not lossless" in p.reason or "not checked" in p.reason for p in report.patches)):
+            if not (
+                report.refused
+                and not report.written
+                and any("not lossless" in p.reason or "not checked" in p.reason for p in report.patches)
+            ):
                 failures["apply"].append(f"{row.architecture}: {row.lossless}, but apply did not refuse it")
             continue
         if report.refused or not report.written:
-            failures["apply"].append(f"{row.architecture}: {[(p.id, p.outcome.value, p.reason) for p in report.patches]}")
+            failures["apply"].append(
+                f"{row.architecture}: {[(p.id, p.outcome.value, p.reason) for p in report.patches]}"
+            )
             continue
         verified = api.verify(install, request=request)
         if not verified.ok:
-            failures["verify"].append(f"{row.architecture}: {[(f.label, f.detail) for c in verified.checks for f in c.failures()]}")
+            failures["verify"].append(
+                f"{row.architecture}: {[(f.label, f.detail) for c in verified.checks for f in c.failures()]}"
+            )
         api.revert(install)
         if digest(sp) != pristine:
             failures["revert"].append(row.architecture)
@@ -65,7 +74,12 @@ def _round_trip(sp: Path, tmp: Path, rows, with_model: bool) -> dict[str, list[s
 LOAD_PATH_BROKEN = {
     # vLLM's own EAGLE proposer raises AttributeError loading any draft for these: get_language_model()
     # returns a bare backbone with no .model (patchkit.vllm.runner.draft_reads); scan calls them not patchable
-    "0.33.0": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM", "DiffusionGemmaForBlockDiffusion"},
+    "0.33.0": {
+        "MolmoForCausalLM",
+        "Molmo2ForConditionalGeneration",
+        "Phi4MMForCausalLM",
+        "DiffusionGemmaForBlockDiffusion",
+    },
     "0.17.1": {"MolmoForCausalLM", "Molmo2ForConditionalGeneration", "Phi4MMForCausalLM"},
 }
 WORD_EMBEDDINGS = {
@@ -88,8 +102,10 @@ def test_newest_release_every_patchable_architecture_round_trips(release, tmp_pa
     sp = release("0.33.0")
     report = scan(from_site_packages(sp))
     patchable = [r for r in report.rows if r.state == "patchable"]
-    shapes = {s: sum(1 for r in patchable if r.shape == s) for s in
-              ("standard-loop", "hidden-states-only", "interface-only", "wrapper-only")}
+    shapes = {
+        s: sum(1 for r in patchable if r.shape == s)
+        for s in ("standard-loop", "hidden-states-only", "interface-only", "wrapper-only")
+    }
     # what the classifier finds on 0.33.0's own files (issue 8: 40 standard-loop text classes, the 2
     # interface-only ones and the 17 wrapper-only multimodal classes; issue 17: 34 of those 40 keep
     # the fused-residual contract: Exaone4, HyperCLOVAX and PhiMoE keep their own residual, so they
@@ -98,7 +114,8 @@ def test_newest_release_every_patchable_architecture_round_trips(release, tmp_pa
     assert text_standard >= 34 and shapes["hidden-states-only"] >= 8, (text_standard, shapes)
     assert shapes["interface-only"] >= 2 and shapes["wrapper-only"] >= 17, shapes
     assert {"Glm4MoeForCausalLM", "Gemma3ForConditionalGeneration", "OlmoeForCausalLM", "Glm4ForCausalLM"} <= {
-        r.architecture for r in patchable}
+        r.architecture for r in patchable
+    }
     failures = _round_trip(sp, tmp_path, patchable, with_model=False)
     check_failures(failures, "0.33.0", report)
 
@@ -149,16 +166,30 @@ def test_a1_allow_list_needs_a_model_type(release, cli, tmp_path):
     assert code == 3, out
     assert "pass --model DIR" in " ".join(p["reason"] for p in out["patches"])
     # --model supplies it
-    code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(model_dir(tmp_path, "CohereForCausalLM", "cohere")),
-                         "--dry-run")
+    code, out = cli.json(
+        "apply",
+        "--site-packages",
+        str(sp),
+        "--model",
+        str(model_dir(tmp_path, "CohereForCausalLM", "cohere")),
+        "--dry-run",
+    )
     assert code == 0, out
     assert "eagle3:allowlist:cohere" in {p["id"] for p in out["patches"]}
-    # a family entry supplies it: OLMoE gets olmoe on the allow-list 
-    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM", "--arch", "Glm4MoeForCausalLM")
+    # a family entry supplies it: OLMoE gets olmoe on the allow-list
+    code, out = cli.json(
+        "apply", "--site-packages", str(sp), "--arch", "OlmoeForCausalLM", "--arch", "Glm4MoeForCausalLM"
+    )
     assert code == 0, out
     ids = {p["id"] for p in out["patches"]}
-    assert ids == {"eagle3:OlmoeModel:capture", "eagle3:allowlist:olmoe", "eagle3:OlmoeForCausalLM:interface",
-                   "eagle3:Glm4MoeModel:capture", "eagle3:allowlist:glm4_moe", "eagle3:Glm4MoeForCausalLM:interface"}
+    assert ids == {
+        "eagle3:OlmoeModel:capture",
+        "eagle3:allowlist:olmoe",
+        "eagle3:OlmoeForCausalLM:interface",
+        "eagle3:Glm4MoeModel:capture",
+        "eagle3:allowlist:glm4_moe",
+        "eagle3:Glm4MoeForCausalLM:interface",
+    }
     spec = (sp / "vllm/config/speculative.py").read_text()
     assert '"olmoe"' in spec
     # verify without --arch checks what the journal shows was patched, too
@@ -183,13 +214,22 @@ def test_model_dir_reads_text_config(release, cli, tmp_path):
     sp = release("0.33.0")
     d = tmp_path / "gemma3"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
-        "text_config": {"model_type": "gemma3_text"}}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Gemma3ForConditionalGeneration"],
+                "model_type": "gemma3",
+                "text_config": {"model_type": "gemma3_text"},
+            }
+        )
+    )
     code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(d), "--dry-run")
     assert code == 0, out
     assert {p["id"] for p in out["patches"]} == {
-        "eagle3:Gemma3Model:capture", "eagle3:Gemma3ForCausalLM:interface", "eagle3:Gemma3ForConditionalGeneration:interface"}
+        "eagle3:Gemma3Model:capture",
+        "eagle3:Gemma3ForCausalLM:interface",
+        "eagle3:Gemma3ForConditionalGeneration:interface",
+    }
 
 
 def test_scan_json_and_broken_class(release, cli):
@@ -219,8 +259,12 @@ def test_default_architecture_with_its_own_model_type(release, cli, tmp_path):
     model = model_dir(tmp_path, "DeepseekV3ForCausalLM", "my_dsv3")
     code, out = cli.json("apply", "--site-packages", str(sp), "--model", str(model))
     assert code == 0, out
-    assert {p["id"] for p in out["patches"]} == {"eagle3-allowlist", "eagle3-deepseek-backbone",
-                                                 "eagle3-deepseek-interface", "eagle3:allowlist:my_dsv3"}
+    assert {p["id"] for p in out["patches"]} == {
+        "eagle3-allowlist",
+        "eagle3-deepseek-backbone",
+        "eagle3-deepseek-interface",
+        "eagle3:allowlist:my_dsv3",
+    }
     code, verified = cli.json("verify", "--site-packages", str(sp), "--model", str(model))
     assert code == 0, verified["missing"]
 
@@ -260,17 +304,20 @@ def test_backbone_whose_embedding_the_proposer_cannot_find_gets_an_alias(release
     api.revert(install)
 
 
-@pytest.mark.parametrize(("version", "arch", "backbone"), [
-    # no body of its own: OpenPanguModelBase.__init__ (two classes up) assigns self.model
-    ("0.17.1", "PanguEmbeddedForCausalLM", "OpenPanguModel"),
-    ("0.33.0", "PanguUltraMoEForCausalLM", "OpenPanguModel"),
-    # self.model = model_type(...): the parameter's default, or what a subclass passes up
-    ("0.33.0", "InternLM2ForCausalLM", "InternLM2Model"),
-    ("0.17.1", "InternLM2VEForCausalLM", "InternLM2VEModel"),
-    # the base's __init__ assigns self.model; the subclass only passes layer_type up
-    ("0.17.1", "FlexOlmoForCausalLM", "OlmoeModel"),
-    ("0.17.1", "BaiChuanForCausalLM", "BaiChuanModel"),
-])
+@pytest.mark.parametrize(
+    ("version", "arch", "backbone"),
+    [
+        # no body of its own: OpenPanguModelBase.__init__ (two classes up) assigns self.model
+        ("0.17.1", "PanguEmbeddedForCausalLM", "OpenPanguModel"),
+        ("0.33.0", "PanguUltraMoEForCausalLM", "OpenPanguModel"),
+        # self.model = model_type(...): the parameter's default, or what a subclass passes up
+        ("0.33.0", "InternLM2ForCausalLM", "InternLM2Model"),
+        ("0.17.1", "InternLM2VEForCausalLM", "InternLM2VEModel"),
+        # the base's __init__ assigns self.model; the subclass only passes layer_type up
+        ("0.17.1", "FlexOlmoForCausalLM", "OlmoeModel"),
+        ("0.17.1", "BaiChuanForCausalLM", "BaiChuanModel"),
+    ],
+)
 def test_backbone_is_followed_through_the_init_chain(release, version, arch, backbone):
     """held_class follows super().__init__(...) with the keyword arguments it passes: these classes
     were called 'no decoder backbone in self.model' before."""
@@ -333,6 +380,7 @@ def test_class_whose_head_the_proposer_cannot_find_gets_an_alias(release, versio
     assert len(prop) == 1 and ast_mod.unparse(prop[0].body[-1]) == "return self.output"
     verified = api.verify(install, request=request)
     assert verified.ok
+
     def walk(checks):
         for c in checks:
             yield c

@@ -38,8 +38,10 @@ def test_a_bad_lock_timeout_is_a_one_line_error(release, value, command):
         assert snapshot(sp) == before
 
 
-@pytest.mark.parametrize("fmt,hint", [(2, "use the patchkit that wrote it"), (None, "restore it from a backup"),
-                                      ("1", "restore it from a backup")])
+@pytest.mark.parametrize(
+    "fmt,hint",
+    [(2, "use the patchkit that wrote it"), (None, "restore it from a backup"), ("1", "restore it from a backup")],
+)
 def test_a_journal_of_another_format_is_refused(release, cli, fmt, hint):
     sp = release("0.17.1")
     api.apply(from_site_packages(sp))
@@ -89,9 +91,13 @@ def test_a_missing_target_file_is_named_and_the_other_patches_still_apply(releas
     assert code == 4
     assert applied["missing_files"] == [KIMI]
     outcomes = {p["id"]: p["outcome"] for p in applied["patches"]}
-    assert outcomes == {"eagle3-allowlist": "applied", "eagle3-deepseek-backbone": "applied",
-                        "eagle3-deepseek-interface": "applied", "eagle3-kimi-k25-interface": "not applicable",
-                        "eagle3-kimi-k25-proposer": "not applicable"}
+    assert outcomes == {
+        "eagle3-allowlist": "applied",
+        "eagle3-deepseek-backbone": "applied",
+        "eagle3-deepseek-interface": "applied",
+        "eagle3-kimi-k25-interface": "not applicable",
+        "eagle3-kimi-k25-proposer": "not applicable",
+    }
     assert KIMI in {p["id"]: p["reason"] for p in applied["patches"]}["eagle3-kimi-k25-interface"]
     assert {f["path"] for f in applied["files"]} == {DEEPSEEK, "vllm/config/speculative.py"}
     assert cli("revert", "--site-packages", str(sp)).exit_code == 0
@@ -171,23 +177,29 @@ def test_bytecode_under_a_pycache_prefix_is_dropped(release, tmp_path):
         shutil.move(str(entry), site / entry.name)
     prefix = tmp_path / "pycache-prefix"
     env = dict(os.environ, PYTHONPYCACHEPREFIX=str(prefix))
-    compile_it = ("import importlib.util, py_compile, sys; src = sys.argv[1]; "
-                  "print(py_compile.compile(src, doraise=True, "
-                  "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH))")
+    compile_it = (
+        "import importlib.util, py_compile, sys; src = sys.argv[1]; "
+        "print(py_compile.compile(src, doraise=True, "
+        "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH))"
+    )
     source = site / DEEPSEEK
-    made = subprocess.run([str(python), "-c", compile_it, str(source)], env=env, capture_output=True, text=True, check=True)
+    made = subprocess.run(
+        [str(python), "-c", compile_it, str(source)], env=env, capture_output=True, text=True, check=True
+    )
     pyc = Path(made.stdout.strip())
     assert pyc.is_file() and pyc.is_relative_to(prefix)  # where this interpreter looks for it
     local = source.parent / "__pycache__" / "deepseek_v2.cpython-312.opt-1.pyc"
     local.parent.mkdir(exist_ok=True)
     local.write_bytes(b"stale")
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--python", str(python)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--python", str(python)], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert not pyc.exists() and not local.exists()
     subprocess.run([str(python), "-c", compile_it, str(source)], env=env, capture_output=True, check=True)
     assert pyc.exists()
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "revert", "--python", str(python)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "revert", "--python", str(python)], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert not pyc.exists()

@@ -31,8 +31,12 @@ def test_help_offers_shell_completion_and_every_command(cli):
 
 def test_python_dash_m_and_no_color(tmp_path):
     env = dict(os.environ, NO_COLOR="1")
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "verify", "--site-packages", str(tmp_path)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "verify", "--site-packages", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 4
     assert proc.stderr.startswith("error: no vLLM distribution found")
     assert "\x1b[" not in proc.stderr + proc.stdout
@@ -54,12 +58,14 @@ def test_every_option_is_in_its_synopsis_and_help_says_what_it_does():
     shared = {"--site-packages", "--python", "--target", "--json", "--ray", "--help"}  # the [...] of each row
     command = typer.main.get_command(app)
     for name, sub in command.commands.items():
-        for leaf in (sub.commands.values() if hasattr(sub, "commands") else [sub]):
+        for leaf in sub.commands.values() if hasattr(sub, "commands") else [sub]:
             options = [o for p in leaf.params for o in p.opts if o.startswith("--") and o not in shared]
             assert not [o for o in options if o not in rows[name]], (name, options)
     runner = CliRunner()
     wide = {"COLUMNS": "200", "NO_COLOR": "1"}
-    assert "4 when the environment cannot run it" in " ".join(runner.invoke(app, ["rehearse", "--help"], env=wide).stdout.split())
+    assert "4 when the environment cannot run it" in " ".join(
+        runner.invoke(app, ["rehearse", "--help"], env=wide).stdout.split()
+    )
     for name in ("verify", "status", "scan", "doctor", "resolve", "list", "rehearse", "explain"):
         text = " ".join(runner.invoke(app, [name, "--help"], env=wide).stdout.split())
         assert "Distribution to read" in text and "Distribution to patch" not in text, name

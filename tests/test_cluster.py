@@ -185,8 +185,13 @@ def test_apply_verify_status_revert_on_three_fresh_nodes(ray_cluster, cli):
     assert code == 0
     for row in data["nodes"]:
         assert row["state"] == "done"
-        assert set(row["patches"]) == {"eagle3-allowlist", "eagle3-deepseek-backbone", "eagle3-deepseek-interface",
-                                       "eagle3-kimi-k25-interface", "eagle3-kimi-k25-proposer"}
+        assert set(row["patches"]) == {
+            "eagle3-allowlist",
+            "eagle3-deepseek-backbone",
+            "eagle3-deepseek-interface",
+            "eagle3-kimi-k25-interface",
+            "eagle3-kimi-k25-proposer",
+        }
         assert set(row["patches"].values()) == {"patched"}
 
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
@@ -198,8 +203,9 @@ def test_apply_verify_status_revert_on_three_fresh_nodes(ray_cluster, cli):
 
 def test_apply_guard_installs_the_guard_and_the_watch_on_every_node_and_revert_removes_them(ray_cluster, cli):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
-    code, data = cli.json("apply", "--site-packages", SITE, "--guard", "--watch", "--watch-drafts", "64", "--ray",
-                          ray_cluster.address)
+    code, data = cli.json(
+        "apply", "--site-packages", SITE, "--guard", "--watch", "--watch-drafts", "64", "--ray", ray_cluster.address
+    )
     assert code == 0, data
     for n in ray_cluster.nodes:
         row = by_node(data)[n.node_id]
@@ -231,7 +237,8 @@ def test_one_node_already_patched_states(ray_cluster, cli):
     code, data = cli.json("verify", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 1 and not data["in_effect"] and not data["same_bytes"]
     assert {n["node_id"]: n["result"]["ok"] for n in data["nodes"]} == {
-        n.node_id: n is first for n in ray_cluster.nodes}
+        n.node_id: n is first for n in ray_cluster.nodes
+    }
     code, data = cli.json("apply", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 0, data
     rows = by_node(data)
@@ -252,8 +259,9 @@ def test_arch_and_model_reach_every_node(ray_cluster, cli, tmp_path):
     ray_cluster.install("0.17.1", "0.17.1", "0.17.1")
     deepseek = ["eagle3-allowlist", "eagle3-deepseek-backbone", "eagle3-deepseek-interface"]
     # --arch: only the patches DeepseekV3ForCausalLM needs, on every node (a plain apply writes all five)
-    code, data = cli.json("apply", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM",
-                          "--ray", ray_cluster.address)
+    code, data = cli.json(
+        "apply", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM", "--ray", ray_cluster.address
+    )
     assert code == 0, data
     assert [row["state"] for row in data["nodes"]] == ["patched"] * 3
     for row in data["nodes"]:
@@ -262,8 +270,9 @@ def test_arch_and_model_reach_every_node(ray_cluster, cli, tmp_path):
     # --model: each node reads the checkpoint's config.json (same absolute path on every node)
     kimi = tmp_path / "kimi"
     kimi.mkdir()
-    (kimi / "config.json").write_text(json.dumps({"architectures": ["KimiK25ForConditionalGeneration"],
-                                                  "model_type": "kimi_k25"}))
+    (kimi / "config.json").write_text(
+        json.dumps({"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25"})
+    )
     code, data = cli.json("verify", "--site-packages", SITE, "--model", str(kimi), "--ray", ray_cluster.address)
     assert code == 1 and not data["in_effect"] and data["same_bytes"]
     assert [row["result"]["ok"] for row in data["nodes"]] == [False] * 3
@@ -272,8 +281,9 @@ def test_arch_and_model_reach_every_node(ray_cluster, cli, tmp_path):
     for n in ray_cluster.nodes:
         assert f"node {n.node_id[:8]}: missing: SupportsEagle3 in its bases" in result.stdout
     assert "EAGLE-3 is not in effect alike on all 3 nodes: not in effect on every node" in result.stdout
-    code, data = cli.json("verify", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM",
-                          "--ray", ray_cluster.address)
+    code, data = cli.json(
+        "verify", "--site-packages", SITE, "--arch", "DeepseekV3ForCausalLM", "--ray", ray_cluster.address
+    )
     assert code == 0 and [row["result"]["ok"] for row in data["nodes"]] == [True] * 3
     code, data = cli.json("revert", "--site-packages", SITE, "--ray", ray_cluster.address)
     assert code == 0, data
@@ -348,8 +358,21 @@ def test_a_node_that_joins_during_apply_is_reported(ray_cluster, cli):
     # The first node's write waits for its install lock, held here, until the new node is in.
     # (Ray starts nodes from the main thread only, so the CLI runs as a process of its own.)
     with hold_lock(slow.site):
-        proc = subprocess.Popen([sys.executable, "-m", "patchkit", "apply", "--site-packages", SITE,
-                                 "--ray", ray_cluster.address, "--json"], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "patchkit",
+                "apply",
+                "--site-packages",
+                SITE,
+                "--ray",
+                ray_cluster.address,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         wait_for(lambda: all((n.site / ".patchkit" / "vllm" / "journal.json").is_file() for n in fast))
         newcomer = ray_cluster.add("0.17.1")
     stdout, _ = proc.communicate(timeout=300)
@@ -408,17 +431,21 @@ def test_without_ray_a_one_line_error_names_the_extra(cli, monkeypatch, tmp_path
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     result = cli("verify", "--site-packages", str(tmp_path), "--ray")
     assert result.exit_code == 4
-    assert result.stderr.splitlines() == ["error: --ray needs Ray, which is not installed",
-                                          "hint: install it: pip install 'vllm-patchkit[ray]'"]
+    assert result.stderr.splitlines() == [
+        "error: --ray needs Ray, which is not installed",
+        "hint: install it: pip install 'vllm-patchkit[ray]'",
+    ]
     code, data = cli.json("apply", "--site-packages", str(tmp_path), "--ray")
     assert code == 4 and "vllm-patchkit[ray]" in data["hint"]
 
 
 def test_ray_is_imported_only_for_ray():
     # nor libcst (only apply needs it) nor rich (the table goes through patchkit.ui.render)
-    code = ("import sys; from patchkit.ui import cli, cluster, cluster_view; "
-            "from typer.testing import CliRunner; CliRunner().invoke(cli.app, ['list']); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'libcst', 'rich')))")
+    code = (
+        "import sys; from patchkit.ui import cli, cluster, cluster_view; "
+        "from typer.testing import CliRunner; CliRunner().invoke(cli.app, ['list']); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'libcst', 'rich')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 
@@ -435,6 +462,15 @@ def test_bad_command_lines_are_refused_before_connecting(cli):
     assert result.exit_code == 2 and "eagle3-nope" in result.stderr.splitlines()[0]
     result = cli("verify", "--python", "/opt/venv/bin/python", "--model", "ckpt/kimi", "--ray", "127.0.0.1:1")
     assert result.exit_code == 2 and result.stderr.startswith("error: --model ckpt/kimi is relative")
-    result = cli("apply", "--python", "/opt/venv/bin/python", "--patch", "eagle3-allowlist",
-                 "--arch", "DeepseekV3ForCausalLM", "--ray", "127.0.0.1:1")
+    result = cli(
+        "apply",
+        "--python",
+        "/opt/venv/bin/python",
+        "--patch",
+        "eagle3-allowlist",
+        "--arch",
+        "DeepseekV3ForCausalLM",
+        "--ray",
+        "127.0.0.1:1",
+    )
     assert result.exit_code == 2 and result.stderr.startswith("error: give --patch or --arch/--model, not both")

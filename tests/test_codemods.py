@@ -104,8 +104,12 @@ def _site(cls: str, holder: Holder | None = None, module: str = "m") -> Site:
 _BACKBONE_HOLDER = Holder("model", "backbone", ClassRef(f"{MODELS}.m", "Backbone", "m.py", 1), 8)
 _LM_HOLDER = Holder("language_model", "causal_lm", ClassRef(f"{MODELS}.m", "Model", "m.py", 5), 3)
 _ALLOW = {"names": ("eagle3_target_supported", "aux_hidden_states_supported"), "entries": ("deepseek_v3", "kimi_k2")}
-_KIMI = {"model": "KimiK25ForConditionalGeneration", "after": "PixtralForConditionalGeneration",
-         "attribute": "media_placeholder_token_id", "patch_id": "p"}
+_KIMI = {
+    "model": "KimiK25ForConditionalGeneration",
+    "after": "PixtralForConditionalGeneration",
+    "attribute": "media_placeholder_token_id",
+    "patch_id": "p",
+}
 _EMBED = {"alias": "embed_tokens", "attribute": "word_embeddings", "patch_id": "p"}
 
 FIXES = [
@@ -132,8 +136,13 @@ ALONE = [
     Case("allowlist_complete", "allowlist", _ALLOW, Site("c.py", "vllm.config"), "present"),
     Case("allowlist_two_lists", "allowlist", _ALLOW, Site("c.py", "vllm.config"), "refused"),
     Case("embedding_alias_other", "embedding-alias", _EMBED, _site("Backbone"), "partial"),
-    Case("head_alias_two_inits", "head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"},
-         _site("Model"), "refused"),
+    Case(
+        "head_alias_two_inits",
+        "head-alias",
+        {"alias": "lm_head", "attribute": "output", "patch_id": "p"},
+        _site("Model"),
+        "refused",
+    ),
     Case("proposer_no_fallback", "proposer-branch", _KIMI, Site("e.py", "e"), "refused"),
     Case("proposer_present", "proposer-branch", _KIMI, Site("e.py", "e"), "present"),
 ]
@@ -199,9 +208,14 @@ def test_reverts_to_the_same_bytes(case: Case, tmp_path: Path):
 # tuple unpacking before the loop counted as unbound and the capture inserted "residual = None" over
 # the residual a non-first pipeline stage received (failed before the fix in patchkit/vllm/classes/loops.py).
 def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
-    src = CASES.joinpath("capture_indexed.before.py").read_text().replace(
-        "        hidden_states = self.embed(input_ids)\n        residual = None\n",
-        "        hidden_states, residual = intermediate[\"hidden_states\"], intermediate[\"residual\"]\n")
+    src = (
+        CASES.joinpath("capture_indexed.before.py")
+        .read_text()
+        .replace(
+            "        hidden_states = self.embed(input_ids)\n        residual = None\n",
+            '        hidden_states, residual = intermediate["hidden_states"], intermediate["residual"]\n',
+        )
+    )
     out, status = run(CodemodRef.of("capture", patch_id="p").load(), src.encode(), _site("Backbone"))
     assert status == "applied"
     assert b"residual = None" not in out
@@ -209,7 +223,7 @@ def test_capture_keeps_a_residual_bound_by_tuple_unpacking():
 
 # -- capture ------------------------------------------------------------------------------
 
-BACKBONE = '''
+BACKBONE = """
 class Backbone(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -232,7 +246,7 @@ class Backbone(nn.Module):
 
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states
-'''
+"""
 
 CAPTURE_SITE = Site(relpath="m.py", module=f"{MODELS}.m", class_name="Backbone")
 
@@ -240,7 +254,10 @@ CAPTURE_SITE = Site(relpath="m.py", module=f"{MODELS}.m", class_name="Backbone")
 def test_capture_patches_loop_init_and_return():
     code = apply_twice(CaptureAuxHiddenStates("p"), parse(BACKBONE), CAPTURE_SITE)
     assert "self.aux_hidden_state_layers: tuple[int, ...] = ()\n" in code
-    assert "for layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):" in code
+    assert (
+        "for layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):"
+        in code
+    )
     # the capture comes first in the loop body, before the layer runs
     loop_body = code.split("start=self.start_layer):\n", 1)[1]
     assert loop_body.startswith(
@@ -259,7 +276,9 @@ def test_capture_patches_loop_init_and_return():
 
 
 def test_capture_old_slice_loop():
-    old = BACKBONE.replace("islice(self.layers, self.start_layer, self.end_layer)", "self.layers[self.start_layer:self.end_layer]")
+    old = BACKBONE.replace(
+        "islice(self.layers, self.start_layer, self.end_layer)", "self.layers[self.start_layer:self.end_layer]"
+    )
     code = apply_twice(CaptureAuxHiddenStates("p"), parse(old), CAPTURE_SITE)
     assert "enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer)" in code
 
@@ -297,7 +316,7 @@ def test_capture_reports_foreign_capture_as_partial():
 
 # -- interface ----------------------------------------------------------------------------
 
-CAUSAL_LM = '''
+CAUSAL_LM = """
 from .interfaces import SupportsLoRA, SupportsPP
 
 
@@ -308,7 +327,7 @@ class Model(nn.Module, SupportsPP, SupportsLoRA):
 
     def compute_logits(self, hidden_states):
         return hidden_states
-'''
+"""
 
 BACKBONE_HOLDER = Holder("model", "backbone", ClassRef(f"{MODELS}.m", "Backbone", "m.py", 1), 8)
 
@@ -326,7 +345,7 @@ def test_interface_with_backbone_holder():
 
 
 def test_interface_with_causal_lm_holder_and_absolute_multiline_import():
-    wrapper = '''
+    wrapper = """
     from vllm.model_executor.models.interfaces import (
         SupportsMultiModal,
         SupportsPP,
@@ -338,7 +357,7 @@ def test_interface_with_causal_lm_holder_and_absolute_multiline_import():
     ):
         def __init__(self, config):
             self.language_model = init_vllm_registered_model(config, architectures=["Model"])
-    '''
+    """
     holder = Holder("language_model", "causal_lm", ClassRef(f"{MODELS}.m", "Model", "m.py", 5), 3)
     site = Site("w.py", f"{MODELS}.w", "Wrapper", holder)
     code = apply_twice(AddEagle3Interface("p"), parse(wrapper), site)
@@ -350,10 +369,15 @@ def test_interface_with_causal_lm_holder_and_absolute_multiline_import():
 
 def test_interface_adds_its_own_import_where_the_module_has_none():
     # 0.33.0 domyn_edge.py imports nothing from interfaces: the import is added after the last one
-    no_import = CAUSAL_LM.replace("from .interfaces import SupportsLoRA, SupportsPP\n", "from .other import SupportsLoRA, SupportsPP\n")
+    no_import = CAUSAL_LM.replace(
+        "from .interfaces import SupportsLoRA, SupportsPP\n", "from .other import SupportsLoRA, SupportsPP\n"
+    )
     site = Site("m.py", f"{MODELS}.m", "Model", BACKBONE_HOLDER)
     out = AddEagle3Interface("p").transform(parse(no_import), site).code
-    assert "from .other import SupportsLoRA, SupportsPP\nfrom vllm.model_executor.models.interfaces import SupportsEagle3\n" in out
+    assert (
+        "from .other import SupportsLoRA, SupportsPP\nfrom vllm.model_executor.models.interfaces import SupportsEagle3\n"
+        in out
+    )
     assert AddEagle3Interface("p").check(parse(out), site)[0] is Presence.PRESENT
 
 
@@ -385,14 +409,18 @@ ALLOW = ExtendAllowList(("eagle3_target_supported", "aux_hidden_states_supported
 
 
 def test_allow_list_single_line():
-    code = apply_twice(ALLOW, parse('def f(self):\n    eagle3_target_supported = ["llama", "qwen"]\n'), Site("c.py", "c"))
+    code = apply_twice(
+        ALLOW, parse('def f(self):\n    eagle3_target_supported = ["llama", "qwen"]\n'), Site("c.py", "c")
+    )
     assert 'eagle3_target_supported = ["llama", "qwen", "deepseek_v3", "kimi_k2"]' in code
 
 
 def test_allow_list_one_per_line_with_trailing_comma():
     src = 'def f(self):\n    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n    ]\n'
     code = apply_twice(ALLOW, parse(src), Site("c.py", "c"))
-    assert code.endswith('    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n        "deepseek_v3",\n        "kimi_k2",\n    ]\n')
+    assert code.endswith(
+        '    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n        "deepseek_v3",\n        "kimi_k2",\n    ]\n'
+    )
 
 
 def test_allow_list_only_adds_what_is_missing():
@@ -409,7 +437,7 @@ def test_allow_list_refuses_two_lists():
 
 # -- proposer -----------------------------------------------------------------------------
 
-PROPOSER = '''
+PROPOSER = """
 class Proposer:
     def load_model(self, target_model):
         if supports_multimodal(target_model):
@@ -423,9 +451,11 @@ class Proposer:
                 self.model.config.image_token_index = (
                     target_model.config.image_token_index
                 )
-'''
+"""
 
-BRANCH = AddModelNameBranch("KimiK25ForConditionalGeneration", "PixtralForConditionalGeneration", "media_placeholder_token_id", "p")
+BRANCH = AddModelNameBranch(
+    "KimiK25ForConditionalGeneration", "PixtralForConditionalGeneration", "media_placeholder_token_id", "p"
+)
 
 
 def test_proposer_branch_goes_between_pixtral_and_fallback():
@@ -460,8 +490,10 @@ def test_crlf_and_untouched_bytes_survive():
     assert out == b'x = 1  # keep   spacing\r\neagle3_target_supported = ["llama", "deepseek_v3", "kimi_k2"]\r\n'
 
 
-@pytest.mark.parametrize("kind, options", [("embedding-alias", _EMBED),
-                                           ("head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"})])
+@pytest.mark.parametrize(
+    "kind, options",
+    [("embedding-alias", _EMBED), ("head-alias", {"alias": "lm_head", "attribute": "output", "patch_id": "p"})],
+)
 def test_alias_without_a_target_class_is_a_refusal(kind, options):
     # _class was a staticmethod that named self: a site without a class raised NameError, not a Refusal
     codemod = CodemodRef.of(kind, **options).load()

@@ -31,7 +31,7 @@ def recipe() -> list[str]:
     dockerfile = re.search(r"```dockerfile\n(.*?)```", DOC.read_text(), re.S).group(1)
     joined = dockerfile.replace("\\\n", " ")
     (line,) = [ln for ln in joined.splitlines() if ln.startswith("RUN ") and "patchkit apply" in ln]
-    return [part.strip() for part in line[len("RUN "):].split("&&")]
+    return [part.strip() for part in line[len("RUN ") :].split("&&")]
 
 
 class Image:
@@ -48,7 +48,9 @@ class Image:
     def use(self, interpreter: Path) -> None:
         """Make ``python3`` the given interpreter with dist-packages first on its path."""
         wrapper = self.bin / "python3"
-        wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(self.dist))} exec {shlex.quote(str(interpreter))} \"$@\"\n")
+        wrapper.write_text(
+            f'#!/bin/sh\nPYTHONPATH={shlex.quote(str(self.dist))} exec {shlex.quote(str(interpreter))} "$@"\n'
+        )
         wrapper.chmod(0o755)
 
     def upgrade(self, version: str) -> None:
@@ -66,8 +68,7 @@ class Image:
         command = command.replace("/opt/patchkit/bin/patchkit", f"{shlex.quote(sys.executable)} -m patchkit")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VLLM_PLUGINS")}
         env["PATH"] = f"{self.bin}{os.pathsep}{env['PATH']}"
-        return subprocess.run(command, shell=True, capture_output=True, text=True, env=env, cwd=self.root,
-                              timeout=600)
+        return subprocess.run(command, shell=True, capture_output=True, text=True, env=env, cwd=self.root, timeout=600)
 
     def build(self) -> list[subprocess.CompletedProcess]:
         """The ``RUN`` line: its commands in order, stopping at the first that fails (``&&``)."""
@@ -80,8 +81,10 @@ class Image:
 
 
 def test_the_recipe_is_apply_guard_then_verify_with_the_images_python():
-    assert recipe() == ["/opt/patchkit/bin/patchkit apply --target vllm --python python3 --guard",
-                        "/opt/patchkit/bin/patchkit verify --target vllm --python python3"]
+    assert recipe() == [
+        "/opt/patchkit/bin/patchkit apply --target vllm --python python3 --guard",
+        "/opt/patchkit/bin/patchkit verify --target vllm --python python3",
+    ]
 
 
 def test_the_recipe_patches_the_image_and_installs_the_guard(tmp_path):
@@ -129,10 +132,11 @@ def test_pip_upgrade_on_top_of_the_layer_the_guard_names_it_in_vllms_loader(tmp_
     served = image.run(load)
     lines = [ln for ln in (served.stdout + served.stderr).splitlines() if "patchkit guard:" in ln]
     assert len(lines) == 1, served.stdout + served.stderr
-    assert ("patchkit guard: vLLM 0.17.1 (patched for 0.16.0): vllm/config/speculative.py no longer holds the bytes "
-            "patchkit wrote (and 3 more files), so EAGLE-3 is not in effect for DeepseekV2ForCausalLM, "
-            "DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration; run 'patchkit apply --target vllm --python python3'"
-            ) in lines[0]
+    assert (
+        "patchkit guard: vLLM 0.17.1 (patched for 0.16.0): vllm/config/speculative.py no longer holds the bytes "
+        "patchkit wrote (and 3 more files), so EAGLE-3 is not in effect for DeepseekV2ForCausalLM, "
+        "DeepseekV3ForCausalLM, KimiK25ForConditionalGeneration; run 'patchkit apply --target vllm --python python3'"
+    ) in lines[0]
     status = image.run("/opt/patchkit/bin/patchkit status --target vllm --python python3")
     assert status.stdout.count("  upgraded  0.16.0") == 4, status.stdout
     # the command the line names, as the image runs it, patches 0.17.1; the guard is quiet again

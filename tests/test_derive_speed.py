@@ -168,11 +168,21 @@ def test_a_file_that_does_not_parse_elsewhere_still_gives_its_setter_method():
     assert [a.name for a in aux_reads._aux_in_file(source, "f.py")] == ["get_ids"]
 
 
-@pytest.mark.parametrize("case,cut", [("method", True), ("nested def", True), ("two methods", True),
-                                      ("signature over several lines", True),
-                                      ("continuation at column 0", False), ("string at column 0 in the method", False),
-                                      ("decorator", False), ("module level", False), ("class body", False),
-                                      ("tabs", False)])
+@pytest.mark.parametrize(
+    "case,cut",
+    [
+        ("method", True),
+        ("nested def", True),
+        ("two methods", True),
+        ("signature over several lines", True),
+        ("continuation at column 0", False),
+        ("string at column 0 in the method", False),
+        ("decorator", False),
+        ("module level", False),
+        ("class body", False),
+        ("tabs", False),
+    ],
+)
 def test_what_is_cut_out_and_what_is_parsed_whole(case, cut):
     source = textwrap.dedent(CASES[case]).encode()
     assert (aux_reads._setter_functions(source) is not None) is cut

@@ -90,7 +90,9 @@ def test_every_relative_link_resolves():
 
 def test_readme_is_at_most_200_lines():
     lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move sections into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; move sections into docs/ (at most {README_MAX_LINES})"
+    )
 
 
 def test_every_docs_page_is_reachable_from_the_readme():
@@ -117,10 +119,13 @@ def test_the_checker_finds_broken_links(tmp_path):
     (tmp_path / "README.md").write_text(
         "# R\n\n[ok](docs/a.md#the---ray-part) [gone](docs/b.md) [bad anchor](docs/a.md#nowhere)\n"
         "[self](#r) `[code](nowhere.md)`\n\n```\n[fenced](nowhere.md)\n```\n[web](https://example.com/x.md)\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     problems = broken_links(documents(tmp_path))
-    assert problems == ["README.md:3: docs/b.md (no such file)",
-                        "README.md:3: docs/a.md#nowhere (no heading #nowhere in a.md)"]
+    assert problems == [
+        "README.md:3: docs/b.md (no such file)",
+        "README.md:3: docs/a.md#nowhere (no heading #nowhere in a.md)",
+    ]
 
 
 if __name__ == "__main__":

@@ -51,14 +51,26 @@ DEEPSEEK_V3: dict[str, Any] = {
 
 def llama_draft(**extra: Any) -> dict[str, Any]:
     """An EAGLE-3 draft config with a Llama architecture, one layer, width 7168."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 7168,
-            "num_hidden_layers": 1, "num_attention_heads": 64, **extra}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 64,
+        **extra,
+    }
 
 
 def mla_draft(**extra: Any) -> dict[str, Any]:
     """An EAGLE-3 draft config with a DeepSeek-V3 (MLA) architecture."""
-    return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
-            "num_hidden_layers": 1, "kv_lora_rank": 512, **extra}
+    return {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "kv_lora_rank": 512,
+        **extra,
+    }
 
 
 def checkpoint(root: Path, name: str, config: dict[str, Any]) -> Path:
@@ -84,8 +96,11 @@ def child(node: dict, label: str) -> dict:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def doctor(cli, sp: Path, model: Path, draft: Path | None = None) -> tuple[int, dict]:
@@ -150,8 +165,9 @@ def test_unpatched_0_17_1_names_the_apply_to_run_and_writes_nothing(release, cli
     assert code == 1 and report["ready"] is False and report["verdict"] == "not ready"
     assert snapshot(sp) == before  # doctor (and its apply dry run) wrote nothing
     # apply --model: the command that fixes this target (a plain apply writes only the shipped set)
-    expected = shlex.join(["patchkit", "apply", "--target", "vllm", "--site-packages", str(sp),
-                           "--model", str(model.resolve())])
+    expected = shlex.join(
+        ["patchkit", "apply", "--target", "vllm", "--site-packages", str(sp), "--model", str(model.resolve())]
+    )
     assert report["apply_command"] == expected
     assert report["apply_patches"] == ALL_PATCHES
     assert report["actions"][0].startswith(f"run '{expected}' (writes ")
@@ -185,8 +201,9 @@ def test_apply_suggestion_uses_the_python_option_given(release, cli, tmp_path):
     sp = release("0.16.0")
     model = checkpoint(tmp_path, "ds", DEEPSEEK_V3)
     report = run_doctor(from_site_packages(sp), model, command_options=["--python", "/opt/serve/bin/python"])
-    assert report.apply_command == shlex.join(["patchkit", "apply", "--target", "vllm", "--python", "/opt/serve/bin/python",
-                                               "--model", str(model.resolve())])
+    assert report.apply_command == shlex.join(
+        ["patchkit", "apply", "--target", "vllm", "--python", "/opt/serve/bin/python", "--model", str(model.resolve())]
+    )
     assert report.to_dict()["apply_command"] == report.apply_command
 
 
@@ -289,11 +306,15 @@ def test_mla_draft_is_registered_only_from_0_18_0(release, cli, tmp_path, versio
     assert report["draft"]["vllm_architectures"] == ["Eagle3DeepseekV3ForCausalLM"]
     if registered:
         assert code == 0 and arch["ok"] is True and row["ok"] is True
-        assert report["draft"]["draft_class"] == "vllm.model_executor.models.deepseek_eagle3.Eagle3DeepseekV2ForCausalLM"
+        assert (
+            report["draft"]["draft_class"] == "vllm.model_executor.models.deepseek_eagle3.Eagle3DeepseekV2ForCausalLM"
+        )
     else:
         assert code == 1 and arch["ok"] is False
-        assert row["detail"] == ("vLLM 0.17.1 does not register Eagle3DeepseekV3ForCausalLM: it cannot build this draft "
-                                 "(MLA EAGLE-3 drafts are registered from vLLM 0.18.0)")
+        assert row["detail"] == (
+            "vLLM 0.17.1 does not register Eagle3DeepseekV3ForCausalLM: it cannot build this draft "
+            "(MLA EAGLE-3 drafts are registered from vLLM 0.18.0)"
+        )
         assert report["draft"]["draft_class"] is None
         assert any("vLLM >= 0.18.0" in a for a in report["actions"])
 
@@ -302,15 +323,22 @@ def test_nested_eagle_config_ids_depend_on_the_runner(release, cli, tmp_path):
     """eagle_config's ids count the output of layer k: 0.17.1 ignores them (its default is those layers);
     0.33.0's model runner reads them verbatim, one layer early."""
     model = checkpoint(tmp_path, "kimi-k2.5", KIMI_K25)
-    draft = checkpoint(tmp_path, "draft", llama_draft(
-        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True}))
+    draft = checkpoint(
+        tmp_path,
+        "draft",
+        llama_draft(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True}),
+    )
 
     old = release("0.17.1")
     assert cli.json("apply", "--site-packages", str(old))[0] == 0
     code, report = doctor(cli, old, model, draft)
     assert code == 0, report["missing"]
     d = report["draft"]
-    assert (d["aux_layer_ids"], d["declared_aux_layer_ids"], d["intended_aux_layer_ids"]) == ([2, 30, 58], [1, 29, 57], [2, 30, 58])
+    assert (d["aux_layer_ids"], d["declared_aux_layer_ids"], d["intended_aux_layer_ids"]) == (
+        [2, 30, 58],
+        [1, 29, 57],
+        [2, 30, 58],
+    )
     ids = check(report, "aux layer ids (2, 30, 58)")
     runner = child(ids, "every model runner captures the trained layers")
     assert runner["ok"] is True and "eagle_config's ids are ignored" in runner["detail"]
@@ -320,13 +348,17 @@ def test_nested_eagle_config_ids_depend_on_the_runner(release, cli, tmp_path):
     new = release("0.33.0")
     code, report = doctor(cli, new, model, draft)
     assert code == 1
-    assert (report["draft"]["aux_layer_ids"], report["draft"]["aux_layer_ids_source"]) == ([1, 29, 57], "draft eagle_config")
+    assert (report["draft"]["aux_layer_ids"], report["draft"]["aux_layer_ids_source"]) == (
+        [1, 29, 57],
+        "draft eagle_config",
+    )
     ids = check(report, "aux layer ids (1, 29, 57)")
     assert child(ids, "model runner captures the trained layers")["ok"] is False
     assert child(ids, "model runner V2 captures the trained layers")["ok"] is True
     assert [a for a in report["actions"] if "eagle_aux_hidden_state_layer_ids" in a] == [
         'add "eagle_aux_hidden_state_layer_ids": [2, 30, 58] at the top level of the draft\'s config.json '
-        "(eagle_config's [1, 29, 57] + 1: vLLM counts the stream entering layer k; do not copy eagle_config's ids unchanged)"]
+        "(eagle_config's [1, 29, 57] + 1: vLLM counts the stream entering layer k; do not copy eagle_config's ids unchanged)"
+    ]
 
 
 def test_0_10_2_runner_ignores_explicit_ids(release, cli, tmp_path):
@@ -347,8 +379,11 @@ def test_0_10_2_runner_ignores_explicit_ids(release, cli, tmp_path):
 
 def test_target_that_is_not_a_native_model(release, cli, tmp_path):
     sp = release("0.17.1")
-    model = checkpoint(tmp_path, "kimi-k2", {"architectures": ["KimiK2ForCausalLM"], "model_type": "kimi_k2",
-                                             "num_hidden_layers": 61, "hidden_size": 7168})
+    model = checkpoint(
+        tmp_path,
+        "kimi-k2",
+        {"architectures": ["KimiK2ForCausalLM"], "model_type": "kimi_k2", "num_hidden_layers": 61, "hidden_size": 7168},
+    )
     # the answer of every command for a name the registry lacks (issue 32): exit 2, the closest names
     code, report = doctor(cli, sp, model)
     assert code == 2 and report["exit_code"] == 2, report

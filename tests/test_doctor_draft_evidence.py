@@ -65,7 +65,7 @@ def test_a_draft_without_ids_gets_a_warning_naming_vllms_ids_and_where_to_set_th
     if "reads no ids from a draft" in warning:
         assert readers == []
     else:
-        assert readers and f"set \"{IDS_FIELD}\"" in warning
+        assert readers and f'set "{IDS_FIELD}"' in warning
 
 
 def _locations(text: str) -> list[str]:
@@ -93,7 +93,9 @@ def tokenizer_json(folder: Path, size: int, *, prefix: str = "t", added: tuple[t
     """A tokenizer.json of ``size`` BPE ids (tokens ``prefix0``...) and added special tokens."""
     vocab = {f"{prefix}{i}": i for i in range(size)}
     tokens = [{"id": i, "content": c, "special": True} for i, c in ((0, "<pad>"), (1, "<eos>"), (2, "<bos>"), *added)]
-    (folder / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": tokens}))
+    (folder / "tokenizer.json").write_text(
+        json.dumps({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": tokens})
+    )
 
 
 def maps_safetensors(folder: Path, target_ids: list[int], t2d_size: int) -> None:
@@ -101,8 +103,10 @@ def maps_safetensors(folder: Path, target_ids: list[int], t2d_size: int) -> None
     d2t = struct.pack(f"<{len(target_ids)}q", *(t - i for i, t in enumerate(target_ids)))
     chosen = set(target_ids)
     t2d = bytes(1 if i in chosen else 0 for i in range(t2d_size))
-    header = {"d2t": {"dtype": "I64", "shape": [len(target_ids)], "data_offsets": [0, len(d2t)]},
-              "t2d": {"dtype": "BOOL", "shape": [t2d_size], "data_offsets": [len(d2t), len(d2t) + len(t2d)]}}
+    header = {
+        "d2t": {"dtype": "I64", "shape": [len(target_ids)], "data_offsets": [0, len(d2t)]},
+        "t2d": {"dtype": "BOOL", "shape": [t2d_size], "data_offsets": [len(d2t), len(d2t) + len(t2d)]},
+    }
     raw = json.dumps(header).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + d2t + t2d)
 

@@ -74,7 +74,7 @@ def test_following_doctors_advice_makes_the_target_ready(release, cli, name, ver
     detail = effect_check(after)["detail"]
     assert detail.startswith("patched by patchkit (") and "natively" not in detail
     # only this target's patches are credited to it, and every one the command wrote
-    credited = detail[len("patched by patchkit ("):detail.index(")")].split(", ")
+    credited = detail[len("patched by patchkit (") : detail.index(")")].split(", ")
     assert sorted(credited) == sorted(report["apply_patches"])
 
 
@@ -85,8 +85,9 @@ def test_advice_repeats_the_python_option_given(release, tmp_path):
     sp = release("0.20.2")
     model = CHECKPOINTS / "glm-4.6"
     report = run_doctor(from_site_packages(sp), model, command_options=["--python", "/opt/serve/bin/python"])
-    assert report.apply_command == shlex.join(["patchkit", "apply", "--target", "vllm", "--python", "/opt/serve/bin/python",
-                                               "--model", str(model.resolve())])
+    assert report.apply_command == shlex.join(
+        ["patchkit", "apply", "--target", "vllm", "--python", "/opt/serve/bin/python", "--model", str(model.resolve())]
+    )
 
 
 def test_a_class_patched_for_another_target_is_not_credited(release, cli):
@@ -110,7 +111,9 @@ def test_a_config_file_not_named_config_json_gets_a_folder_to_put_it_in(release,
     shutil.copy(CHECKPOINTS / "glm-4.6" / "config.json", file)
     code, report = cli.json("doctor", "--model", str(file), "--site-packages", str(sp))
     assert code == 1 and report["apply_command"] is None
-    assert report["actions"][0].startswith(f"'patchkit apply --model' reads DIR/config.json: copy {file} to DIR/config.json")
+    assert report["actions"][0].startswith(
+        f"'patchkit apply --model' reads DIR/config.json: copy {file} to DIR/config.json"
+    )
     assert report["actions"][0].endswith(shlex.join(["--site-packages", str(sp), "--model", "DIR"]))
 
 
@@ -124,8 +127,16 @@ def test_the_advice_given_with_python_runs_as_printed(release, cli, tmp_path):
     model = CHECKPOINTS / "ling-flash-2.0"
     code, report = cli.json("doctor", "--model", str(model), "--python", python)
     assert code == 1
-    assert shlex.split(report["apply_command"]) == ["patchkit", "apply", "--target", "vllm", "--python", python,
-                                                    "--model", str(model.resolve())]
+    assert shlex.split(report["apply_command"]) == [
+        "patchkit",
+        "apply",
+        "--target",
+        "vllm",
+        "--python",
+        python,
+        "--model",
+        str(model.resolve()),
+    ]
     assert cli(*shlex.split(report["apply_command"])[1:]).exit_code == 0
     code, after = cli.json("doctor", "--model", str(model), "--python", python)
     assert code == 0 and after["ready"], after["missing"]

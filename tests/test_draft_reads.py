@@ -51,10 +51,14 @@ def test_every_release_yields_the_paths(release, version):
     assert any(not b.classes and b.field == ("config", "image_token_index") for b in d.image_token)
     getters = {a.name for a in d.aux if a.kind == "target"}
     # the runner asks the target for its ids through a getter renamed in 0.18.0
-    assert getters == ({"get_eagle3_default_aux_hidden_state_layers"} if Version(version) >= Version("0.18.0")
-                       else {"get_eagle3_aux_hidden_state_layers"})
-    assert reads[("model",)].location.startswith("vllm/v1/spec_decode/" + (
-        "llm_base_proposer.py:" if version in ("0.20.2", "0.25.0", "0.33.0") else "eagle.py:"))
+    assert getters == (
+        {"get_eagle3_default_aux_hidden_state_layers"}
+        if Version(version) >= Version("0.18.0")
+        else {"get_eagle3_aux_hidden_state_layers"}
+    )
+    assert reads[("model",)].location.startswith(
+        "vllm/v1/spec_decode/" + ("llm_base_proposer.py:" if version in ("0.20.2", "0.25.0", "0.33.0") else "eagle.py:")
+    )
 
 
 def test_nothing_derived_fails(release):
@@ -95,7 +99,8 @@ def test_kimi_k25_links_pass_after_apply(release, cli, version):
     code, verified = cli.json("verify", "--site-packages", str(sp))
     assert code == 1
     image = links(node(verified["checks"], "KimiK25ForConditionalGeneration"))[
-        "proposer reads target config.image_token_index"]
+        "proposer reads target config.image_token_index"
+    ]
     # before the proposer patch: the fallback field, which vLLM's own KimiK25Config lacks
     assert image["ok"] is False and "KimiK25Config (vllm/transformers_utils/configs/kimi_k25.py:" in image["detail"]
 
@@ -115,7 +120,9 @@ def test_kimi_k25_links_pass_after_apply(release, cli, version):
     assert expected <= set(got)
     assert all(got[label]["ok"] is True for label in expected)
     assert got["proposer reads get_language_model().model"]["location"].startswith("vllm/v1/spec_decode/eagle.py:")
-    assert "DeepseekV2ForCausalLM" in got["proposer calls KimiK25ForConditionalGeneration.get_language_model()"]["detail"]
+    assert (
+        "DeepseekV2ForCausalLM" in got["proposer calls KimiK25ForConditionalGeneration.get_language_model()"]["detail"]
+    )
 
 
 def test_gemma3_wrapper_on_0_33_0_shows_its_links(release, cli):
@@ -163,8 +170,12 @@ def test_verify_checks_every_platform_branch(release, cli):
     _, verified = cli.json("verify", "--site-packages", str(sp), "--arch", "DeepseekV4ForCausalLM")
     v4 = next(c for c in verified["checks"] if c["label"].endswith("DeepseekV4ForCausalLM"))
     branches = [c for c in v4["children"] if c["label"].startswith("platform branch ")]
-    assert len(branches) == 3 and {b["label"].split(".")[3] for b in branches} | {v4["location"].split("/")[3]} \
-        == {"amd", "cpu", "nvidia", "xpu"}
+    assert len(branches) == 3 and {b["label"].split(".")[3] for b in branches} | {v4["location"].split("/")[3]} == {
+        "amd",
+        "cpu",
+        "nvidia",
+        "xpu",
+    }
     xpu_node = node(v4["children"], f"platform branch {XPU_BRANCH}")
     assert node(xpu_node["children"], "SupportsEagle3 in its bases")["ok"] is True
     assert not [m for m in verified["missing"] if m.startswith("SupportsEagle3 in its bases")]

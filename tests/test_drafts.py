@@ -30,18 +30,37 @@ pytestmark = pytest.mark.release
 
 KIMI_K25_VOCAB = {**KIMI_K25, "text_config": {**KIMI_K25["text_config"], "vocab_size": 163840}}
 DEEPSEEK_V3_VOCAB = {**DEEPSEEK_V3, "vocab_size": 129280}
-LLAMA_3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 32,
-              "hidden_size": 4096, "vocab_size": 128256}
+LLAMA_3_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "vocab_size": 128256,
+}
 
 
 def specforge(ids: list[int] | None = (1, 29, 57), vocab: int = 129280) -> dict[str, Any]:
     """SpecForge's DeepSeek-V3 draft shape: ids in eagle_config (output of layer k)."""
     cfg: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLMEagle3"], "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu",
-        "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 40960, "max_position_embeddings": 163840,
-        "model_type": "llama", "num_attention_heads": 56, "num_key_value_heads": 8, "num_hidden_layers": 1,
-        "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        "use_cache": True, "vocab_size": vocab, "draft_vocab_size": 32000,
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "hidden_act": "silu",
+        "hidden_size": 7168,
+        "initializer_range": 0.02,
+        "intermediate_size": 40960,
+        "max_position_embeddings": 163840,
+        "model_type": "llama",
+        "num_attention_heads": 56,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 1,
+        "pad_token_id": 0,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": vocab,
+        "draft_vocab_size": 32000,
     }
     if ids is not None:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids), "use_aux_hidden_state": True}
@@ -50,24 +69,52 @@ def specforge(ids: list[int] | None = (1, 29, 57), vocab: int = 129280) -> dict[
 
 def torchspec_kimi() -> dict[str, Any]:
     """TorchSpec's Kimi-K2.5 draft shape: plain Llama config, the target's vocabulary, no ids."""
-    return {"architectures": ["LlamaForCausalLMEagle3"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
-            "hidden_size": 7168, "intermediate_size": 12288, "max_position_embeddings": 262144, "model_type": "llama",
-            "num_attention_heads": 64, "num_hidden_layers": 1, "num_key_value_heads": 64, "rms_norm_eps": 1e-06,
-            "rope_theta": 1000000, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 163840}
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "attention_bias": False,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 7168,
+        "intermediate_size": 12288,
+        "max_position_embeddings": 262144,
+        "model_type": "llama",
+        "num_attention_heads": 64,
+        "num_hidden_layers": 1,
+        "num_key_value_heads": 64,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 163840,
+    }
 
 
 def speculators(ids: list[int] | None, hidden: int = 7168, vocab: int = 129280) -> dict[str, Any]:
     """A speculators-format (RedHatAI) EAGLE-3 config: no top-level model_type, ids at the top level."""
     cfg: dict[str, Any] = {
-        "architectures": ["Eagle3Speculator"], "auto_map": {"": "eagle3.Eagle3SpeculatorConfig"},
-        "draft_vocab_size": 32000, "norm_before_residual": True,
-        "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                                     "accept_tolerance": 0.0, "verifier_accept_k": 1}],
-                               "verifier": {"architectures": ["DeepseekV3ForCausalLM"], "name_or_path": "deepseek-ai/DeepSeek-V3"}},
-        "speculators_model_type": "eagle3", "speculators_version": "0.3.0", "target_hidden_size": None,
-        "transformer_layer_config": {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 1,
-                                     "num_attention_heads": 56, "num_key_value_heads": 8, "vocab_size": vocab},
+        "architectures": ["Eagle3Speculator"],
+        "auto_map": {"": "eagle3.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": 32000,
+        "norm_before_residual": True,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": 3, "accept_tolerance": 0.0, "verifier_accept_k": 1}
+            ],
+            "verifier": {"architectures": ["DeepseekV3ForCausalLM"], "name_or_path": "deepseek-ai/DeepSeek-V3"},
+        },
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "target_hidden_size": None,
+        "transformer_layer_config": {
+            "model_type": "llama",
+            "hidden_size": hidden,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 56,
+            "num_key_value_heads": 8,
+            "vocab_size": vocab,
+        },
     }
     if ids is not None:
         cfg["eagle_aux_hidden_state_layer_ids"] = list(ids)
@@ -76,24 +123,57 @@ def speculators(ids: list[int] | None, hidden: int = 7168, vocab: int = 129280) 
 
 def angelslim(vocab: int = 129280, hidden: int = 7168) -> dict[str, Any]:
     """AngelSlim's draft shape: Eagle3LlamaForCausalLM, a draft vocabulary, no ids."""
-    return {"architectures": ["Eagle3LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-            "attention_bias": False, "head_dim": 128, "hidden_act": "silu", "hidden_size": hidden,
-            "intermediate_size": 12288, "num_attention_heads": 32, "num_hidden_layers": 1, "num_key_value_heads": 8,
-            "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "vocab_size": vocab, "draft_vocab_size": 32000}
+    return {
+        "architectures": ["Eagle3LlamaForCausalLM"],
+        "model_type": "llama",
+        "torch_dtype": "bfloat16",
+        "attention_bias": False,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": hidden,
+        "intermediate_size": 12288,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 1,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "vocab_size": vocab,
+        "draft_vocab_size": 32000,
+    }
 
 
 def lmsys(vocab: int = 129280) -> dict[str, Any]:
     """lmsys' SpecForge-trained upload shape: LlamaForCausalLMEagle3, a draft vocabulary, no ids."""
-    return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168,
-            "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1,
-            "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "vocab_size": vocab, "draft_vocab_size": 32000}
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": 7168,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-05,
+        "tie_word_embeddings": False,
+        "vocab_size": vocab,
+        "draft_vocab_size": 32000,
+    }
 
 
 def eagle_repo() -> dict[str, Any]:
     """The EAGLE repository's Llama-3.1-8B EAGLE-3 draft shape: LlamaForCausalLM, a draft vocabulary, no ids."""
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1, "rms_norm_eps": 1e-05,
-            "vocab_size": 128256, "draft_vocab_size": 32000, "torch_dtype": "float16"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": 1e-05,
+        "vocab_size": 128256,
+        "draft_vocab_size": 32000,
+        "torch_dtype": "float16",
+    }
 
 
 def write_safetensors(folder: Path, names: list[str], sizes: dict[str, int] | None = None) -> None:
@@ -190,8 +270,9 @@ def test_speculators_top_level_ids(release, cli, tmp_path, version, ids_reach_vl
 # -- model type -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version, loadable", [("0.10.2", False), ("0.14.1", False), ("0.17.1", False),
-                                               ("0.20.2", True), ("0.33.0", True)])
+@pytest.mark.parametrize(
+    "version, loadable", [("0.10.2", False), ("0.14.1", False), ("0.17.1", False), ("0.20.2", True), ("0.33.0", True)]
+)
 def test_kimi_k2_draft_model_type(release, cli, tmp_path, version, loadable):
     """model_type kimi_k2 is in no transformers release; vLLM's own config registry has it from 0.18.0."""
     sp = release(version)
@@ -206,8 +287,15 @@ def test_kimi_k2_draft_model_type(release, cli, tmp_path, version, loadable):
         assert "no transformers release up to 5.24.0 registers it" in mt["detail"]
         assert any("model_type 'kimi_k2'" in a for a in report["actions"])
         # remote code named by auto_map loads it with --trust-remote-code: said, not failed
-        remote = checkpoint(tmp_path, "remote", {**torchspec_kimi(), "model_type": "kimi_k2",
-                                                 "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"}})
+        remote = checkpoint(
+            tmp_path,
+            "remote",
+            {
+                **torchspec_kimi(),
+                "model_type": "kimi_k2",
+                "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+            },
+        )
         _, report = doctor(cli, sp, model, remote)
         assert check(report, "draft model type kimi_k2")["ok"] is None
         assert any("--trust-remote-code" in w for w in report["warnings"])
@@ -221,7 +309,10 @@ def test_kimi_k25_model_type_needs_transformers_5_outside_the_registry(release, 
     _, report = doctor(cli, sp, model, draft)
     mt = check(report, "draft model type kimi_k25")
     assert mt["ok"] is False
-    assert "no transformers release this release allows (transformers<5,>=4.56.0) registers it (none before 5.0; 5.20.2 does)" in mt["detail"]
+    assert (
+        "no transformers release this release allows (transformers<5,>=4.56.0) registers it (none before 5.0; 5.20.2 does)"
+        in mt["detail"]
+    )
 
 
 # -- vocabulary -------------------------------------------------------------------------------
@@ -295,8 +386,17 @@ def test_pipeline_stages_drop_early_ids_without_transport(release, cli, tmp_path
     sp = ready_release(release, cli, version)
     model = checkpoint(tmp_path, "ds", DEEPSEEK_V3_VOCAB)
     draft = checkpoint(tmp_path, "draft", lmsys())
-    code, report = cli.json("doctor", "--model", str(model), "--draft", str(draft), "--site-packages", str(sp),
-                            "--pipeline-parallel-size", "2")
+    code, report = cli.json(
+        "doctor",
+        "--model",
+        str(model),
+        "--draft",
+        str(draft),
+        "--site-packages",
+        str(sp),
+        "--pipeline-parallel-size",
+        "2",
+    )
     assert code == 1
     assert report["draft"]["unreachable_aux_layer_ids"] == [2, 30]
     pp = child(check(report, "aux layer ids (2, 30, 58)"), "pipeline parallel size 2")
@@ -312,8 +412,17 @@ def test_pipeline_transport_is_read_from_the_backbone(release, cli, tmp_path, ve
     sp = release(version)
     model = checkpoint(tmp_path, "llama", LLAMA_3_8B)
     draft = checkpoint(tmp_path, "eagle", eagle_repo())
-    code, report = cli.json("doctor", "--model", str(model), "--draft", str(draft), "--site-packages", str(sp),
-                            "--pipeline-parallel-size", "2")
+    code, report = cli.json(
+        "doctor",
+        "--model",
+        str(model),
+        "--draft",
+        str(draft),
+        "--site-packages",
+        str(sp),
+        "--pipeline-parallel-size",
+        "2",
+    )
     pp = child(check(report, "aux layer ids (2, 16, 29)"), "pipeline parallel size 2")
     assert pp["ok"] is transport
     if transport:
@@ -337,8 +446,16 @@ def test_pipeline_size_must_be_positive(release, cli, tmp_path):
 def test_every_platform_branch_is_checked(release, cli, tmp_path):
     """0.33.0's vllm.models.deepseek_v4 picks one of four classes per platform: doctor checks each."""
     sp = release("0.33.0")
-    model = checkpoint(tmp_path, "v4", {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
-                                         "num_hidden_layers": 61, "hidden_size": 7168})
+    model = checkpoint(
+        tmp_path,
+        "v4",
+        {
+            "architectures": ["DeepseekV4ForCausalLM"],
+            "model_type": "deepseek_v4",
+            "num_hidden_layers": 61,
+            "hidden_size": 7168,
+        },
+    )
     code, report = doctor(cli, sp, model)
     assert code == 0, report["missing"]
     effect = check(report, "EAGLE-3 in effect for DeepseekV4ForCausalLM")
@@ -350,8 +467,12 @@ def test_every_platform_branch_is_checked(release, cli, tmp_path):
     xpu = sp / "vllm/models/deepseek_v4/xpu/model.py"
     text = xpu.read_text()
     assert text.count("class DeepseekV4ForCausalLM(nn.Module, SupportsPP, SupportsEagle3, SupportsLoRA):") == 1
-    xpu.write_text(text.replace("class DeepseekV4ForCausalLM(nn.Module, SupportsPP, SupportsEagle3, SupportsLoRA):",
-                                "class DeepseekV4ForCausalLM(nn.Module, SupportsPP, SupportsLoRA):"))
+    xpu.write_text(
+        text.replace(
+            "class DeepseekV4ForCausalLM(nn.Module, SupportsPP, SupportsEagle3, SupportsLoRA):",
+            "class DeepseekV4ForCausalLM(nn.Module, SupportsPP, SupportsLoRA):",
+        )
+    )
     code, report = doctor(cli, sp, model)
     assert code == 1
     effect = check(report, "EAGLE-3 in effect for DeepseekV4ForCausalLM")
@@ -412,12 +533,15 @@ def test_eagle_repo_draft_vocabulary_map_in_a_torch_bin(release, cli, tmp_path):
     assert child(check(report, "draft vocabulary"), "draft_vocab_size 32000")["ok"] is True
 
 
-@pytest.mark.parametrize("spec, kimi_k25, kimi_k2", [
-    ("<5,>=4.56.0", False, False),            # 0.14.1 - 0.17.1: the 4.x line has neither
-    ("<5.21.0,>=5.16.1", True, False),        # 0.33.0
-    (">=4.55.2", True, False),                # 0.10.2: no upper bound
-    ("<5.10,>=4.56", None, False),            # releases between the checked ones: not known, not guessed
-])
+@pytest.mark.parametrize(
+    "spec, kimi_k25, kimi_k2",
+    [
+        ("<5,>=4.56.0", False, False),  # 0.14.1 - 0.17.1: the 4.x line has neither
+        ("<5.21.0,>=5.16.1", True, False),  # 0.33.0
+        (">=4.55.2", True, False),  # 0.10.2: no upper bound
+        ("<5.10,>=4.56", None, False),  # releases between the checked ones: not known, not guessed
+    ],
+)
 def test_transformers_range_decides_model_types_outside_vllms_registry(spec, kimi_k25, kimi_k2):
     from packaging.specifiers import SpecifierSet
 

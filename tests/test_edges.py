@@ -55,8 +55,10 @@ def test_unknown_arch_in_model_config_is_the_same_usage_error(release, cli, tmp_
     for how in (["--model", str(model)], *([["--arch", "Glm4MoeForCausalLm"]] if command != "doctor" else [])):
         result = cli(command, "--site-packages", str(sp), *how)
         assert result.exit_code == 2, (how, result.stdout + result.stderr)
-        assert "in effect" not in result.stdout and "'Glm4MoeForCausalLm' is not in vLLM 0.17.1's model registry" \
-            in result.stderr, result.stderr
+        assert (
+            "in effect" not in result.stdout
+            and "'Glm4MoeForCausalLm' is not in vLLM 0.17.1's model registry" in result.stderr
+        ), result.stderr
         assert "did you mean Glm4MoeForCausalLM" in result.stderr, result.stderr
         code, data = cli.json(command, "--site-packages", str(sp), *how)
         assert code == 2 and data["exit_code"] == 2 and "ok" not in data, data
@@ -141,11 +143,17 @@ def _uv_install(release, tmp_path: Path, link_mode: str) -> tuple[Path, Path, Pa
             if f.is_file():
                 zf.write(f, f.relative_to(src).as_posix())
     uv = Path(sysconfig.get_path("scripts")) / "uv"
-    env = dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_NO_CONFIG="1", UV_OFFLINE="1",
-               VIRTUAL_ENV=str(tmp_path / "venv"))
+    env = dict(
+        os.environ,
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+        UV_NO_CONFIG="1",
+        UV_OFFLINE="1",
+        VIRTUAL_ENV=str(tmp_path / "venv"),
+    )
     subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(tmp_path / "venv")], check=True, env=env)
-    subprocess.run([str(uv), "pip", "install", "-q", "--no-deps", "--link-mode", link_mode, str(wheel)],
-                   check=True, env=env)
+    subprocess.run(
+        [str(uv), "pip", "install", "-q", "--no-deps", "--link-mode", link_mode, str(wheel)], check=True, env=env
+    )
     python = tmp_path / "venv" / "bin" / "python"
     (entry,) = [d for d in (tmp_path / "uv-cache" / "archive-v0").iterdir() if (d / "vllm").is_dir()]
     return python, venv_site_packages(python), entry
@@ -223,8 +231,12 @@ def test_output_closed_early_is_said_and_not_exit_1(release, as_json):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first byte: every write fails with EPIPE
     try:
-        proc = subprocess.run([sys.executable, "-m", "patchkit", "verify", "--site-packages", str(sp),
-                               *(["--json"] if as_json else [])], stdout=write, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchkit", "verify", "--site-packages", str(sp), *(["--json"] if as_json else [])],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         os.close(write)
     assert proc.returncode == 141, proc.stderr
@@ -260,14 +272,17 @@ def test_every_hint_repeats_the_environment_options(release, cli, tmp_path, monk
     monkeypatch.setattr(journal_mod, "write_atomic", real)
     assert code == 130 and f"'patchkit apply {where}'" in data["hint"], data
     assert snapshot(sp) == before
-    hints = [cli("status", "--site-packages", str(sp), "--arch", "NoSuchArch").stderr,
-             cli("verify", "--site-packages", str(sp)).stdout]
+    hints = [
+        cli("status", "--site-packages", str(sp), "--arch", "NoSuchArch").stderr,
+        cli("verify", "--site-packages", str(sp)).stdout,
+    ]
     assert f"'patchkit scan {where}'" in hints[0]
     assert f"'patchkit apply --target vllm {where} --dry-run'" in hints[1]  # verify advises apply's dry run
     applied = cli("apply", "--site-packages", str(sp))
     assert applied.exit_code == 0
-    assert f"'patchkit verify {where}' shows the chain, 'patchkit revert {where}' undoes it" in \
-        " ".join(applied.stdout.split())
+    assert f"'patchkit verify {where}' shows the chain, 'patchkit revert {where}' undoes it" in " ".join(
+        applied.stdout.split()
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root")
@@ -307,8 +322,16 @@ def test_nightly_whose_files_are_native_agrees_across_commands(release, cli, tmp
     assert cli.json("verify", "--site-packages", str(sp))[0] == 0
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                                                   "num_hidden_layers": 61, "hidden_size": 7168}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "num_hidden_layers": 61,
+                "hidden_size": 7168,
+            }
+        )
+    )
     assert cli.json("doctor", "--model", str(model), "--site-packages", str(sp))[0] == 0
     # a final release whose metadata disagrees with its files is still a mixed install
     final = _relabel(fresh_copy("0.20.2", tmp_path / "final"), "0.20.2", "0.17.1")
@@ -320,8 +343,11 @@ def _configs(tmp_path: Path) -> dict[str, Path]:
     """Checkpoint folders whose config.json no command may trip over."""
     texts = {
         "deep": '{"architectures": ["DeepseekV3ForCausalLM"], "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
-        "deep-text-config": '{"architectures": ["DeepseekV3ForCausalLM"], "text_config": ' + '{"a": ' * 50_000
-                            + "1" + "}" * 50_000 + "}",
+        "deep-text-config": '{"architectures": ["DeepseekV3ForCausalLM"], "text_config": '
+        + '{"a": ' * 50_000
+        + "1"
+        + "}" * 50_000
+        + "}",
         "invalid": '{"architectures": [',
         "not-an-object": "[1, 2]",
         "architectures-not-a-list": '{"architectures": 5, "model_type": 7, "text_config": {"architectures": "x"}}',
@@ -351,13 +377,21 @@ def test_bad_config_json_is_exit_4_on_every_command(release, cli, tmp_path, comm
         result = cli(command, "--site-packages", str(sp), "--model", str(configs[name]))
         assert result.exit_code == 4, (name, result.stdout + result.stderr)
         assert result.stderr.startswith("error: ") and "\nhint: " in result.stderr, (name, result.stderr)
-    assert "nests its JSON too deeply" in cli(command, "--site-packages", str(sp), "--model", str(configs["deep"])).stderr
+    assert (
+        "nests its JSON too deeply" in cli(command, "--site-packages", str(sp), "--model", str(configs["deep"])).stderr
+    )
     assert snapshot(sp) == before
 
 
 _SWEEP_COMMANDS = {
-    "apply": ["apply", "--dry-run"], "apply-write": ["apply"], "verify": ["verify"], "status": ["status"],
-    "revert": ["revert"], "doctor": ["doctor"], "resolve": ["resolve"], "scan": ["scan"],
+    "apply": ["apply", "--dry-run"],
+    "apply-write": ["apply"],
+    "verify": ["verify"],
+    "status": ["status"],
+    "revert": ["revert"],
+    "doctor": ["doctor"],
+    "resolve": ["resolve"],
+    "scan": ["scan"],
 }
 
 
@@ -387,17 +421,31 @@ def test_no_traceback_for_any_input(release, cli, tmp_path):
                 if name == "resolve" and "--python" not in extra:
                     extra, location = [*extra, *location], []
                 result = cli(*command, *location, *extra, *as_json)  # an exception fails the test here
-                assert result.exit_code in (0, 1, 2, 3, 4), (name, extra, result.exit_code, result.stdout + result.stderr)
+                assert result.exit_code in (0, 1, 2, 3, 4), (
+                    name,
+                    extra,
+                    result.exit_code,
+                    result.stdout + result.stderr,
+                )
                 assert "Traceback" not in result.stdout + result.stderr, (name, extra)
                 if result.exit_code >= 2 and not as_json:
-                    assert result.stderr.startswith("error: ") or "refused" in result.stdout, (name, extra, result.stderr)
+                    assert result.stderr.startswith("error: ") or "refused" in result.stdout, (
+                        name,
+                        extra,
+                        result.stderr,
+                    )
                 if as_json:
                     json.loads(result.stdout)  # one JSON object, whatever happened
                 seen.add((name, result.exit_code))
         if name == "apply-write":
             cli("revert", "--site-packages", str(sp))
     assert snapshot(sp) == before
-    assert {code for _, code in seen} >= {0, 1, 2, 4}  # the sweep reached success, "not in effect", usage and environment
+    assert {code for _, code in seen} >= {
+        0,
+        1,
+        2,
+        4,
+    }  # the sweep reached success, "not in effect", usage and environment
 
 
 def test_deeply_nested_state_files_are_clear(release, cli):
@@ -411,7 +459,9 @@ def test_deeply_nested_state_files_are_clear(release, cli):
     for command in ("status", "verify", "revert", "apply"):
         result = cli(command, "--site-packages", str(sp))
         assert result.exit_code == 4, (command, result.stdout + result.stderr)
-        assert result.stderr.startswith(f"error: cannot read patchkit's journal {sp / '.patchkit' / 'vllm' / 'journal.json'}")
+        assert result.stderr.startswith(
+            f"error: cannot read patchkit's journal {sp / '.patchkit' / 'vllm' / 'journal.json'}"
+        )
 
 
 def test_revert_with_nothing_applied_is_exit_0_with_or_without_a_scope(release, cli, tmp_path):

@@ -41,8 +41,9 @@ def test_empty_path_is_a_usage_error(release, cli, monkeypatch, args):
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
     assert result.stderr.splitlines() == [
         f"error: {option.rstrip('=')} was given an empty path",
-        f"hint: give {option.rstrip('=')} a folder or file (an unset shell variable expands to \"\"; "
-        "'.' names the current folder)"], result.stderr
+        f'hint: give {option.rstrip("=")} a folder or file (an unset shell variable expands to ""; '
+        "'.' names the current folder)",
+    ], result.stderr
     assert result.stdout == "" and snapshot(sp) == before
 
 

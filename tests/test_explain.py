@@ -46,7 +46,8 @@ def test_explain_shows_what_needs_the_patch(cli):
     assert report["target_description"] == "class registered as DeepseekV2ForCausalLM -> self.model"
     code, report = cli.json("explain", "eagle3-kimi-k25-interface")
     assert report["target_description"] == (
-        "class registered as KimiK25ForConditionalGeneration (new methods forward to self.language_model)")
+        "class registered as KimiK25ForConditionalGeneration (new methods forward to self.language_model)"
+    )
 
 
 def test_explain_unknown_id(cli):
@@ -99,7 +100,9 @@ def test_explain_capture_id_where_and_who_on_0_17_1(cli, release):
     assert report["shape"]["shape"] == "standard-loop" and report["shape"]["backbone"] == "OlmoeModel"
     # the class and file: exactly what apply plans for that id
     assert report["target"] == planned["eagle3:OlmoeModel:capture"]
-    assert report["target"].startswith("vllm/model_executor/models/olmoe.py:") and report["target"].endswith(" OlmoeModel")
+    assert report["target"].startswith("vllm/model_executor/models/olmoe.py:") and report["target"].endswith(
+        " OlmoeModel"
+    )
     assert report["outcome"] == "applied" and report["files"] == ["vllm/model_executor/models/olmoe.py"]
     # who decides the form: the era gives the inline form, stream.py the residual stream, with its signals
     assert report["codemod"]["options"]["form"] == "inline" and report["codemod"]["options"]["residual"] is True

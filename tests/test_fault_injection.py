@@ -27,8 +27,12 @@ TMP_SUFFIX = ".patchkit-tmp"  # patchkit.store.journal.TMP_SUFFIX, spelled out s
 
 pytestmark = pytest.mark.release
 WRAPPER = Path(__file__).with_name("kill_wrapper.py")
-FILES = ["vllm/config/speculative.py", "vllm/model_executor/models/deepseek_v2.py",
-         "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py"]
+FILES = [
+    "vllm/config/speculative.py",
+    "vllm/model_executor/models/deepseek_v2.py",
+    "vllm/model_executor/models/kimi_k25.py",
+    "vllm/v1/spec_decode/eagle.py",
+]
 
 
 def watched(sp: Path) -> dict[str, bytes]:
@@ -110,7 +114,8 @@ class Checker:
             assert unfinished["operation"] == operation
             assert sorted(unfinished["to_roll_back"]) == written
             assert {f["path"]: f["state"] for f in unfinished["files"]} == {
-                f: "written" if f in written else "not reached" for f in FILES}
+                f: "written" if f in written else "not reached" for f in FILES
+            }
             for f in FILES:  # a file not written yet still has its bytes from before the run
                 assert disk[f] in (before_map[f], after_map[f])
         else:
@@ -138,7 +143,9 @@ class Checker:
             assert code == 0, applied
             assert sorted(applied["recovered"]) == written
             # the dry run planned exactly what the real run did, rollback included
-            assert [(p["id"], p["outcome"]) for p in dry["patches"]] == [(p["id"], p["outcome"]) for p in applied["patches"]]
+            assert [(p["id"], p["outcome"]) for p in dry["patches"]] == [
+                (p["id"], p["outcome"]) for p in applied["patches"]
+            ]
             assert dry["files"] == applied["files"]
             assert self.files() == self.patched
             leftovers = [r for r in watched(self.sp) if r.endswith(TMP_SUFFIX)]
@@ -148,14 +155,25 @@ class Checker:
         assert watched(self.sp) == self.pristine_watched, "revert leaves exactly the original bytes and no .patchkit"
 
 
-def drive(checker: Checker, sp: Path, tmp: Path, signum: int, operation: str, before: dict[str, bytes],
-          after: dict[str, bytes]) -> int:
+def drive(
+    checker: Checker,
+    sp: Path,
+    tmp: Path,
+    signum: int,
+    operation: str,
+    before: dict[str, bytes],
+    after: dict[str, bytes],
+) -> int:
     """Run ``operation`` under the wrapper with ``signum``; check after every step; return the step count."""
     out = tmp / f"{operation}-{signum}"
     out.mkdir()
     put_back(sp, before)
-    proc = subprocess.Popen([sys.executable, str(WRAPPER), str(signum), str(out), operation, "--site-packages", str(sp)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(WRAPPER), str(signum), str(out), operation, "--site-packages", str(sp)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     steps = 0
     for line in proc.stdout:
         info = json.loads(line)

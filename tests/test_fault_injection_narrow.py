@@ -22,9 +22,13 @@ import pytest
 pytestmark = pytest.mark.release
 WRAPPER = Path(__file__).with_name("kill_wrapper.py")
 KIMI, GLM = "KimiK25ForConditionalGeneration", "Glm4MoeForCausalLM"
-FILES = ["vllm/config/speculative.py", "vllm/model_executor/models/deepseek_v2.py",
-         "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py",
-         "vllm/model_executor/models/glm4_moe.py"]
+FILES = [
+    "vllm/config/speculative.py",
+    "vllm/model_executor/models/deepseek_v2.py",
+    "vllm/model_executor/models/kimi_k25.py",
+    "vllm/v1/spec_decode/eagle.py",
+    "vllm/model_executor/models/glm4_moe.py",
+]
 
 
 def watched(sp: Path) -> dict[str, bytes]:
@@ -78,8 +82,12 @@ def test_kill_at_every_write_step_of_revert_arch(release, tmp_path, signum):
 
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, str(WRAPPER), str(signum), str(out), "revert", "--arch", KIMI, *spa],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(WRAPPER), str(signum), str(out), "revert", "--arch", KIMI, *spa],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     steps = 0
     for line in proc.stdout:
         info = json.loads(line)

@@ -35,8 +35,9 @@ CASE = {c.name: c for c in GPU_CASES}
 
 
 def _verify(site: Path, arch: str) -> int:
-    return subprocess.run([*CAMPAIGN.patchkit(), "verify", "--arch", arch, "--site-packages", str(site)],
-                          capture_output=True, text=True).returncode
+    return subprocess.run(
+        [*CAMPAIGN.patchkit(), "verify", "--arch", arch, "--site-packages", str(site)], capture_output=True, text=True
+    ).returncode
 
 
 @pytest.mark.release
@@ -68,8 +69,12 @@ def test_a_job_on_an_unprepared_environment_is_an_error(tmp_path: Path):
     recording no verdict); the unpatched environment's refusal job is not; a marker of the campaign
     before the cases were recorded makes the environment unusable (which cases it holds is unknown)."""
     (tmp_path / "prepared-right.json").write_text(json.dumps({"cases": ["mixtral"]}))
-    todo = [("unpatched", "olmoe", "compiled", "bf16"), ("right", "mixtral", "compiled", "fp32"),
-            ("right", "olmoe", "compiled", "fp32"), ("shift", "olmoe", "eager", "fp32")]
+    todo = [
+        ("unpatched", "olmoe", "compiled", "bf16"),
+        ("right", "mixtral", "compiled", "fp32"),
+        ("right", "olmoe", "compiled", "fp32"),
+        ("shift", "olmoe", "eager", "fp32"),
+    ]
     assert CAMPAIGN.unprepared(tmp_path, todo) == ["right/olmoe/compiled/fp32", "shift/olmoe/eager/fp32"]
     (tmp_path / "prepared-shift").touch()
     with pytest.raises(CAMPAIGN.Unprepared, match="did not record its cases"):
@@ -86,8 +91,9 @@ def test_the_plans_name_known_cases_and_modes():
         jobs = CAMPAIGN.jobs([CASE[c] for c in dict.fromkeys(c for c, _p, _d in only)], only)
         assert {(c, p, d) for _e, c, p, d in jobs} == set(only)
         assert all(("shift", c, p, d) in jobs for c, p, d in only if not CAMPAIGN.right_only(CASE[c]))
-        assert {e for e, *_ in CAMPAIGN.jobs([CASE[c] for c in dict.fromkeys(c for c, _p, _d in only)], only,
-                                             wrong=False)} == {"right"}
+        assert {
+            e for e, *_ in CAMPAIGN.jobs([CASE[c] for c in dict.fromkeys(c for c, _p, _d in only)], only, wrong=False)
+        } == {"right"}
 
 
 def test_no_wrong_capture_is_planned_where_patchkit_writes_none():

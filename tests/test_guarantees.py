@@ -66,7 +66,9 @@ def test_full_run_is_refused_when_the_patched_result_would_not_verify(release, m
     monkeypatch.setattr(api_mod, "run_checks", broken)
     report = api.apply(from_site_packages(sp))
     assert report.refused and not report.written
-    assert all("would not pass verify (injected: a link the chain check would miss)" in p.reason for p in report.patches)
+    assert all(
+        "would not pass verify (injected: a link the chain check would miss)" in p.reason for p in report.patches
+    )
     assert snapshot(sp) == before
 
 

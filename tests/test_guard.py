@@ -29,11 +29,17 @@ from vllm_release import pristine_site_packages, venv_python
 
 OLMOE = "OlmoeForCausalLM"
 OLMOE_FILE = "vllm/model_executor/models/olmoe.py"
-GUARD_FILES = {"patchkit_guard/__init__.py", "patchkit_guard/guard.py", "patchkit_guard/plugin_file.py",
-               "patchkit_guard/manifest.json",
-               "patchkit_guard-0.1.0.dist-info/METADATA", "patchkit_guard-0.1.0.dist-info/INSTALLER",
-               "patchkit_guard-0.1.0.dist-info/top_level.txt", "patchkit_guard-0.1.0.dist-info/entry_points.txt",
-               "patchkit_guard-0.1.0.dist-info/RECORD"}
+GUARD_FILES = {
+    "patchkit_guard/__init__.py",
+    "patchkit_guard/guard.py",
+    "patchkit_guard/plugin_file.py",
+    "patchkit_guard/manifest.json",
+    "patchkit_guard-0.1.0.dist-info/METADATA",
+    "patchkit_guard-0.1.0.dist-info/INSTALLER",
+    "patchkit_guard-0.1.0.dist-info/top_level.txt",
+    "patchkit_guard-0.1.0.dist-info/entry_points.txt",
+    "patchkit_guard-0.1.0.dist-info/RECORD",
+}
 
 
 def tree(root: Path, skip_bytecode: bool = False) -> dict[str, str]:
@@ -52,8 +58,9 @@ def run_python(python: Path, code: str, path: Path, **env: str) -> subprocess.Co
     """Run ``code`` with ``python``, ``path`` first on its import path (``PYTHONPATH``)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("VLLM_PLUGINS", "PYTHONDONTWRITEBYTECODE")}
     environ.update(PYTHONPATH=str(path), **env)  # bytecode cached as a server's interpreter does
-    return subprocess.run([str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=environ, timeout=600)
+    return subprocess.run(
+        [str(python), "-c", textwrap.dedent(code)], capture_output=True, text=True, env=environ, timeout=600
+    )
 
 
 ENTRY_POINTS = """
@@ -83,8 +90,12 @@ def test_apply_guard_writes_a_distribution_importlib_metadata_and_pip_find(olmoe
     assert found["version"] == "0.1.0"
     assert set(found["files"]) == GUARD_FILES
     # RECORD is right for every file (pip's own check of an installed distribution)
-    listed = subprocess.run([sys.executable, "-m", "pip", "list", "--path", str(site), "--format", "json"],
-                            capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--path", str(site), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert {"name": "patchkit-guard", "version": "0.1.0"} in json.loads(listed.stdout)
     import base64
     import csv
@@ -153,7 +164,7 @@ def test_revert_refuses_to_delete_a_hand_edited_guard_file_unless_forced(olmoe_g
     assert blocking["path"] == "patchkit_guard/guard.py"
     assert [f["action"] for f in data["files"] if f["path"] == OLMOE_FILE] == ["held back"]
     (force,) = [s for s in data["next_steps"] if "--force" in s["argv"]]
-    assert force["effect"] == "restores" and force["argv"][-len(scope) - 1:] == [*scope, "--force"]
+    assert force["effect"] == "restores" and force["argv"][-len(scope) - 1 :] == [*scope, "--force"]
     result = cli("revert", "--site-packages", str(site), *scope)
     assert result.exit_code == 3
     assert "patchkit_guard/guard.py" in result.stdout and "--force" in result.stdout
@@ -288,9 +299,10 @@ def test_vllm_loader_runs_the_guard_quiet_then_names_a_dropped_patch(release, cl
     # vLLM's own log handler: stdout on 0.10.2, stderr later (vllm/logger.py)
     lines = [line for line in (loud.stdout + loud.stderr).splitlines() if "patchkit guard:" in line]
     assert len(lines) == 1, loud.stderr[-3000:]
-    assert (f"patchkit guard: vLLM {version}: {OLMOE_FILE} no longer holds the bytes patchkit wrote, so EAGLE-3 "
-            f"is not in effect for {OLMOE}; run 'patchkit apply --target vllm --site-packages {site} --arch {OLMOE}'"
-            ) in lines[0]
+    assert (
+        f"patchkit guard: vLLM {version}: {OLMOE_FILE} no longer holds the bytes patchkit wrote, so EAGLE-3 "
+        f"is not in effect for {OLMOE}; run 'patchkit apply --target vllm --site-packages {site} --arch {OLMOE}'"
+    ) in lines[0]
     assert tree(site, skip_bytecode=True) == before  # the guard writes nothing
 
 
@@ -341,10 +353,14 @@ def _config_before_plugins(fn) -> bool:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for t in targets:
                 if (isinstance(t, ast.Name) and t.id == "vllm_config") or (
-                        isinstance(t, ast.Attribute) and t.attr == "vllm_config"):
+                    isinstance(t, ast.Attribute) and t.attr == "vllm_config"
+                ):
                     bound = bound or stmt.lineno
-        if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-                and getattr(stmt.value.func, "id", None) == "load_general_plugins"):
+        if (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and getattr(stmt.value.func, "id", None) == "load_general_plugins"
+        ):
             return bool(bound) and (bound is True or bound < stmt.lineno)
     return False
 
@@ -362,16 +378,24 @@ def test_vllm_calls_the_plugins_where_the_guard_finds_the_config(version):
     load = next(n for n in ast.walk(plugins) if isinstance(n, ast.FunctionDef) and n.name == "load_general_plugins")
     calls = [n for n in ast.walk(load) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "func"]
     assert calls and not [n for n in ast.walk(load) if isinstance(n, ast.Try)]
-    group = [n for n in ast.walk(plugins) if isinstance(n, ast.Assign)
-             and getattr(n.targets[0], "id", None) == "DEFAULT_PLUGINS_GROUP"]
+    group = [
+        n
+        for n in ast.walk(plugins)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "DEFAULT_PLUGINS_GROUP"
+    ]
     assert group and group[0].value.value == "vllm.general_plugins"
     core = _function(ast.parse((site / "vllm/v1/engine/core.py").read_text()), "EngineCore", "__init__")
     assert core is not None and _config_before_plugins(core)
     worker_file = site / "vllm/v1/worker/worker_base.py"
-    worker = _function(ast.parse(worker_file.read_text()), "WorkerWrapperBase", "init_worker") if worker_file.is_file() else None
+    worker = (
+        _function(ast.parse(worker_file.read_text()), "WorkerWrapperBase", "init_worker")
+        if worker_file.is_file()
+        else None
+    )
     if worker is None:  # 0.10.2: the wrapper lives in vllm/worker/worker_base.py
-        worker = _function(ast.parse((site / "vllm/worker/worker_base.py").read_text()), "WorkerWrapperBase",
-                           "init_worker")
+        worker = _function(
+            ast.parse((site / "vllm/worker/worker_base.py").read_text()), "WorkerWrapperBase", "init_worker"
+        )
     assert worker is not None and _config_before_plugins(worker)
 
 

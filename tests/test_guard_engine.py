@@ -75,17 +75,39 @@ print("PATCHKIT-ENGINE-STARTED", json.dumps(list(out[0].outputs[0].token_ids)))
 """
 
 
-def start(python: Path, models: Path, eagle: bool, in_process: bool = False, script: str = ENGINE,
-          ) -> subprocess.CompletedProcess:
+def start(
+    python: Path,
+    models: Path,
+    eagle: bool,
+    in_process: bool = False,
+    script: str = ENGINE,
+) -> subprocess.CompletedProcess:
     """Start vLLM's engine once in a fresh process; returns it finished, stdout and stderr merged in
     ``stdout`` in the order written (``stderr`` is ""). ``in_process``: the engine core runs in this
     process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1"}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "OMP_NUM_THREADS": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1",
+    }
     env.pop("VLLM_PLUGINS", None)
-    done = subprocess.run([str(python), "-c", textwrap.dedent(script), str(models / "target"), str(models / "draft"),
-                           "eagle3" if eagle else "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env, timeout=900, cwd=models)
+    done = subprocess.run(
+        [
+            str(python),
+            "-c",
+            textwrap.dedent(script),
+            str(models / "target"),
+            str(models / "draft"),
+            "eagle3" if eagle else "none",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=models,
+    )
     done.stderr = ""
     return done
 
@@ -108,7 +130,8 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
         code, status = cli.json("status", "--python", str(python))
         site = Path(status["install"]["site_packages"])
         assert [e["path"] for e in status["entries"]] == [GEMMA3] and status["guard"]["architectures"] == [
-            "Gemma3ForCausalLM"]
+            "Gemma3ForCausalLM"
+        ]
 
         # 1. patched: vLLM's engine starts with EAGLE-3 and generates
         patched_bytes = (site / GEMMA3).read_bytes()
@@ -124,9 +147,11 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
         release_bytes = journal.original(journal.entries[GEMMA3])
         assert hashlib.sha256(release_bytes).hexdigest() == record_digest(site, GEMMA3)
         (site / GEMMA3).write_bytes(release_bytes)
-        line = (f"patchkit guard: vLLM 0.32.0: {GEMMA3} no longer holds the bytes patchkit wrote, so EAGLE-3 is not "
-                f"in effect for Gemma3ForCausalLM; run 'patchkit apply --target vllm --python {python} "
-                f"--model {models / 'target'}' (stopped: this process serves Gemma3ForCausalLM with EAGLE-3)")
+        line = (
+            f"patchkit guard: vLLM 0.32.0: {GEMMA3} no longer holds the bytes patchkit wrote, so EAGLE-3 is not "
+            f"in effect for Gemma3ForCausalLM; run 'patchkit apply --target vllm --python {python} "
+            f"--model {models / 'target'}' (stopped: this process serves Gemma3ForCausalLM with EAGLE-3)"
+        )
         # both ways: the engine core in its own process, and in the front end's (issue 25: the guard
         # missed the in-process engine core, whose plugin call vLLM makes once per process, without a config)
         for in_process in (False, True):
@@ -155,21 +180,33 @@ def test_guard_in_vllms_engine_starts_then_stops_a_dropped_patch_then_revert_rem
         # 5. revert removes the guard: vLLM no longer finds its entry point
         result = cli("revert", "--python", str(python))
         assert result.exit_code == 0 and "guard: removed" in result.stdout, result.stdout
-        eps = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
-                              "print(sorted(e.name for e in m.entry_points(group='vllm.general_plugins')))"],
-                             capture_output=True, text=True, check=True).stdout
+        eps = subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import importlib.metadata as m; "
+                "print(sorted(e.name for e in m.entry_points(group='vllm.general_plugins')))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "patchkit_guard" not in eps
         assert not (site / "patchkit_guard").exists() and not list(site.glob("patchkit_guard-*"))
 
 
-BUILD_GLM4 = BUILD.replace("Gemma3ForCausalLM, Gemma3TextConfig", "Glm4ForCausalLM, Glm4Config").replace(
-    """config = Gemma3TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+BUILD_GLM4 = (
+    BUILD.replace("Gemma3ForCausalLM, Gemma3TextConfig", "Glm4ForCausalLM, Glm4Config")
+    .replace(
+        """config = Gemma3TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
                           sliding_window=64, pad_token_id=0, eos_token_id=1, bos_token_id=2)""",
-    """config = Glm4Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        """config = Glm4Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                     num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
-                    pad_token_id=0, eos_token_id=1, bos_token_id=2)""").replace(
-    "Gemma3ForCausalLM(config)", "Glm4ForCausalLM(config)")
+                    pad_token_id=0, eos_token_id=1, bos_token_id=2)""",
+    )
+    .replace("Gemma3ForCausalLM(config)", "Glm4ForCausalLM(config)")
+)
 
 
 ENGINE_TRITON = """
@@ -197,10 +234,12 @@ def test_guard_in_vllms_engine_stops_eagle3_on_v2_for_a_shape_not_shown_there(cl
             assert result.exit_code == 0 and "guard: installed" in result.stdout, result.stdout
             code, status = cli.json("status", "--python", str(python))
             assert status["guard"]["architectures"] == ["Glm4ForCausalLM"]
-            line = ("patchkit guard: Glm4ForCausalLM is patched in its interface-only shape, which is not shown to "
-                    "keep greedy output under vLLM's V2 runner (use_v2_model_runner in vLLM's config); "
-                    "stopped: this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without "
-                    "EAGLE-3; 'patchkit doctor' says why)")
+            line = (
+                "patchkit guard: Glm4ForCausalLM is patched in its interface-only shape, which is not shown to "
+                "keep greedy output under vLLM's V2 runner (use_v2_model_runner in vLLM's config); "
+                "stopped: this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without "
+                "EAGLE-3; 'patchkit doctor' says why)"
+            )
             monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
             stopped = start(python, models, eagle=True, script=ENGINE_TRITON)
             output = stopped.stdout

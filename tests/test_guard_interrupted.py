@@ -69,8 +69,9 @@ def suggested(err: str) -> list[str]:
     return shlex.split(found.group(1))[1:]
 
 
-def interrupt_every_step(sp: Path, tmp_path: Path, args: list[str], files: list[str],
-                         before_raw: dict[str, bytes], after: dict[str, bytes]) -> tuple[int, set[str]]:
+def interrupt_every_step(
+    sp: Path, tmp_path: Path, args: list[str], files: list[str], before_raw: dict[str, bytes], after: dict[str, bytes]
+) -> tuple[int, set[str]]:
     """SIGINT each write step of ``patchkit ARGS`` in turn; check the message against the install.
 
     Returns the number of steps interrupted, and the hint commands followed (the steps after
@@ -79,8 +80,12 @@ def interrupt_every_step(sp: Path, tmp_path: Path, args: list[str], files: list[
     before = snapshot(sp, files)
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.Popen([sys.executable, str(WRAPPER), str(int(signal.SIGINT)), str(out), *args],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(WRAPPER), str(int(signal.SIGINT)), str(out), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     steps, followed = 0, set()
     try:
         for line in proc.stdout:
@@ -166,11 +171,16 @@ def test_the_guards_apply_command_names_every_path_absolute(release, tmp_path):
     sp = release("0.33.0")
     work = tmp_path / "work"
     (work / "models" / "olmoe").mkdir(parents=True)
-    (work / "models" / "olmoe" / "config.json").write_text(json.dumps(
-        {"architectures": [OLMOE], "model_type": "olmoe"}))
+    (work / "models" / "olmoe" / "config.json").write_text(
+        json.dumps({"architectures": [OLMOE], "model_type": "olmoe"})
+    )
     rel_sp = os.path.relpath(sp, work)
-    done = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--site-packages", rel_sp,
-                           "--model", "models/olmoe", "--guard"], capture_output=True, text=True, cwd=work)
+    done = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--site-packages", rel_sp, "--model", "models/olmoe", "--guard"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((sp / "patchkit_guard" / "manifest.json").read_text())
     stored = shlex.split(data["apply"])
@@ -178,8 +188,9 @@ def test_the_guards_apply_command_names_every_path_absolute(release, tmp_path):
     assert stored[stored.index("--site-packages") + 1] == str(sp)
     assert data["model"] == str(work / "models" / "olmoe")
     # from the server's working folder (another one), the stored command acts on the same install and model
-    again = subprocess.run([sys.executable, "-m", "patchkit", *stored[1:], "--json"], capture_output=True,
-                           text=True, cwd=tmp_path)
+    again = subprocess.run(
+        [sys.executable, "-m", "patchkit", *stored[1:], "--json"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["written"] is False  # already applied: nothing to write
 

@@ -56,8 +56,12 @@ def _config_property(site, name: str) -> bool:
     """Whether ``VllmConfig`` in ``vllm/config/vllm.py`` defines ``name`` as a property."""
     module = ast.parse((site / "vllm/config/vllm.py").read_text())
     cls = next(n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "VllmConfig")
-    return any(isinstance(f, ast.FunctionDef) and f.name == name
-               and any(getattr(d, "id", None) == "property" for d in f.decorator_list) for f in cls.body)
+    return any(
+        isinstance(f, ast.FunctionDef)
+        and f.name == name
+        and any(getattr(d, "id", None) == "property" for d in f.decorator_list)
+        for f in cls.body
+    )
 
 
 @pytest.mark.release
@@ -90,20 +94,24 @@ def _config(method="eagle3", arch=GLM4, v2=None):
 BOTH = {"runners": ["V1", "V2"], "runner_flag": SELECTOR, "not_shown": {"V2": {GLM4: "interface-only"}}}
 
 
-@pytest.mark.parametrize("config, manifest, env, envs_flag, stops", [
-    (_config(), {**BOTH, "runners": ["V2"]}, {}, None, True),          # 0.34.0: V2 is the only runner
-    (_config(v2=True), BOTH, {}, None, True),                           # 0.33.0: vLLM's config picked V2
-    (_config(v2=False), BOTH, {SELECTOR: "1"}, None, False),           # the config decides over the environment
-    (_config(), BOTH, {}, True, True),                                   # 0.20.2: vllm.envs read the flag as 1
-    (_config(), BOTH, {SELECTOR: "1"}, False, False),                  # vllm.envs read 0
-    (_config(), BOTH, {SELECTOR: "1"}, None, True),                    # vllm.envs not loaded: the environment
-    (_config(), BOTH, {}, None, False),                                  # flag unset, no property: V1
-    (_config(method="ngram"), {**BOTH, "runners": ["V2"]}, {}, None, False),  # not EAGLE-3
-    (_config(arch=OLMOE), {**BOTH, "runners": ["V2"]}, {}, None, False),      # a shape shown under V2
-    (_config(), {**BOTH, "runners": []}, {}, None, True),               # no runner found: fail closed
-])
-def test_the_guard_stops_eagle3_on_a_runner_where_the_shape_is_not_shown(monkeypatch, config, manifest, env,
-                                                                         envs_flag, stops):
+@pytest.mark.parametrize(
+    "config, manifest, env, envs_flag, stops",
+    [
+        (_config(), {**BOTH, "runners": ["V2"]}, {}, None, True),  # 0.34.0: V2 is the only runner
+        (_config(v2=True), BOTH, {}, None, True),  # 0.33.0: vLLM's config picked V2
+        (_config(v2=False), BOTH, {SELECTOR: "1"}, None, False),  # the config decides over the environment
+        (_config(), BOTH, {}, True, True),  # 0.20.2: vllm.envs read the flag as 1
+        (_config(), BOTH, {SELECTOR: "1"}, False, False),  # vllm.envs read 0
+        (_config(), BOTH, {SELECTOR: "1"}, None, True),  # vllm.envs not loaded: the environment
+        (_config(), BOTH, {}, None, False),  # flag unset, no property: V1
+        (_config(method="ngram"), {**BOTH, "runners": ["V2"]}, {}, None, False),  # not EAGLE-3
+        (_config(arch=OLMOE), {**BOTH, "runners": ["V2"]}, {}, None, False),  # a shape shown under V2
+        (_config(), {**BOTH, "runners": []}, {}, None, True),  # no runner found: fail closed
+    ],
+)
+def test_the_guard_stops_eagle3_on_a_runner_where_the_shape_is_not_shown(
+    monkeypatch, config, manifest, env, envs_flag, stops
+):
     monkeypatch.delenv(SELECTOR, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)

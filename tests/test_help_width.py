@@ -10,7 +10,9 @@ import sys
 
 def help_text(command: str) -> list[str]:
     env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
-    proc = subprocess.run([sys.executable, "-m", "patchkit", command, "--help"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", command, "--help"], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.splitlines()
 
@@ -25,4 +27,4 @@ def test_rehearse_help_wraps_only_at_the_width():
     lines = [line.strip() for line in help_text("rehearse")]
     start = next(i for i, line in enumerate(lines) if line.startswith("Exit 0"))
     end = next(i for i in range(start, len(lines)) if lines[i].endswith("only read."))
-    assert all(len(line) > 60 for line in lines[start:end]), "\n".join(lines[start:end + 1])
+    assert all(len(line) > 60 for line in lines[start:end]), "\n".join(lines[start : end + 1])

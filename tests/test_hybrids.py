@@ -30,7 +30,9 @@ def _reading(site: Path, arch: str):
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("version, lossless", [("0.17.1", False), ("0.20.2", False), ("0.33.0", True), ("0.34.0", True)])
+@pytest.mark.parametrize(
+    "version, lossless", [("0.17.1", False), ("0.20.2", False), ("0.33.0", True), ("0.34.0", True)]
+)
 def test_lfm2s_short_conv_reads_the_accepted_count_only_from_0_33(version, lossless):
     reading = _reading(pristine_site_packages(version), "Lfm2ForCausalLM")
     assert reading.hybrid and [m.kind for m in reading.mixers] == ["ShortConv"]
@@ -119,8 +121,10 @@ def test_apply_refuses_lfm2_on_0_20_2_and_force_says_what_is_accepted(release, c
 
     code, verified = cli.json("verify", "--model", str(model), "--site-packages", str(site))
     assert code == 1
-    assert any(m.startswith("speculative decoding keeps greedy output (hybrid mixers): not lossless: ShortConv")
-               for m in verified["missing"])
+    assert any(
+        m.startswith("speculative decoding keeps greedy output (hybrid mixers): not lossless: ShortConv")
+        for m in verified["missing"]
+    )
 
     result = cli("doctor", "--model", str(model), "--site-packages", str(site))
     assert result.exit_code != 0 and "not lossless: ShortConv" in result.stdout
@@ -171,14 +175,19 @@ def test_rehearse_names_the_mixer_when_a_hybrids_greedy_output_differs():
     assert greedy_printed["ok"] is False and "(ShortConv)" in greedy_printed["detail"]
     assert greedy_printed["where"].startswith(SHORT_CONV + ":")
     records += forced
-    assert {(r["path"], r["dtype"]) for r in records} == {("compiled", "bf16"), ("compiled", "fp32"),
-                                                           ("eager", "bf16"), ("eager", "fp32")}
+    assert {(r["path"], r["dtype"]) for r in records} == {
+        ("compiled", "bf16"),
+        ("compiled", "fp32"),
+        ("eager", "bf16"),
+        ("eager", "fp32"),
+    }
     reading = _reading(pristine_site_packages("0.20.2"), "Lfm2ForCausalLM")
     for record in records:
         report = record["report"]
         assert report["vllm"] == "vllm 0.20.2" and report["architecture"] == "Lfm2ForCausalLM"
-        checks = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]),
-                                                    reading)}
+        checks = {
+            c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]), reading)
+        }
         assert checks[CheckName.AUX].ok is True
         greedy = checks[CheckName.GREEDY]
         assert greedy.ok is False
@@ -222,8 +231,9 @@ def test_a_hybrid_whose_mixers_read_the_accepted_count_keeps_greedy_output_on_th
     assert {r["path"] for r in bf16} == {"compiled", "eager"} and len(bf16) == 4
     for r in bf16:
         report = r["report"]
-        checks = {c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]),
-                                                    reading)}
+        checks = {
+            c.name: c for c in decided_checks(report["raw"], Device(report["device"]), Dtype(report["dtype"]), reading)
+        }
         assert checks[CheckName.GREEDY].ok is True, checks[CheckName.GREEDY].detail
         assert checks[CheckName.AUX].ok is False and checks[CheckName.AUX].figures["cause"] == AuxCause.AMBIGUOUS.name
     fp32 = [r for r in runs if r["dtype"] == "fp32"]
@@ -247,7 +257,7 @@ def test_vllms_own_ngram_speculation_changes_lfm2s_fp32_output_after_a_speculati
         assert len(diverged) == 1
         (p,) = diverged
         assert p["transformers"]["gap"] > 5e-2
-        assert p["plain_tokens"][:p["first_divergence"]] == p["ngram_tokens"][:p["first_divergence"]]
+        assert p["plain_tokens"][: p["first_divergence"]] == p["ngram_tokens"][: p["first_divergence"]]
 
 
 def test_vllms_own_ngram_speculation_keeps_a_non_hybrids_fp32_output():

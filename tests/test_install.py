@@ -20,8 +20,12 @@ def make_venv(where: Path) -> Path:
 
 
 def venv_site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -129,7 +133,11 @@ def test_editable_install_is_refused(release, cli):
 def test_damaged_target_file_is_refused_with_nothing_written(release, cli):
     sp = release("0.17.1")
     kimi = sp / "vllm/model_executor/models/kimi_k25.py"
-    kimi.write_bytes(kimi.read_bytes().replace(b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1))
+    kimi.write_bytes(
+        kimi.read_bytes().replace(
+            b"class KimiK25ForConditionalGeneration(", b"class KimiK25ForConditionalGeneration((", 1
+        )
+    )
     before = snapshot(sp)
     result = cli("apply", "--site-packages", str(sp))
     assert result.exit_code == 4
@@ -145,7 +153,9 @@ def test_unexpected_structure_refuses_the_whole_run(release, cli):
     text = eagle.read_text()
     anchor = 'elif self.get_model_name(target_model) == "PixtralForConditionalGeneration":'
     assert text.count(anchor) == 1
-    eagle.write_text(text + "\n\ndef extra(self, target_model):\n    if x:\n        pass\n    " + anchor + "\n        pass\n")
+    eagle.write_text(
+        text + "\n\ndef extra(self, target_model):\n    if x:\n        pass\n    " + anchor + "\n        pass\n"
+    )
     before = snapshot(sp)
     code, applied = cli.json("apply", "--site-packages", str(sp))
     assert code == 3
@@ -266,10 +276,13 @@ def test_metadata_without_top_level_is_read_from_record(release, cli):
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("release_version, dev_version, era, outcome", [
-    ("0.17.1", "0.17.2.dev45+g1a2b3c4", "A1b", "applied"),
-    ("0.33.0", "0.33.1.dev3+gabc.cu129", "A3", "supported upstream"),
-])
+@pytest.mark.parametrize(
+    "release_version, dev_version, era, outcome",
+    [
+        ("0.17.1", "0.17.2.dev45+g1a2b3c4", "A1b", "applied"),
+        ("0.33.0", "0.33.1.dev3+gabc.cu129", "A3", "supported upstream"),
+    ],
+)
 def test_dev_and_local_versions(release, cli, release_version, dev_version, era, outcome):
     """A dev or local build (issue 17, What 4): the era comes from the files' shape, the version
     is shown as installed, and apply/revert work as on the release whose files they are."""

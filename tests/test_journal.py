@@ -197,8 +197,9 @@ def test_upgrade_since_apply_is_told_apart_and_apply_works_on_the_new_release(re
     assert {(e["state"], e["vllm_version"]) for e in status["entries"]} == {("patched", "0.17.1")}
     code, _ = cli.json("revert", "--site-packages", str(upgraded))
     assert code == 0
-    assert {k: v for k, v in snapshot(upgraded).items() if not k.startswith(".patchkit/")} == \
-        {k: v for k, v in pristine.items() if not k.startswith(".patchkit/")}
+    assert {k: v for k, v in snapshot(upgraded).items() if not k.startswith(".patchkit/")} == {
+        k: v for k, v in pristine.items() if not k.startswith(".patchkit/")
+    }
 
 
 def test_revert_force_writes_originals_over_a_hand_edit(release, cli):

@@ -60,10 +60,13 @@ API = ("api", "api_steps")
 RANKS: dict[str, int] = {
     "base": 0,
     "vllm": 1,
-    "store": 2, "codemods": 2,
+    "store": 2,
+    "codemods": 2,
     "plan": 3,
     "checks": 4,
-    "rehearse": 5, "guard": 5, "watch": 5,
+    "rehearse": 5,
+    "guard": 5,
+    "watch": 5,
     "api": 6,
     "ui": 7,
     "top": 8,
@@ -72,9 +75,12 @@ RANKS: dict[str, int] = {
 
 WINGS: dict[str, int] = {
     "release": 0,
-    "registry": 1, "runner": 1,
-    "classes": 2, "plugins": 2,
-    "stream": 3, "checkpoints": 3,
+    "registry": 1,
+    "runner": 1,
+    "classes": 2,
+    "plugins": 2,
+    "stream": 3,
+    "checkpoints": 3,
     "chain": 4,
     "shapes": 5,
 }
@@ -137,7 +143,8 @@ def _modules_cached(root: Path) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _statements(tree: ast.Module):
@@ -188,8 +195,7 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
     root = next(iter(modules)).split(".")[0]
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
-        return [_nearest(n, modules) for n in names if n == root or n.startswith(root + ".")
-                if _nearest(n, modules)]
+        return [_nearest(n, modules) for n in names if n == root or n.startswith(root + ".") if _nearest(n, modules)]
     if node.level:
         package = importer.split(".") if is_package else importer.split(".")[:-1]
         base = package[: len(package) - (node.level - 1)]
@@ -237,8 +243,11 @@ def group(module: str) -> str | None:
 
 def unranked(root: Path) -> list[str]:
     """Rule 1: modules that belong to no group of :data:`RANKS`."""
-    return [f"{_relpath(root, m)}: in no group of the layer map (add it to a subpackage or to RANKS)"
-            for m in _modules_cached(root) if group(m) is None]
+    return [
+        f"{_relpath(root, m)}: in no group of the layer map (add it to a subpackage or to RANKS)"
+        for m in _modules_cached(root)
+        if group(m) is None
+    ]
 
 
 def upward_imports(root: Path) -> list[str]:
@@ -249,8 +258,10 @@ def upward_imports(root: Path) -> list[str]:
         if a is None or b is None or a == b:
             continue
         if RANKS[b] > RANKS[a]:
-            out.append(f"{imp.where(root)}: {imp.importer} (rank {RANKS[a]}, {a}) imports {imp.target} "
-                       f"(rank {RANKS[b]}, {b}), a higher layer")
+            out.append(
+                f"{imp.where(root)}: {imp.importer} (rank {RANKS[a]}, {a}) imports {imp.target} "
+                f"(rank {RANKS[b]}, {b}), a higher layer"
+            )
     return out
 
 
@@ -262,8 +273,10 @@ def sibling_imports(root: Path) -> list[str]:
         if a is None or b is None or a == b:
             continue
         if RANKS[b] == RANKS[a]:
-            out.append(f"{imp.where(root)}: {imp.importer} ({a}) imports {imp.target} ({b}), "
-                       f"a sibling of the same rank {RANKS[a]}")
+            out.append(
+                f"{imp.where(root)}: {imp.importer} ({a}) imports {imp.target} ({b}), "
+                f"a sibling of the same rank {RANKS[a]}"
+            )
     return out
 
 
@@ -308,9 +321,12 @@ def own_package_imports(root: Path) -> list[str]:
     """Rule 2: a module of a subpackage importing that subpackage's own ``__init__`` (or an enclosing
     one's below the root). The root package's ``__init__`` (rank 0: the version) is not a subpackage."""
     top = next(iter(_modules_cached(root))).split(".")[0]
-    return [f"{imp.where(root)}: {imp.importer} imports its own package's __init__ ({imp.target}); "
-            "import the module that holds the name" for imp in _imports(root)
-            if imp.target != top and imp.importer.startswith(imp.target + ".") and not imp.type_checking]
+    return [
+        f"{imp.where(root)}: {imp.importer} imports its own package's __init__ ({imp.target}); "
+        "import the module that holds the name"
+        for imp in _imports(root)
+        if imp.target != top and imp.importer.startswith(imp.target + ".") and not imp.type_checking
+    ]
 
 
 def unmarked_lazy_imports(root: Path) -> list[str]:
@@ -327,10 +343,12 @@ def unmarked_lazy_imports(root: Path) -> list[str]:
                 continue
             lines = range(node.lineno, (node.end_lineno or node.lineno) + 1)
             if not any(LAZY.search(comments.get(n, "")) for n in lines):
-                text = source.splitlines()[node.lineno - 1].decode("utf-8", "replace")[node.col_offset:]
+                text = source.splitlines()[node.lineno - 1].decode("utf-8", "replace")[node.col_offset :]
                 text = text.split(";")[0].split("#")[0].strip()
-                out.append(f"{_relpath(root, name)}:{node.lineno}: '{text}' inside a function "
-                           "without a trailing '# lazy: <why>'")
+                out.append(
+                    f"{_relpath(root, name)}:{node.lineno}: '{text}' inside a function "
+                    "without a trailing '# lazy: <why>'"
+                )
     return out
 
 
@@ -356,8 +374,10 @@ def long_functions(root: Path, skip: tuple[str, ...] = ()) -> list[str]:
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                 n = (node.end_lineno or node.lineno) - first + 1
                 if n > MAX_FUNCTION_LINES:
-                    out.append(f"{_relpath(root, name)}:{first}: {node.name} is {n} lines (over "
-                               f"{MAX_FUNCTION_LINES}): split it into named steps")
+                    out.append(
+                        f"{_relpath(root, name)}:{first}: {node.name} is {n} lines (over "
+                        f"{MAX_FUNCTION_LINES}): split it into named steps"
+                    )
     return out
 
 
@@ -381,13 +401,18 @@ def release_literals(root: Path) -> list[str]:
             continue
         tree = _parsed(path)
         words = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-        words |= {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                  and [getattr(t, "id", None) for t in n.targets] == ["__version__"]}
+        words |= {
+            id(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["__version__"]
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in words:
                 for found in RELEASE.findall(node.value):
-                    out.append(f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
-                               "name it in vllm/release/contract.py and use the name")
+                    out.append(
+                        f"{root.name}/{rel}:{node.lineno}: release {found} written as a literal; "
+                        "name it in vllm/release/contract.py and use the name"
+                    )
     return sorted(out)
 
 
@@ -400,9 +425,12 @@ def wing(module: str) -> str | None:
 
 def wingless(root: Path) -> list[str]:
     """Rule 6: modules of ``vllm/`` outside every wing of :data:`WINGS` (a flat module, or an unlisted folder)."""
-    return [f"{_relpath(root, m)}: in no wing of vllm/ (move it into the wing whose question it answers, "
-            "or add the wing to WINGS)" for m in _modules_cached(root)
-            if m.split(".")[1:2] == ["vllm"] and m != f"{root.name}.vllm" and wing(m) not in WINGS]
+    return [
+        f"{_relpath(root, m)}: in no wing of vllm/ (move it into the wing whose question it answers, "
+        "or add the wing to WINGS)"
+        for m in _modules_cached(root)
+        if m.split(".")[1:2] == ["vllm"] and m != f"{root.name}.vllm" and wing(m) not in WINGS
+    ]
 
 
 def wing_imports(root: Path) -> list[str]:
@@ -415,8 +443,10 @@ def wing_imports(root: Path) -> list[str]:
         if WINGS[b] >= WINGS[a]:
             how = "a higher wing" if WINGS[b] > WINGS[a] else "a sibling wing of the same rank"
             lazy = " (in a function)" if imp.in_function else ""
-            out.append(f"{imp.where(root)}{lazy}: {imp.importer} (wing {a}, rank {WINGS[a]}) imports {imp.target} "
-                       f"(wing {b}, rank {WINGS[b]}), {how}")
+            out.append(
+                f"{imp.where(root)}{lazy}: {imp.importer} (wing {a}, rank {WINGS[a]}) imports {imp.target} "
+                f"(wing {b}, rank {WINGS[b]}), {how}"
+            )
     return out
 
 
@@ -426,8 +456,11 @@ def crowded_wings(root: Path) -> list[str]:
     for m, path in _modules_cached(root).items():
         if wing(m) is not None and path.name != "__init__.py":
             count[wing(m)] = count.get(wing(m), 0) + 1
-    return [f"{root.name}/vllm/{w}/: {n} modules (over {MAX_WING_MODULES}): split the wing by the question each answers"
-            for w, n in sorted(count.items()) if n > MAX_WING_MODULES]
+    return [
+        f"{root.name}/vllm/{w}/: {n} modules (over {MAX_WING_MODULES}): split the wing by the question each answers"
+        for w, n in sorted(count.items())
+        if n > MAX_WING_MODULES
+    ]
 
 
 def _report(violations: list[str]) -> str:
@@ -507,14 +540,21 @@ def test_the_wing_map_is_the_tree():
 def test_the_reader_sees_the_real_graph():
     """The checkers read what is there (guards against a reader that finds nothing, so passes)."""
     modules = _modules_cached(PACKAGE)
-    assert {"patchkit", "patchkit.api", "patchkit.codemods", "patchkit.codemods.capture", "patchkit.vllm.release.contract",
-            "patchkit.ui.cli"} <= set(modules)
+    assert {
+        "patchkit",
+        "patchkit.api",
+        "patchkit.codemods",
+        "patchkit.codemods.capture",
+        "patchkit.vllm.release.contract",
+        "patchkit.ui.cli",
+    } <= set(modules)
     edges = {(i.importer, i.target) for i in imports(PACKAGE)}
     assert ("patchkit.codemods.capture", "patchkit.codemods.base") in edges  # from patchkit.codemods.base import ...
     assert ("patchkit.codemods.capture", "patchkit.codemods.tree") in edges  # from patchkit.codemods import tree
     assert ("patchkit.codemods.capture", "patchkit.vllm.release.contract") in edges
     assert ("patchkit.codemods", "patchkit.codemods.base") in {
-        (i.importer, i.target) for i in imports(PACKAGE) if i.type_checking}
+        (i.importer, i.target) for i in imports(PACKAGE) if i.type_checking
+    }
     assert len(edges) > 100
 
 
@@ -541,16 +581,25 @@ CLEAN = {
     "plan/spec.py": "from ..codemods import base\nfrom ..store.journal import x\n",
     "store/journal.py": "from patchkit.vllm.release import contract\n",
     "api.py": "from patchkit.vllm.release import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
-    "ui/cli.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
-                  "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"),
+    "ui/cli.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
+        "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"
+    ),
 }
 
 
 def test_rules_pass_on_a_clean_synthetic_package(tmp_path):
     root = _package(tmp_path, CLEAN)
     assert len(imports(root)) == 11
-    assert (unranked(root), upward_imports(root), sibling_imports(root), cycles(root), own_package_imports(root),
-            unmarked_lazy_imports(root), long_modules(root)) == ([], [], [], [], [], [], [])
+    assert (
+        unranked(root),
+        upward_imports(root),
+        sibling_imports(root),
+        cycles(root),
+        own_package_imports(root),
+        unmarked_lazy_imports(root),
+        long_modules(root),
+    ) == ([], [], [], [], [], [], [])
 
 
 def test_rule_unranked_can_fail(tmp_path):
@@ -563,20 +612,38 @@ def test_rule_unranked_can_fail(tmp_path):
 
 
 def test_rule_upward_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "vllm/shapes/classify.py": "import os\nfrom ...plan.spec import Patch\n",
-                               "errors.py": "from patchkit.api import f\n",
-                               "api.py": "def f():\n    from patchkit.ui import cli  # lazy: a lazy import counts too\n"})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "vllm/shapes/classify.py": "import os\nfrom ...plan.spec import Patch\n",
+            "errors.py": "from patchkit.api import f\n",
+            "api.py": "def f():\n    from patchkit.ui import cli  # lazy: a lazy import counts too\n",
+        },
+    )
     found = upward_imports(root)
     assert len(found) == 3, found
     assert "patchkit/api.py:2: patchkit.api (rank 6, api) imports patchkit.ui.cli (rank 7, ui), a higher layer" in found
-    assert "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer" in found
-    assert "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer" in found
+    assert (
+        "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer"
+        in found
+    )
+    assert (
+        "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer"
+        in found
+    )
 
 
 def test_rule_siblings_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "store/journal.py": "from patchkit.codemods.base import Site\n",
-                               "guard/guard.py": "def f():\n    import patchkit.rehearse.engine  # lazy: test\n",
-                               "rehearse/engine.py": ""})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "store/journal.py": "from patchkit.codemods.base import Site\n",
+            "guard/guard.py": "def f():\n    import patchkit.rehearse.engine  # lazy: test\n",
+            "rehearse/engine.py": "",
+        },
+    )
     assert sibling_imports(root) == [
         "patchkit/guard/guard.py:2: patchkit.guard.guard (guard) imports patchkit.rehearse.engine (rehearse), a sibling of the same rank 5",
         "patchkit/store/journal.py:1: patchkit.store.journal (store) imports patchkit.codemods.base (codemods), a sibling of the same rank 2",
@@ -586,13 +653,20 @@ def test_rule_siblings_can_fail(tmp_path):
 def test_rule_cycles_can_fail(tmp_path):
     # two cycles: one in a group (allowed by rule 1) through a function, one through a package's __init__
     # (importing patchkit.plan.other runs patchkit/plan/__init__.py first)
-    root = _package(tmp_path, {**CLEAN, "api.py": "",
-                               "vllm/a.py": "from . import b\n",
-                               "vllm/b.py": "def f():\n    from patchkit.vllm.a import x  # lazy: test\n",
-                               "plan/__init__.py": "from patchkit.checks.a import z\n", "plan/other.py": "",
-                               "checks/a.py": "from patchkit.plan.other import y\n",
-                               "plan/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import typed2\n",
-                               "plan/typed2.py": "from . import typed\n"})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "api.py": "",
+            "vllm/a.py": "from . import b\n",
+            "vllm/b.py": "def f():\n    from patchkit.vllm.a import x  # lazy: test\n",
+            "plan/__init__.py": "from patchkit.checks.a import z\n",
+            "plan/other.py": "",
+            "checks/a.py": "from patchkit.plan.other import y\n",
+            "plan/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import typed2\n",
+            "plan/typed2.py": "from . import typed\n",
+        },
+    )
     found = cycles(root)
     assert len(found) == 2, found
     ab = next(c for c in found if "patchkit.vllm.a" in c)
@@ -605,11 +679,18 @@ def test_rule_cycles_can_fail(tmp_path):
 
 
 def test_rule_own_package_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "codemods/capture.py": (
-        "from patchkit import errors\nfrom patchkit.codemods import tree\n"
-        "def f():\n    from patchkit.codemods import CATALOGUE  # lazy: a test\n"),
-        "codemods/deep/x.py": "from .. import y\n",
-        "codemods/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n"})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "codemods/capture.py": (
+                "from patchkit import errors\nfrom patchkit.codemods import tree\n"
+                "def f():\n    from patchkit.codemods import CATALOGUE  # lazy: a test\n"
+            ),
+            "codemods/deep/x.py": "from .. import y\n",
+            "codemods/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n",
+        },
+    )
     assert own_package_imports(root) == [
         "patchkit/codemods/capture.py:4: patchkit.codemods.capture imports its own package's __init__ "
         "(patchkit.codemods); import the module that holds the name",
@@ -619,13 +700,21 @@ def test_rule_own_package_can_fail(tmp_path):
 
 
 def test_rule_release_literals_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "__init__.py": '__version__ = "0.1.0"\n',
-                               "vllm/release/contract.py": 'NATIVE_FROM = "0.18.0"\n',
-                               "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
-                               "plan/engine.py": ('"""Native from 0.18.0 (a docstring may cite it)."""\n'
-                                                  'X = Version("0.18.0")\n'
-                                                  'def f(v):\n    """On 0.10.2."""\n'
-                                                  '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n')})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "__init__.py": '__version__ = "0.1.0"\n',
+            "vllm/release/contract.py": 'NATIVE_FROM = "0.18.0"\n',
+            "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
+            "plan/engine.py": (
+                '"""Native from 0.18.0 (a docstring may cite it)."""\n'
+                'X = Version("0.18.0")\n'
+                'def f(v):\n    """On 0.10.2."""\n'
+                '    return f"vLLM >= 0.18.0 ({v})", "from v0.18.0", "0.20.x", "1.0.18.0"\n'
+            ),
+        },
+    )
     assert release_literals(root) == [
         "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
         "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
@@ -635,22 +724,29 @@ def test_rule_release_literals_can_fail(tmp_path):
 
 
 def test_rule_lazy_comment_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "checks/verify.py": (
-        "import os  # lazy: at module level the comment is not needed\n"
-        "def f():\n"
-        "    import json\n"
-        "    from patchkit.vllm import (  # lazy: a multi-line import may carry it on its first line\n"
-        "        contract,\n"
-        "    )\n"
-        "    from patchkit.errors import (\n"
-        "        Error,\n"
-        "    )  # lazy: or on its last\n"
-        "    import ast  # lazy:\n"
-        "    x = '# lazy: in a string'; import re\n"
-        "class C:\n"
-        "    def m(self):\n"
-        "        g = lambda: __import__('x')\n"
-        "        from patchkit import errors  # lazy  without the colon\n")})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "checks/verify.py": (
+                "import os  # lazy: at module level the comment is not needed\n"
+                "def f():\n"
+                "    import json\n"
+                "    from patchkit.vllm import (  # lazy: a multi-line import may carry it on its first line\n"
+                "        contract,\n"
+                "    )\n"
+                "    from patchkit.errors import (\n"
+                "        Error,\n"
+                "    )  # lazy: or on its last\n"
+                "    import ast  # lazy:\n"
+                "    x = '# lazy: in a string'; import re\n"
+                "class C:\n"
+                "    def m(self):\n"
+                "        g = lambda: __import__('x')\n"
+                "        from patchkit import errors  # lazy  without the colon\n"
+            ),
+        },
+    )
     assert unmarked_lazy_imports(root) == [
         "patchkit/checks/verify.py:3: 'import json' inside a function without a trailing '# lazy: <why>'",
         "patchkit/checks/verify.py:10: 'import ast' inside a function without a trailing '# lazy: <why>'",
@@ -660,25 +756,42 @@ def test_rule_lazy_comment_can_fail(tmp_path):
 
 
 def test_rule_long_modules_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "ui/cli.py": "x = 1\n" * MAX_LINES, "ui/render.py": "x = 1\n" * (MAX_LINES + 1)})
-    assert long_modules(root) == [f"patchkit/ui/render.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split it along its seams"]
+    root = _package(
+        tmp_path, {**CLEAN, "ui/cli.py": "x = 1\n" * MAX_LINES, "ui/render.py": "x = 1\n" * (MAX_LINES + 1)}
+    )
+    assert long_modules(root) == [
+        f"patchkit/ui/render.py: {MAX_LINES + 1} lines (over {MAX_LINES}): split it along its seams"
+    ]
 
 
 def test_rules_of_wings_pass_on_a_clean_synthetic_package(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "vllm/registry/table.py": "from patchkit.vllm.release import contract\n",
-                               "vllm/shapes/classify.py": "from ..registry import table\n"})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "vllm/registry/table.py": "from patchkit.vllm.release import contract\n",
+            "vllm/shapes/classify.py": "from ..registry import table\n",
+        },
+    )
     assert (wingless(root), wing_imports(root), crowded_wings(root)) == ([], [], [])
 
 
 def test_rule_wings_can_fail(tmp_path):
-    root = _package(tmp_path, {**CLEAN, "vllm/flat.py": "", "vllm/attic/old.py": "",
-                               "vllm/release/source.py": "from patchkit.vllm.registry.table import Registry\n",
-                               "vllm/registry/table.py": "",
-                               "vllm/runner/serving.py": "def f():\n    from ..registry import table  # lazy: test\n",
-                               "vllm/chain/links.py": "from patchkit.vllm.stream import residual\n",
-                               "vllm/stream/residual.py": "",
-                               **{f"vllm/classes/m{i}.py": "" for i in range(MAX_WING_MODULES + 1)},
-                               **{f"vllm/plugins/p{i}.py": "" for i in range(MAX_WING_MODULES)}})
+    root = _package(
+        tmp_path,
+        {
+            **CLEAN,
+            "vllm/flat.py": "",
+            "vllm/attic/old.py": "",
+            "vllm/release/source.py": "from patchkit.vllm.registry.table import Registry\n",
+            "vllm/registry/table.py": "",
+            "vllm/runner/serving.py": "def f():\n    from ..registry import table  # lazy: test\n",
+            "vllm/chain/links.py": "from patchkit.vllm.stream import residual\n",
+            "vllm/stream/residual.py": "",
+            **{f"vllm/classes/m{i}.py": "" for i in range(MAX_WING_MODULES + 1)},
+            **{f"vllm/plugins/p{i}.py": "" for i in range(MAX_WING_MODULES)},
+        },
+    )
     assert wingless(root) == [
         "patchkit/vllm/attic/__init__.py: in no wing of vllm/ (move it into the wing whose question it answers, "
         "or add the wing to WINGS)",
@@ -695,7 +808,8 @@ def test_rule_wings_can_fail(tmp_path):
     ]
     assert crowded_wings(root) == [
         f"patchkit/vllm/classes/: {MAX_WING_MODULES + 1} modules (over {MAX_WING_MODULES}): "
-        "split the wing by the question each answers"]
+        "split the wing by the question each answers"
+    ]
 
 
 def test_rule_long_functions_can_fail(tmp_path):
@@ -741,9 +855,12 @@ def test_the_tests_cite_their_rules_from_the_repository():
     path (the session's brief). A rule a test enforces is cited from the repository: the rule is
     docs/development.md's "The layering rule", which must exist there."""
     root = PACKAGE.parent
-    outside = [f"{path.relative_to(root)}:{n}" for path in sorted((root / "tests").glob("*.py"))
-               for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-               if re.search(r"(?<![\w.])/wor[k]/", text)]
+    outside = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted((root / "tests").glob("*.py"))
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"(?<![\w.])/wor[k]/", text)
+    ]
     assert not outside, f"absolute paths outside the repository: {outside}"
     assert "docs/development.md" in (__doc__ or "")
     assert "## The layering rule" in (root / "docs" / "development.md").read_text(encoding="utf-8")

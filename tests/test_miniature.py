@@ -92,12 +92,16 @@ def test_a_multi_line_engine_error_keeps_its_reason():
     from patchkit.rehearse.engine_driver import failure
     from patchkit.rehearse.engine_steps import Step
 
-    exc = ValueError("1 validation error for ModelConfig\n  Value error, Model architectures "
-                     "['Gemma3ForConditionalGeneration'] failed to be inspected.\n    For further information")
+    exc = ValueError(
+        "1 validation error for ModelConfig\n  Value error, Model architectures "
+        "['Gemma3ForConditionalGeneration'] failed to be inspected.\n    For further information"
+    )
     check = failure(Step.STARTED, exc)
     assert check["ok"] is False
-    assert check["detail"] == ("ValueError: 1 validation error for ModelConfig | Value error, Model architectures "
-                               "['Gemma3ForConditionalGeneration'] failed to be inspected. | For further information")
+    assert check["detail"] == (
+        "ValueError: 1 validation error for ModelConfig | Value error, Model architectures "
+        "['Gemma3ForConditionalGeneration'] failed to be inspected. | For further information"
+    )
 
 
 def _without(cfg: dict, *keys: str) -> dict:
@@ -119,8 +123,9 @@ def test_head_fields_absent_from_the_users_config_are_set_consistently():
 def test_moe_fields_absent_from_the_users_config_fit_the_miniatures_experts_and_layers():
     """DeepseekV3Config defaults num_experts_per_tok 8, n_group 8, topk_group 4, first_k_dense_replace
     3: four experts and a few layers hold none of them, so the miniature sets them explicitly."""
-    user = _without(GLM45_AIR, "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace",
-                    "moe_intermediate_size")
+    user = _without(
+        GLM45_AIR, "num_experts_per_tok", "n_group", "topk_group", "first_k_dense_replace", "moe_intermediate_size"
+    )
     t = shrink(user, GLM45_SPECFORGE_ONLY).target_config
     assert t["n_routed_experts"] == 4 and t["num_experts_per_tok"] == 2
     assert t["n_group"] == 1 and t["topk_group"] == 1 and t["first_k_dense_replace"] == 1
@@ -128,8 +133,12 @@ def test_moe_fields_absent_from_the_users_config_fit_the_miniatures_experts_and_
 
 
 def test_layer_and_mla_fields_follow_the_miniatures_layers_and_heads():
-    qwen_moe = {**_without(GLM45_AIR, "n_routed_experts", "first_k_dense_replace", "n_group", "topk_group"),
-                "num_experts": 60, "mlp_only_layers": [0, 45], "max_window_layers": 23}
+    qwen_moe = {
+        **_without(GLM45_AIR, "n_routed_experts", "first_k_dense_replace", "n_group", "topk_group"),
+        "num_experts": 60,
+        "mlp_only_layers": [0, 45],
+        "max_window_layers": 23,
+    }
     t = shrink(qwen_moe, vllm_draft(qwen_moe, None)).target_config
     m = t["num_hidden_layers"]
     assert all(0 <= k < m for k in t["mlp_only_layers"]) and len(t["mlp_only_layers"]) == 2
@@ -143,7 +152,9 @@ def test_layer_and_mla_fields_follow_the_miniatures_layers_and_heads():
 def test_mrope_section_is_rescaled_onto_the_miniatures_head_size():
     vl = {**LLAMA, "head_dim": 128, "rope_scaling": {"rope_type": "default", "mrope_section": [16, 24, 24]}}
     t = shrink(vl, vllm_draft(LLAMA, None)).target_config
-    assert sum(t["rope_scaling"]["mrope_section"]) == t["head_dim"] // 2 and len(t["rope_scaling"]["mrope_section"]) == 3
+    assert (
+        sum(t["rope_scaling"]["mrope_section"]) == t["head_dim"] // 2 and len(t["rope_scaling"]["mrope_section"]) == 3
+    )
 
 
 def test_fields_that_cannot_be_made_consistent_are_refused_by_name():
@@ -182,7 +193,10 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
     with pytest.raises(UsageError) as err:
         rehearsal.rehearse(install, model, draft)
     assert err.value.exit_code == 2
-    assert err.value.message == "--model's config.json architecture 'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry"
+    assert (
+        err.value.message
+        == "--model's config.json architecture 'Glm4MoeForCausalLn' is not in vLLM 0.32.0's model registry"
+    )
     assert err.value.hint == "did you mean Glm4MoeForCausalLM"  # and the scan to run, as a value:
     assert err.value.step.argv == ("patchkit", "scan", "--python", sys.executable)
     assert f"run 'patchkit scan --python {sys.executable}'" in err.value.hint_for()

@@ -8,7 +8,6 @@ patchkit reads is ``METADATA``'s, :mod:`patchkit.vllm.release.install`)."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from pathlib import Path
@@ -35,8 +34,12 @@ def newer_release(dest: Path) -> Path:
     assert f"\nVersion: {NEWEST_QUALIFIED}\n" in text
     metadata.write_text(text.replace(f"\nVersion: {NEWEST_QUALIFIED}\n", f"\nVersion: {NEWER}\n", 1))
     record = new / "RECORD"
-    record.write_text("".join(row.replace(f"{old.name}/", f"{new.name}/", 1) if row.startswith(f"{old.name}/") else row
-                              for row in record.read_text().splitlines(keepends=True)))
+    record.write_text(
+        "".join(
+            row.replace(f"{old.name}/", f"{new.name}/", 1) if row.startswith(f"{old.name}/") else row
+            for row in record.read_text().splitlines(keepends=True)
+        )
+    )
     return sp
 
 
@@ -47,8 +50,16 @@ def newer(tmp_path_factory) -> dict[str, Path]:
     assert str(from_site_packages(sp).version) == NEWER
     model = root / "model"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                                                   "num_hidden_layers": 61, "hidden_size": 7168}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "num_hidden_layers": 61,
+                "hidden_size": 7168,
+            }
+        )
+    )
     python = root / "python"  # the serving interpreter rehearse asks for: this one, with the newer tree on its path
     python.write_text(f'#!/bin/sh\nPYTHONPATH={sp} exec {sys.executable} "$@"\n')
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
@@ -57,9 +68,16 @@ def newer(tmp_path_factory) -> dict[str, Path]:
 
 # each command with the options it needs; where --json carries the note: "install" or the top level
 COMMANDS = [
-    (["apply"], "install"), (["verify"], "install"), (["status"], "install"), (["revert"], "install"),
-    (["scan"], "install"), (["doctor", "--model", "{model}"], "install"), (["resolve", "DeepseekV3ForCausalLM"], "install"),
-    (["explain", "eagle3:DeepseekV2Model:capture"], "top"), (["guard", "install"], "top"), (["watch", "install"], "top"),
+    (["apply"], "install"),
+    (["verify"], "install"),
+    (["status"], "install"),
+    (["revert"], "install"),
+    (["scan"], "install"),
+    (["doctor", "--model", "{model}"], "install"),
+    (["resolve", "DeepseekV3ForCausalLM"], "install"),
+    (["explain", "eagle3:DeepseekV2Model:capture"], "top"),
+    (["guard", "install"], "top"),
+    (["watch", "install"], "top"),
     (["rehearse", "--model", "{model}", "--draft", "{model}"], None),
 ]
 

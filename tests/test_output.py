@@ -37,8 +37,13 @@ def run_in_terminal(args: list[str], columns: int) -> str:
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     env = dict(os.environ, COLUMNS=str(columns), TERM="xterm")
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "patchkit", *args], stdout=slave, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", *args],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -96,8 +101,9 @@ def commands(sp: Path) -> dict[str, tuple[list[str], set[str]]]:
     out: dict[str, tuple[list[str], set[str]]] = {}
 
     def data(args: list[str]) -> dict:
-        return json.loads(subprocess.run([sys.executable, "-m", "patchkit", *args, "--json"],
-                                         capture_output=True, text=True).stdout)
+        return json.loads(
+            subprocess.run([sys.executable, "-m", "patchkit", *args, "--json"], capture_output=True, text=True).stdout
+        )
 
     def locations(checks: list[dict]) -> set[str]:
         found = set()
@@ -108,21 +114,30 @@ def commands(sp: Path) -> dict[str, tuple[list[str], set[str]]]:
         return found
 
     status = data(["status", *where])
-    out["status"] = (["status", *where], {a for e in status["entries"]
-                                          for a in (e["path"], e["applied_at"], *e["patches"])})
+    out["status"] = (
+        ["status", *where],
+        {a for e in status["entries"] for a in (e["path"], e["applied_at"], *e["patches"])},
+    )
     verify = data(["verify", *where])
     out["verify"] = (["verify", *where], locations(verify["checks"]))
     listed = data(["list"])
     out["list"] = (["list"], {a for p in listed["patches"] for a in (p["id"], p["vllm"])})
-    out["explain"] = (["explain", "eagle3-kimi-k25-interface"], {"eagle3-kimi-k25-interface", "eagle3-deepseek-interface"})
+    out["explain"] = (
+        ["explain", "eagle3-kimi-k25-interface"],
+        {"eagle3-kimi-k25-interface", "eagle3-deepseek-interface"},
+    )
     doctor_args = ["doctor", "--model", str(sp.parent / "target"), "--draft", str(sp.parent / "draft"), *where]
     out["doctor"] = (doctor_args, locations(data(doctor_args)["checks"]))
     resolved = data(["resolve", "DeepseekV3ForCausalLM", *where])
-    out["resolve"] = (["resolve", "DeepseekV3ForCausalLM", *where],
-                      {f"{resolved['file']}:{resolved['line']}", *resolved["bases"][-1].split(" ")})
+    out["resolve"] = (
+        ["resolve", "DeepseekV3ForCausalLM", *where],
+        {f"{resolved['file']}:{resolved['line']}", *resolved["bases"][-1].split(" ")},
+    )
     applied = data(["apply", "--dry-run", *where])
-    out["apply --dry-run"] = (["apply", "--dry-run", *where],
-                              {a for p in applied["patches"] for a in (p["id"], *(p["target"] or "").split())})
+    out["apply --dry-run"] = (
+        ["apply", "--dry-run", *where],
+        {a for p in applied["patches"] for a in (p["id"], *(p["target"] or "").split())},
+    )
     return out
 
 
@@ -166,8 +181,12 @@ def test_error_lines_keep_paths_whole_at_60_columns(tmp_path):
     deep = tmp_path / "a-rather-long-folder-name" / "site-packages-that-does-not-exist-at-all"
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 60, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "patchkit", "status", "--site-packages", str(deep)],
-                            stdout=subprocess.PIPE, stderr=slave, env=dict(os.environ, COLUMNS="60"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkit", "status", "--site-packages", str(deep)],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=dict(os.environ, COLUMNS="60"),
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -196,9 +215,14 @@ def test_widest_line_at_80_columns(tmp_path, version):
     where = ["--site-packages", str(sp)]
     glm = str(Path(__file__).parent / "checkpoints" / "glm-4.6")
     widest = {}
-    for args in (["verify", *where], ["doctor", "--model", glm, *where], ["scan", *where],
-                 ["apply", "--model", glm, *where],
-                 ["status", *where], ["verify", "--model", glm, *where]):
+    for args in (
+        ["verify", *where],
+        ["doctor", "--model", glm, *where],
+        ["scan", *where],
+        ["apply", "--model", glm, *where],
+        ["status", *where],
+        ["verify", "--model", glm, *where],
+    ):
         text = run_in_terminal(args, 80)
         check_fitted(text, 80)
         widest[" ".join(args[:2])] = max(len(line) for line in text.splitlines())

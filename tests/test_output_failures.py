@@ -22,8 +22,13 @@ names the executable the user ran, ``ui/hints.program``)."""
 
 def _patchkit(args: list[str], stdout) -> subprocess.CompletedProcess:
     closed = stdout == "closed"
-    return subprocess.run([sys.executable, "-m", "patchkit", *args], stderr=subprocess.PIPE, text=True,
-                          stdout=None if closed else stdout, preexec_fn=(lambda: os.close(1)) if closed else None)
+    return subprocess.run(
+        [sys.executable, "-m", "patchkit", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        stdout=None if closed else stdout,
+        preexec_fn=(lambda: os.close(1)) if closed else None,
+    )
 
 
 @pytest.mark.parametrize("command", ["verify", "apply", "revert"])
@@ -32,18 +37,25 @@ def _patchkit(args: list[str], stdout) -> subprocess.CompletedProcess:
 def test_stdout_that_cannot_be_written_is_exit_141_and_one_line(release, command, as_json, where):
     sp = release("0.17.1")
     if command == "revert":
-        assert subprocess.run([sys.executable, "-m", "patchkit", "apply", "--site-packages", str(sp)],
-                              capture_output=True).returncode == 0
+        assert (
+            subprocess.run(
+                [sys.executable, "-m", "patchkit", "apply", "--site-packages", str(sp)], capture_output=True
+            ).returncode
+            == 0
+        )
     before = snapshot(sp)
     args = [command, "--site-packages", str(sp), *(["--json"] if as_json else [])]
     with open(os.devnull if where == "closed" else "/dev/full", "w") as sink:
         proc = _patchkit(args, "closed" if where == "closed" else sink)
-    said = {"closed": "error: standard output is closed (>&-), so the report could not be written",
-            "full": "error: standard output could not be written (No space left on device), so the report is incomplete"}
+    said = {
+        "closed": "error: standard output is closed (>&-), so the report could not be written",
+        "full": "error: standard output could not be written (No space left on device), so the report is incomplete",
+    }
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == f"{said[where]}{ENDED}{sp}' shows the install\n", proc.stderr
     if command != "verify":  # the command ran to its end, as said: apply wrote, revert put back
         assert snapshot(sp) != before
-        status = subprocess.run([sys.executable, "-m", "patchkit", "status", "--site-packages", str(sp)],
-                                capture_output=True, text=True)
+        status = subprocess.run(
+            [sys.executable, "-m", "patchkit", "status", "--site-packages", str(sp)], capture_output=True, text=True
+        )
         assert ("no patchkit changes" in status.stdout) == (command == "revert"), status.stdout

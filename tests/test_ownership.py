@@ -27,12 +27,20 @@ from patchkit.vllm.release.install import from_site_packages
 from test_releases import snapshot
 from vllm_release import pristine_site_packages
 
-pytestmark = [pytest.mark.release,
-              pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"),
-                                 reason="creating a second user and switching to it needs root, useradd and runuser")]
+pytestmark = [
+    pytest.mark.release,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"),
+        reason="creating a second user and switching to it needs root, useradd and runuser",
+    ),
+]
 USER = "patchkit-test"
-FILES = ["vllm/config/speculative.py", "vllm/model_executor/models/deepseek_v2.py",
-         "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py"]
+FILES = [
+    "vllm/config/speculative.py",
+    "vllm/model_executor/models/deepseek_v2.py",
+    "vllm/model_executor/models/kimi_k25.py",
+    "vllm/v1/spec_decode/eagle.py",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +49,9 @@ def user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(USER)
     except KeyError:
-        proc = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], capture_output=True, text=True
+        )
         assert proc.returncode in (0, 9), proc.stderr  # 9: created meanwhile by another test run
         return pwd.getpwnam(USER)
 
@@ -60,10 +69,15 @@ def _python_for_user() -> str:
 def as_user(user: pwd.struct_passwd, *args: str) -> subprocess.CompletedProcess:
     """Run ``patchkit ARGS`` as ``user`` (a real process with its uid and groups)."""
     # the test environment's site-packages as a site dir, so its .pth files (the editable install) apply
-    start = (f"import site, sys, runpy; site.addsitedir({sysconfig.get_paths()['purelib']!r}); "
-             f"sys.argv = ['patchkit'] + sys.argv[1:]; runpy.run_module('patchkit', run_name='__main__')")
-    proc = subprocess.run(["runuser", "-u", user.pw_name, "--", "/usr/bin/env", "NO_COLOR=1",
-                           _python_for_user(), "-c", start, *args], capture_output=True, text=True)
+    start = (
+        f"import site, sys, runpy; site.addsitedir({sysconfig.get_paths()['purelib']!r}); "
+        f"sys.argv = ['patchkit'] + sys.argv[1:]; runpy.run_module('patchkit', run_name='__main__')"
+    )
+    proc = subprocess.run(
+        ["runuser", "-u", user.pw_name, "--", "/usr/bin/env", "NO_COLOR=1", _python_for_user(), "-c", start, *args],
+        capture_output=True,
+        text=True,
+    )
     assert "ModuleNotFoundError" not in proc.stderr, proc.stderr
     return proc
 
@@ -112,7 +126,9 @@ def test_a_user_cannot_take_over_files_of_another_owner(shared, user):
     proc = as_user(user, "apply", "--site-packages", str(sp))
     assert proc.returncode == 4, proc.stdout + proc.stderr
     message = " ".join(proc.stderr.split())
-    assert "belongs to root (uid 0)" in message and "it would change owner" in message and "nothing was written" in message
+    assert (
+        "belongs to root (uid 0)" in message and "it would change owner" in message and "nothing was written" in message
+    )
     assert "Traceback" not in proc.stderr
     assert snapshot(sp) == before and owners(sp) == kept
 
@@ -130,7 +146,8 @@ def test_a_revert_that_could_not_update_the_journal_is_refused_before_restoring(
     assert f"{sp / '.patchkit' / 'vllm' / 'originals'} is not writable by {USER}" in message
     assert snapshot(sp) == patched  # nothing restored, the journal still right
     assert api.status(from_site_packages(sp)).entries and all(
-        e.state == "patched" for e in api.status(from_site_packages(sp)).entries)
+        e.state == "patched" for e in api.status(from_site_packages(sp)).entries
+    )
 
 
 def test_a_user_run_keeps_modes_and_owners(shared, user):

@@ -24,10 +24,15 @@ FAMILIES = load_families()
 
 def test_the_set_is_the_eagle3_set_in_dependency_order():
     ids = [p.id for p in PATCHES]
-    assert sorted(ids) == sorted({
-        "eagle3-allowlist", "eagle3-deepseek-backbone", "eagle3-deepseek-interface",
-        "eagle3-kimi-k25-interface", "eagle3-kimi-k25-proposer",
-    })
+    assert sorted(ids) == sorted(
+        {
+            "eagle3-allowlist",
+            "eagle3-deepseek-backbone",
+            "eagle3-deepseek-interface",
+            "eagle3-kimi-k25-interface",
+            "eagle3-kimi-k25-proposer",
+        }
+    )
     for p in PATCHES:
         for dep in p.requires:
             assert ids.index(dep) < ids.index(p.id), f"{p.id} runs before {dep}, which it requires"
@@ -93,7 +98,9 @@ def test_catalogue_entry(kind):
         codemod = ref.load()
         assert type(codemod) is cls and ref.name == entry.cls
         assert ref.description == entry.description
-        assert len(ref.expects) > 40 and ref.expects == entry.expects(codemod.options), f"{kind}: 'expects' names the anchors"
+        assert len(ref.expects) > 40 and ref.expects == entry.expects(codemod.options), (
+            f"{kind}: 'expects' names the anchors"
+        )
         assert getattr(codemod, "patch_id", "p") == "p", "comments in vLLM files name the right patch"
 
 
@@ -143,11 +150,13 @@ def test_family_ids_are_well_formed_and_unique():
     for f in FAMILIES:
         assert FAMILY_NAME.fullmatch(f.name), f"family name {f.name!r}"
         assert f.architectures and f.model_types, f"{f.name}: no architectures or no model types"
-        bad = [a for a in f.architectures if not ARCHITECTURE.fullmatch(a)] + \
-              [t for t in f.model_types if not MODEL_TYPE.fullmatch(t)]
+        bad = [a for a in f.architectures if not ARCHITECTURE.fullmatch(a)] + [
+            t for t in f.model_types if not MODEL_TYPE.fullmatch(t)
+        ]
         assert not bad, f"{f.name}: not a registry architecture / model type: {bad}"
-        assert not any(a in p.architectures for p in PATCHES for a in f.architectures), \
+        assert not any(a in p.architectures for p in PATCHES for a in f.architectures), (
             f"{f.name}: an architecture a shipped patch already serves"
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
@@ -211,9 +220,14 @@ def test_families_resolve_in_real_releases():
                     assert getattr(patch.codemod.load(), "patch_id", pid) == pid
                     assert patch.summary and patch.why and patch.reference and len(patch.codemod.expects) > 40
                 if decision.patch_ids and entries is not None:
-                    lacking = [t for t in family.model_types
-                               if not admits(entries, t) and allowlist_id(t) not in decision.patch_ids]
+                    lacking = [
+                        t
+                        for t in family.model_types
+                        if not admits(entries, t) and allowlist_id(t) not in decision.patch_ids
+                    ]
                     assert not lacking, f"{version} {decision.architecture}: model types not put on the list: {lacking}"
     every = {a for f in FAMILIES for a in f.architectures}
     assert not every - seen, f"family architectures no release of {FAMILY_RELEASES} registers: {sorted(every - seen)}"
-    assert not every - resolved, f"family architectures refused in every release of {FAMILY_RELEASES}: {sorted(every - resolved)}"
+    assert not every - resolved, (
+        f"family architectures refused in every release of {FAMILY_RELEASES}: {sorted(every - resolved)}"
+    )

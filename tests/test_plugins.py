@@ -45,9 +45,11 @@ def test_a_plugins_report_has_its_layout_alone_and_nested(plugin):
     assert list(alone) == list(plugin.LAYOUT)
     assert alone["files"] == ["a.py"] and alone["problems"] == ["p"] and alone["action"] == "shown"
     info = InstallInfo("/sp", "0.17.1", "A1", "SupportsEagle3 Protocol", patchable=True)
-    for outer in (ApplyReport(info, False, [], (), True, **{plugin.NAME: report}),
-                  RevertReport(info, (), False, **{plugin.NAME: report}),
-                  StatusReport(info, [], **{plugin.NAME: report})):
+    for outer in (
+        ApplyReport(info, False, [], (), True, **{plugin.NAME: report}),
+        RevertReport(info, (), False, **{plugin.NAME: report}),
+        StatusReport(info, [], **{plugin.NAME: report}),
+    ):
         assert outer.to_dict()[plugin.NAME] == alone
     assert json.loads(json.dumps(alone)) == alone
 
@@ -69,6 +71,9 @@ def test_refused_actions_exit_3_and_the_rest_0():
     for plugin in api.PLUGINS:
         for action in PluginAction:
             report = plugin.report(action, False, next_steps=(step,))
-            expected = ExitCode.REFUSED if action in (PluginAction.NOTHING_TO_GUARD, PluginAction.NO_PLUGIN_GROUP) \
+            expected = (
+                ExitCode.REFUSED
+                if action in (PluginAction.NOTHING_TO_GUARD, PluginAction.NO_PLUGIN_GROUP)
                 else ExitCode.OK
+            )
             assert report.exit_code is expected, (plugin.NAME, action)

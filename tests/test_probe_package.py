@@ -21,10 +21,13 @@ from patchkit.errors import InterpreterError
 REPO = Path(__file__).resolve().parents[1]
 PROBE_FILES = sorted(runtime.PROBE.glob("*.py"))
 SIBLINGS = {p.stem for p in PROBE_FILES}
-SPEC = {"architectures": ["DeepseekV2ForCausalLM"],
-        "chains": {"DeepseekV2ForCausalLM": [["model", "vllm.model_executor.models.deepseek_v2:DeepseekV2Model"]]},
-        "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": True, "pair": True}},
-        "getter": "get_eagle3_aux_hidden_state_layers", "model_types": ["deepseek_v3"]}
+SPEC = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "chains": {"DeepseekV2ForCausalLM": [["model", "vllm.model_executor.models.deepseek_v2:DeepseekV2Model"]]},
+    "backbones": {"vllm.model_executor.models.deepseek_v2:DeepseekV2Model": {"residual": True, "pair": True}},
+    "getter": "get_eagle3_aux_hidden_state_layers",
+    "model_types": ["deepseek_v3"],
+}
 NO_TORCH = importlib.util.find_spec("torch") is None and importlib.util.find_spec("vllm") is None
 
 
@@ -48,20 +51,26 @@ def test_probe_is_a_folder_with_an_entry_point():
 @pytest.mark.parametrize("path", PROBE_FILES, ids=lambda p: p.name)
 def test_probe_module_imports_no_patchkit_and_only_the_stdlib_at_the_top(path):
     assert "patchkit" not in _imports(path, top_level=False)
-    outside = {m for m in _imports(path, top_level=True) - SIBLINGS - {"__future__"}
-               if m not in sys.stdlib_module_names}
+    outside = {
+        m for m in _imports(path, top_level=True) - SIBLINGS - {"__future__"} if m not in sys.stdlib_module_names
+    }
     assert not outside, f"{path.name} imports {outside} at start-up: a missing one would not be reported as fatal"
 
 
 @pytest.mark.skipif(not NO_TORCH, reason="this interpreter has torch or vLLM")
 def test_probe_reports_missing_torch_as_fatal():
-    proc = subprocess.run([sys.executable, str(runtime.PROBE), json.dumps(SPEC)], capture_output=True, text=True,
-                          timeout=60, env={"PYTHONDONTWRITEBYTECODE": "1", "PATH": ""})
+    proc = subprocess.run(
+        [sys.executable, str(runtime.PROBE), json.dumps(SPEC)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONDONTWRITEBYTECODE": "1", "PATH": ""},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith(runtime.SENTINEL + " ")
-    assert json.loads(line[len(runtime.SENTINEL):]) == {"fatal": "ModuleNotFoundError(\"No module named 'torch'\")"}
+    assert json.loads(line[len(runtime.SENTINEL) :]) == {"fatal": "ModuleNotFoundError(\"No module named 'torch'\")"}
 
 
 @pytest.mark.skipif(not NO_TORCH, reason="this interpreter has torch or vLLM")
@@ -72,6 +81,9 @@ def test_run_probe_turns_the_fatal_report_into_an_interpreter_error():
 
 def test_every_subpackage_ships_in_the_wheel():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    folders = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "patchkit").rglob("*.py")
-               if "__pycache__" not in p.parts}
+    folders = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "patchkit").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert folders <= listed, f"not shipped: {sorted(folders - listed)}"

@@ -35,21 +35,37 @@ def test_the_previous_release_is_the_newest_qualified_below_then_the_newest_decl
 def test_scan_changes_name_what_appeared_disappeared_and_changed():
     before = {"A": {"state": "patchable"}, "B": {"state": "native"}, "C": {"state": "native"}}
     now = {"A": {"state": "native"}, "B": {"state": "native"}, "D": {"state": "patchable"}}
-    assert qualify.scan_changes(now, before) == {"appeared": ["D"], "disappeared": ["C"],
-                                                 "changed": {"A": {"from": "patchable", "to": "native"}}}
+    assert qualify.scan_changes(now, before) == {
+        "appeared": ["D"],
+        "disappeared": ["C"],
+        "changed": {"A": {"from": "patchable", "to": "native"}},
+    }
 
 
 def report(version: str, qualified: bool) -> dict:
     """A report of the shape qualify() writes (its own fields, filled in by hand)."""
-    return {"version": version, "date": "2026-12-03 12:00 UTC", "branch": "b", "commit": "0" * 40, "dirty": False,
-            "scan": {"architectures": 3, "counts": {"native": 2, "patchable": 1}, "rows": {}},
-            "previous": {"version": None, "why": "no earlier release declared"},
-            "cycle": {"architectures": 1, "with_model": False, "byte_exact": True,
-                      "failures": {"apply": [], "verify": [] if qualified else ["A: x"], "second apply": [], "revert": []}},
-            "runtime": None, "facts": {"source": "s", "facts": [{"what": "w", "where": "f.py", "found": True}]},
-            "seconds": {"total": 1.0, "cycle": 1.0, "runtime": 0.0}, "qualified": qualified,
-            "reasons": qualify.verdict({"cycle": {"failures": {"verify": [] if qualified else ["A: x"]}},
-                                        "runtime": None, "facts": {"facts": []}})[1]}
+    return {
+        "version": version,
+        "date": "2026-12-03 12:00 UTC",
+        "branch": "b",
+        "commit": "0" * 40,
+        "dirty": False,
+        "scan": {"architectures": 3, "counts": {"native": 2, "patchable": 1}, "rows": {}},
+        "previous": {"version": None, "why": "no earlier release declared"},
+        "cycle": {
+            "architectures": 1,
+            "with_model": False,
+            "byte_exact": True,
+            "failures": {"apply": [], "verify": [] if qualified else ["A: x"], "second apply": [], "revert": []},
+        },
+        "runtime": None,
+        "facts": {"source": "s", "facts": [{"what": "w", "where": "f.py", "found": True}]},
+        "seconds": {"total": 1.0, "cycle": 1.0, "runtime": 0.0},
+        "qualified": qualified,
+        "reasons": qualify.verdict(
+            {"cycle": {"failures": {"verify": [] if qualified else ["A: x"]}}, "runtime": None, "facts": {"facts": []}}
+        )[1],
+    }
 
 
 def test_the_page_is_generated_from_the_reports_and_a_rerun_changes_nothing(tmp_path, monkeypatch):

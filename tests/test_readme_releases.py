@@ -23,7 +23,9 @@ point of a range, not a release a test fetches."""
 def test_the_readme_says_what_the_declaration_says():
     readme = (ROOT / "README.md").read_text().splitlines()
     said = [line for line in readme if line.startswith("Tested on the real wheels of")]
-    assert said == [releases.tested_on_line()], "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
+    assert said == [releases.tested_on_line()], (
+        "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
+    )
 
 
 def test_every_release_a_test_or_benchmark_names_is_declared():

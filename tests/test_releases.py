@@ -136,8 +136,9 @@ def test_0_15_1_kimi_k25_is_not_patched_and_verify_says_why(release, cli):
     code, applied = cli.json("apply", "--site-packages", str(sp))
     assert code == 0, applied
     outcomes = {p["id"]: p for p in applied["patches"]}
-    assert {i: outcomes[i]["outcome"] for i in ("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist")} \
-        == dict.fromkeys(("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist"), "applied")
+    assert {
+        i: outcomes[i]["outcome"] for i in ("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist")
+    } == dict.fromkeys(("eagle3-deepseek-backbone", "eagle3-deepseek-interface", "eagle3-allowlist"), "applied")
     kimi = outcomes["eagle3-kimi-k25-interface"]
     assert kimi["outcome"] == "not applicable"
     assert "vllm/v1/spec_decode/eagle.py:1145" in kimi["reason"] and "vLLM >= 0.16.0" in kimi["reason"]

@@ -10,8 +10,18 @@ import pytest
 from patchkit.ui.render import Node, Writer
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-ROWS = [["eagle3-deepseek-backbone", ("applied", "green"), "vllm/model_executor/models/deepseek_v2.py:1034 DeepseekV2Model"],
-        ["eagle3-allowlist", ("not applicable", "yellow"), "needs a release with the SupportsEagle3 Protocol, which this one lacks"]]
+ROWS = [
+    [
+        "eagle3-deepseek-backbone",
+        ("applied", "green"),
+        "vllm/model_executor/models/deepseek_v2.py:1034 DeepseekV2Model",
+    ],
+    [
+        "eagle3-allowlist",
+        ("not applicable", "yellow"),
+        "needs a release with the SupportsEagle3 Protocol, which this one lacks",
+    ],
+]
 
 
 def render(width: int | None, color: bool, draw) -> list[str]:
@@ -40,8 +50,12 @@ def test_words_are_never_split_and_pipes_are_not_wrapped():
 
 
 def test_tree_continuation_lines_keep_the_guides():
-    leaf = Node(("✓ captures the residual stream entering each layer  ",
-                 ("vllm/model_executor/models/deepseek_v2.py:1213", "blue")))
+    leaf = Node(
+        (
+            "✓ captures the residual stream entering each layer  ",
+            ("vllm/model_executor/models/deepseek_v2.py:1213", "blue"),
+        )
+    )
     lines = render(60, False, lambda w: w.tree(("✓ DeepseekV2Model",), (leaf, leaf)))
     assert lines[0] == "✓ DeepseekV2Model"
     assert lines[1].startswith("├── ✓ captures")

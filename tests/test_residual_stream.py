@@ -77,7 +77,9 @@ def test_entry_reads_or_overwrites_the_residual():
 def test_exit_delta_stream_none_single_and_delegated():
     assert exit_of(_fn(FUSED_LAYER)) is Exit.DELTA
     assert exit_of(_fn(OWN_RESIDUAL_LAYER)) is Exit.STREAM
-    assert exit_of(_fn("def forward(self, h, residual):\n    h = residual + h\n    return h, None\n")) is Exit.NO_RESIDUAL
+    assert (
+        exit_of(_fn("def forward(self, h, residual):\n    h = residual + h\n    return h, None\n")) is Exit.NO_RESIDUAL
+    )
     assert exit_of(_fn("def forward(self, h):\n    return h\n")) is Exit.SINGLE
     assert exit_of(_fn("def forward(self, h, r):\n    return self.mlp(h), r\n")) is Exit.DELTA
     delegated = _fn("def forward(self, h, r):\n    return self._post(h, r)\n")
@@ -88,23 +90,30 @@ def test_exit_delta_stream_none_single_and_delegated():
 
 
 def _backbone(tail: str) -> tuple[ast.FunctionDef, ast.For]:
-    fn = _fn("def forward(self, hidden_states):\n    residual = None\n"
-             "    for layer in self.layers[self.start_layer:self.end_layer]:\n"
-             "        hidden_states, residual = layer(hidden_states, residual)\n" + tail +
-             "    return hidden_states\n")
+    fn = _fn(
+        "def forward(self, hidden_states):\n    residual = None\n"
+        "    for layer in self.layers[self.start_layer:self.end_layer]:\n"
+        "        hidden_states, residual = layer(hidden_states, residual)\n" + tail + "    return hidden_states\n"
+    )
     loop = next(s for s in fn.body if isinstance(s, ast.For))
     return fn, loop
 
 
-@pytest.mark.parametrize("tail, kind", [
-    ("    hidden_states, _ = self.norm(hidden_states, residual)\n", Tail.FUSED),
-    ("    hidden_states = hidden_states + residual\n", Tail.SUM),
-    ("    hidden_states = self.norm(hidden_states)\n", Tail.ALONE),
-    ("    if not last:\n        return IntermediateTensors({'hidden_states': hidden_states, 'residual': residual})\n"
-     "    hidden_states = self.norm(hidden_states)\n", Tail.ALONE),
-    ("    hidden_states = self.norm(hidden_states)\n    x = residual\n", Tail.NONE),
-    ("", Tail.NONE),
-])
+@pytest.mark.parametrize(
+    "tail, kind",
+    [
+        ("    hidden_states, _ = self.norm(hidden_states, residual)\n", Tail.FUSED),
+        ("    hidden_states = hidden_states + residual\n", Tail.SUM),
+        ("    hidden_states = self.norm(hidden_states)\n", Tail.ALONE),
+        (
+            "    if not last:\n        return IntermediateTensors({'hidden_states': hidden_states, 'residual': residual})\n"
+            "    hidden_states = self.norm(hidden_states)\n",
+            Tail.ALONE,
+        ),
+        ("    hidden_states = self.norm(hidden_states)\n    x = residual\n", Tail.NONE),
+        ("", Tail.NONE),
+    ],
+)
 def test_tail_how_the_backbone_combines_the_two(tail, kind):
     fn, loop = _backbone(tail)
     assert tail_of(fn, loop)[0] is kind
@@ -119,10 +128,16 @@ def test_a_norm_that_hands_the_residual_back_unread():
 # -- kind 1: the layer keeps its own residual, on real releases ---------------------------------
 
 KEEPS_OWN = {  # architecture -> the file patchkit writes the capture into
-    "0.33.0": {"Exaone4ForCausalLM": "exaone4.py", "PhiMoEForCausalLM": "phimoe.py",
-               "HyperCLOVAXForCausalLM": "hyperclovax.py"},
-    "0.15.1": {"Exaone4ForCausalLM": "exaone4.py", "PhiMoEForCausalLM": "phimoe.py",
-               "MiniMaxText01ForCausalLM": "minimax_text_01.py"},
+    "0.33.0": {
+        "Exaone4ForCausalLM": "exaone4.py",
+        "PhiMoEForCausalLM": "phimoe.py",
+        "HyperCLOVAXForCausalLM": "hyperclovax.py",
+    },
+    "0.15.1": {
+        "Exaone4ForCausalLM": "exaone4.py",
+        "PhiMoEForCausalLM": "phimoe.py",
+        "MiniMaxText01ForCausalLM": "minimax_text_01.py",
+    },
 }
 
 
@@ -150,8 +165,16 @@ def test_a_layer_keeping_its_own_residual_is_captured_as_hidden_states_alone(rel
         # a hybrid whose mixers are not lossless here (MiniMax-Text-01's linear attention, docs/hybrids.md)
         # is refused without --force; the capture is what this test reads, so it is forced
         lossy = row["lossless"] is not None and not row["lossless"].startswith("lossless")
-        code, out = cli.json("apply", "--site-packages", str(sp), "--arch", arch, "--model",
-                             str(_model(sp.parent, arch)), *(["--force"] if lossy else []))
+        code, out = cli.json(
+            "apply",
+            "--site-packages",
+            str(sp),
+            "--arch",
+            arch,
+            "--model",
+            str(_model(sp.parent, arch)),
+            *(["--force"] if lossy else []),
+        )
         assert code == 0, (arch, out)
         captured = _captures((sp / "vllm/model_executor/models" / filename).read_text())
         assert captured, arch
@@ -159,8 +182,13 @@ def test_a_layer_keeping_its_own_residual_is_captured_as_hidden_states_alone(rel
         assert all(c in ("hidden_states", "hidden_states, residual=None") for c in captured), (arch, captured)
         code, out = cli.json("verify", "--site-packages", str(sp), "--arch", arch)
         if lossy:  # verify fails on the mixers alone, not on the capture
-            assert code == 1 and out["missing"] and all(
-                m.startswith("speculative decoding keeps greedy output (hybrid mixers): ") for m in out["missing"]), out
+            assert (
+                code == 1
+                and out["missing"]
+                and all(
+                    m.startswith("speculative decoding keeps greedy output (hybrid mixers): ") for m in out["missing"]
+                )
+            ), out
         else:
             assert code == 0, (arch, out)
         code, out = cli.json("revert", "--site-packages", str(sp))
@@ -175,15 +203,25 @@ def _model(root: Path, arch: str) -> Path:
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("version, wrong", [
-    ("0.33.0", ("layer_idx + 1, hidden_states, None)", "layer_idx + 1, hidden_states, residual)")),
-    ("0.15.1", ("aux_hidden_states.append(hidden_states)", "aux_hidden_states.append(hidden_states + residual)")),
-])
+@pytest.mark.parametrize(
+    "version, wrong",
+    [
+        ("0.33.0", ("layer_idx + 1, hidden_states, None)", "layer_idx + 1, hidden_states, residual)")),
+        ("0.15.1", ("aux_hidden_states.append(hidden_states)", "aux_hidden_states.append(hidden_states + residual)")),
+    ],
+)
 def test_verify_fails_a_capture_that_adds_the_residual_where_the_layer_keeps_its_own(release, cli, version, wrong):
     """The old capture (``hidden_states + residual``) on Exaone4 is no stream: verify must say so."""
     sp = release(version)
-    code, out = cli.json("apply", "--site-packages", str(sp), "--arch", "Exaone4ForCausalLM", "--model",
-                         str(_model(sp.parent, "Exaone4ForCausalLM")))
+    code, out = cli.json(
+        "apply",
+        "--site-packages",
+        str(sp),
+        "--arch",
+        "Exaone4ForCausalLM",
+        "--model",
+        str(_model(sp.parent, "Exaone4ForCausalLM")),
+    )
     assert code == 0, out
     path = sp / "vllm/model_executor/models/exaone4.py"
     text = path.read_text()
@@ -198,6 +236,7 @@ def test_verify_fails_a_capture_that_adds_the_residual_where_the_layer_keeps_its
 
 
 # -- kind 2: a fused-looking norm call that combines nothing --------------------------------------
+
 
 @pytest.mark.release
 @pytest.mark.parametrize("version", ["0.17.1", "0.15.1"])
@@ -214,10 +253,13 @@ def test_a_norm_that_hands_back_the_residual_makes_cohere_hidden_states_only(rel
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("arch, names", [
-    ("CohereForCausalLM", ("commandr.py",)),   # kind 2: the norm class is chosen at run time (0.33.0)
-    ("FlintForCausalLM", ("flint/model.py",)),  # kind 3: a return path hands back a fused kernel's value
-])
+@pytest.mark.parametrize(
+    "arch, names",
+    [
+        ("CohereForCausalLM", ("commandr.py",)),  # kind 2: the norm class is chosen at run time (0.33.0)
+        ("FlintForCausalLM", ("flint/model.py",)),  # kind 3: a return path hands back a fused kernel's value
+    ],
+)
 def test_unsaid_stream_is_refused_naming_the_code(release, cli, arch, names):
     sp = release("0.33.0")
     code, out = cli.json("scan", "--site-packages", str(sp))
@@ -231,6 +273,7 @@ def test_unsaid_stream_is_refused_naming_the_code(release, cli, arch, names):
 
 
 # -- item 3: one verdict for scan, verify, apply and doctor, on every architecture ------------------
+
 
 def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     """Per architecture: (scan state, verify --arch ok, apply --dry-run's plan, doctor's in-effect ok).
@@ -253,14 +296,24 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     out = {}
     for row in report.rows:
         arch = row.architecture
-        node = next(c for c in verify(tree, registry, contract, (arch,), (), requested=(arch,))
-                    if c.label == arch or c.label.startswith(f"{arch} -> ") or c.label == row.cls)
+        node = next(
+            c
+            for c in verify(tree, registry, contract, (arch,), (), requested=(arch,))
+            if c.label == arch or c.label.startswith(f"{arch} -> ") or c.label == row.cls
+        )
         # a config.json of our own naming only this architecture (A1 releases need its model type)
         (ckpt / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": f"t-{arch.lower()}"}))
         applied = api.apply(install, dry_run=True, request=Request((arch,), ckpt))
         outcomes = {p.outcome for p in applied.patches}
-        plan = ("refused" if Outcome.REFUSED in outcomes else "patches" if Outcome.APPLIED in outcomes
-                else "nothing" if outcomes <= {Outcome.UPSTREAM} else f"other {sorted(o.value for o in outcomes)}")
+        plan = (
+            "refused"
+            if Outcome.REFUSED in outcomes
+            else "patches"
+            if Outcome.APPLIED in outcomes
+            else "nothing"
+            if outcomes <= {Outcome.UPSTREAM}
+            else f"other {sorted(o.value for o in outcomes)}"
+        )
         assert not applied.written
         facts = _target_facts(CheckpointConfig(ckpt / "config.json", {"architectures": [arch]}), tree, registry)
         effect, _ = _in_effect_check(facts, tree, registry, contract, install, [], ())
@@ -273,9 +326,14 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
 
 
 def _disagreements(table: dict[str, tuple]) -> dict[str, tuple]:
-    expected_plan = {"native": {"nothing"}, "native (backend)": {"nothing"}, "not patchable": {"refused"},
-                     "patchable": {"patches"}, "declared but broken": {"patches", "refused"},
-                     "patchable, not lossless": {"refused"}}
+    expected_plan = {
+        "native": {"nothing"},
+        "native (backend)": {"nothing"},
+        "not patchable": {"refused"},
+        "patchable": {"patches"},
+        "declared but broken": {"patches", "refused"},
+        "patchable, not lossless": {"refused"},
+    }
     bad = {}
     for arch, (state, verified, plan, effect) in table.items():
         if state == "native (backend)":
@@ -286,8 +344,12 @@ def _disagreements(table: dict[str, tuple]) -> dict[str, tuple]:
             continue
         in_effect = state == "native"
         # a class the registry names but patchkit cannot resolve has no chain: verify and doctor say "not checked"
-        if verified is not in_effect and not (verified is None and not in_effect) \
-                or plan not in expected_plan[state] or (effect is not None and effect is not in_effect):
+        if (
+            verified is not in_effect
+            and not (verified is None and not in_effect)
+            or plan not in expected_plan[state]
+            or (effect is not None and effect is not in_effect)
+        ):
             bad[arch] = (state, verified, plan, effect)
     return bad
 
@@ -327,16 +389,22 @@ def test_verify_fails_a_capture_that_leaves_the_residual_out_after_a_fused_layer
 
 # The split-layer idiom (issue 29): 0.34.0 runs a layer's input norm apart from the rest of the
 # layer and captures ``residual.clone()`` after that fused add-and-norm, before the rest runs.
-SPLIT = {"MiniMaxM3SparseForCausalLM": "MiniMaxM3Model", "MiniMaxM3SparseForConditionalGeneration": "MiniMaxM3Model",
-         "MistralLarge4ForCausalLM": "MistralLarge4Model"}
+SPLIT = {
+    "MiniMaxM3SparseForCausalLM": "MiniMaxM3Model",
+    "MiniMaxM3SparseForConditionalGeneration": "MiniMaxM3Model",
+    "MistralLarge4ForCausalLM": "MistralLarge4Model",
+}
 
 
 def _split_capture(sp: Path, backbone: str) -> tuple[Path, ast.stmt, ast.If]:
     """The backbone's file (the class as the scan names it), its loop's input-norm statement and the
     capture ``if`` that follows it, found by structure in the release's own file."""
     code, scanned = _scan_json(sp)
-    where = next(a["location"] for a in scanned["architectures"] if a["architecture"] in SPLIT
-                 and SPLIT[a["architecture"]] == backbone)
+    where = next(
+        a["location"]
+        for a in scanned["architectures"]
+        if a["architecture"] in SPLIT and SPLIT[a["architecture"]] == backbone
+    )
     path = sp / where.split(":")[0]
     cls = next(n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef) and n.name == backbone)
     forward = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
@@ -379,14 +447,14 @@ def test_a_split_layer_capture_of_the_wrong_tensor_is_refused(tmp_path, cli, bac
     sp = fresh_copy("0.34.0", tmp_path / "sp")
     path, norm, capture = _split_capture(sp, backbone)
     lines = path.read_text().splitlines(keepends=True)
-    norm_lines = lines[norm.lineno - 1:norm.end_lineno]
-    capture_lines = lines[capture.lineno - 1:capture.end_lineno]
+    norm_lines = lines[norm.lineno - 1 : norm.end_lineno]
+    capture_lines = lines[capture.lineno - 1 : capture.end_lineno]
     if wrong == "clone before the norm":
-        lines[norm.lineno - 1:capture.end_lineno] = capture_lines + norm_lines
+        lines[norm.lineno - 1 : capture.end_lineno] = capture_lines + norm_lines
     else:
         edited = [line.replace("residual.clone()", "hidden_states.clone()") for line in capture_lines]
         assert edited != capture_lines
-        lines[capture.lineno - 1:capture.end_lineno] = edited
+        lines[capture.lineno - 1 : capture.end_lineno] = edited
     path.write_text("".join(lines))
     names = [name for name, b in SPLIT.items() if b == backbone]
     _, scanned = _scan_json(sp)
@@ -397,8 +465,11 @@ def test_a_split_layer_capture_of_the_wrong_tensor_is_refused(tmp_path, cli, bac
         result = cli("verify", "--site-packages", str(sp), "--arch", name)
         assert result.exit_code == 1, result.stdout
         said = " ".join(result.stdout.split())
-        assert ("is taken before layer." in said) if wrong == "clone before the norm" else \
-            ("hidden_states.clone() is not the residual stream" in said)
+        assert (
+            ("is taken before layer." in said)
+            if wrong == "clone before the norm"
+            else ("hidden_states.clone() is not the residual stream" in said)
+        )
 
 
 @pytest.mark.release
@@ -418,9 +489,9 @@ def test_a_split_layer_backbone_without_the_capture_is_not_patchable(tmp_path):
     base = next(b for b in wrapper.bases if isinstance(b, ast.Name) and b.id == "SupportsEagle3")
     lines = path.read_text().splitlines(keepends=True)
     row = lines[base.lineno - 1]
-    lines[base.lineno - 1] = row[:base.col_offset] + row[base.end_col_offset:].removeprefix(",").lstrip(" ")
+    lines[base.lineno - 1] = row[: base.col_offset] + row[base.end_col_offset :].removeprefix(",").lstrip(" ")
     for stmt in sorted([capture, final[0]], key=lambda s: -s.lineno):  # bottom first: line numbers hold
-        del lines[stmt.lineno - 1:stmt.end_lineno]
+        del lines[stmt.lineno - 1 : stmt.end_lineno]
     path.write_text("".join(lines))
     _, scanned = _scan_json(sp)
     row = next(a for a in scanned["architectures"] if a["architecture"] == "MistralLarge4ForCausalLM")

@@ -17,9 +17,11 @@ from vllm_release import runtime_venv
 pytestmark = pytest.mark.runtime
 
 LOADER = "load_eagle_model (V2 runner)"
-BROKEN = {"Phi4MMForCausalLM": ("Phi4MMForCausalLM", "not patchable"),
-          "DiffusionGemmaForBlockDiffusion": ("DiffusionGemmaForConditionalGeneration", "not patchable"),
-          "MuseGlimmerForCausalLM": ("MuseGlimmerForCausalLM", "declared but broken")}
+BROKEN = {
+    "Phi4MMForCausalLM": ("Phi4MMForCausalLM", "not patchable"),
+    "DiffusionGemmaForBlockDiffusion": ("DiffusionGemmaForConditionalGeneration", "not patchable"),
+    "MuseGlimmerForCausalLM": ("MuseGlimmerForCausalLM", "declared but broken"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +56,14 @@ def test_v2s_loader_raises_on_the_three_bare_language_models(cli, python):
     for arch, (cls, verdict) in BROKEN.items():
         check = loading(report, arch)
         assert check["ok"] is False, check
-        assert "AttributeError" in check["detail"] and "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:140" in check["detail"]
+        assert (
+            "AttributeError" in check["detail"]
+            and "vllm/v1/worker/gpu/spec_decode/eagle/utils.py:140" in check["detail"]
+        )
         # the static verdict says the same, at the same line
-        verdicts = [c for c in walk(report["checks"]) if c["label"] == f"patchkit's verdict: {verdict}"
-                    and cls in c["detail"]]
+        verdicts = [
+            c for c in walk(report["checks"]) if c["label"] == f"patchkit's verdict: {verdict}" and cls in c["detail"]
+        ]
         assert verdicts and "utils.py:140" in (verdicts[0]["detail"] + (verdicts[0].get("location") or "")), arch
 
 

@@ -36,8 +36,15 @@ def test_every_shape_shown_under_v2_has_a_patched_case_recorded_equal_under_v2()
     claimed that no record shows."""
     rows = [json.loads(line) for line in (ROOT / RECORD).read_text().splitlines() if line.strip()]
     decided = spec_lossless.compare(rows, 0.05)
-    equal = {(c["case"], c["path"]) for c in decided if c["env"] == "patched" and c["runner"] == "v2"
-             and c["method"] == "eagle3" and c["dtype"] == "bfloat16" and c["equal"] == "4/4"}
+    equal = {
+        (c["case"], c["path"])
+        for c in decided
+        if c["env"] == "patched"
+        and c["runner"] == "v2"
+        and c["method"] == "eagle3"
+        and c["dtype"] == "bfloat16"
+        and c["equal"] == "4/4"
+    }
     shown_by_records = {CASE_SHAPE[case] for case, _path in equal if case in CASE_SHAPE}
     assert set(SHOWN["V2"]) == shown_by_records
     assert ("gemma3", "compiled") in equal and ("exaone4", "compiled") in equal
@@ -81,8 +88,9 @@ def test_on_0_20_2_the_flag_decides(release, cli, monkeypatch, tmp_path):
     site = release("0.20.2")
     model = tmp_path / "glm4"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4",
-                                                   "num_hidden_layers": 40}))
+    (model / "config.json").write_text(
+        json.dumps({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "num_hidden_layers": 40})
+    )
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     code, report = cli.json("apply", "--model", str(model), "--site-packages", str(site), "--dry-run")
     assert code == 3 and "V2 runner" in next(p["reason"] for p in report["patches"] if p["outcome"] == "refused")

@@ -20,18 +20,26 @@ from tests.vllm_release import pristine_site_packages
 def _assigned_attrs(tree: SourceTree, relpath: str) -> set[str]:
     """Every ``self.<name> = ...`` in a release file."""
     module = ast.parse(tree.read_bytes(relpath))
-    return {t.attr for n in ast.walk(module) if isinstance(n, ast.Assign) for t in n.targets
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return {
+        t.attr
+        for n in ast.walk(module)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    }
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("version, env, expected, present", [
-    ("0.20.2", {}, "V1", ("V1", "V2")),
-    ("0.20.2", {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2", ("V1", "V2")),
-    ("0.33.0", {}, "V1", ("V1", "V2")),
-    ("0.34.0", {}, "V2", ("V2",)),
-    ("0.34.0", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V2", ("V2",)),
-])
+@pytest.mark.parametrize(
+    "version, env, expected, present",
+    [
+        ("0.20.2", {}, "V1", ("V1", "V2")),
+        ("0.20.2", {"VLLM_USE_V2_MODEL_RUNNER": "1"}, "V2", ("V1", "V2")),
+        ("0.33.0", {}, "V1", ("V1", "V2")),
+        ("0.34.0", {}, "V2", ("V2",)),
+        ("0.34.0", {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "V2", ("V2",)),
+    ],
+)
 def test_the_serve_runner_is_found_with_every_declared_fact(version, env, expected, present):
     tree = SourceTree(pristine_site_packages(version))
     choice = serving_runner(tree, env)
@@ -76,9 +84,11 @@ def test_the_driver_finds_the_draft_through_each_declared_runner():
     assert model is None and name is None and "none of the runners patchkit declares" in why
 
 
-BARE = {"Phi4MMForCausalLM": ("not patchable", "a bare LlamaModel"),
-        "DiffusionGemmaForBlockDiffusion": ("not patchable", "a bare Gemma4Model"),
-        "MuseGlimmerForCausalLM": ("declared but broken", "MuseGlimmerModel")}
+BARE = {
+    "Phi4MMForCausalLM": ("not patchable", "a bare LlamaModel"),
+    "DiffusionGemmaForBlockDiffusion": ("not patchable", "a bare Gemma4Model"),
+    "MuseGlimmerForCausalLM": ("declared but broken", "MuseGlimmerModel"),
+}
 
 
 def _walk(checks):
@@ -125,9 +135,12 @@ def test_a_guarded_read_under_v2_on_0_20_2(monkeypatch):
     assert v1.runner == "V1" and {r.path: r for r in v1.reads}[("model",)].required
 
 
-
-OTHER_NAMED_EMBEDDING = {"InternLM2ForCausalLM": "InternLM2Model", "BailingMoeForCausalLM": "BailingMoeModel",
-                         "BailingMoeV2ForCausalLM": "BailingMoeModel", "SarvamMoEForCausalLM": "BailingMoeModel"}
+OTHER_NAMED_EMBEDDING = {
+    "InternLM2ForCausalLM": "InternLM2Model",
+    "BailingMoeForCausalLM": "BailingMoeModel",
+    "BailingMoeV2ForCausalLM": "BailingMoeModel",
+    "SarvamMoEForCausalLM": "BailingMoeModel",
+}
 
 
 @pytest.mark.release
@@ -148,8 +161,14 @@ def test_0_34_0_requires_embed_tokens_or_embedding_on_the_target_backbone(releas
     embed = reads[("model", "embed_tokens")]
     assert embed.required and embed.alternatives == (("model", "embedding"),)
     assert embed.location.startswith(V2.loader_file + ":")
-    assert SourceTree(site).read_bytes(V2.loader_file).decode().splitlines()[
-        int(embed.location.rsplit(":", 1)[1]) - 1].strip().startswith("raise ")
+    assert (
+        SourceTree(site)
+        .read_bytes(V2.loader_file)
+        .decode()
+        .splitlines()[int(embed.location.rsplit(":", 1)[1]) - 1]
+        .strip()
+        .startswith("raise ")
+    )
     install = from_site_packages(site)
     report = api.apply(install, request=Request(tuple(OTHER_NAMED_EMBEDDING)))
     ids = {p.id for p in report.patches if p.outcome.value == "applied"}

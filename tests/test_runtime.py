@@ -28,7 +28,12 @@ pytestmark = pytest.mark.runtime
 VERSION = "0.16.0"
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
 DEFAULT_ARCHS = ["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"]
-TOUCHED = ["vllm/config/speculative.py", DEEPSEEK, "vllm/model_executor/models/kimi_k25.py", "vllm/v1/spec_decode/eagle.py"]
+TOUCHED = [
+    "vllm/config/speculative.py",
+    DEEPSEEK,
+    "vllm/model_executor/models/kimi_k25.py",
+    "vllm/v1/spec_decode/eagle.py",
+]
 
 
 def _pristine(python: Path) -> None:
@@ -38,7 +43,10 @@ def _pristine(python: Path) -> None:
     record = record_sha256(install)
     drifted = [p for p in TOUCHED if sha256((install.site_packages / p).read_bytes()) != record[p]]
     if drifted:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", f"vllm=={VERSION}"], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", f"vllm=={VERSION}"],
+            check=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +58,10 @@ def vllm_python() -> Path:
     with FileLock(str(CACHE_ROOT / f"venv-vllm-{VERSION}.lock")):
         if not (venv / ".complete").exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"vllm=={VERSION}"], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"vllm=={VERSION}"],
+                check=True,
+            )
             (venv / ".complete").touch()
         _pristine(python)
         yield python
@@ -58,7 +69,10 @@ def vllm_python() -> Path:
 
 
 def tree_digest(site: Path) -> dict[str, str]:
-    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((site / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((site / "vllm").rglob("*.py"))
+    }
 
 
 def runtime_checks(cli, python: Path) -> tuple[int, dict]:
@@ -96,13 +110,20 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
         "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)",
-        *[f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
-          for arch in DEFAULT_ARCHS],
-        *[f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
-          for arch in DEFAULT_ARCHS],
+        *[
+            f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
+            for arch in DEFAULT_ARCHS
+        ],
+        *[
+            f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
+            for arch in DEFAULT_ARCHS
+        ],
     ]
     kimi = runtime["children"][5]
-    assert kimi["detail"] == "KimiK25ForConditionalGeneration -> language_model: DeepseekV2ForCausalLM -> model: DeepseekV2Model"
+    assert (
+        kimi["detail"]
+        == "KimiK25ForConditionalGeneration -> language_model: DeepseekV2ForCausalLM -> model: DeepseekV2Model"
+    )
     loading = runtime["children"][-1]
     assert loading["detail"].startswith("vllm/v1/spec_decode/eagle.py:")
     assert "now uses the target's embed_tokens and lm_head" in loading["detail"]
@@ -167,8 +188,12 @@ def test_wrong_captures_are_caught(cli, vllm_python):
     with default_set_applied(cli, vllm_python, DEEPSEEK) as (_, verify_with):
         for name, (old, new, expected) in WRONG_CAPTURES.items():
             report = verify_with(name, old, new)
-            forward = next(c for c in report.checks[-1].children
-                           if c.label == "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)")
+            forward = next(
+                c
+                for c in report.checks[-1].children
+                if c.label
+                == "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)"
+            )
             assert forward.ok is False, name
             assert expected in forward.detail, (name, forward.detail)
 
@@ -176,22 +201,28 @@ def test_wrong_captures_are_caught(cli, vllm_python):
 KIMI = "vllm/model_executor/models/kimi_k25.py"
 PROPOSER = "vllm/v1/spec_decode/eagle.py"
 KIMI_LOADING = "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
-KIMI_FORWARD = ("KimiK25ForConditionalGeneration.forward passes the backbone's (hidden_states, aux_hidden_states) "
-                "through unchanged (consistency check on stand-ins)")
+KIMI_FORWARD = (
+    "KimiK25ForConditionalGeneration.forward passes the backbone's (hidden_states, aux_hidden_states) "
+    "through unchanged (consistency check on stand-ins)"
+)
 FORWARD_END = "        return hidden_states\n\n    def compute_logits("
 # Faults written into a copy of the patched Kimi-K2.5 wrapper (then put back): (old, new, label, expected in detail).
 WRAPPER_FAULTS = {
     # the 0.15.1 shape: get_language_model() hands the proposer the bare DeepseekV2Model
     "bare backbone": (
         FORWARD_END,
-        FORWARD_END.replace("    def compute_logits(",
-                            "    def get_language_model(self):\n        return self.language_model.model\n\n    def compute_logits("),
+        FORWARD_END.replace(
+            "    def compute_logits(",
+            "    def get_language_model(self):\n        return self.language_model.model\n\n    def compute_logits(",
+        ),
         KIMI_LOADING,
         "load_model raised AttributeError: Target model does not have 'model' attribute at " + PROPOSER + ":",
     ),
     "forward drops aux": (
         FORWARD_END,
-        FORWARD_END.replace("return hidden_states", "return hidden_states[0] if isinstance(hidden_states, tuple) else hidden_states"),
+        FORWARD_END.replace(
+            "return hidden_states", "return hidden_states[0] if isinstance(hidden_states, tuple) else hidden_states"
+        ),
         KIMI_FORWARD,
         "forward returned Tensor, not the (hidden_states, aux_hidden_states) tuple: the aux states were dropped",
     ),
@@ -230,7 +261,8 @@ def test_cuda_device_on_a_cuda_build_without_gpu_is_refused(cli, tmp_path):
     model = write_checkpoint(tmp_path / "model", LLAMA)
     draft = write_checkpoint(tmp_path / "draft", vllm_draft(LLAMA, None))
     with runtime_venv("0.33.0") as python:
-        result = cli("rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python),
-                     "--device", "cuda")
+        result = cli(
+            "rehearse", "--model", str(model), "--draft", str(draft), "--python", str(python), "--device", "cuda"
+        )
     assert result.exit_code == 3, result.stdout + result.stderr
     assert "no GPU is visible" in result.stderr and "CUDA" in result.stderr and "--python" in result.stderr

@@ -31,8 +31,10 @@ pytestmark = pytest.mark.runtime
 
 
 def tree_digest(site: Path) -> dict[str, str]:
-    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((site / "vllm").rglob("*.py"))}
+    return {
+        p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((site / "vllm").rglob("*.py"))
+    }
 
 
 def runtime(cli, python: Path, archs: list[str]) -> tuple[int, list[dict]]:
@@ -56,7 +58,9 @@ def apply_each(cli, python: Path, archs: list[str], tmp: Path) -> set[str]:
         if code != 0:  # refused: patchkit does not know this architecture's model type without a checkpoint
             folder = tmp / arch
             folder.mkdir()
-            (folder / "config.json").write_text(json.dumps({"architectures": [arch], "model_type": f"pk_{arch.lower()}"}))
+            (folder / "config.json").write_text(
+                json.dumps({"architectures": [arch], "model_type": f"pk_{arch.lower()}"})
+            )
             code, applied = cli.json("apply", "--python", str(python), "--model", str(folder), "--force")
         assert code == 0, (arch, [p for p in applied["patches"] if p["outcome"] not in ("applied", "already applied")])
         written |= {p["id"] for p in applied["patches"] if p["outcome"] == "applied"}
@@ -87,8 +91,11 @@ BOUNDS = {
 def loading_check(by_label: dict, arch: str) -> dict:
     """vLLM's own draft loading for ``arch``: V1's ``EagleProposer.load_model`` or V2's
     ``load_eagle_model``, whichever the install's runner uses (the label names it)."""
-    (found,) = [c for label, c in by_label.items() if label.startswith(f"{arch}: vLLM's ")
-                and "loads a draft and shares embeddings and head" in label]
+    (found,) = [
+        c
+        for label, c in by_label.items()
+        if label.startswith(f"{arch}: vLLM's ") and "loads a draft and shares embeddings and head" in label
+    ]
     return found
 
 
@@ -107,16 +114,24 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
         # before: vLLM itself says no (and some architectures cannot even be loaded in this environment)
         code, checks = runtime(cli, python, archs)
         assert code == 1
-        unloadable = {c["label"].rsplit(" ", 1)[1]: c["detail"] for c in checks
-                      if c["label"].startswith("vLLM's supports_eagle3 accepts") and "could not load" in c["detail"]}
-        refused = {c["label"].rsplit(" ", 1)[1] for c in checks
-                   if c["label"].startswith("vLLM's supports_eagle3 accepts") and c["ok"] is False}
+        unloadable = {
+            c["label"].rsplit(" ", 1)[1]: c["detail"]
+            for c in checks
+            if c["label"].startswith("vLLM's supports_eagle3 accepts") and "could not load" in c["detail"]
+        }
+        refused = {
+            c["label"].rsplit(" ", 1)[1]
+            for c in checks
+            if c["label"].startswith("vLLM's supports_eagle3 accepts") and c["ok"] is False
+        }
         assert "Glm4MoeForCausalLM" in refused - set(unloadable)
         # before apply nothing of patchkit's is there: a class the registry cannot load is one whose
         # module needs what this environment lacks (0.33.0: timm for Kanana-V; 0.16.0: transformers
         # without Jais2Config), and the probe says which import failed. How many depends on what
         # the resolver installed beside vLLM; the coverage bounds below keep the checks broad.
-        not_imports = {a: d for a, d in unloadable.items() if not re.search(r": (ModuleNotFoundError|ImportError)\(", d)}
+        not_imports = {
+            a: d for a, d in unloadable.items() if not re.search(r": (ModuleNotFoundError|ImportError)\(", d)
+        }
         assert not not_imports, not_imports
         assert len(unloadable) <= bounds.unloadable, unloadable
 
@@ -124,8 +139,9 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
             # --force: this tier checks every shape patchkit writes against vLLM's own code at runtime, also the
             # ones apply refuses without it (a hybrid whose mixers lose losslessness here, a shape not yet shown
             # lossless under V2: issues 30 and 31); the venv is pristine against RECORD before
-            code, applied = cli.json("apply", "--python", str(python), *[a for x in archs for a in ("--arch", x)],
-                                     "--force")
+            code, applied = cli.json(
+                "apply", "--python", str(python), *[a for x in archs for a in ("--arch", x)], "--force"
+            )
             assert code == 0 and applied["written"], [p for p in applied["patches"] if p["outcome"] != "applied"]
             ids = {p["id"] for p in applied["patches"]}
         else:
@@ -145,9 +161,15 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
             assert methods["ok"] is True, methods
         # the rest of the path: each wrapper's own forward, and vLLM's own draft loading
         loaded = [a for a in archs if a not in unloadable]
-        wrappers = [by_label[f"{a}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
-                             "(consistency check on stand-ins)"] for a in loaded if f"{a}.forward passes the backbone's (hidden_states, "
-                    "aux_hidden_states) through unchanged (consistency check on stand-ins)" in by_label]
+        wrappers = [
+            by_label[
+                f"{a}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
+                "(consistency check on stand-ins)"
+            ]
+            for a in loaded
+            if f"{a}.forward passes the backbone's (hidden_states, "
+            "aux_hidden_states) through unchanged (consistency check on stand-ins)" in by_label
+        ]
         assert all(c["ok"] is True for c in wrappers), [c for c in wrappers if c["ok"] is not True]
         assert len(wrappers) >= bounds.wrappers, len(wrappers)
         loading = [loading_check(by_label, a) for a in loaded]  # one for every loaded architecture
@@ -168,17 +190,26 @@ def test_arch_patches_consistent_on_stand_ins_at_runtime(cli, version, tmp_path)
         # 33 and 36 as the stand-ins learned a residual-keeping layer's pair, a fused final norm, neutral
         # config fields, a forward context and a layer method called with the streams); on 0.16.0 (every
         # patchable architecture since this session, 6 before) 47 of 48 (MiniMax-Text-01 needs more)
-        assert consistent >= (len(written_backbones) if bounds.consistent is None else bounds.consistent), \
-            (consistent, len(written_backbones))
+        assert consistent >= (len(written_backbones) if bounds.consistent is None else bounds.consistent), (
+            consistent,
+            len(written_backbones),
+        )
         # with every architecture applied the whole verify passes: nothing fails anywhere on the path
         # (except what this environment cannot load: a class whose module needs a newer transformers)
-        assert not [c for c in checks if c["ok"] is False and not any(a in c["label"] for a in unloadable)
-                    and "from 'transformers'" not in c["detail"]], \
-            [(c["label"], c["detail"]) for c in checks if c["ok"] is False]
+        assert not [
+            c
+            for c in checks
+            if c["ok"] is False
+            and not any(a in c["label"] for a in unloadable)
+            and "from 'transformers'" not in c["detail"]
+        ], [(c["label"], c["detail"]) for c in checks if c["ok"] is False]
 
         code, _ = cli.json("revert", "--python", str(python))
         assert code == 0
         assert tree_digest(site) == before  # byte-identical
         code, checks = runtime(cli, python, archs)
         assert code == 1
-        assert by_label and not next(c for c in checks if c["label"] == "vLLM's supports_eagle3 accepts Glm4MoeForCausalLM")["ok"]
+        assert (
+            by_label
+            and not next(c for c in checks if c["label"] == "vLLM's supports_eagle3 accepts Glm4MoeForCausalLM")["ok"]
+        )

@@ -31,8 +31,11 @@ def test_the_multimodal_markers_are_found_once_per_release(version, monkeypatch)
     real = ast.walk
 
     def spy(node):  # walks of the marker method by class_attrs (other modules may walk it for their own reasons)
-        if (isinstance(node, ast.FunctionDef) and node.name == "_mark_language_model"
-                and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.classes.class_attrs"):
+        if (
+            isinstance(node, ast.FunctionDef)
+            and node.name == "_mark_language_model"
+            and sys._getframe(1).f_globals.get("__name__") == "patchkit.vllm.classes.class_attrs"
+        ):
             walked.append(node.name)
         return real(node)
 
@@ -49,8 +52,11 @@ def test_language_model_attr_is_what_a_fresh_tree_gives(version):
     site = pristine_site_packages(version)
     tree = SourceTree(site)
     registry = Registry(tree)
-    wrappers = [r.cls for a in registry.entries if registry.group_of(a) == "_MULTIMODAL_MODELS"
-                and (r := registry.resolve(a)) is not None and r.cls is not None]
+    wrappers = [
+        r.cls
+        for a in registry.entries
+        if registry.group_of(a) == "_MULTIMODAL_MODELS" and (r := registry.resolve(a)) is not None and r.cls is not None
+    ]
     answers = [class_attrs.language_model_attr(tree, c) for c in wrappers]
     assert sum(a is not None for a in answers) > 20
     for cls, answer in zip(wrappers, answers):
@@ -69,9 +75,14 @@ def test_registry_aliases_are_every_row_naming_the_class(version):
         found = registry.resolve(arch)
         same = {a for a, e in registry.entries.items() if (e.module, e.class_name) == (entry.module, entry.class_name)}
         if found.cls is not None:
-            same |= {a for a, e in registry.entries.items() if e.class_name == found.cls.name
-                     and e.module != found.cls.module and e.module not in TRANSFORMERS_BACKEND_MODULES
-                     and tree.find_class(e.module, e.class_name) == found.cls}
+            same |= {
+                a
+                for a, e in registry.entries.items()
+                if e.class_name == found.cls.name
+                and e.module != found.cls.module
+                and e.module not in TRANSFORMERS_BACKEND_MODULES
+                and tree.find_class(e.module, e.class_name) == found.cls
+            }
         assert found.aliases == tuple(sorted(same)), arch
         with_aliases += len(found.aliases) > 1
     assert with_aliases > 10

@@ -61,8 +61,10 @@ def test_first_campaign_the_v2_divergence_is_the_plain_compiled_runs():
     assert eagle_v2 == run(records, **p, method="eagle3", runner="v1", path="compiled")["tokens"]
     plain_v1 = run(records, **p, method="none", runner="v1", path="compiled")["tokens"]
     assert eagle_v2 == plain_v1  # a plain compiled engine gives EAGLE-3's tokens, 4 x 48
-    others = [run(records, env=e, case="mixtral", dtype="bfloat16", method="none", runner=r, path="compiled")["tokens"]
-              for e, r in (("unpatched", "v1"), ("unpatched", "v2"))]
+    others = [
+        run(records, env=e, case="mixtral", dtype="bfloat16", method="none", runner=r, path="compiled")["tokens"]
+        for e, r in (("unpatched", "v1"), ("unpatched", "v2"))
+    ]
     assert all(o == plain_v2 for o in others)  # the other group: unpatched V1 and V2 with patched V2
     assert all(a[0] != b[0] for a, b in zip(plain_v1, others[0]))  # two plain compiled runs, no speculation
     eager_plain = run(records, **p, method="none", runner="v2", path="eager")["tokens"]
@@ -74,11 +76,18 @@ def test_first_campaign_the_v2_divergence_is_the_plain_compiled_runs():
 def test_first_campaign_other_shapes_and_native_are_lossless_under_v2():
     """Under V2, compiled bf16: Exaone4 (the hidden-states-only shape), Gemma 3 (a dense standard loop)
     patched, and native Llama: EAGLE-3 gives the plain run's tokens on 4 of 4 prompts."""
-    decided = {(c["env"], c["case"], c["runner"], c["path"], c["dtype"]): c for c in spec_lossless.compare(rows(FIRST), 0.05)
-               if c["method"] == "eagle3"}
-    for key in [("patched", "exaone4", "v2", "compiled", "bfloat16"), ("patched", "gemma3", "v2", "compiled", "bfloat16"),
-                ("unpatched", "llama", "v2", "compiled", "bfloat16"), ("patched", "mixtral", "v1", "compiled", "bfloat16"),
-                ("patched", "mixtral", "v2", "eager", "bfloat16")]:
+    decided = {
+        (c["env"], c["case"], c["runner"], c["path"], c["dtype"]): c
+        for c in spec_lossless.compare(rows(FIRST), 0.05)
+        if c["method"] == "eagle3"
+    }
+    for key in [
+        ("patched", "exaone4", "v2", "compiled", "bfloat16"),
+        ("patched", "gemma3", "v2", "compiled", "bfloat16"),
+        ("unpatched", "llama", "v2", "compiled", "bfloat16"),
+        ("patched", "mixtral", "v1", "compiled", "bfloat16"),
+        ("patched", "mixtral", "v2", "eager", "bfloat16"),
+    ]:
         assert decided[key]["equal"] == "4/4", key
         assert decided[key]["target_weights_same"] is True
 

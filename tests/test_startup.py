@@ -32,8 +32,12 @@ main()
 
 def loaded(args: list[str]) -> tuple[int, list[str], str]:
     """Run ``patchkit ARGS`` piped; return its exit code, the heavy modules it loaded, and its stderr."""
-    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("PATCHKIT-MODULES "))
     return proc.returncode, json.loads(line.split(" ", 1)[1]), proc.stderr
 
@@ -50,9 +54,16 @@ def patched(tmp_path_factory) -> Path:
     fresh_copy("0.17.1", root / "unpatched")
     api.apply(from_site_packages(sp))
     (root / "target").mkdir()
-    (root / "target" / "config.json").write_text(json.dumps(
-        {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-         "num_hidden_layers": 61, "hidden_size": 7168}))
+    (root / "target" / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "num_hidden_layers": 61,
+                "hidden_size": 7168,
+            }
+        )
+    )
     return sp
 
 
@@ -101,8 +112,9 @@ def test_doctor_not_ready_plans_in_its_own_process(patched):
     """Not ready: doctor plans the 'patchkit apply' it advises with apply's own planner, in its own
     process (issue 25; a child 'python -m patchkit' before), so it loads libcst then, and still no
     pydantic and no rich."""
-    code, modules, stderr = loaded(["doctor", "--model", str(patched.parent / "target"),
-                                    "--site-packages", str(patched.parent / "unpatched")])
+    code, modules, stderr = loaded(
+        ["doctor", "--model", str(patched.parent / "target"), "--site-packages", str(patched.parent / "unpatched")]
+    )
     assert code == 1, stderr
     assert "libcst" in modules and "pydantic" not in modules and "rich" not in modules
 
@@ -122,8 +134,12 @@ def test_version():
 
 
 def test_help_shows_flags_as_flags():
-    proc = subprocess.run([sys.executable, "-m", "patchkit", "apply", "--help"], capture_output=True, text=True,
-                          env=dict(os.environ, COLUMNS="120"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--help"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, COLUMNS="120"),
+    )
     assert proc.returncode == 0
     flags = [line for line in proc.stdout.splitlines() if "--dry-run" in line or "--force" in line]
     assert len(flags) == 2
@@ -147,8 +163,9 @@ main()
 def test_shutdown_has_no_parsed_trees_to_collect(patched, command):
     """The interpreter's shutdown runs the cyclic collector even with it disabled; the trees a
     command keeps (scan of 0.17.1: 193 files) are frozen first, so its passes find almost nothing."""
-    proc = subprocess.run([sys.executable, "-c", EXIT_PROBE, command, "--site-packages", str(patched)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, command, "--site-packages", str(patched)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("PATCHKIT-GC "))
     frozen, left = map(int, line.split()[1:])

@@ -45,16 +45,33 @@ def test_signal_while_starting_up_is_said(release, signum, command, as_json):
     entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["patchkit"]
     sp = release("0.17.1")
     before = snapshot(sp)
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(int(signum)), entry, command, "--site-packages", str(sp),
-                           *(["--json"] if as_json else [])], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            str(int(signum)),
+            entry,
+            command,
+            "--site-packages",
+            str(sp),
+            *(["--json"] if as_json else []),
+        ],
+        capture_output=True,
+        text=True,
+    )
     # one wording for one Ctrl-C (issue 32): 'error: interrupted by SIGINT (Ctrl-C) ...' and a hint, as
     # every other interrupted command says it (it printed a bare line here)
     name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
     message = f"interrupted by {name} while starting up; nothing was written"
     assert proc.returncode == 128 + signum, (proc.returncode, proc.stdout, proc.stderr)
     if as_json:
-        assert json.loads(proc.stdout) == {"error": message, "hint": "run the command again", "next_step": None,
-                                           "exit_code": 128 + signum}
+        assert json.loads(proc.stdout) == {
+            "error": message,
+            "hint": "run the command again",
+            "next_step": None,
+            "exit_code": 128 + signum,
+        }
         assert proc.stderr == ""
     else:
         assert proc.stderr == f"error: {message}\nhint: run the command again\n" and proc.stdout == ""

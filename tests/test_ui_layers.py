@@ -15,8 +15,16 @@ from pathlib import Path
 
 import patchkit
 from patchkit.errors import ExitCode
-from patchkit.results import (ApplyReport, InstallInfo, Outcome, PatchResult, Problem, RevertedFile, RevertReport,
-                              VerifyReport)
+from patchkit.results import (
+    ApplyReport,
+    InstallInfo,
+    Outcome,
+    PatchResult,
+    Problem,
+    RevertedFile,
+    RevertReport,
+    VerifyReport,
+)
 from patchkit.ui.cluster_report import NodeAnswer
 
 PACKAGE = Path(patchkit.__file__).parent
@@ -50,11 +58,17 @@ def test_a_node_plan_held_back_is_its_plan_with_the_ready_patches_not_written():
     assert not answer.refused and not answer.written and not answer.lost
     held = answer.held_back()
     # the dict rewrite the driver did before (cluster._not_written), field for field
-    expected = {**plan, "patches": [{**p, "outcome": "not written"} if p["outcome"] == "applied" else p
-                                    for p in plan["patches"]]}
+    expected = {
+        **plan,
+        "patches": [{**p, "outcome": "not written"} if p["outcome"] == "applied" else p for p in plan["patches"]],
+    }
     assert held.result == expected
-    assert [p.outcome for p in held.patches] == [Outcome.NOT_WRITTEN, Outcome.ALREADY_APPLIED,
-                                                 Outcome.NOT_APPLICABLE, Outcome.NOT_WRITTEN]
+    assert [p.outcome for p in held.patches] == [
+        Outcome.NOT_WRITTEN,
+        Outcome.ALREADY_APPLIED,
+        Outcome.NOT_APPLICABLE,
+        Outcome.NOT_WRITTEN,
+    ]
     assert answer.result == plan  # the answer itself is unchanged
     lost = NodeAnswer.parse({"lost": True, "result": None, "error": {"message": "gone", "hint": "", "exit_code": 4}})
     assert lost.lost and lost.held_back() is lost and lost.patches == ()

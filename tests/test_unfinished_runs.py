@@ -21,10 +21,17 @@ from test_releases import snapshot
 
 pytestmark = pytest.mark.release
 DEEPSEEK = "vllm/model_executor/models/deepseek_v2.py"
-KIMI_CONFIG = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-               "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61}}
-DEEPSEEK_CONFIG = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                   "hidden_size": 7168, "num_hidden_layers": 61}
+KIMI_CONFIG = {
+    "architectures": ["KimiK25ForConditionalGeneration"],
+    "model_type": "kimi_k25",
+    "text_config": {"model_type": "kimi_k2", "hidden_size": 7168, "num_hidden_layers": 61},
+}
+DEEPSEEK_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+}
 
 
 def killed_apply(sp: Path, monkeypatch) -> dict[str, str]:
@@ -177,7 +184,9 @@ def test_ctrl_c_while_planning_writes_nothing_and_says_so(release, tmp_path, dry
     assert "Traceback" not in proc.stderr
     assert message.startswith("error: interrupted by SIGINT (Ctrl-C) ") and "interrupted: interrupted" not in message
     if dry:  # one wording for one Ctrl-C (issue 32): it read "interrupted: interrupted by SIGINT before ..."
-        assert "error: interrupted by SIGINT (Ctrl-C) before anything was written hint: run the command again" in message
+        assert (
+            "error: interrupted by SIGINT (Ctrl-C) before anything was written hint: run the command again" in message
+        )
     else:
         assert "interrupted by SIGINT (Ctrl-C) during apply: every file is as it was before this run" in message
     assert snapshot(sp) == before
@@ -193,7 +202,8 @@ def test_stale_temporary_files_are_removed_by_the_next_run(release, cli):
     stale_state.write_bytes(b"half a journal")
     code, status = cli.json("status", "--site-packages", str(sp))
     assert sorted(status["unfinished"]["leftovers"]) == sorted(
-        p.relative_to(sp).as_posix() for p in (stale_beside, stale_state))
+        p.relative_to(sp).as_posix() for p in (stale_beside, stale_state)
+    )
     code, _ = cli.json("revert", "--site-packages", str(sp))
     assert code == 0
     assert snapshot(sp) == before  # a full revert leaves no .patchkit and no temporary file
@@ -252,13 +262,17 @@ def test_a_signal_whose_rollback_fails_names_the_files_and_the_command_that_fini
     with pytest.raises(Interrupted) as caught:
         api.apply(from_site_packages(sp))
     assert caught.value.exit_code == 130
-    assert "wrote vllm/config/speculative.py, vllm/model_executor/models/deepseek_v2.py and could not put every file back" \
+    assert (
+        "wrote vllm/config/speculative.py, vllm/model_executor/models/deepseek_v2.py and could not put every file back"
         in caught.value.message
+    )
     assert "run 'patchkit revert' (it puts them back first" in caught.value.hint_for()
     monkeypatch.setattr(journal_mod, "write_atomic", real)
     code, status = cli.json("status", "--site-packages", str(sp))
-    assert sorted(status["unfinished"]["to_roll_back"]) == ["vllm/config/speculative.py",
-                                                           "vllm/model_executor/models/deepseek_v2.py"]
+    assert sorted(status["unfinished"]["to_roll_back"]) == [
+        "vllm/config/speculative.py",
+        "vllm/model_executor/models/deepseek_v2.py",
+    ]
     code, reverted = cli.json("revert", "--site-packages", str(sp))
     assert code == 0
     assert snapshot(sp) == before

@@ -81,8 +81,11 @@ def test_every_non_hybrid_case_passes_right_in_all_four_modes_on_the_gpu():
     rehearsal that passes every check decided again here (OLMoE's compiled bf16 from the copies that
     compiled into their own caches: see the side-by-side test)."""
     runs = load(GPU) + load(FOUR_MODES) + [r for r in load(SIDE_BY_SIDE) if r.get("private_caches", False)]
-    passed = {(r["case"], r["path"], r["dtype"]) for r in runs if r["env"] == "right" and r["report"].get("raw")
-              and all(c.ok for c in decided(r).values())}
+    passed = {
+        (r["case"], r["path"], r["dtype"])
+        for r in runs
+        if r["env"] == "right" and r["report"].get("raw") and all(c.ok for c in decided(r).values())
+    }
     missing = {(c, p, d) for c in NON_HYBRID for p, d in MODES} - passed
     assert not missing, sorted(missing)
 
@@ -112,9 +115,15 @@ def test_under_v2_right_patches_pass_and_wrong_captures_fail_through_v2s_specula
     twice failed as no layer, and vLLM refused the unpatched target."""
     runs = load(GPU_V2)
     assert {(r["env"], r["case"], r["report"]["ok"]) for r in runs} == {
-        ("unpatched", "mixtral", False), ("right", "mixtral", True), ("right", "gemma3", True),
-        ("right", "exaone4", True), ("shift", "mixtral", False), ("shift", "gemma3", False),
-        ("shift", "exaone4", False), ("residual", "exaone4", False)}
+        ("unpatched", "mixtral", False),
+        ("right", "mixtral", True),
+        ("right", "gemma3", True),
+        ("right", "exaone4", True),
+        ("shift", "mixtral", False),
+        ("shift", "gemma3", False),
+        ("shift", "exaone4", False),
+        ("residual", "exaone4", False),
+    }
     for r in runs:
         loaded = [c for c in r["report"]["checks"] if c["name"].startswith("draft loaded")]
         assert r["env"] == "unpatched" or "vLLM's V2 model runner" in loaded[0]["detail"]
@@ -122,7 +131,9 @@ def test_under_v2_right_patches_pass_and_wrong_captures_fail_through_v2s_specula
             assert decided(r)[CheckName.GREEDY].detail.startswith("identical")
 
 
-@pytest.mark.parametrize("record", ENGINE_RUNS, ids=["/".join(key(r)) + "@" + r["report"]["device"] for r in ENGINE_RUNS])
+@pytest.mark.parametrize(
+    "record", ENGINE_RUNS, ids=["/".join(key(r)) + "@" + r["report"]["device"] for r in ENGINE_RUNS]
+)
 def test_recorded_run_decided_again(record):
     """Right patches pass every decided check; a shifted capture fails the aux check naming the shift
     (one layer late), a residual added twice fails it as no layer's stream; the verdict printed on the
@@ -132,8 +143,10 @@ def test_recorded_run_decided_again(record):
     if record["env"] == "right" and key(record) not in MODEL_DIFFERS_ON_GPU:
         assert all(c.ok for c in checks.values()), [(c.name, c.detail) for c in checks.values() if not c.ok]
         assert aux.figures["cause"] == AuxCause.MATCH.name
-        assert aux.figures["distance"] <= verdict.tolerance(Device(record["report"]["device"]),
-                                                            Dtype(record["report"]["dtype"])).aux
+        assert (
+            aux.figures["distance"]
+            <= verdict.tolerance(Device(record["report"]["device"]), Dtype(record["report"]["dtype"])).aux
+        )
     elif record["env"] == "right":
         assert aux.ok is False and aux.figures["cause"] == AuxCause.MODEL_DIFFERS.name
         assert "after the first position" in aux.detail and "--eager" in aux.detail
@@ -148,9 +161,15 @@ def test_recorded_run_decided_again(record):
     assert printed == all(c.ok for c in checks.values()) or not printed and record["env"] != "right"
 
 
-@pytest.mark.parametrize("record", [r for r in ENGINE_RUNS if r["env"] == "shift"
-                                    and r["report"]["checks"][0]["figures"]["draft_fit"].get("shifted_to_sink")],
-                         ids=lambda r: "/".join(key(r)) + "@" + r["report"]["device"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        r
+        for r in ENGINE_RUNS
+        if r["env"] == "shift" and r["report"]["checks"][0]["figures"]["draft_fit"].get("shifted_to_sink")
+    ],
+    ids=lambda r: "/".join(key(r)) + "@" + r["report"]["device"],
+)
 def test_a_shifted_capture_collapses_acceptance(record):
     """The draft is fitted to agree at its layers only: one layer off, vLLM accepts nothing at
     position 1 where the same draft offline, on transformers' states at the right layers, accepts."""
@@ -158,13 +177,19 @@ def test_a_shifted_capture_collapses_acceptance(record):
     assert acceptance.ok is False
     assert acceptance.figures["vllm_rates"][0] == 0.0
     assert acceptance.figures["cause"] in (AcceptanceCause.COLLAPSED.name, AcceptanceCause.DRAFT_TOO_WEAK.name)
-    collapsed = [r for r in ENGINE_RUNS if r["env"] == "shift"
-                 and decided(r)[CheckName.ACCEPTANCE].figures["cause"] == AcceptanceCause.COLLAPSED.name]
+    collapsed = [
+        r
+        for r in ENGINE_RUNS
+        if r["env"] == "shift" and decided(r)[CheckName.ACCEPTANCE].figures["cause"] == AcceptanceCause.COLLAPSED.name
+    ]
     assert len(collapsed) >= 6
 
 
-REPLAY_EXACT = [r for r in load(GPU) + load(CPU) + load(GPU_V2) if r["report"].get("raw")
-                and r["env"] == "right" and key(r) not in MODEL_DIFFERS_ON_GPU]
+REPLAY_EXACT = [
+    r
+    for r in load(GPU) + load(CPU) + load(GPU_V2)
+    if r["report"].get("raw") and r["env"] == "right" and key(r) not in MODEL_DIFFERS_ON_GPU
+]
 
 
 @pytest.mark.parametrize("record", REPLAY_EXACT, ids=lambda r: "/".join(key(r)) + "@" + r["report"]["device"])
@@ -182,8 +207,8 @@ def test_offline_replay_stops_at_max_tokens_and_advances_past_accepted_tokens():
     prompt = [9, 9, 9]
     tokens = prompt + [1, 2, 3, 4, 5, 6]
     proposals = [0] * len(tokens)
-    proposals[2] = 2   # from the prefill's last position: token 5 is 2 -> accepted, then 3 != 2
-    proposals[4] = 4   # next anchor 4 (2 + 1 accepted + 1): token 6 is 4 -> accepted
+    proposals[2] = 2  # from the prefill's last position: token 5 is 2 -> accepted, then 3 != 2
+    proposals[4] = 4  # next anchor 4 (2 + 1 accepted + 1): token 6 is 4 -> accepted
     got = offline_acceptance(tokens, len(prompt), proposals, 2, 6)
     assert got == {"num_drafts": 3, "accepted_per_pos": [2, 0]}
 
@@ -224,13 +249,22 @@ def test_greedy_outputs_that_differ_after_a_routing_near_tie_are_not_decided():
     record = next(r for r in load(GPU) if key(r) == ("right", "olmoe", "compiled", "bf16"))
     greedy = record["report"]["raw"]["greedy"]
     tol = verdict.tolerance(Device.CUDA, Dtype.BF16)
-    tied = {**greedy, "difference": {**greedy["difference"],
-                                     "router": {"margin": tol.router_tie / 4, "router": "model.layers.0.mlp.gate",
-                                                "position": 3}}}
+    tied = {
+        **greedy,
+        "difference": {
+            **greedy["difference"],
+            "router": {"margin": tol.router_tie / 4, "router": "model.layers.0.mlp.gate", "position": 3},
+        },
+    }
     decided = verdict.decide_greedy(tied, tol)
     assert decided.ok is None and "model.layers.0.mlp.gate" in decided.detail and "not decided" in decided.detail
-    decisive = {**greedy, "difference": {**greedy["difference"], "router": {"margin": tol.router_tie * 4,
-                                                                             "router": "model.layers.0.mlp.gate"}}}
+    decisive = {
+        **greedy,
+        "difference": {
+            **greedy["difference"],
+            "router": {"margin": tol.router_tie * 4, "router": "model.layers.0.mlp.gate"},
+        },
+    }
     assert verdict.decide_greedy(decisive, tol).ok is False
 
 
@@ -244,8 +278,10 @@ def test_in_fp32_on_the_gpu_the_replay_is_off_by_a_flipped_draft_proposal_at_mos
         raw = r["report"]["raw"]
         offline, counted = raw["offline"], raw["counters"]
         drafts = abs(offline["num_drafts"] - counted["vllm:spec_decode_num_drafts"])
-        accepted = [abs(a - b) for a, b in zip(offline["accepted_per_pos"],
-                                               counted["vllm:spec_decode_num_accepted_tokens_per_pos"])]
+        accepted = [
+            abs(a - b)
+            for a, b in zip(offline["accepted_per_pos"], counted["vllm:spec_decode_num_accepted_tokens_per_pos"])
+        ]
         if drafts or any(accepted):
             inexact.add((r["case"], r["dtype"]))
             assert drafts <= 2 and max(accepted) <= 1, (key(r), offline, counted)

@@ -44,22 +44,33 @@ def test_on_a_native_release_only_the_journaled_architectures_are_dry_run():
 
 def test_on_a_patched_release_the_default_set_and_the_journaled_architectures_are_dry_run():
     steps = for_verify(A1, Request(), (GLM,), "vllm")
-    assert argvs(steps) == [["patchkit", "apply", "--target", "vllm", "--dry-run"],
-                            ["patchkit", "apply", "--target", "vllm", "--arch", GLM, "--dry-run"]]
+    assert argvs(steps) == [
+        ["patchkit", "apply", "--target", "vllm", "--dry-run"],
+        ["patchkit", "apply", "--target", "vllm", "--arch", GLM, "--dry-run"],
+    ]
 
 
 def test_a_requested_scope_is_dry_run_as_asked(tmp_path):
     (by_arch,) = for_verify(A3, Request((GLM,)), (), "vllm")
     assert list(by_arch.argv) == ["patchkit", "apply", "--target", "vllm", "--arch", GLM, "--dry-run"]
     (by_model,) = for_verify(A1, Request(model=str(tmp_path)), ("OlmoeForCausalLM",), "vllm")
-    assert list(by_model.argv) == ["patchkit", "apply", "--target", "vllm", "--model", os.path.abspath(tmp_path),
-                                   "--dry-run"]
+    assert list(by_model.argv) == [
+        "patchkit",
+        "apply",
+        "--target",
+        "vllm",
+        "--model",
+        os.path.abspath(tmp_path),
+        "--dry-run",
+    ]
 
 
 def test_deciding_the_advice_imports_no_libcst():
-    probe = ("import sys; from patchkit.plan.next_steps import for_verify; from patchkit.plan.request import Request; "
-             "from patchkit.results import InstallInfo; "
-             "for_verify(InstallInfo('/sp', '0.17.1', 'A1b', 'x', patchable=True), Request(), ('X',), 'vllm'); "
-             "print('libcst' in sys.modules)")
+    probe = (
+        "import sys; from patchkit.plan.next_steps import for_verify; from patchkit.plan.request import Request; "
+        "from patchkit.results import InstallInfo; "
+        "for_verify(InstallInfo('/sp', '0.17.1', 'A1b', 'x', patchable=True), Request(), ('X',), 'vllm'); "
+        "print('libcst' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

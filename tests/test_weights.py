@@ -24,11 +24,15 @@ DEEP = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
 
 def test_d2t_and_t2d_are_read_from_the_header_and_data(tmp_path):
     d2t = struct.pack("<4q", 0, 1, 5, 10)  # draft ids 0..3 -> target ids 0, 2, 7, 13
-    _safetensors(tmp_path / "model.safetensors", {
-        "__metadata__": {"format": "pt"},
-        "d2t": {"dtype": "I64", "shape": [4], "data_offsets": [0, 32]},
-        "t2d": {"dtype": "BOOL", "shape": [20], "data_offsets": [32, 52]},
-    }, d2t + bytes(20))
+    _safetensors(
+        tmp_path / "model.safetensors",
+        {
+            "__metadata__": {"format": "pt"},
+            "d2t": {"dtype": "I64", "shape": [4], "data_offsets": [0, 32]},
+            "t2d": {"dtype": "BOOL", "shape": [20], "data_offsets": [32, 52]},
+        },
+        d2t + bytes(20),
+    )
     maps = read_maps(tmp_path)
     assert maps is not None
     assert (maps.t2d_size, maps.d2t_size, maps.highest_target_id) == (20, 4, 13)
@@ -39,8 +43,11 @@ def test_a_deeply_nested_header_is_passed_over_not_raised(tmp_path):
     """A damaged draft shard with a JSON header nested past Python's decoder: the vocabulary maps are
     read from the other shard, and the tensor names are unknown (None); neither raises RecursionError."""
     _safetensors(tmp_path / "a.safetensors", DEEP)
-    _safetensors(tmp_path / "b.safetensors", {"d2t": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}},
-                 struct.pack("<2q", 3, 3))
+    _safetensors(
+        tmp_path / "b.safetensors",
+        {"d2t": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}},
+        struct.pack("<2q", 3, 3),
+    )
     maps = read_maps(tmp_path)
     assert maps is not None and maps.file.endswith("b.safetensors") and maps.highest_target_id == 4
     assert weight_names(tmp_path) is None
@@ -67,7 +74,7 @@ def test_one_mapping_reader_for_transformers_and_vllm_tables():
         'A = OrderedDict([("llama", "LlamaConfig"), ("gemma3", ("Gemma3Config", "X")), (k, "skipped")])\n'
         'B: dict = {"qwen3": "Qwen3Config", "other": some_call()}\n'
         'C: dict[str, type] = {"chatglm": ChatGLMConfig}\n'
-        'D = make()\n'
+        "D = make()\n"
         'D = LazyConfigDict(chatglm="ChatGLMConfig", kimi_k2="DeepseekV3Config")\n'
     )
     found = literal_mappings(module, ("A", "B", "C", "D", "E"))
@@ -75,4 +82,7 @@ def test_one_mapping_reader_for_transformers_and_vllm_tables():
     assert found["A"].entries == (("llama", "LlamaConfig"), ("gemma3", ("Gemma3Config", "X")))
     assert found["B"].entries == (("qwen3", "Qwen3Config"), ("other", None))
     assert found["C"].entries == (("chatglm", None),)
-    assert (found["D"].lineno, found["D"].entries) == (5, (("chatglm", "ChatGLMConfig"), ("kimi_k2", "DeepseekV3Config")))
+    assert (found["D"].lineno, found["D"].entries) == (
+        5,
+        (("chatglm", "ChatGLMConfig"), ("kimi_k2", "DeepseekV3Config")),
+    )

@@ -34,13 +34,27 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_is_named_vllm_patchkit(wheel):
     import patchkit
 
-    metadata = next(zipfile.ZipFile(wheel).open(n) for n in zipfile.ZipFile(wheel).namelist()
-                    if n.endswith(".dist-info/METADATA")).read().decode()
+    metadata = (
+        next(
+            zipfile.ZipFile(wheel).open(n)
+            for n in zipfile.ZipFile(wheel).namelist()
+            if n.endswith(".dist-info/METADATA")
+        )
+        .read()
+        .decode()
+    )
     headers = dict(line.split(": ", 1) for line in metadata.split("\n\n")[0].splitlines() if ": " in line)
     assert headers["Name"] == "vllm-patchkit"
     assert headers["Version"] == patchkit.__version__
-    entry_points = next(zipfile.ZipFile(wheel).open(n) for n in zipfile.ZipFile(wheel).namelist()
-                        if n.endswith(".dist-info/entry_points.txt")).read().decode()
+    entry_points = (
+        next(
+            zipfile.ZipFile(wheel).open(n)
+            for n in zipfile.ZipFile(wheel).namelist()
+            if n.endswith(".dist-info/entry_points.txt")
+        )
+        .read()
+        .decode()
+    )
     assert "patchkit = patchkit.entry:main" in entry_points
 
 
@@ -55,20 +69,31 @@ def test_tool_install_of_the_wheel(wheel, tmp_path, tool):
 
     tools = Path(sys.executable).parent
     bin_dir = tmp_path / "bin"
-    env = dict(os.environ, PIPX_HOME=str(tmp_path / "pipx-home"), PIPX_BIN_DIR=str(bin_dir),
-               PIPX_MAN_DIR=str(tmp_path / "man"), UV_TOOL_DIR=str(tmp_path / "uv-tools"),
-               UV_TOOL_BIN_DIR=str(bin_dir), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        PIPX_HOME=str(tmp_path / "pipx-home"),
+        PIPX_BIN_DIR=str(bin_dir),
+        PIPX_MAN_DIR=str(tmp_path / "man"),
+        UV_TOOL_DIR=str(tmp_path / "uv-tools"),
+        UV_TOOL_BIN_DIR=str(bin_dir),
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    )
     env.pop("VIRTUAL_ENV", None)
-    command = ([str(tools / "pipx"), "install", "--python", sys.executable, str(wheel)] if tool == "pipx" else
-               [str(tools / "uv"), "tool", "install", "--python", sys.executable, str(wheel)])
+    command = (
+        [str(tools / "pipx"), "install", "--python", sys.executable, str(wheel)]
+        if tool == "pipx"
+        else [str(tools / "uv"), "tool", "install", "--python", sys.executable, str(wheel)]
+    )
     installed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    version = subprocess.run([str(bin_dir / "patchkit"), "--version"], capture_output=True, text=True, env=env,
-                             cwd=tmp_path)
+    version = subprocess.run(
+        [str(bin_dir / "patchkit"), "--version"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert version.returncode == 0, version.stderr
     assert version.stdout == f"patchkit {patchkit.__version__}\n"
-    listed = subprocess.run([str(bin_dir / "patchkit"), "list", "--json"], capture_output=True, text=True, env=env,
-                            cwd=tmp_path)
+    listed = subprocess.run(
+        [str(bin_dir / "patchkit"), "list", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert {p["id"] for p in json.loads(listed.stdout)["patches"]} == PATCH_IDS
     home = tmp_path / ("pipx-home" if tool == "pipx" else "uv-tools")
     assert os.path.realpath(bin_dir / "patchkit").startswith(str(home))  # the tool's own environment
@@ -88,19 +113,34 @@ def test_wheel_install_applies_on_a_real_release(wheel, release, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)], check=True)
-    listed = subprocess.run([str(venv / "bin" / "patchkit"), "list", "--json"], capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [str(venv / "bin" / "patchkit"), "list", "--json"], capture_output=True, text=True, check=True
+    )
     assert {p["id"] for p in json.loads(listed.stdout)["patches"]} == PATCH_IDS
 
     sp = release("0.17.1")
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import patchkit.patches; print(patchkit.patches.__file__)"],
-                           capture_output=True, text=True, check=True, cwd=tmp_path)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import patchkit.patches; print(patchkit.patches.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert str(venv) in where.stdout  # the wheel's copy, not the source tree
-    applied = subprocess.run([str(venv / "bin" / "patchkit"), "apply", "--site-packages", str(sp), "--json"],
-                             capture_output=True, text=True, cwd=tmp_path)
+    applied = subprocess.run(
+        [str(venv / "bin" / "patchkit"), "apply", "--site-packages", str(sp), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert applied.returncode == 0, applied.stderr
     assert {p["outcome"] for p in json.loads(applied.stdout)["patches"]} == {"applied"}
-    verified = subprocess.run([str(venv / "bin" / "python"), "-m", "patchkit", "verify", "--site-packages", str(sp)],
-                              capture_output=True, text=True, cwd=tmp_path)
+    verified = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "patchkit", "verify", "--site-packages", str(sp)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert verified.returncode == 0, verified.stdout
 
 
@@ -116,31 +156,49 @@ def test_from_a_checkouts_root_verify_and_doctors_advice_work(wheel, release, tm
     python = str(venv / "bin" / "python")
     sp = release("0.17.1")
 
-    verified = subprocess.run([python, "-m", "patchkit", "verify", "--site-packages", str(sp)],
-                              capture_output=True, text=True, cwd=REPO)
+    verified = subprocess.run(
+        [python, "-m", "patchkit", "verify", "--site-packages", str(sp)], capture_output=True, text=True, cwd=REPO
+    )
     assert verified.returncode == 1 and "Traceback" not in verified.stderr, verified.stderr[-2000:]
     assert "EAGLE-3 is not in effect" in verified.stdout
 
     target = tmp_path / "target"
     target.mkdir()
-    (target / "config.json").write_text(json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
-                                                    "num_hidden_layers": 61, "hidden_size": 7168}))
-    doctor = subprocess.run([python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp),
-                             "--json"], capture_output=True, text=True, cwd=REPO)
+    (target / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["DeepseekV3ForCausalLM"],
+                "model_type": "deepseek_v3",
+                "num_hidden_layers": 61,
+                "hidden_size": 7168,
+            }
+        )
+    )
+    doctor = subprocess.run(
+        [python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 1 and report["apply_command"], report["actions"]
     argv = report["next_steps"][0]["argv"]
     assert argv[:4] == [str(python), "-m", "patchkit", "apply"]  # run as python -m patchkit, named so (issue 32)
     applied = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)  # the advice, as printed
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    again = subprocess.run([python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp)],
-                           capture_output=True, text=True, cwd=REPO)
+    again = subprocess.run(
+        [python, "-m", "patchkit", "doctor", "--model", str(target), "--site-packages", str(sp)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert again.returncode == 0 and "verdict: ready" in again.stdout, again.stdout
 
     # an interpreter without patchkit's requirements: one line and a hint, exit 4 (never 1, never a traceback)
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
-    crashed = subprocess.run([str(bare / "bin" / "python"), "-m", "patchkit", "verify"], capture_output=True, text=True,
-                             cwd=REPO)
+    crashed = subprocess.run(
+        [str(bare / "bin" / "python"), "-m", "patchkit", "verify"], capture_output=True, text=True, cwd=REPO
+    )
     assert crashed.returncode == 4 and "Traceback" not in crashed.stderr, crashed.stderr
     assert crashed.stderr.splitlines()[0].startswith("error: patchkit needs ")

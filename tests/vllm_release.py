@@ -37,8 +37,10 @@ def _require_network_marker(what: str) -> None:
     """Raise when the running test fetches ``what`` without a network marker, so an offline run
     (``-m "not release"``) can never reach the network through a test that forgot its marker."""
     if current_test_markers is not None and not current_test_markers & NETWORK_MARKERS:
-        raise RuntimeError(f"this test fetches {what} but has none of the markers {sorted(NETWORK_MARKERS)}: "
-                           "mark it @pytest.mark.release (or runtime/engine)")
+        raise RuntimeError(
+            f"this test fetches {what} but has none of the markers {sorted(NETWORK_MARKERS)}: "
+            "mark it @pytest.mark.release (or runtime/engine)"
+        )
 
 
 def pristine_site_packages(version: str) -> Path:
@@ -62,12 +64,31 @@ def pristine_site_packages(version: str) -> Path:
         with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
             subprocess.run(
                 [
-                    sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64",
-                    "--platform", "manylinux_2_31_x86_64", "--platform", "manylinux2014_x86_64",
-                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux_2_34_x86_64",
-                    "--platform", "manylinux_2_35_x86_64", "--quiet", "--disable-pip-version-check",
-                    "-d", tmp, f"vllm=={version}",
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.12",
+                    "--platform",
+                    "manylinux_2_28_x86_64",
+                    "--platform",
+                    "manylinux_2_31_x86_64",
+                    "--platform",
+                    "manylinux2014_x86_64",
+                    "--platform",
+                    "manylinux_2_17_x86_64",
+                    "--platform",
+                    "manylinux_2_34_x86_64",
+                    "--platform",
+                    "manylinux_2_35_x86_64",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-d",
+                    tmp,
+                    f"vllm=={version}",
                 ],
                 check=True,
             )
@@ -75,8 +96,7 @@ def pristine_site_packages(version: str) -> Path:
             dist_info = f"vllm-{version}.dist-info/"
             with zipfile.ZipFile(wheel) as zf:
                 members = [
-                    n for n in zf.namelist()
-                    if (n.startswith("vllm/") and n.endswith(".py")) or n.startswith(dist_info)
+                    n for n in zf.namelist() if (n.startswith("vllm/") and n.endswith(".py")) or n.startswith(dist_info)
                 ]
                 zf.extractall(target, members)
             wheel.unlink()
@@ -101,8 +121,9 @@ def _pip_sources() -> list[str]:
     for key, option in (("index-url", "--index-url"), ("find-links", "--find-links")):
         values = os.environ.get(f"PIP_{key.upper().replace('-', '_')}", "").split()
         if not values:
-            out = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{key}"],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "pip", "config", "get", f"global.{key}"], capture_output=True, text=True
+            )
             values = out.stdout.split() if out.returncode == 0 else []
         for value in values:
             if key == "find-links" and not Path(value).is_dir():
@@ -176,8 +197,21 @@ def _settle_file_clashes(python: Path) -> list[str]:
         if _record_hash((site / path).read_bytes()) != f"sha256={digest}":
             reinstall.add(f"{name}=={version}")
     if reinstall:
-        subprocess.run([*_uv(), "pip", "install", "--quiet", "--python", str(python), *_pip_sources(),
-                        "--reinstall", "--no-deps", *sorted(reinstall)], check=True)
+        subprocess.run(
+            [
+                *_uv(),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                str(python),
+                *_pip_sources(),
+                "--reinstall",
+                "--no-deps",
+                *sorted(reinstall),
+            ],
+            check=True,
+        )
     return sorted(reinstall)
 
 
@@ -226,11 +260,19 @@ def runtime_venv(version: str, dist: str = "vllm"):
         api.revert(install, force=True)
         record = record_sha256(install)
         site = install.site_packages
-        drifted = [p for p, digest in record.items() if p.startswith("vllm/") and p.endswith(".py")
-                   and (site / p).is_file() and sha256((site / p).read_bytes()) != digest]
+        drifted = [
+            p
+            for p, digest in record.items()
+            if p.startswith("vllm/")
+            and p.endswith(".py")
+            and (site / p).is_file()
+            and sha256((site / p).read_bytes()) != digest
+        ]
         if drifted:
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps",
-                            f"{dist}=={version}"], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", f"{dist}=={version}"],
+                check=True,
+            )
 
     with FileLock(str(CACHE_ROOT / f"venv-{dist}-{version}.lock")):
         _build_venv_once(venv, version, dist)
@@ -275,14 +317,32 @@ def transformers_files(version: str) -> Path:
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                            "--disable-pip-version-check", "-d", tmp, f"transformers=={version}"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-d",
+                    tmp,
+                    f"transformers=={version}",
+                ],
+                check=True,
+            )
             (wheel,) = Path(tmp).glob("transformers-*.whl")
             with zipfile.ZipFile(wheel) as zf:
-                members = [n for n in zf.namelist()
-                           if n.startswith("transformers/models/auto/") and n.endswith(".py")
-                           or (n.startswith("transformers/models/") and n.rpartition("/")[2].startswith("configuration_"))
-                           or n.startswith(f"transformers-{version}.dist-info/")]
+                members = [
+                    n
+                    for n in zf.namelist()
+                    if n.startswith("transformers/models/auto/")
+                    and n.endswith(".py")
+                    or (n.startswith("transformers/models/") and n.rpartition("/")[2].startswith("configuration_"))
+                    or n.startswith(f"transformers-{version}.dist-info/")
+                ]
                 zf.extractall(target, members)
             wheel.unlink()
         done.touch()

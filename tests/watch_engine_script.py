@@ -21,6 +21,7 @@
 Output (stdout, with vLLM's log on it): ``PATCHKIT-BUILT {...}``, then per case ``PATCHKIT-CASE
 name`` ... ``PATCHKIT-DONE {"case", "counters", "seconds"}``.
 """
+
 import asyncio
 import importlib.util
 import json
@@ -35,6 +36,7 @@ REJECT = 1
 
 def build(spec, driver):
     import torch
+
     loader = importlib.util.spec_from_file_location("engine_checkpoints", driver)
     drv = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(drv)
@@ -45,8 +47,9 @@ def build(spec, driver):
     weights = drv.train_draft(model, dict(spec, train_rollouts=0, train_steps=1), n)["weights"]
     ids, others = spec["reference_ids"], spec["other_ids"]
     gen = torch.Generator().manual_seed(spec["seed"] + 1)
-    prompts = [spec["prompt"]] + [torch.randint(3, 512, (len(spec["prompt"]),), generator=gen).tolist()
-                                  for _ in range(spec["rollouts"])]
+    prompts = [spec["prompt"]] + [
+        torch.randint(3, 512, (len(spec["prompt"]),), generator=gen).tolist() for _ in range(spec["rollouts"])
+    ]
     xs, ys = [], []
     for prompt in prompts:
         seq = prompt + drv.greedy(model, prompt, spec["max_tokens"] + 4)
@@ -64,7 +67,9 @@ def build(spec, driver):
         h = fc(x)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5)
         loss = torch.nn.functional.cross_entropy(head(h), y)
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     weights["fc.weight"], weights["lm_head.weight"] = fc.weight.detach().clone(), head.weight.detach().clone()
     drv.save_draft(spec, weights)
     return float(loss)
@@ -72,8 +77,10 @@ def build(spec, driver):
 
 async def serve(engine, prompt, requests, max_tokens):
     from vllm import SamplingParams
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True,
-                            detokenize=False)
+
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, detokenize=False
+    )
     for i in range(requests):
         async for _ in engine.generate({"prompt_token_ids": prompt}, params, request_id=str(i)):
             pass
@@ -93,20 +100,34 @@ def main():
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
     from vllm.v1.metrics.reader import get_metrics_snapshot
+
     for case, draft in spec["cases"]:
         t0 = time.monotonic()
         print("PATCHKIT-CASE " + case, flush=True)
-        args = AsyncEngineArgs(model=os.path.join(spec["workdir"], "target"), skip_tokenizer_init=True, dtype="float32",
-                               max_model_len=256, enforce_eager=True, seed=0, max_num_seqs=2,
-                               distributed_executor_backend="uni",
-                               speculative_config={"method": "eagle3", "model": draft, "num_speculative_tokens": 2})
+        args = AsyncEngineArgs(
+            model=os.path.join(spec["workdir"], "target"),
+            skip_tokenizer_init=True,
+            dtype="float32",
+            max_model_len=256,
+            enforce_eager=True,
+            seed=0,
+            max_num_seqs=2,
+            distributed_executor_backend="uni",
+            speculative_config={"method": "eagle3", "model": draft, "num_speculative_tokens": 2},
+        )
         engine = AsyncLLM.from_engine_args(args)
         asyncio.run(serve(engine, spec["prompt"], spec["requests"], spec["max_tokens"]))
-        counters = {m.name: getattr(m, "value", None) if getattr(m, "value", None) is not None else getattr(m, "values", None)
-                    for m in get_metrics_snapshot() if m.name.startswith("vllm:spec_decode")}
+        counters = {
+            m.name: getattr(m, "value", None) if getattr(m, "value", None) is not None else getattr(m, "values", None)
+            for m in get_metrics_snapshot()
+            if m.name.startswith("vllm:spec_decode")
+        }
         engine.shutdown()
-        print("PATCHKIT-DONE " + json.dumps({"case": case, "counters": counters,
-                                             "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+        print(
+            "PATCHKIT-DONE "
+            + json.dumps({"case": case, "counters": counters, "seconds": round(time.monotonic() - t0, 1)}),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,14 @@ class ResolveReport:
             "install": vars(self.install),
             "architecture": self.architecture,
             "native": self.native,
-            "registry": None if r is None else {"module": r.entry.module, "class": r.entry.class_name,
-                                                "file": self.registry_file, "line": r.entry.lineno},
+            "registry": None
+            if r is None
+            else {
+                "module": r.entry.module,
+                "class": r.entry.class_name,
+                "file": self.registry_file,
+                "line": r.entry.lineno,
+            },
             "file": cls.relpath if cls else None,
             "line": cls.lineno if cls else None,
             "class": cls.name if cls else None,
@@ -92,8 +98,22 @@ def resolve(install: Install, architecture: str) -> ResolveReport:
     close = suggestions(registry, architecture) if resolution is None else []
     alternatives = tree.alternatives(resolution.entry.module, resolution.entry.class_name) if resolution else []
 
-    branches = [{"class": b.dotted, "location": b.cls.location if b.cls else None, "first": b.first,
-                 "eagle3": links.has_interface(tree, registry, contract, b.cls)}
-                for b in platforms.branches(tree, resolution)]
-    return ResolveReport(install_info(install, contract), architecture, resolution, bases, registry.relpath, close,
-                         alternatives, branches)
+    branches = [
+        {
+            "class": b.dotted,
+            "location": b.cls.location if b.cls else None,
+            "first": b.first,
+            "eagle3": links.has_interface(tree, registry, contract, b.cls),
+        }
+        for b in platforms.branches(tree, resolution)
+    ]
+    return ResolveReport(
+        install_info(install, contract),
+        architecture,
+        resolution,
+        bases,
+        registry.relpath,
+        close,
+        alternatives,
+        branches,
+    )

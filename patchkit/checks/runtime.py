@@ -39,9 +39,13 @@ TIMEOUT_S = 900
 """Importing vLLM's model modules takes about 10 s on a CPU-only machine; allow for slow disks."""
 
 
-def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
-               architectures: tuple[str, ...] | None = None,
-               model_types: tuple[str, ...] = TEXT_MODEL_TYPES) -> dict:
+def probe_spec(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architectures: tuple[str, ...] | None = None,
+    model_types: tuple[str, ...] = TEXT_MODEL_TYPES,
+) -> dict:
     """The probe's input: the architectures to check, their holder chains, their backbones.
 
     Args:
@@ -75,18 +79,40 @@ def probe_spec(tree: SourceTree, registry: Registry, contract: Contract,
             # the stand-in layers follow the stream patchkit derived from this release's code (the same
             # decision the capture codemod was planned with): the probe's forward run is a consistency check
             stream = expected_stream(tree, registry, backbone)
-            residual = (stream.stream is Stream.SUM if isinstance(stream, StreamVerdict)
-                        else loop.returns_residual if read else True)
-            pair = loop.tuple_target if read else True  # the call unpacks two values (stablelm.py keeps the residual inside)
+            residual = (
+                stream.stream is Stream.SUM
+                if isinstance(stream, StreamVerdict)
+                else loop.returns_residual
+                if read
+                else True
+            )
+            pair = (
+                loop.tuple_target if read else True
+            )  # the call unpacks two values (stablelm.py keeps the residual inside)
             backbones.setdefault(f"{backbone.module}:{backbone.name}", {"residual": residual, "pair": pair})
     types = list(model_types) if read_allow_list(tree) is not None else []
     choice = serving_runner(tree)
     missing = choice.not_checked("the draft loader", "the model runner")
-    loader = None if missing is not None or choice.generation is None else {
-        "runner": choice.name, "module": choice.generation.loader_module, "cls": choice.generation.loader_class,
-        "name": choice.generation.loader}
-    return {"architectures": archs, "chains": chains, "backbones": backbones, "getter": contract.getter,
-            "model_types": types, "pp_flag": PP_FLAG, "loader": loader, "runner": missing or choice.reason}
+    loader = (
+        None
+        if missing is not None or choice.generation is None
+        else {
+            "runner": choice.name,
+            "module": choice.generation.loader_module,
+            "cls": choice.generation.loader_class,
+            "name": choice.generation.loader,
+        }
+    )
+    return {
+        "architectures": archs,
+        "chains": chains,
+        "backbones": backbones,
+        "getter": contract.getter,
+        "model_types": types,
+        "pp_flag": PP_FLAG,
+        "loader": loader,
+        "runner": missing or choice.reason,
+    }
 
 
 def run_probe(python: Path, spec: dict) -> Check:
@@ -98,20 +124,31 @@ def run_probe(python: Path, spec: dict) -> Check:
     Raises:
         InterpreterError: the interpreter cannot be started, or cannot import vLLM and torch.
     """
-    node = Check(f"runtime: vLLM's own code, run by {python}", True,
-                 "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
-                 f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
-                 "layer contract: they show the written code consistent with it, not that it is right; "
-                 f"model runner {spec.get('runner', '?')}")
+    node = Check(
+        f"runtime: vLLM's own code, run by {python}",
+        True,
+        "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
+        f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
+        "layer contract: they show the written code consistent with it, not that it is right; "
+        f"model runner {spec.get('runner', '?')}",
+    )
     if spec.get("loader") is None:  # the runner's draft loader is not in the install: that check cannot run
         node.children.append(Check("vLLM's draft loading", False, spec.get("runner") or "not checked: no draft loader"))
         spec = {**spec, "skip_loading": True}
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
     try:
-        proc = subprocess.run([str(python), str(PROBE), json.dumps(spec)], capture_output=True, text=True,
-                              timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.run(
+            [str(python), str(PROBE), json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
     except OSError as exc:
-        raise InterpreterError(f"--python {python} could not be run: {exc}", "give the serving environment's python") from exc
+        raise InterpreterError(
+            f"--python {python} could not be run: {exc}", "give the serving environment's python"
+        ) from exc
     except subprocess.TimeoutExpired:
         node.ok, node.detail = False, f"the probe did not finish in {TIMEOUT_S} s"
         return node
@@ -120,7 +157,7 @@ def run_probe(python: Path, spec: dict) -> Check:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         node.ok, node.detail = False, f"the probe exited {proc.returncode} without a report: {tail}"
         return node
-    report = json.loads(line[len(SENTINEL):])
+    report = json.loads(line[len(SENTINEL) :])
     if "fatal" in report:
         raise InterpreterError(
             f"{python} cannot import vLLM and torch: {report['fatal']}",
@@ -132,4 +169,3 @@ def run_probe(python: Path, spec: dict) -> Check:
         node.children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
     node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
     return node
-

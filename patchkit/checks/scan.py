@@ -57,8 +57,12 @@ class ScanReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"command": "scan", "install": vars(self.install), "counts": self.counts(),
-                "architectures": [vars(r) for r in self.rows]}
+        return {
+            "command": "scan",
+            "install": vars(self.install),
+            "counts": self.counts(),
+            "architectures": [vars(r) for r in self.rows],
+        }
 
 
 def scan(install: Install) -> ScanReport:
@@ -90,6 +94,16 @@ def scan(install: Install) -> ScanReport:
                 if state is not State.NATIVE:
                     refuses = "; apply refuses it without --force" if reading.lossless is not True else ""
                     reason = f"hybrid, {lossless}{refuses}; {reason}"
-        rows.append(ScanRow(arch, group, shape.cls.name if shape.cls else None, state.value,
-                            shape.shape.value if shape.shape else None, reason, shape.location, lossless))
+        rows.append(
+            ScanRow(
+                arch,
+                group,
+                shape.cls.name if shape.cls else None,
+                state.value,
+                shape.shape.value if shape.shape else None,
+                reason,
+                shape.location,
+                lossless,
+            )
+        )
     return ScanReport(install_info(install, contract), tuple(rows))

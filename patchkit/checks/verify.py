@@ -9,7 +9,6 @@ start-up allow-list. Each node carries ``file:line`` evidence.
 
 from __future__ import annotations
 
-import ast
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
@@ -31,10 +30,15 @@ RUNNER_SHOWN_CHECK = "runner-shown-lossless"
 """The ``kind`` of :func:`runner_shown_check`'s node."""
 
 
-def verify(tree: SourceTree, registry: Registry, contract: Contract,
-           architectures: tuple[str, ...] | None = None,
-           model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = (),
-           pristine: SourceTree | None = None) -> list[Check]:
+def verify(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architectures: tuple[str, ...] | None = None,
+    model_types: tuple[str, ...] | None = None,
+    requested: tuple[str, ...] = (),
+    pristine: SourceTree | None = None,
+) -> list[Check]:
     """Run every check on ``tree`` (files on disk, or a planned result through overrides).
 
     Args:
@@ -74,7 +78,13 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
             checks.append(Check(arch, None if route.usable is None else route.usable, route.reason(), route.location))
             continue
         if resolution.cls is None:
-            checks.append(Check(arch, False, f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find"))
+            checks.append(
+                Check(
+                    arch,
+                    False,
+                    f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find",
+                )
+            )
             continue
         fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
@@ -86,8 +96,10 @@ def verify(tree: SourceTree, registry: Registry, contract: Contract,
         node = architecture_chain(tree, registry, contract, resolution, derivation)
         shape = classify(tree, registry, contract, arch)
         settle(node, shape)
-        for lossless in (hybrid_check(tree, registry, arch, shape),
-                         runner_shown_check(tree, pristine, contract, arch, shape)):
+        for lossless in (
+            hybrid_check(tree, registry, arch, shape),
+            runner_shown_check(tree, pristine, contract, arch, shape),
+        ):
             if lossless is not None:
                 node.children.append(lossless)
                 node.ok = not any(c.failures() for c in node.children)
@@ -105,13 +117,18 @@ def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchSha
     if reading is None or not reading.hybrid:
         return None
     evidence = next((m.evidence for m in (reading.lossy or reading.mixers)), reading.location)
-    return Check("speculative decoding keeps greedy output (hybrid mixers)", reading.lossless is True,
-                 f"{reading.verdict()}: {reading.explain()}" if reading.lossless is not True else reading.verdict(),
-                 evidence, kind=hybrids.HYBRID_CHECK)
+    return Check(
+        "speculative decoding keeps greedy output (hybrid mixers)",
+        reading.lossless is True,
+        f"{reading.verdict()}: {reading.explain()}" if reading.lossless is not True else reading.verdict(),
+        evidence,
+        kind=hybrids.HYBRID_CHECK,
+    )
 
 
-def runner_shown_check(tree: SourceTree, pristine: SourceTree | None, contract: Contract, arch: str,
-                       shape: ArchShape) -> Check | None:
+def runner_shown_check(
+    tree: SourceTree, pristine: SourceTree | None, contract: Contract, arch: str, shape: ArchShape
+) -> Check | None:
     """Whether the shape patchkit writes (or wrote) for ``arch`` is shown to keep greedy output on the runner
     the serve uses (:func:`patchkit.vllm.shapes.shown.showing`); fails when not (apply refuses it there
     without ``--force``). None when patchkit writes nothing for it (native, not patchable) or the runner
@@ -127,8 +144,13 @@ def runner_shown_check(tree: SourceTree, pristine: SourceTree | None, contract: 
     found = showing(serving_runner(tree), applied.shape)
     if found is None:
         return None
-    return Check(f"greedy output kept under vLLM's {found.runner} runner ({applied.shape.value})", found.shown,
-                 found.detail, RECORD if found.shown else None, kind=RUNNER_SHOWN_CHECK)
+    return Check(
+        f"greedy output kept under vLLM's {found.runner} runner ({applied.shape.value})",
+        found.shown,
+        found.detail,
+        RECORD if found.shown else None,
+        kind=RUNNER_SHOWN_CHECK,
+    )
 
 
 def settle(node: Check, shape: ArchShape) -> Check:
@@ -147,8 +169,15 @@ def settle(node: Check, shape: ArchShape) -> Check:
     """
     if shape.state is State.PATCHABLE and any(c.failures() for c in node.children):
         # good news, not a problem: the failed links below are what apply writes (issue 32)
-        node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", None,
-                                      f"{shape.reason}; apply writes what is missing below", shape.location))
+        node.children.insert(
+            0,
+            Check(
+                f"patchkit's verdict: {shape.state.value}",
+                None,
+                f"{shape.reason}; apply writes what is missing below",
+                shape.location,
+            ),
+        )
     elif shape.state is not State.NATIVE:
         node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
     else:
@@ -172,12 +201,13 @@ def _not_followed_unchecked(node: Check) -> bool:
     return changed
 
 
-
 def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ...]) -> Check:
     found = read_allow_list(tree)
     if found is not None:
         if not model_types:
-            return Check("speculative-config allow-list", None, "no model type to check (pass --model DIR)", found.location)
+            return Check(
+                "speculative-config allow-list", None, "no model type to check (pass --model DIR)", found.location
+            )
         refused = [t for t in model_types if not admits(found.entries, t)]
         return Check(
             "speculative-config allow-list admits " + ", ".join(model_types),
@@ -187,5 +217,3 @@ def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ..
         )
     absent = NoAllowList.of(contract)
     return Check("speculative-config allow-list", absent.ok, absent.value)
-
-

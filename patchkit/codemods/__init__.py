@@ -38,8 +38,11 @@ class Kind:
 
 
 def _capture_expects(o: dict[str, Any]) -> str:
-    layer = ("'hidden_states, residual = layer(..., residual, ...)'" if o.get("residual", True) else
-             "'hidden_states = layer(...)' (or 'hidden_states, residual = layer(...)' with no residual passed in)")
+    layer = (
+        "'hidden_states, residual = layer(..., residual, ...)'"
+        if o.get("residual", True)
+        else "'hidden_states = layer(...)' (or 'hidden_states, residual = layer(...)' with no residual passed in)"
+    )
     if CaptureForm(o.get("form", CaptureForm.INLINE)) is CaptureForm.MIXIN:
         return (
             "the backbone class exactly once at module level, with exactly one forward; forward holds exactly one "
@@ -65,40 +68,52 @@ def _interface_expects(o: dict[str, Any]) -> str:
 
 CATALOGUE: dict[CodemodKind, Kind] = {
     CodemodKind.CAPTURE: Kind(
-        "patchkit.codemods.capture", "CaptureAuxHiddenStates",
+        "patchkit.codemods.capture",
+        "CaptureAuxHiddenStates",
         "the residual-stream capture of EAGLE-3 aux hidden states in the backbone's forward",
         _capture_expects,
         "Make a decoder backbone capture EAGLE-3 aux hidden states, in the form the release's native classes use.",
     ),
     CodemodKind.INTERFACE: Kind(
-        "patchkit.codemods.interface", "AddEagle3Interface",
+        "patchkit.codemods.interface",
+        "AddEagle3Interface",
         "SupportsEagle3 base and its import (and, on A1 releases, the two methods)",
         _interface_expects,
         "Give a model class the SupportsEagle3 interface the release's runner checks for.",
     ),
     CodemodKind.ALLOWLIST: Kind(
-        "patchkit.codemods.allowlist", "ExtendAllowList",
+        "patchkit.codemods.allowlist",
+        "ExtendAllowList",
         "model types added to the EAGLE-3 allow-list",
         lambda o: f"exactly one assignment '{' or '.join(o['names'])} = [\"...\", ...]' (a list of string literals)",
         "Add model types to the EAGLE-3 start-up allow-list of the speculative config.",
     ),
     CodemodKind.EMBEDDING_ALIAS: Kind(
-        "patchkit.codemods.alias", "AddEmbeddingAlias",
+        "patchkit.codemods.alias",
+        "AddEmbeddingAlias",
         "a read-only property naming the backbone's embedding the way vLLM's EAGLE proposer reads it",
-        lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
+        lambda o: (
+            f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}"
+        ),
         "Let vLLM's EAGLE proposer find a backbone's embedding under the name it reads (embed_tokens).",
     ),
     CodemodKind.HEAD_ALIAS: Kind(
-        "patchkit.codemods.alias", "AddHeadAlias",
+        "patchkit.codemods.alias",
+        "AddHeadAlias",
         "a read-only property naming the model's head the way vLLM's EAGLE proposer reads it",
-        lambda o: f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}",
+        lambda o: (
+            f"the target class exactly once at module level, with exactly one __init__ and no member {o['alias']}"
+        ),
         "Let vLLM's EAGLE proposer share a target's head it reads under another name (lm_head).",
     ),
     CodemodKind.PROPOSER_BRANCH: Kind(
-        "patchkit.codemods.proposer", "AddModelNameBranch",
+        "patchkit.codemods.proposer",
+        "AddModelNameBranch",
         "elif branch in the EAGLE proposer's image-token mapping",
-        lambda o: (f"exactly one 'self.get_model_name(...) == \"{o['after']}\"' branch, followed by an "
-                   "'else:' that assigns '... = ....image_token_index'"),
+        lambda o: (
+            f"exactly one 'self.get_model_name(...) == \"{o['after']}\"' branch, followed by an "
+            "'else:' that assigns '... = ....image_token_index'"
+        ),
         "Map a multimodal target's image token field in the EAGLE proposer.",
     ),
 }

@@ -21,14 +21,14 @@ import libcst as cst
 from patchkit.codemods.base import Codemod, Presence, Refusal, Site, parse_members, replace_top_level, top_level_class
 from patchkit.codemods.kinds import CodemodKind
 
-_TEMPLATE = '''
+_TEMPLATE = """
 @property
 def {alias}(self):
     # Added by patchkit ({patch_id}):
     # vLLM's EAGLE proposer reads .{alias} to share the target's {what} with the draft;
     # this {holder} calls it {attribute}.
     return self.{attribute}
-'''
+"""
 
 
 def _alias_of(cls: cst.ClassDef, alias: str) -> list[cst.CSTNode]:
@@ -39,8 +39,13 @@ def _alias_of(cls: cst.ClassDef, alias: str) -> list[cst.CSTNode]:
             out.append(stmt)
         elif isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
-                targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign) else
-                           [small.target] if isinstance(small, cst.AnnAssign) else [])
+                targets = (
+                    [t.target for t in small.targets]
+                    if isinstance(small, cst.Assign)
+                    else [small.target]
+                    if isinstance(small, cst.AnnAssign)
+                    else []
+                )
                 if any(isinstance(t, cst.Name) and t.value == alias for t in targets):
                     out.append(small)
     return out
@@ -49,9 +54,13 @@ def _alias_of(cls: cst.ClassDef, alias: str) -> list[cst.CSTNode]:
 def _returns_attribute(fn: cst.FunctionDef, attribute: str) -> bool:
     body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
     returns = [s.body[0] for s in body if isinstance(s, cst.SimpleStatementLine) and isinstance(s.body[0], cst.Return)]
-    return (len(returns) == 1 and isinstance(returns[0].value, cst.Attribute)
-            and isinstance(returns[0].value.value, cst.Name) and returns[0].value.value.value == "self"
-            and returns[0].value.attr.value == attribute)
+    return (
+        len(returns) == 1
+        and isinstance(returns[0].value, cst.Attribute)
+        and isinstance(returns[0].value.value, cst.Name)
+        and returns[0].value.value.value == "self"
+        and returns[0].value.attr.value == attribute
+    )
 
 
 class AddEmbeddingAlias(Codemod):
@@ -83,14 +92,17 @@ class AddEmbeddingAlias(Codemod):
         cls = top_level_class(module, self._class(site))
         if _alias_of(cls, self.alias):
             raise Refusal(f"{cls.name.value} already defines {self.alias}")
-        members = parse_members(_TEMPLATE.format(alias=self.alias, attribute=self.attribute, patch_id=self.patch_id,
-                                                 what=self.what, holder=self.holder).lstrip("\n"))
+        members = parse_members(
+            _TEMPLATE.format(
+                alias=self.alias, attribute=self.attribute, patch_id=self.patch_id, what=self.what, holder=self.holder
+            ).lstrip("\n")
+        )
         members = [m.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for m in members]
         body = list(cls.body.body)
         inits = [i for i, s in enumerate(body) if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
         if len(inits) != 1:
             raise Refusal(f"expected exactly 1 __init__ in class {cls.name.value}, found {len(inits)}")
-        body[inits[0] + 1:inits[0] + 1] = members
+        body[inits[0] + 1 : inits[0] + 1] = members
         return replace_top_level(module, cls, cls.with_changes(body=cls.body.with_changes(body=body)))
 
     def _class(self, site: Site) -> str:

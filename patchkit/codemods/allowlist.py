@@ -31,8 +31,12 @@ def _element_value(element: cst.BaseElement) -> str | None:
 
 def _is_allow_list(node: cst.CSTNode, names: tuple[str, ...]) -> bool:
     """:func:`patchkit.vllm.release.contract.allow_list_entries` on a libcst statement, narrowed to ``names``."""
-    if not (isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name)
-            and isinstance(node.value, cst.List)):
+    if not (
+        isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Name)
+        and isinstance(node.value, cst.List)
+    ):
         return False
     name = node.targets[0].target.value
     return allow_list_entries(name, [_element_value(e) for e in node.value.elements], names) is not None

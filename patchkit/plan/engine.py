@@ -101,8 +101,15 @@ class _Refused(Exception):
     pass
 
 
-def plan(install: Install, tree: SourceTree, contract: Contract, registry: Registry,
-         journal: Journal, patches: list[Patch], decided: tuple[PatchResult, ...] = ()) -> Plan:
+def plan(
+    install: Install,
+    tree: SourceTree,
+    contract: Contract,
+    registry: Registry,
+    journal: Journal,
+    patches: list[Patch],
+    decided: tuple[PatchResult, ...] = (),
+) -> Plan:
     """Decide every patch's outcome and compute new file contents, writing nothing.
 
     Args:
@@ -128,8 +135,15 @@ def plan(install: Install, tree: SourceTree, contract: Contract, registry: Regis
             gc.enable()
 
 
-def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Registry,
-          journal: Journal, patches: list[Patch], decided: tuple[PatchResult, ...]) -> Plan:
+def _plan(
+    install: Install,
+    tree: SourceTree,
+    contract: Contract,
+    registry: Registry,
+    journal: Journal,
+    patches: list[Patch],
+    decided: tuple[PatchResult, ...],
+) -> Plan:
     result = Plan()
     result.results.extend(decided)
     outcome_of: dict[str, PatchResult] = {}
@@ -155,7 +169,9 @@ def _plan(install: Install, tree: SourceTree, contract: Contract, registry: Regi
         except (SyntaxError, ValueError) as exc:
             for pr in list(result.results):
                 if pr.outcome is Outcome.APPLIED and relpath in pr.files:
-                    _replan(result, outcome_of, pr, f"{relpath}: the patched file would not parse ({exc}); nothing written")
+                    _replan(
+                        result, outcome_of, pr, f"{relpath}: the patched file would not parse ({exc}); nothing written"
+                    )
             continue
         if new != result.originals[relpath]:
             result.changed[relpath] = new
@@ -175,9 +191,18 @@ def _replan(result: Plan, outcome_of: dict[str, PatchResult], planned: PatchResu
     outcome_of[planned.id] = refused
 
 
-def _decide(patch: Patch, install: Install, tree: SourceTree, contract: Contract, registry: Registry,
-            journal: Journal, outcome_of: dict[str, PatchResult], modules: dict[str, cst.Module],
-            written: set[str], result: Plan) -> PatchResult:
+def _decide(
+    patch: Patch,
+    install: Install,
+    tree: SourceTree,
+    contract: Contract,
+    registry: Registry,
+    journal: Journal,
+    outcome_of: dict[str, PatchResult],
+    modules: dict[str, cst.Module],
+    written: set[str],
+    result: Plan,
+) -> PatchResult:
     decided = _release_decision(patch, install, contract)
     if decided is not None:
         return decided
@@ -225,17 +250,21 @@ def _release_decision(patch: Patch, install: Install, contract: Contract) -> Pat
     # files decide (REFERENCE.md: the era by shape, the version only as a cross-check), as verify does.
     if mismatch and contract.native and patch.upstream_from is not None:
         return PatchResult(
-            patch.id, Outcome.UPSTREAM,
+            patch.id,
+            Outcome.UPSTREAM,
             f"vLLM {install.version} is a development build whose files have the {contract.era} contract: "
             f"native there (released in {patch.upstream_from}); nothing to write",
         )
     if mismatch and contract.patchable and install.version not in patch.vllm:
-        raise _Refused(f"vLLM {install.version} is a development build whose files still have the {contract.era} "
-                       f"contract, outside this patch's range {patch.vllm}: install a release")
+        raise _Refused(
+            f"vLLM {install.version} is a development build whose files still have the {contract.era} "
+            f"contract, outside this patch's range {patch.vllm}: install a release"
+        )
     if install.version not in patch.vllm:
         if patch.upstream_from is not None and install.version >= Version(patch.upstream_from):
             return PatchResult(
-                patch.id, Outcome.UPSTREAM,
+                patch.id,
+                Outcome.UPSTREAM,
                 f"vLLM {install.version} has this natively (since {patch.upstream_from}); nothing to write",
             )
         raise _NotApplicable(f"vLLM {install.version} is outside this patch's range {patch.vllm}")
@@ -264,11 +293,17 @@ def _loader(install: Install, tree: SourceTree, modules: dict[str, cst.Module], 
             try:
                 modules[relpath] = cst.parse_module(source)
             except cst.ParserSyntaxError as exc:
-                raise SourceError(f"{relpath}:{exc.raw_line}: syntax error: {exc.message}", _REINSTALL,
-                                  reinstall(install.distribution, str(install.version), "the release's own files back")) from exc
+                raise SourceError(
+                    f"{relpath}:{exc.raw_line}: syntax error: {exc.message}",
+                    _REINSTALL,
+                    reinstall(install.distribution, str(install.version), "the release's own files back"),
+                ) from exc
             except (SyntaxError, UnicodeError, ValueError) as exc:  # encoding declaration, bytes
-                raise SourceError(f"{relpath}: cannot be read as Python source: {exc}", _REINSTALL,
-                                  reinstall(install.distribution, str(install.version), "the release's own files back")) from exc
+                raise SourceError(
+                    f"{relpath}: cannot be read as Python source: {exc}",
+                    _REINSTALL,
+                    reinstall(install.distribution, str(install.version), "the release's own files back"),
+                ) from exc
             result.originals[relpath] = source
             result.encodings[relpath] = modules[relpath].encoding
         return modules[relpath]

@@ -108,9 +108,14 @@ def journal_check(install: Install, journal: JournalRecords) -> Check:
     file whose state is another one (:data:`FILE_STATES`)."""
     record = record_sha256(install, journal.entries)
     interrupted = set(journal.unfinished().to_roll_back) if journal.pending else set()
-    states = {path: FileState.INTERRUPTED if path in interrupted else file_state(install, e, record)
-              for path, e in journal.entries.items()}
+    states = {
+        path: FileState.INTERRUPTED if path in interrupted else file_state(install, e, record)
+        for path, e in journal.entries.items()
+    }
     odd = {p: st for p, st in states.items() if st is not FileState.PATCHED}
-    detail = (f"{len(states)} file(s) patched by patchkit" if not odd else
-              "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items())))
+    detail = (
+        f"{len(states)} file(s) patched by patchkit"
+        if not odd
+        else "; ".join(f"{p}: {FILE_STATES[st]}" for p, st in sorted(odd.items()))
+    )
     return Check("patchkit journal", None, detail)

@@ -71,17 +71,24 @@ def _why_missing(relpath: str, install: Install) -> tuple[str, bool]:
     """``(reason, deleted)`` for a target file ``relpath`` the install lacks; ``deleted`` when RECORD lists it."""
     listed = record_lists(install, relpath)
     if listed:
-        return (f"{relpath} is missing from this install, though vLLM {install.version}'s RECORD lists it (deleted?); "
-                f"reinstall vLLM to patch it"), True
+        return (
+            f"{relpath} is missing from this install, though vLLM {install.version}'s RECORD lists it (deleted?); "
+            f"reinstall vLLM to patch it"
+        ), True
     if listed is None:
-        return (f"{relpath} is not in this install, and it has no RECORD to tell whether vLLM {install.version} "
-                f"ships it; this patch cannot run here"), False
-    return (f"vLLM {install.version} does not ship {relpath} (its RECORD does not list it): this release has no "
-            f"such file, so this patch cannot run on it, and reinstalling would not change that"), False
+        return (
+            f"{relpath} is not in this install, and it has no RECORD to tell whether vLLM {install.version} "
+            f"ships it; this patch cannot run here"
+        ), False
+    return (
+        f"vLLM {install.version} does not ship {relpath} (its RECORD does not list it): this release has no "
+        f"such file, so this patch cannot run on it, and reinstalling would not change that"
+    ), False
 
 
-def split(patches: list[Patch], tree: SourceTree, registry: Registry,
-          install: Install) -> tuple[list[Patch], list[PatchResult], Missing]:
+def split(
+    patches: list[Patch], tree: SourceTree, registry: Registry, install: Install
+) -> tuple[list[Patch], list[PatchResult], Missing]:
     """Separate the patches that can run from those whose file (or a required patch's file) is missing.
 
     A patch whose range (``Patch.vllm``) does not hold ``install.version`` is runnable here: its
@@ -110,8 +117,13 @@ def split(patches: list[Patch], tree: SourceTree, registry: Registry,
         dep = next((d for d in patch.requires if d in dropped), None)
         if dep is not None:
             dropped[patch.id] = dropped[dep]
-            results.append(PatchResult(patch.id, Outcome.NOT_APPLICABLE,
-                                       f"needs {dep}, whose file {dropped[dep]} is missing from this install"))
+            results.append(
+                PatchResult(
+                    patch.id,
+                    Outcome.NOT_APPLICABLE,
+                    f"needs {dep}, whose file {dropped[dep]} is missing from this install",
+                )
+            )
             continue
         runnable.append(patch)
     return runnable, results, Missing(tuple(sorted(set(deleted))), tuple(sorted(set(not_shipped))))

@@ -48,19 +48,41 @@ def after_dry_run(report: ApplyReport, apply_argv: Sequence[str]) -> tuple[NextS
     refused = [p for p in report.patches if p.outcome is Outcome.REFUSED]
     if refused:
         first = refused[0]
-        return (NextStep((*argv, "--dry-run"), f"apply would refuse, writing nothing: {first.id}: {first.reason}",
-                         first.target, Effect.SHOWS, (first.id,), int(ExitCode.REFUSED)),)
+        return (
+            NextStep(
+                (*argv, "--dry-run"),
+                f"apply would refuse, writing nothing: {first.id}: {first.reason}",
+                first.target,
+                Effect.SHOWS,
+                (first.id,),
+                int(ExitCode.REFUSED),
+            ),
+        )
     steps = []
     would = [p for p in report.patches if p.outcome is Outcome.APPLIED]
     if would:
-        steps.append(NextStep(argv, f"writes {', '.join(p.id for p in would)}; add --dry-run to see the diff",
-                              would[0].target, Effect.PATCHES, tuple(p.id for p in would)))
+        steps.append(
+            NextStep(
+                argv,
+                f"writes {', '.join(p.id for p in would)}; add --dry-run to see the diff",
+                would[0].target,
+                Effect.PATCHES,
+                tuple(p.id for p in would),
+            )
+        )
     later = [p for p in report.patches if p.outcome is Outcome.NOT_APPLICABLE and p.upgrade_to]
     if later:
         release = max(later, key=lambda p: p.upgrade_to).upgrade_to
-        steps.append(upgrade(report.install.distribution, release,
-                             f"{', '.join(p.id for p in later)}: not applicable to vLLM {report.install.version}; "
-                             f"from vLLM {release} on it works", later[0].target, [p.id for p in later]))
+        steps.append(
+            upgrade(
+                report.install.distribution,
+                release,
+                f"{', '.join(p.id for p in later)}: not applicable to vLLM {report.install.version}; "
+                f"from vLLM {release} on it works",
+                later[0].target,
+                [p.id for p in later],
+            )
+        )
     return tuple(steps)
 
 
@@ -81,25 +103,45 @@ def for_verify(info: InstallInfo, request: Request, journaled: Sequence[str], ta
     if info.era == Era.A0:  # the first release where every patch of the default set works
         shipped = load_patches(target)
         release = str(max(Version(first_release(p)) for p in shipped))
-        return (upgrade(info.distribution, release, f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
-                        f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
-                        patches=[p.id for p in shipped]),)
+        return (
+            upgrade(
+                info.distribution,
+                release,
+                f"patchkit cannot add EAGLE-3 to vLLM {info.version} "
+                f"({info.era_description}); from vLLM {release} on every patch of the default set applies",
+                patches=[p.id for p in shipped],
+            ),
+        )
     if info.native and not request and not journaled:
-        return (reinstall(info.distribution, info.version, f"vLLM {info.version} supports EAGLE-3 for these models "
-                          "natively and patchkit has nothing to apply; the files above differ from the release"),)
+        return (
+            reinstall(
+                info.distribution,
+                info.version,
+                f"vLLM {info.version} supports EAGLE-3 for these models "
+                "natively and patchkit has nothing to apply; the files above differ from the release",
+            ),
+        )
     default = [] if info.native else [Request()]  # natively supported: no shipped patch applies there
     runs = [request] if request else [*default, *([Request(tuple(journaled))] if journaled else [])]
     steps = []
     for run in runs:
         model = os.path.abspath(run.model) if run.model is not None else None
         argv = patchkit_argv("apply", target=target, architectures=run.architectures, model=model, extra=("--dry-run",))
-        steps.append(NextStep(argv, "writes nothing: shows the patches apply would write here, or why it would "
-                              "refuse (exit 3); without --dry-run it writes them", None, Effect.SHOWS))
+        steps.append(
+            NextStep(
+                argv,
+                "writes nothing: shows the patches apply would write here, or why it would "
+                "refuse (exit 3); without --dry-run it writes them",
+                None,
+                Effect.SHOWS,
+            )
+        )
     return tuple(steps)
 
 
-def without_refused(install: Install, request: Request, target: str, chain_check: ChainCheck,
-                    force: bool = False) -> tuple[NextStep, ...]:
+def without_refused(
+    install: Install, request: Request, target: str, chain_check: ChainCheck, force: bool = False
+) -> tuple[NextStep, ...]:
     """After a refused ``apply`` of several ``--arch``: the ``apply`` of the ones that do not refuse.
 
     A run is all or nothing, so one refused architecture stops the others. Each architecture is
@@ -113,8 +155,10 @@ def without_refused(install: Install, request: Request, target: str, chain_check
 
     if request.model is not None or len(request.architectures) < 2:
         return ()
-    alone = {a: dry_run(install, chain_check=chain_check, target=target, request=Request((a,)), force=force)
-             for a in request.architectures}
+    alone = {
+        a: dry_run(install, chain_check=chain_check, target=target, request=Request((a,)), force=force)
+        for a in request.architectures
+    }
     bad = [a for a, r in alone.items() if r.refused]
     rest = tuple(a for a in request.architectures if a not in bad)
     if not bad or not rest:
@@ -124,9 +168,16 @@ def without_refused(install: Install, request: Request, target: str, chain_check
         return ()
     would = tuple(p.id for p in together.patches if p.outcome is Outcome.APPLIED)
     reason = next(p for p in alone[bad[0]].patches if p.outcome is Outcome.REFUSED)
-    return (NextStep(patchkit_argv("apply", target=target, architectures=rest, force=force),
-                     f"applies the rest without --arch {' --arch '.join(bad)}, which refuses alone ({reason.id}: "
-                     f"{reason.reason})", reason.target, Effect.PATCHES, would),)
+    return (
+        NextStep(
+            patchkit_argv("apply", target=target, architectures=rest, force=force),
+            f"applies the rest without --arch {' --arch '.join(bad)}, which refuses alone ({reason.id}: "
+            f"{reason.reason})",
+            reason.target,
+            Effect.PATCHES,
+            would,
+        ),
+    )
 
 
 def first_release(patch: Patch) -> str:
@@ -137,8 +188,9 @@ def first_release(patch: Patch) -> str:
     return str(max([*lower, *([Version(fixed)] if fixed else [])]))
 
 
-def upgrade(distribution: str, release: str, why: str, rests_on: str | None = None,
-            patches: Sequence[str] = ()) -> NextStep:
+def upgrade(
+    distribution: str, release: str, why: str, rests_on: str | None = None, patches: Sequence[str] = ()
+) -> NextStep:
     """``pip install 'DIST>=RELEASE'`` in the serving environment (:attr:`Effect.UPGRADE`); ``patches``:
     the patch ids that work from ``RELEASE`` on (empty: EAGLE-3 as a whole)."""
     return NextStep(("pip", "install", f"{distribution}>={release}"), why, rests_on, Effect.UPGRADE, tuple(patches))
@@ -155,8 +207,11 @@ def reapply(runs: Sequence[Sequence[str]], *, target: str = "vllm", model: str |
     steps = []
     for archs in runs:
         chosen = {"model": model} if archs and model else {"architectures": tuple(archs)}
-        why = ("again for this release: the architectures patchkit's journal says an --arch/--model run patched"
-               if archs else "again for this release: the default set")
+        why = (
+            "again for this release: the architectures patchkit's journal says an --arch/--model run patched"
+            if archs
+            else "again for this release: the default set"
+        )
         steps.append(NextStep(patchkit_argv("apply", target=target, **chosen), why, effect=Effect.PATCHES))
     return tuple(steps)
 
@@ -194,11 +249,16 @@ def undo(install: Install, journal: Journal, request: Request, before: frozenset
     if remove == added:
         return NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES, patches=tuple(sorted(remove)))
     if not before:
-        return NextStep(patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES, patches=tuple(sorted(added)),
-                        whole=True)
+        return NextStep(
+            patchkit_argv("revert"), "undoes it", effect=Effect.RESTORES, patches=tuple(sorted(added)), whole=True
+        )
     kept = sorted(added - remove)
-    return NextStep(patchkit_argv("revert"), f"takes out what no other patched architecture needs; it keeps "
-                    f"{', '.join(kept)}", effect=Effect.RESTORES, patches=tuple(sorted(remove)))
+    return NextStep(
+        patchkit_argv("revert"),
+        f"takes out what no other patched architecture needs; it keeps {', '.join(kept)}",
+        effect=Effect.RESTORES,
+        patches=tuple(sorted(remove)),
+    )
 
 
 __all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "undo", "upgrade", "without_refused"]

@@ -30,8 +30,11 @@ def requested_not_applicable(results: Sequence[PatchResult], requested: set[str]
     Writing only the prerequisites of a requested patch would not be what was asked for, so the
     requested patch is refused and with it the whole run.
     """
-    return tuple(Veto(r.id, f"requested with --patch, but not applicable to vLLM {version}: {r.reason}")
-                 for r in results if r.id in requested and r.outcome is Outcome.NOT_APPLICABLE)
+    return tuple(
+        Veto(r.id, f"requested with --patch, but not applicable to vLLM {version}: {r.reason}")
+        for r in results
+        if r.id in requested and r.outcome is Outcome.NOT_APPLICABLE
+    )
 
 
 def file_gate(results: Sequence[PatchResult], paths: Iterable[str], reason: Callable[[str], str]) -> tuple[Veto, ...]:

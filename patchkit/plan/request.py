@@ -65,7 +65,9 @@ def read_model_config(model_dir: Path) -> ModelConfig:
         ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names
             no architectures (exit 4, as for ``doctor``).
     """
-    from patchkit.vllm.checkpoints.config import read_config  # lazy: start-up, 'status' without --model reads no config.json
+    from patchkit.vllm.checkpoints.config import (
+        read_config,
+    )  # lazy: start-up, 'status' without --model reads no config.json
 
     cfg = read_config(Path(model_dir), "--model")
     path, data = cfg.path, cfg.data
@@ -86,9 +88,10 @@ def check_architecture(architecture: str) -> None:
     vLLM's registry keys are Python class names (``DeepseekV2ForCausalLM``).
     """
     if not architecture.strip() or any(ch.isspace() for ch in architecture):
-        raise UsageError(f"{architecture!r} is not an architecture name",
-                         "give a class name from the checkpoint's config.json \"architectures\", "
-                         "e.g. DeepseekV3ForCausalLM")
+        raise UsageError(
+            f"{architecture!r} is not an architecture name",
+            'give a class name from the checkpoint\'s config.json "architectures", e.g. DeepseekV3ForCausalLM',
+        )
 
 
 def suggestions(registry: Registry, architecture: str) -> list[str]:
@@ -145,14 +148,16 @@ def check_requested(registry: Registry, request: Request, version: str) -> None:
         if registry.resolve(name) is not None:
             continue
         if not name.strip():
-            raise UsageError("--arch '' is not an architecture name",
-                             "give a class name from the checkpoint's config.json \"architectures\", "
-                             "e.g. DeepseekV3ForCausalLM")
+            raise UsageError(
+                "--arch '' is not an architecture name",
+                'give a class name from the checkpoint\'s config.json "architectures", e.g. DeepseekV3ForCausalLM',
+            )
         raise not_registered(registry, name, version, "--arch")
 
 
-def not_registered(registry: Registry, name: str, version: str, given: str, env: str = "",
-                   model_type: str | None = None) -> UsageError:
+def not_registered(
+    registry: Registry, name: str, version: str, given: str, env: str = "", model_type: str | None = None
+) -> UsageError:
     """The error for an architecture name this release's registry does not hold (exit 2).
 
     One message for every command: ``--arch`` names (:func:`check_requested`) and the
@@ -169,12 +174,25 @@ def not_registered(registry: Registry, name: str, version: str, given: str, env:
     Returns:
         A :class:`UsageError` naming ``name``, with the closest registered names (:func:`suggestions`).
     """
-    close = list(dict.fromkeys([*(suggestions(registry, model_type) if model_type else []),
-                                *suggestions(registry, name)]))[:3]
-    scan = NextStep(patchkit_argv("scan", environment=shlex.split(env)), "it lists the architectures this vLLM registers")
-    return UsageError(f"{given} {name!r} is not in vLLM {version}'s model registry",
-                      f"did you mean {' or '.join(close)}" if close else "", scan)
+    close = list(
+        dict.fromkeys([*(suggestions(registry, model_type) if model_type else []), *suggestions(registry, name)])
+    )[:3]
+    scan = NextStep(
+        patchkit_argv("scan", environment=shlex.split(env)), "it lists the architectures this vLLM registers"
+    )
+    return UsageError(
+        f"{given} {name!r} is not in vLLM {version}'s model registry",
+        f"did you mean {' or '.join(close)}" if close else "",
+        scan,
+    )
 
 
-__all__ = ["ModelConfig", "Request", "check_architecture", "check_requested", "not_registered", "read_model_config",
-           "suggestions"]
+__all__ = [
+    "ModelConfig",
+    "Request",
+    "check_architecture",
+    "check_requested",
+    "not_registered",
+    "read_model_config",
+    "suggestions",
+]

@@ -38,9 +38,14 @@ class RevertPlan:
     refused: bool
 
 
-def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: Narrowing | None = None,
-                rewrite: dict[str, bytes] | None = None, guard_edits: dict[str, tuple[str, ...]] | None = None
-                ) -> RevertPlan:
+def plan_revert(
+    install: Install,
+    journal: JournalRecords,
+    force: bool,
+    narrow: Narrowing | None = None,
+    rewrite: dict[str, bytes] | None = None,
+    guard_edits: dict[str, tuple[str, ...]] | None = None,
+) -> RevertPlan:
     """Decide, per journaled file in scope, what the revert does (nothing is written here).
 
     Args:
@@ -62,8 +67,15 @@ def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: 
     planned: list[tuple[str, FileState, list[str]]] = []  # path, state, patches: the files to write
     refused = bool(guard_edits)
     for path, patches in sorted((guard_edits or {}).items()):
-        files.append(RevertedFile(path, False, "a file of patchkit's guard, changed since patchkit wrote it; not touched",
-                                  patches, "blocking"))
+        files.append(
+            RevertedFile(
+                path,
+                False,
+                "a file of patchkit's guard, changed since patchkit wrote it; not touched",
+                patches,
+                "blocking",
+            )
+        )
     for path in scope:
         entry = journal.entries[path]
         state = file_state(install, entry, record)
@@ -76,8 +88,9 @@ def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: 
             planned.append((path, state, entry.patches))
         elif action is RevertAction.FORGET:
             forget.append(path)
-            files.append(RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches,
-                                      "forgotten"))
+            files.append(
+                RevertedFile(path, False, f"nothing to revert: {FILE_STATES[state]}", entry.patches, "forgotten")
+            )
         else:
             refused = True
             files.append(RevertedFile(path, False, f"{FILE_STATES[state]}; not touched", entry.patches, "blocking"))
@@ -86,9 +99,18 @@ def plan_revert(install: Install, journal: JournalRecords, force: bool, narrow: 
             files.append(RevertedFile(path, False, "not restored: the revert was refused", patches, "held back"))
         elif path in rewrites:
             stays = sorted(set(patches) & narrow.keep)
-            files.append(RevertedFile(path, True, f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; "
-                                                  f"keeps {', '.join(stays)}", patches, "rewritten"))
+            files.append(
+                RevertedFile(
+                    path,
+                    True,
+                    f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; keeps {', '.join(stays)}",
+                    patches,
+                    "rewritten",
+                )
+            )
         else:
-            how = "original bytes restored" + (f" (--force; the file was {state.value})" if state is not FileState.PATCHED else "")
+            how = "original bytes restored" + (
+                f" (--force; the file was {state.value})" if state is not FileState.PATCHED else ""
+            )
             files.append(RevertedFile(path, True, how, patches, "restored"))
     return RevertPlan(restore, rewrites, forget, sorted(files, key=lambda f: f.path), refused)

@@ -12,35 +12,69 @@ from patchkit.plan.request import Request
 from patchkit.results import InstallInfo, RevertedFile
 
 
-def again(command: str, target: str, request: Request, force: bool, *, command_options: Sequence[str] | None = None,
-           patch_ids: list[str] | None = None, guard: bool = False, watch: Sequence[str] = ()) -> NextStep:
+def again(
+    command: str,
+    target: str,
+    request: Request,
+    force: bool,
+    *,
+    command_options: Sequence[str] | None = None,
+    patch_ids: list[str] | None = None,
+    guard: bool = False,
+    watch: Sequence[str] = (),
+) -> NextStep:
     """The ``patchkit apply`` or ``patchkit revert`` step that repeats a run: its environment,
     ``--patch``, ``--arch``, ``--model`` (absolute), ``--force``, ``--guard`` and ``--watch`` options."""
-    argv = patchkit_argv(command, target=target if target != "vllm" else None, environment=command_options or (),
-                         patch_ids=patch_ids or (), architectures=request.architectures,
-                         model=os.path.abspath(request.model) if request.model is not None else None,
-                         force=force, guard=guard, extra=watch)
-    return NextStep(argv, f"again, to {command} the patches",
-                    effect=Effect.PATCHES if command == "apply" else Effect.RESTORES)
+    argv = patchkit_argv(
+        command,
+        target=target if target != "vllm" else None,
+        environment=command_options or (),
+        patch_ids=patch_ids or (),
+        architectures=request.architectures,
+        model=os.path.abspath(request.model) if request.model is not None else None,
+        force=force,
+        guard=guard,
+        extra=watch,
+    )
+    return NextStep(
+        argv, f"again, to {command} the patches", effect=Effect.PATCHES if command == "apply" else Effect.RESTORES
+    )
 
 
-def revert_refused(info: InstallInfo, target: str, request: Request, files: Sequence[RevertedFile],
-                    guard_edits: dict[str, tuple[str, ...]]) -> tuple[NextStep, ...]:
+def revert_refused(
+    info: InstallInfo,
+    target: str,
+    request: Request,
+    files: Sequence[RevertedFile],
+    guard_edits: dict[str, tuple[str, ...]],
+) -> tuple[NextStep, ...]:
     """The next steps of a refused revert: the same revert with ``--force``, and, when a vLLM file
     blocked it, the reinstall that gives the release's own bytes back (an edited guard file is
     patchkit's, which no reinstall of vLLM touches)."""
     vllm_edits = [f for f in files if f.blocking and f.path not in guard_edits]
-    why = ("writes the originals over the edits (the edits are lost)" if not guard_edits else
-           "deletes patchkit's guard, its edited file(s) included" if not vllm_edits else
-           "writes the originals over the edits and deletes patchkit's guard (the edits are lost)")
+    why = (
+        "writes the originals over the edits (the edits are lost)"
+        if not guard_edits
+        else "deletes patchkit's guard, its edited file(s) included"
+        if not vllm_edits
+        else "writes the originals over the edits and deletes patchkit's guard (the edits are lost)"
+    )
     steps = [replace(again("revert", target, request, True), why=why)]
     if vllm_edits:
-        steps.append(reinstall(info.distribution, info.version, "the release's own files back, "
-                               "then 'patchkit status' shows the journal settled"))
+        steps.append(
+            reinstall(
+                info.distribution,
+                info.version,
+                "the release's own files back, then 'patchkit status' shows the journal settled",
+            )
+        )
     return tuple(steps)
 
 
 def plugin_step(command_options: Sequence[str] | None, why: str, remove: bool = False, name: str = "guard") -> NextStep:
     """``patchkit guard install`` (or ``remove``; ``name``: or ``watch``) with the environment options given."""
-    return NextStep(patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
-                    why, effect=Effect.GUARD if name == "guard" else Effect.WATCH)
+    return NextStep(
+        patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
+        why,
+        effect=Effect.GUARD if name == "guard" else Effect.WATCH,
+    )

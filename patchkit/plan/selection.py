@@ -56,15 +56,23 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
     served = {a: found for a in archs for found in [shipped_for(tree, registry, contract, a)] if found}
     shipped = list({p.id: p for found in served.values() for p in found}.values())
     generic = [a for a in archs if a not in served]
-    selection = select_architectures(tree, registry, contract, generic, families, config, allow.entries if allow else None,
-                                     force=force)
+    selection = select_architectures(
+        tree, registry, contract, generic, families, config, allow.entries if allow else None, force=force
+    )
     decided = []
     for d in selection.decisions:
         if d.refusal is not None:
             decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.REFUSED, d.refusal, [], d.shape.location))
         elif not d.patch_ids:
-            decided.append(PatchResult(f"eagle3:{d.architecture}", Outcome.UPSTREAM,
-                                       f"{d.architecture} {d.shape.reason}; nothing to write", [], d.shape.location))
+            decided.append(
+                PatchResult(
+                    f"eagle3:{d.architecture}",
+                    Outcome.UPSTREAM,
+                    f"{d.architecture} {d.shape.reason}; nothing to write",
+                    [],
+                    d.shape.location,
+                )
+            )
     types: list[str] = []
     for arch in archs:
         if config is not None and config.model_type and arch in config.architectures:
@@ -72,21 +80,30 @@ def arch_selection(tree: SourceTree, registry: Registry, contract: Contract, req
         else:  # the family entry, else the serving environment's transformers / vLLM's config registry
             resolution = registry.resolve(arch)
             types.extend(architecture_model_types(tree, resolution.cls if resolution else None, arch, families)[0])
-    patches = [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
+    patches = (
+        [*select(load_patches(), [p.id for p in shipped]), *selection.patches] if shipped else list(selection.patches)
+    )
     if shipped:
         types.extend(TEXT_MODEL_TYPES)
         # a checkpoint of a default-set architecture whose model type neither the release's list nor the
         # shipped entries admit (a fine-tune with its own model_type) gets its own allow-list entry
-        shipped_entries = [e for p in patches if p.codemod.kind is CodemodKind.ALLOWLIST for e in p.codemod.opts.get("entries", ())]
-        if (allow is not None and config is not None and config.model_type
-                and set(config.architectures) & set(served)
-                and not admits([*allow.entries, *shipped_entries], config.model_type)):
+        shipped_entries = [
+            e for p in patches if p.codemod.kind is CodemodKind.ALLOWLIST for e in p.codemod.opts.get("entries", ())
+        ]
+        if (
+            allow is not None
+            and config is not None
+            and config.model_type
+            and set(config.architectures) & set(served)
+            and not admits([*allow.entries, *shipped_entries], config.model_type)
+        ):
             patches.append(allow_list_patch(config.model_type, config.architectures[0]))
     return patches, tuple(decided), tuple(archs), tuple(dict.fromkeys(types))
 
 
-def verify_scope(tree: SourceTree, registry: Registry, contract: Contract, request: Request,
-                 journal: JournalRecords) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool]:
+def verify_scope(
+    tree: SourceTree, registry: Registry, contract: Contract, request: Request, journal: JournalRecords
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool]:
     """What ``verify`` checks: ``(architectures, model_types, journaled, requested)``.
 
     With ``request`` (on a release with the ``SupportsEagle3`` Protocol): its architectures and model
@@ -168,5 +185,11 @@ def patched_architectures(install, journal: JournalRecords) -> tuple[tuple[str, 
     return tuple(dict.fromkeys([*shipped, *chosen])), tuple(chosen)
 
 
-__all__ = ["arch_selection", "architectures_of", "journaled_architectures", "patched_architectures",
-           "reapply_runs", "verify_scope"]
+__all__ = [
+    "arch_selection",
+    "architectures_of",
+    "journaled_architectures",
+    "patched_architectures",
+    "reapply_runs",
+    "verify_scope",
+]

@@ -138,10 +138,12 @@ def patches_package():
     folder = Path(patchkit.__file__).resolve().parent.parent / "patches"
     init = folder / "__init__.py"
     if not init.is_file():
-        raise PatchkitError(f"patchkit's patch definitions (patchkit.patches) are missing from "
-                                 f"{Path(patchkit.__file__).resolve().parent}",
-                                 "reinstall patchkit (pip install --force-reinstall /path/to/patchkit), or run "
-                                 "the installed 'patchkit' script instead of 'python -m patchkit' in a checkout")
+        raise PatchkitError(
+            f"patchkit's patch definitions (patchkit.patches) are missing from "
+            f"{Path(patchkit.__file__).resolve().parent}",
+            "reinstall patchkit (pip install --force-reinstall /path/to/patchkit), or run "
+            "the installed 'patchkit' script instead of 'python -m patchkit' in a checkout",
+        )
     spec = importlib.util.spec_from_file_location("patchkit.patches", init, submodule_search_locations=[str(folder)])
     module = importlib.util.module_from_spec(spec)
     sys.modules["patchkit.patches"] = module
@@ -209,7 +211,9 @@ def order(patches: dict[str, Patch]) -> list[Patch]:
     try:
         ids = list(sorter.static_order())
     except graphlib.CycleError as exc:
-        raise UsageError(f"patch requirements form a cycle: {' -> '.join(exc.args[1])}", "fix the patch definitions") from exc
+        raise UsageError(
+            f"patch requirements form a cycle: {' -> '.join(exc.args[1])}", "fix the patch definitions"
+        ) from exc
     rank = {pid: i for i, pid in enumerate(patches)}
     # static_order is a valid order; re-sort stably by (depth, definition order) for a readable run order
     depth: dict[str, int] = {}
@@ -263,4 +267,6 @@ def unknown_patch_ids(ids: list[str] | None, known: list[str]) -> None:
         return
     close = list(dict.fromkeys(c for i in unknown for c in difflib.get_close_matches(i, known, n=2, cutoff=0.6)))
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    raise UsageError(f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')")
+    raise UsageError(
+        f"unknown --patch {', '.join(unknown)}", hint + f"known patches: {', '.join(known)} ('patchkit list')"
+    )

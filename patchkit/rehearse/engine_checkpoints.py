@@ -108,9 +108,16 @@ def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
 
     ids = torch.tensor([prompt], dtype=torch.long)
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
-                             do_sample=False, min_new_tokens=max_tokens, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            min_new_tokens=max_tokens,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def train_draft(model, spec: dict, n_layers: int) -> dict:
@@ -162,12 +169,13 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
             return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)) @ lm_head.T
 
         fit = float((picks(x_right).argmax(-1) == y_right).float().mean())
-        apart = float((picks(x[len(x_right):]).argmax(-1) == sink).float().mean()) if len(x) > len(x_right) else None
-    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": lm_head,
-               "norm.weight": torch.ones(hidden)}
+        apart = float((picks(x[len(x_right) :]).argmax(-1) == sink).float().mean()) if len(x) > len(x_right) else None
+    weights = {"fc.weight": fc.weight.detach().clone(), "lm_head.weight": lm_head, "norm.weight": torch.ones(hidden)}
     weights.update(_midlayer(cfg, hidden))
     if "speculators_model_type" in top:  # speculators checkpoints name the decoder layer layers.0
-        weights = {("layers.0." + k[len("midlayer."):]) if k.startswith("midlayer.") else k: v for k, v in weights.items()}
+        weights = {
+            ("layers.0." + k[len("midlayer.") :]) if k.startswith("midlayer.") else k: v for k, v in weights.items()
+        }
     if draft_vocab < vocab:
         weights["d2t"] = torch.tensor([t - i for i, t in enumerate(chosen)], dtype=torch.long)
         mask = torch.zeros(vocab, dtype=torch.bool)
@@ -190,8 +198,10 @@ def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> t
     handle = layers[-1].register_forward_hook(hook)
     gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
     feats, targets, shifted = [], [], []
-    prompts = [spec["prompt"]] + [torch.randint(3, vocab, (len(spec["prompt"]),), generator=gen).tolist()
-                                  for _ in range(int(spec.get("train_rollouts", 3)))]
+    prompts = [spec["prompt"]] + [
+        torch.randint(3, vocab, (len(spec["prompt"]),), generator=gen).tolist()
+        for _ in range(int(spec.get("train_rollouts", 3)))
+    ]
     try:
         for prompt in prompts:
             seq = prompt + greedy(model, prompt, spec["max_tokens"] + 4)
@@ -271,7 +281,9 @@ def layer_config(draft: dict) -> dict:
 
 
 def save_draft(spec: dict, weights: dict) -> str:
-    from safetensors.torch import save_file  # lazy: target interpreter only; a failed import is a failed step in the report
+    from safetensors.torch import (
+        save_file,
+    )  # lazy: target interpreter only; a failed import is a failed step in the report
 
     path = os.path.join(spec["workdir"], "draft")
     os.makedirs(path, exist_ok=True)

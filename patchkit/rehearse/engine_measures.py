@@ -26,8 +26,14 @@ def aux_errors(first, reference: list, ids: list[int]) -> dict:
     received in the prefill (cut to the prompt); ``reference``: :func:`layer_states`' states.
     """
     hidden = first.shape[-1] // len(ids)
-    out = {"ids": ids, "n": len(reference) - 1, "tokens": int(first.shape[0]), "width": int(first.shape[-1]),
-           "hidden": int(reference[0].shape[-1]), "errors": []}
+    out = {
+        "ids": ids,
+        "n": len(reference) - 1,
+        "tokens": int(first.shape[0]),
+        "width": int(first.shape[-1]),
+        "hidden": int(reference[0].shape[-1]),
+        "errors": [],
+    }
     if hidden != reference[0].shape[-1] or hidden * len(ids) != first.shape[-1]:
         return out  # another width than len(ids) states of the target's hidden size: no matrix
     for chunk in first.split(hidden, dim=-1):
@@ -124,11 +130,17 @@ def router_margin(model, device: str, tokens: list[int]) -> dict | None:
             j = int(rel.argmin())
             if "margin" not in found or float(rel[j]) < found["margin"]:
                 found.update(margin=float(rel[j]), router=name, position=j)
+
         return fn
 
-    handles = [mod.register_forward_hook(hook(name)) for name, mod in model.named_modules()
-               if name.rsplit(".", 1)[-1] in ("gate", "router") and getattr(mod, "weight", None) is not None
-               and mod.weight.dim() == 2 and mod.weight.shape[0] in experts]
+    handles = [
+        mod.register_forward_hook(hook(name))
+        for name, mod in model.named_modules()
+        if name.rsplit(".", 1)[-1] in ("gate", "router")
+        and getattr(mod, "weight", None) is not None
+        and mod.weight.dim() == 2
+        and mod.weight.shape[0] in experts
+    ]
     if not handles:
         return None
     try:
@@ -151,7 +163,11 @@ def first_difference_gap(model, device: str, prompt: list[int], a: list[int], b:
     last = logits[-1]
     top = last.topk(2)
     scale = float(last.abs().max().clamp_min(1e-12))
-    return {"index": i, "tokens": [a[i], b[i]], "gap": abs(float(last[a[i]] - last[b[i]])) / scale,
-            "top2_gap": float(top.values[0] - top.values[1]) / scale,
-            "transformers_token": int(top.indices[0]),
-            "router": router_margin(model, device, prompt + a[:i])}
+    return {
+        "index": i,
+        "tokens": [a[i], b[i]],
+        "gap": abs(float(last[a[i]] - last[b[i]])) / scale,
+        "top2_gap": float(top.values[0] - top.values[1]) / scale,
+        "transformers_token": int(top.indices[0]),
+        "router": router_margin(model, device, prompt + a[:i]),
+    }

@@ -30,10 +30,14 @@ def extra_engine_args(environ) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{ENGINE_ARGS_VAR} is not JSON ({exc.msg}); give an object such as "
-                         "'{\"additional_config\": {\"gdn_prefill_backend\": \"triton\"}}'") from None
+        raise ValueError(
+            f"{ENGINE_ARGS_VAR} is not JSON ({exc.msg}); give an object such as "
+            '\'{"additional_config": {"gdn_prefill_backend": "triton"}}\''
+        ) from None
     if not isinstance(value, dict):
-        raise ValueError(f"{ENGINE_ARGS_VAR} must be a JSON object of LLM keyword arguments, not {type(value).__name__}")
+        raise ValueError(
+            f"{ENGINE_ARGS_VAR} must be a JSON object of LLM keyword arguments, not {type(value).__name__}"
+        )
     return value
 
 
@@ -50,10 +54,17 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     """
     from vllm import LLM  # lazy: target interpreter only; a failed import is a failed step in the report
 
-    kwargs = dict(model=target, skip_tokenizer_init=True, dtype=spec.get("dtype", "float32"),
-                  max_model_len=int(spec.get("max_model_len", 256)), enforce_eager=bool(spec.get("eager", False)),
-                  seed=int(spec.get("seed", 0)), max_num_seqs=4, disable_log_stats=False,
-                  **layout_kwargs(spec))
+    kwargs = dict(
+        model=target,
+        skip_tokenizer_init=True,
+        dtype=spec.get("dtype", "float32"),
+        max_model_len=int(spec.get("max_model_len", 256)),
+        enforce_eager=bool(spec.get("eager", False)),
+        seed=int(spec.get("seed", 0)),
+        max_num_seqs=4,
+        disable_log_stats=False,
+        **layout_kwargs(spec),
+    )
     if spec.get("device") == "cuda":
         kwargs["gpu_memory_utilization"] = float(spec.get("gpu_memory_utilization", 0.1))
         if spec.get("kv_cache_memory_bytes"):
@@ -65,8 +76,11 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     if speculative is not None:
         kwargs["speculative_config"] = dict(speculative)
     elif draft is not None:
-        kwargs["speculative_config"] = {"method": "eagle3", "model": draft,
-                                        "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2))}
+        kwargs["speculative_config"] = {
+            "method": "eagle3",
+            "model": draft,
+            "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
+        }
     return LLM(**kwargs)
 
 
@@ -94,14 +108,15 @@ def cpu_binding(world: int, cpus: list[int]) -> dict[str, str]:
     if len(cpus) < world:
         return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
     share = len(cpus) // world
-    lists = [",".join(str(c) for c in cpus[i * share:(i + 1) * share]) for i in range(world)]
+    lists = [",".join(str(c) for c in cpus[i * share : (i + 1) * share]) for i in range(world)]
     return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(lists), "OMP_NUM_THREADS": str(share)}
 
 
 def generate(llm, prompt: list[int], max_tokens: int) -> list[int]:
     from vllm import SamplingParams  # lazy: target interpreter only; a failed import is a failed step in the report
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True,
-                            detokenize=False)
+    params = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, detokenize=False
+    )
     out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
     return list(out[0].outputs[0].token_ids)

@@ -28,7 +28,10 @@ class Layout:
 
     def for_driver(self) -> dict[str, int]:
         """The engine driver's spec fields (:func:`patchkit.rehearse.engine_driver.layout_kwargs`)."""
-        return {"tensor_parallel_size": self.tensor_parallel_size, "pipeline_parallel_size": self.pipeline_parallel_size}
+        return {
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+        }
 
     def to_json(self) -> dict[str, int]:
         """What ``--json`` records as ``layout``."""
@@ -36,8 +39,11 @@ class Layout:
 
     def described(self) -> str:
         """``TP=2``, ``TP=2 x PP=2``, or ``one worker``."""
-        parts = [f"{name}={size}" for name, size in (("TP", self.tensor_parallel_size), ("PP", self.pipeline_parallel_size))
-                 if size > 1]
+        parts = [
+            f"{name}={size}"
+            for name, size in (("TP", self.tensor_parallel_size), ("PP", self.pipeline_parallel_size))
+            if size > 1
+        ]
         return " x ".join(parts) or "one worker"
 
 
@@ -47,11 +53,15 @@ def layout(tensor_parallel_size: int, pipeline_parallel_size: int) -> Layout:
     Raises:
         UsageError: a size below 1 (exit 2).
     """
-    for option, size in (("--tensor-parallel-size", tensor_parallel_size),
-                         ("--pipeline-parallel-size", pipeline_parallel_size)):
+    for option, size in (
+        ("--tensor-parallel-size", tensor_parallel_size),
+        ("--pipeline-parallel-size", pipeline_parallel_size),
+    ):
         if size < 1:
-            raise UsageError(f"{option} {size} is not a rank count",
-                             f"give the {option} vLLM serves the model with (1 or more; 1 is one worker)")
+            raise UsageError(
+                f"{option} {size} is not a rank count",
+                f"give the {option} vLLM serves the model with (1 or more; 1 is one worker)",
+            )
     return Layout(tensor_parallel_size, pipeline_parallel_size)
 
 
@@ -66,13 +76,17 @@ def check_gpus(chosen: Layout, free: list[int], need: int, python: str) -> None:
             ``need`` bytes free (exit 3).
     """
     if chosen.world > len(free):
-        raise RefusedError(f"--device cuda with {chosen.described()} needs {chosen.world} GPUs; {len(free)} visible",
-                           f"rehearse on a machine with {chosen.world} GPUs (check CUDA_VISIBLE_DEVICES), --python {python}")
+        raise RefusedError(
+            f"--device cuda with {chosen.described()} needs {chosen.world} GPUs; {len(free)} visible",
+            f"rehearse on a machine with {chosen.world} GPUs (check CUDA_VISIBLE_DEVICES), --python {python}",
+        )
     short = [i for i in range(chosen.world) if free[i] < need]
     if short and chosen.world > 1:
-        raise RefusedError(f"--device cuda with {chosen.described()}: GPU {', '.join(map(str, short))} of the first "
-                           f"{chosen.world} has less than {need / 1024 ** 3:.0f} GiB free",
-                           f"free those GPUs or pick others with CUDA_VISIBLE_DEVICES, --python {python}")
+        raise RefusedError(
+            f"--device cuda with {chosen.described()}: GPU {', '.join(map(str, short))} of the first "
+            f"{chosen.world} has less than {need / 1024**3:.0f} GiB free",
+            f"free those GPUs or pick others with CUDA_VISIBLE_DEVICES, --python {python}",
+        )
 
 
 __all__ = ["Layout", "check_gpus", "layout"]

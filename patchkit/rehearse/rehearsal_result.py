@@ -84,8 +84,9 @@ class RehearsalReport:
     path: str = "compiled"
     raw: dict[str, Any] = field(default_factory=dict)
     next_steps: tuple[NextStep, ...] = ()
-    layout: dict[str, int] = field(default_factory=lambda: {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                                                            "world": 1})
+    layout: dict[str, int] = field(
+        default_factory=lambda: {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "world": 1}
+    )
 
     @property
     def ok(self) -> bool:

@@ -43,8 +43,10 @@ def os_hint(exc: OSError, folder: Path, otherwise: str) -> str:
 
 def read_only_hint(folder: Path) -> str:
     """The hint for an install on a read-only mount (the same for every user, root included)."""
-    return (f"{folder} is on a read-only file system: patchkit cannot change this install there; "
-            "remount it read-write, or run patchkit where the image or environment is built")
+    return (
+        f"{folder} is on a read-only file system: patchkit cannot change this install there; "
+        "remount it read-write, or run patchkit where the image or environment is built"
+    )
 
 
 def write_atomic(path: Path, data: bytes, owner: tuple[int, int] | None = None) -> None:

@@ -39,8 +39,10 @@ def hold(site_packages: Path, on_wait: Callable[[Path, float], None] | None = No
     try:
         fd = os.open(site_packages, os.O_RDONLY)
     except OSError as exc:
-        raise StateError(f"cannot open {site_packages} to lock it: {exc.strerror or exc}",
-                         "check that the folder exists and is readable") from exc
+        raise StateError(
+            f"cannot open {site_packages} to lock it: {exc.strerror or exc}",
+            "check that the folder exists and is readable",
+        ) from exc
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -53,8 +55,11 @@ def hold(site_packages: Path, on_wait: Callable[[Path, float], None] | None = No
                     on_wait = None
                 signum = interrupt.received()
                 if signum is not None:
-                    raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} while waiting for "
-                                              "another patchkit run; nothing was written") from None
+                    raise Interrupted(
+                        signum,
+                        f"interrupted by {interrupt.name(signum)} while waiting for "
+                        "another patchkit run; nothing was written",
+                    ) from None
                 if time.monotonic() >= deadline:
                     raise StateError(
                         f"another patchkit run is changing {site_packages} (waited {timeout:g} s)",

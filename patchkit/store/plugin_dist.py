@@ -96,12 +96,15 @@ class PluginDist:
             groups.setdefault(group, []).append(line)
         files: dict[str, bytes] = {
             **package_files,
-            f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {self.distribution}\nVersion: {__version__}\n"
-                                 f"Summary: {self.summary}\nRequires-Python: >=3.8\n").encode(),
+            f"{info}/METADATA": (
+                f"Metadata-Version: 2.1\nName: {self.distribution}\nVersion: {__version__}\n"
+                f"Summary: {self.summary}\nRequires-Python: >=3.8\n"
+            ).encode(),
             f"{info}/INSTALLER": b"patchkit\n",
             f"{info}/top_level.txt": f"{self.package}\n".encode(),
-            f"{info}/entry_points.txt": "".join(f"[{g}]\n" + "".join(f"{e}\n" for e in lines)
-                                                for g, lines in groups.items()).encode(),
+            f"{info}/entry_points.txt": "".join(
+                f"[{g}]\n" + "".join(f"{e}\n" for e in lines) for g, lines in groups.items()
+            ).encode(),
         }
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -208,8 +211,9 @@ class Plugin(Protocol):
     def refusal(self, install: Install) -> RefusedError | None:
         """Why this release cannot run it (None: it can)."""
 
-    def sync(self, install: Install, journal: Journal, run: PluginRun = ..., *,
-             dry_run: bool = False) -> PluginReport | None:
+    def sync(
+        self, install: Install, journal: Journal, run: PluginRun = ..., *, dry_run: bool = False
+    ) -> PluginReport | None:
         """Install or refresh it for the vLLM journal as it is now, under the install's lock (None: neither
         installed nor wanted)."""
 
@@ -250,15 +254,25 @@ def install_plugin(plugin: Plugin, install: Install, run: PluginRun, *, on_wait=
     plugin.check_run(run)
     refused = plugin.refusal(install)
     if refused is not None:
-        return plugin.report(PluginAction.NO_PLUGIN_GROUP, plugin.installed(install), missing=refused.message,
-                             next_steps=(refused.step,) if refused.step is not None else ())
+        return plugin.report(
+            PluginAction.NO_PLUGIN_GROUP,
+            plugin.installed(install),
+            missing=refused.message,
+            next_steps=(refused.step,) if refused.step is not None else (),
+        )
     want = replace(run, want=True)
     with interrupt.deferred(), journal_for(install, run.target).lock(on_wait=on_wait):
         journal = journal_for(install, run.target)
         if journal.pending:
-            raise StateError("an apply or revert of this install did not finish, so its files are mixed", "",
-                             NextStep(patchkit_argv("apply", target=run.target, environment=run.command_options or ()),
-                                      "first: it puts them back (so does 'patchkit revert')", effect=Effect.PATCHES))
+            raise StateError(
+                "an apply or revert of this install did not finish, so its files are mixed",
+                "",
+                NextStep(
+                    patchkit_argv("apply", target=run.target, environment=run.command_options or ()),
+                    "first: it puts them back (so does 'patchkit revert')",
+                    effect=Effect.PATCHES,
+                ),
+            )
         report = plugin.sync(install, journal, want)
     assert report is not None  # wanted: sync always reports
     return plugin.finish_install(report, want)

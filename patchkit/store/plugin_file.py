@@ -27,6 +27,9 @@ def read_json(path, fmt, reader):
     except (OSError, ValueError) as exc:
         raise ValueError("cannot read {}: {}".format(path, exc))
     if not isinstance(data, dict) or data.get("format") != fmt:
-        raise ValueError("{} has format {!r}; {} reads format {}".format(
-            path, data.get("format") if isinstance(data, dict) else None, reader, fmt))
+        raise ValueError(
+            "{} has format {!r}; {} reads format {}".format(
+                path, data.get("format") if isinstance(data, dict) else None, reader, fmt
+            )
+        )
     return data

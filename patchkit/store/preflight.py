@@ -68,7 +68,9 @@ def problems(files: list[Path], folders: list[Path], state_dir: Path, owner: tup
         if st.st_uid != os.geteuid():
             out.append(f"{f} belongs to {_user(st.st_uid)}; rewritten by {_user(os.geteuid())} it would change owner")
         elif st.st_gid not in groups:
-            out.append(f"{f} belongs to group {st.st_gid}, which {_user(os.geteuid())} is not in; it would change group")
+            out.append(
+                f"{f} belongs to group {st.st_gid}, which {_user(os.geteuid())} is not in; it would change group"
+            )
     for folder in folders:
         if folder.exists():
             writable(folder, "to drop stale bytecode")
@@ -79,8 +81,10 @@ def problems(files: list[Path], folders: list[Path], state_dir: Path, owner: tup
     else:
         writable(_nearest_existing(state_dir), "to create patchkit's state folder")
     if not root and not state_dir.parent.exists() and owner[0] != os.geteuid():
-        out.append(f"patchkit's state folder {state_dir.parent} would belong to {_user(os.geteuid())}, "
-                   f"not to the owner of site-packages, {_user(owner[0])}")
+        out.append(
+            f"patchkit's state folder {state_dir.parent} would belong to {_user(os.geteuid())}, "
+            f"not to the owner of site-packages, {_user(owner[0])}"
+        )
     return out
 
 
@@ -107,8 +111,10 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
         if any(read_only(p) for p in (*files, state_dir)):
             hint = read_only_hint(state_dir.parent.parent)
         elif os.geteuid() == 0:
-            hint = ("root cannot write there either: check how that folder is mounted or protected "
-                    "(an NFS export that squashes root, chattr +i), then run the command again")
+            hint = (
+                "root cannot write there either: check how that folder is mounted or protected "
+                "(an NFS export that squashes root, chattr +i), then run the command again"
+            )
         else:
             hint = f"run patchkit as the owner of the vLLM install, {_user(owner[0])}, or as root"
         raise StateError(f"{found[0]}{more}; nothing was written", hint, cause=f"{found[0]}{more}")
@@ -124,13 +130,17 @@ def import_problem(install: Install) -> RefusedError | None:
         return None
     who = f"--python {install.python}" if install.python else "patchkit's own Python"
     if other == Path(""):
-        return RefusedError(f"{who} cannot import vllm, although {install.dist_info.name} is on its import path",
-                            "check that interpreter's import path (PYTHONPATH, .pth files); 'python -c \"import vllm\"' "
-                            "must work in the serving environment")
-    return RefusedError(f"{who} imports vllm from {other}, not from {install.site_packages / 'vllm'} (the install "
-                        "patchkit found): patching it would change nothing that runs",
-                        f"take {other.parent} off that interpreter's import path (PYTHONPATH, a .pth file) so it "
-                        "imports the installed vLLM, then run the command again")
+        return RefusedError(
+            f"{who} cannot import vllm, although {install.dist_info.name} is on its import path",
+            "check that interpreter's import path (PYTHONPATH, .pth files); 'python -c \"import vllm\"' "
+            "must work in the serving environment",
+        )
+    return RefusedError(
+        f"{who} imports vllm from {other}, not from {install.site_packages / 'vllm'} (the install "
+        "patchkit found): patching it would change nothing that runs",
+        f"take {other.parent} off that interpreter's import path (PYTHONPATH, a .pth file) so it "
+        "imports the installed vLLM, then run the command again",
+    )
 
 
 CACHE_TAG = "CACHEDIR.TAG"
@@ -150,11 +160,13 @@ def cache_problem(install: Install) -> RefusedError | None:
         if (folder / "pyvenv.cfg").is_file():
             return None
         if (folder / CACHE_TAG).is_file():
-            return RefusedError(f"{install.site_packages} is inside a package cache ({folder / CACHE_TAG}): every "
-                                "environment later installed from it would carry the patch",
-                                "point patchkit at the environment that serves the model (--python /path/to/venv/bin/python); "
-                                "if its files link into this cache, reinstall vLLM there with its own files "
-                                "(uv: --link-mode copy)")
+            return RefusedError(
+                f"{install.site_packages} is inside a package cache ({folder / CACHE_TAG}): every "
+                "environment later installed from it would carry the patch",
+                "point patchkit at the environment that serves the model (--python /path/to/venv/bin/python); "
+                "if its files link into this cache, reinstall vLLM there with its own files "
+                "(uv: --link-mode copy)",
+            )
     return None
 
 

@@ -87,8 +87,14 @@ class JournalRecords:
         StateError: ``journal.json`` exists but cannot be read, or has another format.
     """
 
-    def __init__(self, site_packages: Path, distribution: str = "vllm", pycache_prefix: Path | None = None,
-                 spellings: tuple[Path, ...] = (), release: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        site_packages: Path,
+        distribution: str = "vllm",
+        pycache_prefix: Path | None = None,
+        spellings: tuple[Path, ...] = (),
+        release: tuple[str, str] | None = None,
+    ) -> None:
         self.site_packages = Path(site_packages)
         self.dir = self.site_packages / STATE_DIR / distribution
         self.pycache_prefix = pycache_prefix
@@ -136,14 +142,18 @@ class JournalRecords:
                 newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
                 raise StateError(
                     f"cannot read patchkit's journal {self.path}: it has format {fmt!r}; this patchkit reads format {FORMAT}",
-                    "use the patchkit that wrote it (a newer one)" if newer else
-                    "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
+                    "use the patchkit that wrote it (a newer one)"
+                    if newer
+                    else "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
                 )
             entries = {e["path"]: Entry(**e) for e in raw.get("entries", [])}
             pending = list(raw.get("pending", []))
             for item in pending:
-                if (not isinstance(item, dict) or not {"path", "sha256_before", "sha256_after"} <= set(item)
-                        or not all(isinstance(item[k], (str, type(None))) for k in ("sha256_before", "sha256_after"))):
+                if (
+                    not isinstance(item, dict)
+                    or not {"path", "sha256_before", "sha256_after"} <= set(item)
+                    or not all(isinstance(item[k], (str, type(None))) for k in ("sha256_before", "sha256_after"))
+                ):
                     raise ValueError("a pending record lacks path or digests")
             operation = raw.get("pending_operation", "apply")
             if operation not in OPERATIONS:
@@ -152,8 +162,10 @@ class JournalRecords:
                 if not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
                     raise ValueError(f"path {path!r} is not inside site-packages")
             for e in entries.values():
-                if not (all(isinstance(getattr(e, k), str) for k in ("sha256_after", "vllm_version"))
-                        and isinstance(e.sha256_before, (str, type(None)))):
+                if not (
+                    all(isinstance(getattr(e, k), str) for k in ("sha256_after", "vllm_version"))
+                    and isinstance(e.sha256_before, (str, type(None)))
+                ):
                     raise ValueError(f"the entry of {e.path} has a digest or version that is not a string")
             return JournalState(entries=entries, pending=pending, operation=operation)
         except StateError:

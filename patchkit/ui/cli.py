@@ -28,8 +28,10 @@ from patchkit.ui.inspect_commands import doctor_cmd, explain_cmd, list_patches, 
 from patchkit.ui.options import Command, RayCommand
 from patchkit.ui.patch_commands import apply, revert, status, verify
 
-HELP = ("Patch an installed vLLM so EAGLE-3 works: for DeepSeek-V2/V3 and Kimi-K2.5 by default, for any "
-        "architecture its registry holds with --arch/--model; verify; revert exactly.")
+HELP = (
+    "Patch an installed vLLM so EAGLE-3 works: for DeepSeek-V2/V3 and Kimi-K2.5 by default, for any "
+    "architecture its registry holds with --arch/--model; verify; revert exactly."
+)
 """``patchkit --help``'s description."""
 
 app = typer.Typer(
@@ -48,8 +50,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print patchkit's version and exit.",
-                                 callback=_version, is_eager=True),
+    version: bool = typer.Option(
+        False, "--version", help="Print patchkit's version and exit.", callback=_version, is_eager=True
+    ),
 ) -> None:
     """The root command (its help is :data:`HELP`)."""
 
@@ -65,14 +68,22 @@ app.command("doctor", cls=Command)(doctor_cmd)
 app.command("rehearse", cls=Command)(rehearse_cmd)
 app.command("explain", cls=Command)(explain_cmd)
 
-guard_app = typer.Typer(name="guard", no_args_is_help=True, help="Install or remove patchkit's guard (a vLLM plugin that "
-                        "checks, in every vLLM process, that the patched files still hold patchkit's bytes).")
+guard_app = typer.Typer(
+    name="guard",
+    no_args_is_help=True,
+    help="Install or remove patchkit's guard (a vLLM plugin that "
+    "checks, in every vLLM process, that the patched files still hold patchkit's bytes).",
+)
 app.add_typer(guard_app, name="guard")
 guard_app.command("install", cls=Command)(guard_install)
 guard_app.command("remove", cls=Command)(guard_remove)
 
-watch_app = typer.Typer(name="watch", no_args_is_help=True, help="Install or remove patchkit's acceptance watch (a vLLM "
-                        "stat-logger plugin that says why EAGLE-3 acceptance collapsed in a serve).")
+watch_app = typer.Typer(
+    name="watch",
+    no_args_is_help=True,
+    help="Install or remove patchkit's acceptance watch (a vLLM "
+    "stat-logger plugin that says why EAGLE-3 acceptance collapsed in a serve).",
+)
 app.add_typer(watch_app, name="watch")
 watch_app.command("install", cls=Command)(watch_install)
 watch_app.command("remove", cls=Command)(watch_remove)
@@ -95,4 +106,3 @@ def main() -> None:
         app(prog_name="patchkit")
     finally:
         gc.freeze()
-

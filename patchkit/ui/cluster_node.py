@@ -67,8 +67,15 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         ``digest`` (:func:`patched_digest` after the command), and ``error`` (message, hint and
         exit code of a :class:`~patchkit.errors.PatchkitError`, else None).
     """
-    node: dict[str, Any] = {"host": socket.gethostname(), "patchkit_path": str(Path(patchkit.__file__).parent),
-                            "vllm_version": None, "result": None, "status": None, "digest": None, "error": None}
+    node: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "patchkit_path": str(Path(patchkit.__file__).parent),
+        "vllm_version": None,
+        "result": None,
+        "status": None,
+        "digest": None,
+        "error": None,
+    }
     try:
         import ray  # lazy: Ray is optional, and present only in a worker of the cluster
 
@@ -82,13 +89,23 @@ def run_on_node(command: str, options: dict[str, Any]) -> dict[str, Any]:
         node["vllm_version"] = str(install.version)
         request = Request(tuple(options.get("architectures") or ()), _expand(options.get("model")))
         if kind in (ClusterCommand.PLAN, ClusterCommand.APPLY):
-            where = [(flag, _expand(options.get(key))) for flag, key in (("--python", "python"),
-                                                                          ("--site-packages", "site_packages"))]
-            report = api.apply(install, dry_run=kind is ClusterCommand.PLAN, patch_ids=options.get("patch_ids"),
-                               target=target, force=bool(options.get("force")), request=request,
-                               guard=bool(options.get("guard")), watch=bool(options.get("watch")),
-                               watch_drafts=options.get("watch_drafts"), watch_threshold=options.get("watch_threshold"),
-                               command_options=[o for flag, path in where if path is not None for o in (flag, str(path))])
+            where = [
+                (flag, _expand(options.get(key)))
+                for flag, key in (("--python", "python"), ("--site-packages", "site_packages"))
+            ]
+            report = api.apply(
+                install,
+                dry_run=kind is ClusterCommand.PLAN,
+                patch_ids=options.get("patch_ids"),
+                target=target,
+                force=bool(options.get("force")),
+                request=request,
+                guard=bool(options.get("guard")),
+                watch=bool(options.get("watch")),
+                watch_drafts=options.get("watch_drafts"),
+                watch_threshold=options.get("watch_threshold"),
+                command_options=[o for flag, path in where if path is not None for o in (flag, str(path))],
+            )
         elif kind is ClusterCommand.VERIFY:
             report = api.verify(install, request=request)
             node["status"] = api.status(install, target=target).to_dict()

@@ -76,7 +76,8 @@ class NodeAnswer:
             files=tuple(RevertedFile(**f) for f in got.get("files", [])) if kind is ClusterCommand.REVERT else (),
             entries=tuple(StatusEntry(**e) for e in got.get("entries", [])),
             status_entries=tuple(StatusEntry(**e) for e in (raw.get("status") or {}).get("entries", [])),
-            refused=bool(got.get("refused")), written=bool(got.get("written")),
+            refused=bool(got.get("refused")),
+            written=bool(got.get("written")),
             in_effect=result is not None and bool(got.get("ok")),
         )
 
@@ -183,9 +184,17 @@ class NodeResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
-            "node_id": self.node_id, "host": self.host, "address": self.address, "state": self.state.value,
-            "vllm_version": self.vllm_version, "patches": dict(self.patches), "hash": self.digest,
-            "error": self.error, "result": self.result, "plan": self.plan, "rollback": self.rollback,
+            "node_id": self.node_id,
+            "host": self.host,
+            "address": self.address,
+            "state": self.state.value,
+            "vllm_version": self.vllm_version,
+            "patches": dict(self.patches),
+            "hash": self.digest,
+            "error": self.error,
+            "result": self.result,
+            "plan": self.plan,
+            "rollback": self.rollback,
             "patchkit_path": self.patchkit_path,
         }
 
@@ -244,8 +253,14 @@ class ClusterReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (schema: docs/json.md)."""
         return {
-            "command": self.command.value, "ray": self.address, "dry_run": self.dry_run, "ok": self.ok,
-            "refused": self.refused, "failed": self.failed, "reason": self.reason,
-            "in_effect": self.in_effect, "same_bytes": self.same_bytes,
+            "command": self.command.value,
+            "ray": self.address,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "refused": self.refused,
+            "failed": self.failed,
+            "reason": self.reason,
+            "in_effect": self.in_effect,
+            "same_bytes": self.same_bytes,
             "nodes": [n.to_dict() for n in self.nodes],
         }

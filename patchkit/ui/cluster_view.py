@@ -21,58 +21,115 @@ from patchkit.ui.outcome_style import OUTCOME_STYLE
 from patchkit.ui.render import Piece
 
 _STATE_STYLE = {
-    NodeState.PATCHED: "green", NodeState.ALREADY: "green", NodeState.DONE: "green",
+    NodeState.PATCHED: "green",
+    NodeState.ALREADY: "green",
+    NodeState.DONE: "green",
     NodeState.REVERTED: "green",
-    NodeState.PLANNED: "yellow", NodeState.UNCHANGED: "yellow",
-    NodeState.ROLLED_BACK: "yellow", NodeState.ROLLBACK_FAILED: "red",
-    NodeState.FAILED: "red", NodeState.DIED: "red", NodeState.JOINED: "red",
+    NodeState.PLANNED: "yellow",
+    NodeState.UNCHANGED: "yellow",
+    NodeState.ROLLED_BACK: "yellow",
+    NodeState.ROLLBACK_FAILED: "red",
+    NodeState.FAILED: "red",
+    NodeState.DIED: "red",
+    NodeState.JOINED: "red",
     NodeState.REFUSED: "red",
 }
-_FILE_STYLE = {"patched": "green", "restored": "green", "edited": "red", "missing": "red", "refused": "red",
-               "upgraded": "yellow", "reinstalled": "yellow", "nothing to revert": "yellow"}
+_FILE_STYLE = {
+    "patched": "green",
+    "restored": "green",
+    "edited": "red",
+    "missing": "red",
+    "refused": "red",
+    "upgraded": "yellow",
+    "reinstalled": "yellow",
+    "nothing to revert": "yellow",
+}
 """``status``/``verify``/``revert``: the style of the text in a node's patch column (the journaled files'
 states, or what revert did), a lookup for display only; ``apply`` styles by :data:`OUTCOME_STYLE`."""
 
 
-def _check(target: str, site_packages: Optional[Path], python: Optional[Path],
-           model: Optional[Path] = None) -> None:
+def _check(target: str, site_packages: Optional[Path], python: Optional[Path], model: Optional[Path] = None) -> None:
     check_target(target)
     if site_packages is not None and python is not None:
         raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
     for flag, path in (("--site-packages", site_packages), ("--python", python), ("--model", model)):
         text = "" if path is None else str(path)
         if text and not (Path(text).is_absolute() or text.startswith(("~", "$"))):
-            raise UsageError(f"{flag} {text} is relative; each node would read it from its own working folder",
-                             "give the absolute path the nodes share, e.g. /opt/venv/bin/python "
-                             "(~ and $VARS are expanded on each node)")
+            raise UsageError(
+                f"{flag} {text} is relative; each node would read it from its own working folder",
+                "give the absolute path the nodes share, e.g. /opt/venv/bin/python "
+                "(~ and $VARS are expanded on each node)",
+            )
 
 
-def apply(address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path], dry_run: bool,
-          patch: Optional[list[str]], force: bool, arch: Optional[list[str]] = None, model: Optional[Path] = None,
-          as_json: bool, guard: bool = False, watch: bool = False, watch_drafts: Optional[int] = None,
-          watch_threshold: Optional[float] = None) -> int:
+def apply(
+    address: str,
+    *,
+    target: str,
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    dry_run: bool,
+    patch: Optional[list[str]],
+    force: bool,
+    arch: Optional[list[str]] = None,
+    model: Optional[Path] = None,
+    as_json: bool,
+    guard: bool = False,
+    watch: bool = False,
+    watch_drafts: Optional[int] = None,
+    watch_threshold: Optional[float] = None,
+) -> int:
     """``apply --ray``: plan on every node, then write on every node or on none; returns the exit code.
 
     The CLI has checked the ``--patch`` ids already; ``arch``/``model`` are ``--arch``/``--model``,
     read on each node (the checkpoint folder at the same absolute path on every node).
     """
     _check(target, site_packages, python, model)
-    report = cluster.apply(None if address == "auto" else address, site_packages=site_packages, python=python,
-                           dry_run=dry_run, patch_ids=patch, target=target, force=force,
-                           architectures=arch, model=model, guard=guard, watch=watch, watch_drafts=watch_drafts,
-                           watch_threshold=watch_threshold)
+    report = cluster.apply(
+        None if address == "auto" else address,
+        site_packages=site_packages,
+        python=python,
+        dry_run=dry_run,
+        patch_ids=patch,
+        target=target,
+        force=force,
+        architectures=arch,
+        model=model,
+        guard=guard,
+        watch=watch,
+        watch_drafts=watch_drafts,
+        watch_threshold=watch_threshold,
+    )
     return _show(report, as_json)
 
 
-def run(command: ClusterCommand, address: str, *, target: str, site_packages: Optional[Path], python: Optional[Path],
-        force: bool = False, arch: Optional[list[str]] = None, model: Optional[Path] = None, as_json: bool) -> int:
+def run(
+    command: ClusterCommand,
+    address: str,
+    *,
+    target: str,
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    force: bool = False,
+    arch: Optional[list[str]] = None,
+    model: Optional[Path] = None,
+    as_json: bool,
+) -> int:
     """``verify|status|revert --ray``: the command on every node; returns the exit code.
 
     ``arch``/``model`` are ``--arch``/``--model``, read on each node.
     """
     _check(target, site_packages, python, model)
-    report = cluster.run(command, None if address == "auto" else address, site_packages=site_packages,
-                         python=python, target=target, force=force, architectures=arch, model=model)
+    report = cluster.run(
+        command,
+        None if address == "auto" else address,
+        site_packages=site_packages,
+        python=python,
+        target=target,
+        force=force,
+        architectures=arch,
+        model=model,
+    )
     return _show(report, as_json)
 
 
@@ -101,10 +158,19 @@ def _render(report: ClusterReport) -> None:
             label, style = ("would apply", "yellow") if would else (value, style)
             cells.append((label, style))
         if report.command is ClusterCommand.VERIFY:
-            cells.append("-" if n.result is None else ("in effect", "green") if n.answer.in_effect
-                         else ("not in effect", "red"))
-        rows.append([n.node_id[:8], f"{n.host} {n.address}", n.vllm_version or "-",
-                     (n.state.value, _STATE_STYLE[n.state]), *cells, n.digest or "-"])
+            cells.append(
+                "-" if n.result is None else ("in effect", "green") if n.answer.in_effect else ("not in effect", "red")
+            )
+        rows.append(
+            [
+                n.node_id[:8],
+                f"{n.host} {n.address}",
+                n.vllm_version or "-",
+                (n.state.value, _STATE_STYLE[n.state]),
+                *cells,
+                n.digest or "-",
+            ]
+        )
     w.table(["node", "host", "vLLM", "state", *ids, *extra, "hash"], rows)
     for n in report.nodes:
         who = f"node {n.node_id[:8]}: "

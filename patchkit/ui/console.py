@@ -80,8 +80,10 @@ def waiting(as_json: bool) -> Callable[[Path, float], None]:
     """What to print when another run holds the install's lock (stderr, so --json stays one object)."""
 
     def say(site_packages: Path, timeout: float) -> None:
-        err().line(("waiting", "yellow"), f" for another patchkit run on {site_packages} to finish "
-                   f"(up to {timeout:g} s; PATCHKIT_LOCK_TIMEOUT)...")
+        err().line(
+            ("waiting", "yellow"),
+            f" for another patchkit run on {site_packages} to finish (up to {timeout:g} s; PATCHKIT_LOCK_TIMEOUT)...",
+        )
 
     return say
 
@@ -90,8 +92,11 @@ def header(writer: Writer, info: InstallInfo) -> None:
     """The first line of a report: the release, its distribution, its folder and its EAGLE-3 contract (and,
     on a release newer than any patchkit was qualified on, that note)."""
     named = "" if info.distribution == "vllm" else f" (distribution {info.distribution})"
-    writer.line(f"vLLM {info.version}{named} at {info.site_packages}  ", (f"(EAGLE-3 contract {info.era})", "dim"),
-                *qualified_note(info.newer_than_qualified))
+    writer.line(
+        f"vLLM {info.version}{named} at {info.site_packages}  ",
+        (f"(EAGLE-3 contract {info.era})", "dim"),
+        *qualified_note(info.newer_than_qualified),
+    )
 
 
 def qualified_note(note: str | None) -> tuple:
@@ -119,7 +124,9 @@ def failing_lines(checks: list[Check], prefix: str = "missing: ") -> list[str]:
 def guard_line(writer: Writer, guard: PluginReport) -> None:
     """One line about patchkit's guard after apply, revert or status (its
     :class:`~patchkit.plugin_results.PluginReport`)."""
-    from patchkit.plugin_results import PluginAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+    from patchkit.plugin_results import (
+        PluginAction,
+    )  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
     style = "red" if guard.problems else "green" if guard.installed else "yellow"
     if guard.action is PluginAction.NOTHING_TO_GUARD:
@@ -130,12 +137,15 @@ def guard_line(writer: Writer, guard: PluginReport) -> None:
         detail = "no guard in this install"
     else:
         archs = ", ".join(guard.architectures)
-        detail = (f"checks {len(guard.watched)} patched file(s) in every vLLM process"
-                  + (f"; stops {archs} served with EAGLE-3 when one lacks patchkit's bytes" if archs else ""))
+        detail = f"checks {len(guard.watched)} patched file(s) in every vLLM process" + (
+            f"; stops {archs} served with EAGLE-3 when one lacks patchkit's bytes" if archs else ""
+        )
     label = "installed" if guard.action is PluginAction.SHOWN else guard.action.value
     writer.line(("guard:", style), f" {label}  ", (detail, "dim"))
     for problem in guard.problems:
-        writer.line(("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  ")  # its own options
+        writer.line(
+            ("guard problem:", "red"), f" {problem}; run '{guard.install_command}'", indent="  "
+        )  # its own options
 
 
 class OutputFailed(Exception):
@@ -181,10 +191,15 @@ class GuardedStdout:
 def watch_line(writer: Writer, watch: PluginReport) -> None:
     """One line about the acceptance watch after apply, revert, status or ``watch install``
     (:class:`~patchkit.plugin_results.PluginReport`)."""
-    from patchkit.plugin_results import PluginAction  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
+    from patchkit.plugin_results import (
+        PluginAction,
+    )  # lazy: the result types cost start-up time (list needs none); loaded already when there is a report
 
-    style = "red" if watch.problems or watch.action is PluginAction.NO_PLUGIN_GROUP else (
-        "green" if watch.installed else "yellow")
+    style = (
+        "red"
+        if watch.problems or watch.action is PluginAction.NO_PLUGIN_GROUP
+        else ("green" if watch.installed else "yellow")
+    )
     if watch.action is PluginAction.NO_PLUGIN_GROUP:
         detail = watch.missing or "this vLLM loads no stat-logger plugins"
     elif watch.action is PluginAction.REMOVED:
@@ -192,8 +207,10 @@ def watch_line(writer: Writer, watch: PluginReport) -> None:
     elif watch.action is PluginAction.NOT_INSTALLED:
         detail = "no acceptance watch in this install"
     else:
-        detail = (f"after {watch.drafts} drafts, logs one line in the serve when first-position acceptance is below "
-                  f"{watch.threshold:.2f}")
+        detail = (
+            f"after {watch.drafts} drafts, logs one line in the serve when first-position acceptance is below "
+            f"{watch.threshold:.2f}"
+        )
     label = "installed" if watch.action is PluginAction.SHOWN else watch.action.value
     writer.line(("watch:", style), f" {label}  ", (detail, "dim"))
     for problem in watch.problems:
@@ -224,8 +241,11 @@ def output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> i
     else:
         what = f"standard output could not be written ({cause.strerror or cause}), so the report is incomplete"
     try:
-        err().line(("error:", "red"), f" {what}; exit {code}. The command itself ran to its end: "
-                   f"'{hints.command(NextStep(patchkit_argv('status'), 'shows the install'))}' shows the install")
+        err().line(
+            ("error:", "red"),
+            f" {what}; exit {code}. The command itself ran to its end: "
+            f"'{hints.command(NextStep(patchkit_argv('status'), 'shows the install'))}' shows the install",
+        )
     except (OSError, AttributeError):
         pass
     return code

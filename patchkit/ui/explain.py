@@ -115,8 +115,9 @@ def needs_install(patch_id: str, distribution: str = "vllm") -> bool:
     return parse_id(patch_id) is not None
 
 
-def explain(patch_id: str, distribution: str = "vllm",
-            install: Install | None = None) -> "ExplainReport | ArchExplainReport":
+def explain(
+    patch_id: str, distribution: str = "vllm", install: Install | None = None
+) -> "ExplainReport | ArchExplainReport":
     """Describe one patch: a shipped one from its definition, an ``eagle3:`` one on ``install``'s release.
 
     Args:
@@ -142,8 +143,11 @@ def explain(patch_id: str, distribution: str = "vllm",
     if parsed is None or install is None:
         close = difflib.get_close_matches(patch_id, list(by_id), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise UsageError(f"unknown patch {patch_id!r}", hint + f"known patches: {', '.join(by_id)} ('patchkit list'), "
-                         f"or an id 'apply --arch' prints: {', '.join(explain_arch.ID_FORMS)}")
+        raise UsageError(
+            f"unknown patch {patch_id!r}",
+            hint + f"known patches: {', '.join(by_id)} ('patchkit list'), "
+            f"or an id 'apply --arch' prints: {', '.join(explain_arch.ID_FORMS)}",
+        )
     return explain_arch.explain_arch_id(patch_id, parsed[0], parsed[1], install)
 
 

@@ -25,11 +25,13 @@ given: dict[str, Any] = {"environment": (), "scope": (), "guard": False}
 runs as its own process (:func:`patchkit.ui.cli.main`)."""
 
 
-def begin(site_packages: Optional[Path], python: Optional[Path], arch: Optional[list[str]],
-          model: Optional[Path], guard: bool) -> None:
+def begin(
+    site_packages: Optional[Path], python: Optional[Path], arch: Optional[list[str]], model: Optional[Path], guard: bool
+) -> None:
     """Record the options of the command that starts now (for :func:`run_options`)."""
-    given.update(environment=tuple(options_as_given(site_packages, python) or ()),
-                 scope=scope_argv(arch, model), guard=guard)
+    given.update(
+        environment=tuple(options_as_given(site_packages, python) or ()), scope=scope_argv(arch, model), guard=guard
+    )
 
 
 def run_options() -> RunOptions:
@@ -87,11 +89,21 @@ def command_options(site_packages: Optional[Path], python: Optional[Path]) -> li
     def spelled(path: Path) -> str:  # absolute: the guard's line is read in another folder
         return os.path.abspath(path) if os.sep in str(path) or path.exists() else str(path)
 
-    return (["--python", spelled(python)] if python is not None else
-            ["--site-packages", spelled(site_packages)] if site_packages is not None else [])
+    return (
+        ["--python", spelled(python)]
+        if python is not None
+        else ["--site-packages", spelled(site_packages)]
+        if site_packages is not None
+        else []
+    )
 
 
 def options_as_given(site_packages: Optional[Path], python: Optional[Path]) -> list[str] | None:
     """The environment options exactly as given (``doctor``'s advice repeats them), or None when neither was."""
-    return (["--python", str(python)] if python is not None else
-            ["--site-packages", str(site_packages)] if site_packages is not None else None)
+    return (
+        ["--python", str(python)]
+        if python is not None
+        else ["--site-packages", str(site_packages)]
+        if site_packages is not None
+        else None
+    )

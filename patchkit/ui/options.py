@@ -24,13 +24,24 @@ TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only '
 ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
 """``--target`` of the commands that only read (verify, status, resolve, scan, list, doctor, rehearse, explain)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
-PythonOpt = typer.Option(None, "--python", help="Interpreter of the environment that serves the model: "
-                         "a path, a name on PATH (python3), or a venv folder.")
+PythonOpt = typer.Option(
+    None,
+    "--python",
+    help="Interpreter of the environment that serves the model: a path, a name on PATH (python3), or a venv folder.",
+)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON object (schema: docs/json.md).")
-ArchOpt = typer.Option(None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM.")
-ModelOpt = typer.Option(None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json.")
-RayOpt = typer.Option(None, "--ray", metavar="[ADDRESS]",
-                      help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.")
+ArchOpt = typer.Option(
+    None, "--arch", help="A registry architecture to patch/check (repeatable), e.g. Glm4MoeForCausalLM."
+)
+ModelOpt = typer.Option(
+    None, "--model", help="A checkpoint folder: the architectures (and model type) in its config.json."
+)
+RayOpt = typer.Option(
+    None,
+    "--ray",
+    metavar="[ADDRESS]",
+    help="Run on every node of a Ray cluster (no ADDRESS: the one ray.init finds). Needs the 'ray' extra.",
+)
 
 
 _PATH_OPTIONS = ("--site-packages", "--python", "--model", "--draft")
@@ -52,9 +63,14 @@ class Command(TyperCommand):
             name, eq, value = arg.partition("=")
             empty = (eq and not value) if eq else (arg in _PATH_OPTIONS and i + 1 < len(args) and args[i + 1] == "")
             if name in _PATH_OPTIONS and empty:
-                error(UsageError(f"{name} was given an empty path",
-                                 f"give {name} a folder or file (an unset shell variable expands to \"\"; "
-                                 "'.' names the current folder)"), "--json" in args)
+                error(
+                    UsageError(
+                        f"{name} was given an empty path",
+                        f'give {name} a folder or file (an unset shell variable expands to ""; '
+                        "'.' names the current folder)",
+                    ),
+                    "--json" in args,
+                )
                 raise typer.Exit(int(ExitCode.USAGE))
         return super().parse_args(ctx, args)
 

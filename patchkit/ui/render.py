@@ -89,8 +89,9 @@ class Writer:
             return text
         return f"\x1b[{';'.join(_SGR[s] for s in style.split())}m{text}\x1b[0m"
 
-    def fit(self, pieces: Sequence[Piece], first: str = "", rest: str | None = None,
-            first_width: int | None = None) -> list[str]:
+    def fit(
+        self, pieces: Sequence[Piece], first: str = "", rest: str | None = None, first_width: int | None = None
+    ) -> list[str]:
         """Lay ``pieces`` out as lines: ``first`` prefixes the first line, ``rest`` the others.
 
         Words are never split; breaks fall only where the text has a space. ``first_width`` is
@@ -138,8 +139,10 @@ class Writer:
         block: its first cell, then one ``header: value`` line per other cell.
         """
         cells = [[(c, None) if isinstance(c, str) else c for c in row] for row in rows]
-        fixed = [max([len(headers[i]) if show_header else 0, *(len(r[i][0]) for r in cells)])
-                 for i in range(len(headers) - 1)]
+        fixed = [
+            max([len(headers[i]) if show_header else 0, *(len(r[i][0]) for r in cells)])
+            for i in range(len(headers) - 1)
+        ]
         offset = sum(fixed) + 2 * len(fixed)
         longest = max((len(w) for r in cells for w in r[-1][0].split(" ")), default=0)
         if self.width is not None and self.width - offset < max(MIN_LAST_COLUMN, longest):
@@ -150,8 +153,7 @@ class Writer:
             head = "".join(self._paint(h.ljust(w), "bold") + "  " for h, w in zip(headers, fixed))
             lines.append((head + self._paint(headers[-1], "bold")).rstrip())
         for row in cells:
-            lead = "".join(self._paint(text, style) + " " * (w - len(text) + 2)
-                           for (text, style), w in zip(row, fixed))
+            lead = "".join(self._paint(text, style) + " " * (w - len(text) + 2) for (text, style), w in zip(row, fixed))
             lines.extend(self.fit([row[-1]], lead, " " * offset, first_width=offset))
         self.write_lines(lines)
 

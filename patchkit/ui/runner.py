@@ -39,9 +39,16 @@ def _on_signal(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] = None,
-        python: Optional[Path] = None, *, arch: Optional[list[str]] = None, model: Optional[Path] = None,
-        guard: bool = False) -> None:
+def run(
+    as_json: bool,
+    body: Callable[[], int],
+    site_packages: Optional[Path] = None,
+    python: Optional[Path] = None,
+    *,
+    arch: Optional[list[str]] = None,
+    model: Optional[Path] = None,
+    guard: bool = False,
+) -> None:
     """Run a command body; map patchkit errors to their one-line message, hint and exit code.
 
     Every environment variable patchkit reads is validated first (:mod:`patchkit.settings`).
@@ -68,8 +75,16 @@ def run(as_json: bool, body: Callable[[], int], site_packages: Optional[Path] = 
         sys.stdout = stdout
 
 
-def _run_body(as_json: bool, body: Callable[[], int], site_packages: Optional[Path], python: Optional[Path], *,
-              arch: Optional[list[str]], model: Optional[Path], guard: bool) -> None:
+def _run_body(
+    as_json: bool,
+    body: Callable[[], int],
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    *,
+    arch: Optional[list[str]],
+    model: Optional[Path],
+    guard: bool,
+) -> None:
     """:func:`run` with standard output already guarded (see there)."""
     hints.begin(site_packages, python, arch, model, guard)
     interrupt.reset()
@@ -83,14 +98,21 @@ def _run_body(as_json: bool, body: Callable[[], int], site_packages: Optional[Pa
         late = interrupt.received() if interrupt.after_writing() else None
         if late is not None:  # after the run's last safe point, while its report was written
             code = 128 + late
-            error(Interrupted(late, f"interrupted by {interrupt.name(late)} after the run had finished; "
-                              "the output above says what is on disk"), False)
+            error(
+                Interrupted(
+                    late,
+                    f"interrupted by {interrupt.name(late)} after the run had finished; "
+                    "the output above says what is on disk",
+                ),
+                False,
+            )
     except BrokenPipeError as exc:
         raise OutputFailed(exc) from None
     except (KeyboardInterrupt, _Terminated) as exc:
         signum = signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT
-        stopped = Interrupted(signum, f"interrupted by {interrupt.name(signum)} before anything was written",
-                              "run the command again")
+        stopped = Interrupted(
+            signum, f"interrupted by {interrupt.name(signum)} before anything was written", "run the command again"
+        )
         error(stopped, as_json)  # the one wording of an interrupted command: error, hint, exit code
         raise typer.Exit(int(stopped.exit_code))
     except PatchkitError as exc:

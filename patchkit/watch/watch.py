@@ -64,28 +64,70 @@ DEFAULT_THRESHOLD = 0.2
 """First-position acceptance below which it speaks (``--threshold``; ``PATCHKIT_WATCH_THRESHOLD``).
 A working draft is accepted at the first position 45 - 60% of the time in upstream reports
 (vllm#43671, #50170); the broken ones there were at 1 - 10%."""
-DIST = PluginDist(DISTRIBUTION, PACKAGE, "patchkit's acceptance watch: says why EAGLE-3 acceptance collapsed in a "
-                  "vLLM serve", ((stat_loggers.GROUP, ENTRY_POINT),), PATCH_ID)
+DIST = PluginDist(
+    DISTRIBUTION,
+    PACKAGE,
+    "patchkit's acceptance watch: says why EAGLE-3 acceptance collapsed in a vLLM serve",
+    ((stat_loggers.GROUP, ENTRY_POINT),),
+    PATCH_ID,
+)
 
 
-LAYOUT = ("action", "installed", "files", "drafts", "threshold", "architectures", "readers", "vllm_version", "problems",
-          "install_command", "missing", "next_steps")
+LAYOUT = (
+    "action",
+    "installed",
+    "files",
+    "drafts",
+    "threshold",
+    "architectures",
+    "readers",
+    "vllm_version",
+    "problems",
+    "install_command",
+    "missing",
+    "next_steps",
+)
 """The keys of the watch's report in ``--json`` (docs/json.md), in order."""
 
 
-def report(action: PluginAction, installed: bool, files: Sequence[str] = (), drafts: int = 0, threshold: float = 0.0,
-           architectures: Sequence[str] = (), readers: Sequence[str] = (), vllm_version: str = "",
-           problems: Sequence[str] = (), install_command: str = "", missing: str | None = None,
-           next_steps: Sequence[NextStep] = ()) -> PluginReport:
+def report(
+    action: PluginAction,
+    installed: bool,
+    files: Sequence[str] = (),
+    drafts: int = 0,
+    threshold: float = 0.0,
+    architectures: Sequence[str] = (),
+    readers: Sequence[str] = (),
+    vllm_version: str = "",
+    problems: Sequence[str] = (),
+    install_command: str = "",
+    missing: str | None = None,
+    next_steps: Sequence[NextStep] = (),
+) -> PluginReport:
     """The watch's report (:class:`~patchkit.plugin_results.PluginReport`). Its details: ``drafts``
     (counted before it judges; ``PATCHKIT_WATCH_DRAFTS`` overrides it at serve time), ``threshold``
     (first-position acceptance below which it logs its line), ``architectures`` (those whose capture
     patchkit wrote: a cause the line can name), ``readers`` (per model runner of this release, where
     it reads the draft's ids: ``runner: fields (file:line)``), ``vllm_version`` (the release its data
     file was written for) and ``missing`` (with ``no plugin group``: what this vLLM lacks, in words)."""
-    return PluginReport(NAME, action, installed, tuple(files), tuple(problems), install_command, tuple(next_steps),
-                        (("drafts", drafts), ("threshold", threshold), ("architectures", tuple(architectures)),
-                         ("readers", tuple(readers)), ("vllm_version", vllm_version), ("missing", missing)), LAYOUT)
+    return PluginReport(
+        NAME,
+        action,
+        installed,
+        tuple(files),
+        tuple(problems),
+        install_command,
+        tuple(next_steps),
+        (
+            ("drafts", drafts),
+            ("threshold", threshold),
+            ("architectures", tuple(architectures)),
+            ("readers", tuple(readers)),
+            ("vllm_version", vllm_version),
+            ("missing", missing),
+        ),
+        LAYOUT,
+    )
 
 
 class Cause(str, Enum):
@@ -116,11 +158,15 @@ def module_path() -> str:
 def check_settings(drafts: int | None, threshold: float | None) -> None:
     """Raise :class:`UsageError` (exit 2) for ``--drafts`` below 1 or a ``--threshold`` outside 0 - 1."""
     if drafts is not None and drafts < 1:
-        raise UsageError(f"--drafts {drafts}: the watch needs at least one draft to judge",
-                         f"give a positive number (the default is {DEFAULT_DRAFTS})")
+        raise UsageError(
+            f"--drafts {drafts}: the watch needs at least one draft to judge",
+            f"give a positive number (the default is {DEFAULT_DRAFTS})",
+        )
     if threshold is not None and not (0.0 <= threshold <= 1.0 and math.isfinite(threshold)):
-        raise UsageError(f"--threshold {threshold}: first-position acceptance is a fraction from 0 to 1",
-                         f"give e.g. --threshold {DEFAULT_THRESHOLD}")
+        raise UsageError(
+            f"--threshold {threshold}: first-position acceptance is a fraction from 0 to 1",
+            f"give e.g. --threshold {DEFAULT_THRESHOLD}",
+        )
 
 
 def refusal(install: Install) -> RefusedError | None:
@@ -128,21 +174,28 @@ def refusal(install: Install) -> RefusedError | None:
     found = stat_loggers.support(SourceTree(install.site_packages))
     if found.available:
         return None
-    return RefusedError(f"vLLM {install.version} has no '{stat_loggers.GROUP}' entry-point group "
-                        f"({found.missing.value}; the first release with one is {stat_loggers.FIRST_RELEASE}), "
-                        "so the acceptance watch cannot run there; nothing was written",
-                        "the guard works on every release", upgrade_step(install, found))
+    return RefusedError(
+        f"vLLM {install.version} has no '{stat_loggers.GROUP}' entry-point group "
+        f"({found.missing.value}; the first release with one is {stat_loggers.FIRST_RELEASE}), "
+        "so the acceptance watch cannot run there; nothing was written",
+        "the guard works on every release",
+        upgrade_step(install, found),
+    )
 
 
 def upgrade_step(install: Install, found: stat_loggers.Support) -> NextStep:
     """The upgrade to the first release with the stat-logger plugin group (:attr:`Effect.UPGRADE`)."""
-    return NextStep(("pip", "install", f"{install.distribution}>={stat_loggers.FIRST_RELEASE}"),
-                    f"the acceptance watch needs vLLM's '{stat_loggers.GROUP}' ({found.missing.value} in "
-                    f"{install.version})", None, Effect.UPGRADE)
+    return NextStep(
+        ("pip", "install", f"{install.distribution}>={stat_loggers.FIRST_RELEASE}"),
+        f"the acceptance watch needs vLLM's '{stat_loggers.GROUP}' ({found.missing.value} in {install.version})",
+        None,
+        Effect.UPGRADE,
+    )
 
 
-def data(install: Install, journal: Journal, drafts: int, threshold: float,
-         command_options: Sequence[str] | None) -> dict:
+def data(
+    install: Install, journal: Journal, drafts: int, threshold: float, command_options: Sequence[str] | None
+) -> dict:
     """The data file the plugin reads (format :data:`DATA_FORMAT`); see the module docstring.
 
     Args:
@@ -167,14 +220,27 @@ def data(install: Install, journal: Journal, drafts: int, threshold: float,
         "threshold": threshold,
         "ids_field": drafts_mod.IDS_FIELD,
         "eagle_config": drafts_mod.EAGLE_CONFIG,
-        "readers": [{"runner": r.runner, "location": r.location, "top_level": r.top_level, "nested": r.nested,
-                     "nested_offset": r.nested_offset, "layer_ids": r.layer_ids,
-                     "target_layer_ids": r.target_layer_ids} for r in readers],
+        "readers": [
+            {
+                "runner": r.runner,
+                "location": r.location,
+                "top_level": r.top_level,
+                "nested": r.nested,
+                "nested_offset": r.nested_offset,
+                "layer_ids": r.layer_ids,
+                "target_layer_ids": r.target_layer_ids,
+            }
+            for r in readers
+        ],
         "default_ids": {"terms": [list(t) for t in DEFAULT_ID_TERMS]},
-        "runner_choice": {"property": stat_loggers.RUNNER_V2_PROPERTY, "env": stat_loggers.RUNNER_V2_ENV,
-                          "v1": drafts_mod.RUNNER_MODULES[0][1], "v2": drafts_mod.RUNNER_MODULES[1][1],
-                          # one runner in the install (0.34.0: V2 alone, no flag): it serves, whatever the env says
-                          "only": _only_runner(tree, drafts_mod.RUNNER_MODULES)},
+        "runner_choice": {
+            "property": stat_loggers.RUNNER_V2_PROPERTY,
+            "env": stat_loggers.RUNNER_V2_ENV,
+            "v1": drafts_mod.RUNNER_MODULES[0][1],
+            "v2": drafts_mod.RUNNER_MODULES[1][1],
+            # one runner in the install (0.34.0: V2 alone, no flag): it serves, whatever the env says
+            "only": _only_runner(tree, drafts_mod.RUNNER_MODULES),
+        },
         "patched": list(served),
         "patch_ids": _patch_ids(journal),
         "options": list(command_options or ()),
@@ -199,12 +265,14 @@ def _patch_ids(journal: Journal) -> list[str]:
 
 def files(content: dict) -> dict[str, bytes]:
     """The watch's files, ``{path relative to site-packages: bytes}``, in the order they are written."""
-    return DIST.files({
-        f"{PACKAGE}/__init__.py": b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n',
-        module_path(): Path(__file__).with_name("watch_plugin.py").read_bytes(),
-        f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
-        data_path(): (json.dumps(content, indent=2, sort_keys=True) + "\n").encode(),
-    })
+    return DIST.files(
+        {
+            f"{PACKAGE}/__init__.py": b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n',
+            module_path(): Path(__file__).with_name("watch_plugin.py").read_bytes(),
+            f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
+            data_path(): (json.dumps(content, indent=2, sort_keys=True) + "\n").encode(),
+        }
+    )
 
 
 def installed(install: Install) -> bool:
@@ -223,9 +291,14 @@ def _read_data(install: Install) -> dict:
 def _readers(content: dict) -> tuple[str, ...]:
     out = []
     for r in content.get("readers") or ():
-        fields = [f for f, on in (("top level", r.get("top_level")),
-                                  (f"eagle_config {'+ 1' if r.get('nested_offset') else 'verbatim'}", r.get("nested")))
-                  if on] or ["none: the target's default ids"]
+        fields = [
+            f
+            for f, on in (
+                ("top level", r.get("top_level")),
+                (f"eagle_config {'+ 1' if r.get('nested_offset') else 'verbatim'}", r.get("nested")),
+            )
+            if on
+        ] or ["none: the target's default ids"]
         out.append(f"{r.get('runner')}: {', '.join(fields)} ({r.get('location')})")
     return tuple(out)
 
@@ -234,16 +307,26 @@ def _again(options: Sequence[str]) -> str:
     return shlex.join(patchkit_argv("watch install", environment=options))
 
 
-def _report(action: PluginAction, now_installed: bool, paths: Sequence[str], content: dict,
-            problems: Sequence[str] = ()) -> PluginReport:
-    return report(action, now_installed, tuple(paths), int(content.get("drafts") or 0),
-                       float(content.get("threshold") or 0.0), tuple(content.get("patched") or ()),
-                       _readers(content), str(content.get("vllm_version") or ""), tuple(problems),
-                       _again([str(o) for o in content.get("options") or ()]))
+def _report(
+    action: PluginAction, now_installed: bool, paths: Sequence[str], content: dict, problems: Sequence[str] = ()
+) -> PluginReport:
+    return report(
+        action,
+        now_installed,
+        tuple(paths),
+        int(content.get("drafts") or 0),
+        float(content.get("threshold") or 0.0),
+        tuple(content.get("patched") or ()),
+        _readers(content),
+        str(content.get("vllm_version") or ""),
+        tuple(problems),
+        _again([str(o) for o in content.get("options") or ()]),
+    )
 
 
-def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
-         dry_run: bool = False) -> PluginReport | None:
+def sync(
+    install: Install, journal: Journal, run: PluginRun = PluginRun(), *, dry_run: bool = False
+) -> PluginReport | None:
     """Install or refresh the watch for the install as it is now; call it under the install's lock.
 
     Args:
@@ -267,13 +350,24 @@ def sync(install: Install, journal: Journal, run: PluginRun = PluginRun(), *,
             raise problem
         return state(install, journal)  # an installed watch on a release that cannot run it: say so
     previous = _read_data(install)
-    content = data(install, journal, drafts if drafts is not None else int(previous.get("drafts") or DEFAULT_DRAFTS),
-                   threshold if threshold is not None else float(previous.get("threshold", DEFAULT_THRESHOLD)),
-                   command_options if command_options is not None else previous.get("options") or ())
+    content = data(
+        install,
+        journal,
+        drafts if drafts is not None else int(previous.get("drafts") or DEFAULT_DRAFTS),
+        threshold if threshold is not None else float(previous.get("threshold", DEFAULT_THRESHOLD)),
+        command_options if command_options is not None else previous.get("options") or (),
+    )
     planned = files(content)
     written = DIST.write(install, planned, dry_run=dry_run)
-    action = (PluginAction.UNCHANGED if not written.changed else PluginAction.WOULD_INSTALL if dry_run else
-              PluginAction.INSTALLED if written.fresh else PluginAction.REFRESHED)
+    action = (
+        PluginAction.UNCHANGED
+        if not written.changed
+        else PluginAction.WOULD_INSTALL
+        if dry_run
+        else PluginAction.INSTALLED
+        if written.fresh
+        else PluginAction.REFRESHED
+    )
     return _report(action, not dry_run or not written.fresh, tuple(planned), content)
 
 
@@ -315,9 +409,11 @@ def would_install(install: Install, applied: ApplyReport, journal: Journal, run:
     else the installed ones, else the defaults (``applied`` and ``journal`` do not change it)."""
     drafts, threshold = run.settings.get("drafts"), run.settings.get("threshold")
     previous = _read_data(install)
-    content = {"drafts": drafts or previous.get("drafts") or DEFAULT_DRAFTS,
-               "threshold": threshold if threshold is not None else previous.get("threshold", DEFAULT_THRESHOLD),
-               "vllm_version": str(install.version)}
+    content = {
+        "drafts": drafts or previous.get("drafts") or DEFAULT_DRAFTS,
+        "threshold": threshold if threshold is not None else previous.get("threshold", DEFAULT_THRESHOLD),
+        "vllm_version": str(install.version),
+    }
     return _report(PluginAction.WOULD_INSTALL, installed(install), tuple(files({"format": DATA_FORMAT})), content)
 
 
@@ -328,11 +424,17 @@ WATCH_CHECK = "patchkit watch"
 def check(report: PluginReport) -> Check:
     """``verify``'s node for an installed watch: fails when :attr:`PluginReport.problems` is not empty."""
     if report.problems:
-        return Check(WATCH_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')",
-                     kind="watch")
-    return Check(WATCH_CHECK, None, f"installed ({PACKAGE}, entry point {stat_loggers.GROUP}): after "
-                 f"{report.drafts} drafts, logs one line when first-position acceptance is below "
-                 f"{report.threshold:.2f}", kind="watch")
+        return Check(
+            WATCH_CHECK, False, "; ".join(report.problems) + f" (run '{report.install_command}')", kind="watch"
+        )
+    return Check(
+        WATCH_CHECK,
+        None,
+        f"installed ({PACKAGE}, entry point {stat_loggers.GROUP}): after "
+        f"{report.drafts} drafts, logs one line when first-position acceptance is below "
+        f"{report.threshold:.2f}",
+        kind="watch",
+    )
 
 
 def check_run(run: PluginRun) -> None:

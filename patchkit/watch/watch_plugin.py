@@ -161,8 +161,9 @@ def reading(data, config):
     running = runner_in_use(data, config)
     if any(r["runner"] == running for r in readers):
         readers = [r for r in readers if r["runner"] == running]
-    for reader in readers or [{"runner": running or "model runner", "top_level": False, "nested": False,
-                               "nested_offset": 0}]:
+    for reader in readers or [
+        {"runner": running or "model runner", "top_level": False, "nested": False, "nested_offset": 0}
+    ]:
         offsets[reader["runner"]] = reader["nested_offset"]
         if reader["top_level"] and top:
             runners.append((reader["runner"], top, "top level"))
@@ -185,10 +186,19 @@ def reading(data, config):
         arch = None
     if not arch:
         arch = (getattr(model, "architectures", None) or [None])[0]
-    return {"draft_ids": top or nested, "draft_field": "top level" if top else "eagle_config" if nested else None,
-            "nested": nested, "default": default, "runners": runners, "offsets": offsets, "architecture": arch,
-            "vocab": (getattr(hf, "vocab_size", None), target_vocab), "model": str(model.model),
-            "draft": str(spec.model), "n": n}
+    return {
+        "draft_ids": top or nested,
+        "draft_field": "top level" if top else "eagle_config" if nested else None,
+        "nested": nested,
+        "default": default,
+        "runners": runners,
+        "offsets": offsets,
+        "architecture": arch,
+        "vocab": (getattr(hf, "vocab_size", None), target_vocab),
+        "model": str(model.model),
+        "draft": str(spec.model),
+        "n": n,
+    }
 
 
 def causes(data, found):
@@ -197,29 +207,59 @@ def causes(data, found):
     field = data["ids_field"]
     draft_vocab, target_vocab = found["vocab"]
     if draft_vocab and target_vocab and draft_vocab != target_vocab:
-        out.append((OTHER_VOCABULARY, "the draft's vocab_size is {}, the target's {}: a draft of another tokenizer "
-                                      "proposes token ids that mean other words".format(draft_vocab, target_vocab)))
+        out.append(
+            (
+                OTHER_VOCABULARY,
+                "the draft's vocab_size is {}, the target's {}: a draft of another tokenizer "
+                "proposes token ids that mean other words".format(draft_vocab, target_vocab),
+            )
+        )
     default = found["default"]
     for runner, ids, source in found["runners"]:
         if source == "eagle_config" and found["offsets"].get(runner) == 0:
-            out.append((ID_CONVENTION, "the draft's ids are only in eagle_config, whose exporters (SpecForge, SGLang, "
-                                       "ModelOpt) count a layer's output, and the {} reads them verbatim (vLLM counts "
-                                       "the stream entering a layer): every capture is one layer early; set the "
-                                       "top-level {} to {}".format(runner, field, [i + 1 for i in ids])))
+            out.append(
+                (
+                    ID_CONVENTION,
+                    "the draft's ids are only in eagle_config, whose exporters (SpecForge, SGLang, "
+                    "ModelOpt) count a layer's output, and the {} reads them verbatim (vLLM counts "
+                    "the stream entering a layer): every capture is one layer early; set the "
+                    "top-level {} to {}".format(runner, field, [i + 1 for i in ids]),
+                )
+            )
         elif source == "default" and found["nested"]:
-            out.append((DEFAULT_IDS, "the {} ignores eagle_config's ids {} and captures the target's default layers "
-                                     "{}; set the top-level {} to {} (eagle_config counts a layer's output)".format(
-                                         runner, found["nested"], ids, field, [i + 1 for i in found["nested"]])))
+            out.append(
+                (
+                    DEFAULT_IDS,
+                    "the {} ignores eagle_config's ids {} and captures the target's default layers "
+                    "{}; set the top-level {} to {} (eagle_config counts a layer's output)".format(
+                        runner, found["nested"], ids, field, [i + 1 for i in found["nested"]]
+                    ),
+                )
+            )
         elif source == "default":
-            out.append((DEFAULT_IDS, "the draft records no ids, so the {} falls back to the target's default layers "
-                                     "{}: a draft trained on other layers needs them in the top-level {}".format(
-                                         runner, ids, field)))
+            out.append(
+                (
+                    DEFAULT_IDS,
+                    "the draft records no ids, so the {} falls back to the target's default layers "
+                    "{}: a draft trained on other layers needs them in the top-level {}".format(runner, ids, field),
+                )
+            )
         elif source == "top level" and ids == [d - 1 for d in default]:
-            out.append((ID_CONVENTION, "the draft's top-level ids {} are the default {} minus one: a SpecForge list "
-                                       "(a layer's output) copied unchanged?".format(ids, default)))
+            out.append(
+                (
+                    ID_CONVENTION,
+                    "the draft's top-level ids {} are the default {} minus one: a SpecForge list "
+                    "(a layer's output) copied unchanged?".format(ids, default),
+                )
+            )
     if found["architecture"] in (data.get("patched") or []):
-        out.append((PATCHED_CAPTURE, "patchkit wrote {}'s capture of the aux hidden states: 'patchkit rehearse' "
-                                     "checks it against transformers".format(found["architecture"])))
+        out.append(
+            (
+                PATCHED_CAPTURE,
+                "patchkit wrote {}'s capture of the aux hidden states: 'patchkit rehearse' "
+                "checks it against transformers".format(found["architecture"]),
+            )
+        )
     if not out:
         out.append((UNKNOWN, "the ids and the vocabulary agree: is the draft trained for this target (its revision)?"))
     seen, ranked = set(), []
@@ -234,8 +274,10 @@ def next_commands(found, python=None):
     """The ``patchkit doctor`` and ``patchkit rehearse`` commands for this target and draft."""
     where = ["--python", python or sys.executable or "python"]
     pair = ["--model", found["model"], "--draft", found["draft"], *where]
-    return (" ".join(shlex.quote(p) for p in ["patchkit", "doctor", *pair]),
-            " ".join(shlex.quote(p) for p in ["patchkit", "rehearse", *pair]))
+    return (
+        " ".join(shlex.quote(p) for p in ["patchkit", "doctor", *pair]),
+        " ".join(shlex.quote(p) for p in ["patchkit", "rehearse", *pair]),
+    )
 
 
 def message(data, found, drafts, per_pos, threshold, python=None):
@@ -244,17 +286,34 @@ def message(data, found, drafts, per_pos, threshold, python=None):
     used = {}
     for runner, ids, source in found["runners"]:
         used.setdefault((tuple(ids), source), []).append(runner)
-    uses = "; ".join("the {} uses {} ({})".format(" and the ".join(r), list(ids),
-                                                   "the draft's " + source if source != "default" else "the target's default")
-                     for (ids, source), r in used.items())
-    draft = ("draft ids {} ({})".format(found["draft_ids"], found["draft_field"]) if found["draft_ids"]
-             else "the draft records no ids")
+    uses = "; ".join(
+        "the {} uses {} ({})".format(
+            " and the ".join(r), list(ids), "the draft's " + source if source != "default" else "the target's default"
+        )
+        for (ids, source), r in used.items()
+    )
+    draft = (
+        "draft ids {} ({})".format(found["draft_ids"], found["draft_field"])
+        if found["draft_ids"]
+        else "the draft records no ids"
+    )
     doctor, rehearse = next_commands(found, python)
     listed = "; ".join("({}) {}: {}".format(i, code, text) for i, (code, text) in enumerate(causes(data, found), 1))
-    return ("{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); per position {}; {}; {}; "
-            "likeliest causes: {}; next: '{}', then '{}'".format(
-                PREFIX, rates[0] if rates else 0.0, drafts, threshold, "[" + ", ".join("{:.2f}".format(r) for r in rates)
-                + "]", draft, uses, listed, doctor, rehearse))
+    return (
+        "{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); per position {}; {}; {}; "
+        "likeliest causes: {}; next: '{}', then '{}'".format(
+            PREFIX,
+            rates[0] if rates else 0.0,
+            drafts,
+            threshold,
+            "[" + ", ".join("{:.2f}".format(r) for r in rates) + "]",
+            draft,
+            uses,
+            listed,
+            doctor,
+            rehearse,
+        )
+    )
 
 
 try:
@@ -284,8 +343,9 @@ class AcceptanceWatch(_Base):
         self._data = read_data()
         self._limit, self._threshold, problems = settings(self._data)
         for problem in problems:
-            _LOG.warning("%s %s; using %s=%s, %s=%s", PREFIX, problem, ENV_DRAFTS, self._limit, ENV_THRESHOLD,
-                         self._threshold)
+            _LOG.warning(
+                "%s %s; using %s=%s, %s=%s", PREFIX, problem, ENV_DRAFTS, self._limit, ENV_THRESHOLD, self._threshold
+            )
         self._reset()
         self._on = True
 
@@ -322,9 +382,12 @@ class AcceptanceWatch(_Base):
         try:
             line = message(self._data, reading(self._data, self._config), self._drafts, self._per_pos, self._threshold)
         except Exception as exc:  # noqa: BLE001 - a config of another shape: the figures alone, still one line
-            line = ("{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); the served config "
-                    "could not be read ({}: {}); next: 'patchkit doctor --model TARGET --draft DRAFT --python {}'".format(
-                        PREFIX, first, self._drafts, self._threshold, type(exc).__name__, exc, sys.executable))
+            line = (
+                "{} EAGLE-3 first-position acceptance {:.2f} after {} drafts (below {:.2f}); the served config "
+                "could not be read ({}: {}); next: 'patchkit doctor --model TARGET --draft DRAFT --python {}'".format(
+                    PREFIX, first, self._drafts, self._threshold, type(exc).__name__, exc, sys.executable
+                )
+            )
         _LOG.warning("%s", line)
 
     def log_engine_initialized(self):

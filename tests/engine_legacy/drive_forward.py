@@ -39,8 +39,11 @@ def _install(worker, ids):
 
     runner = worker.model_runner
     model = runner.model
-    info = {"model_class": type(model).__name__, "supports_eagle3": bool(supports_eagle3(model)),
-            "has_setter": hasattr(model, "set_aux_hidden_state_layers")}
+    info = {
+        "model_class": type(model).__name__,
+        "supports_eagle3": bool(supports_eagle3(model)),
+        "has_setter": hasattr(model, "set_aux_hidden_state_layers"),
+    }
     if ids is not None and info["has_setter"]:
         model.set_aux_hidden_state_layers(tuple(ids))
     original = getattr(model, "_legacy_original_forward", None) or model.forward
@@ -69,8 +72,11 @@ def _collect(worker):
     model = worker.model_runner.model
     calls = model._legacy_calls
     first = calls[0] if calls else {"aux": None, "input_ids": None}
-    return {"input_ids": first["input_ids"], "aux": None if first["aux"] is None else [t.tolist() for t in first["aux"]],
-            "calls": len(calls)}
+    return {
+        "input_ids": first["input_ids"],
+        "aux": None if first["aux"] is None else [t.tolist() for t in first["aux"]],
+        "calls": len(calls),
+    }
 
 
 def main() -> None:
@@ -89,8 +95,16 @@ def main() -> None:
     reference = torch.load(args.model / "reference.pt")
     prompt = reference["input_ids"]
     t0 = time.monotonic()
-    llm = LLM(model=str(args.model), dtype="float32", enforce_eager=True, max_model_len=128,
-              max_num_seqs=4, max_num_batched_tokens=128, seed=0, gpu_memory_utilization=0.5)
+    llm = LLM(
+        model=str(args.model),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=128,
+        max_num_seqs=4,
+        max_num_batched_tokens=128,
+        seed=0,
+        gpu_memory_utilization=0.5,
+    )
     engine_s = time.monotonic() - t0
     runs = []
     params = SamplingParams(max_tokens=1, temperature=0.0)
@@ -100,10 +114,26 @@ def main() -> None:
         (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
         (got,) = llm.collective_rpc(_collect)
         aux = None if got["aux"] is None else [torch.tensor(a) for a in got["aux"]]
-        runs.append({"ids": ids, "aux": aux, "input_ids": got["input_ids"], "calls": got["calls"],
-                     "next_token": out.outputs[0].token_ids[0], **info})
+        runs.append(
+            {
+                "ids": ids,
+                "aux": aux,
+                "input_ids": got["input_ids"],
+                "calls": got["calls"],
+                "next_token": out.outputs[0].token_ids[0],
+                **info,
+            }
+        )
     torch.save({"runs": runs, "vllm_version": vllm.__version__, "engine_s": engine_s}, args.out)
-    print({"engine_s": round(engine_s, 1), "runs": [{k: v for k, v in r.items() if k != "aux"} | {"n_aux": None if r["aux"] is None else len(r["aux"])} for r in runs]})
+    print(
+        {
+            "engine_s": round(engine_s, 1),
+            "runs": [
+                {k: v for k, v in r.items() if k != "aux"} | {"n_aux": None if r["aux"] is None else len(r["aux"])}
+                for r in runs
+            ],
+        }
+    )
 
 
 if __name__ == "__main__":

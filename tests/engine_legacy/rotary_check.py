@@ -14,8 +14,9 @@ from vllm.config import VllmConfig, set_current_vllm_config
 from vllm.model_executor.layers.rotary_embedding import get_rope
 
 with set_current_vllm_config(VllmConfig()):
-    rope = get_rope(32, max_position=256, is_neox_style=False,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    rope = get_rope(
+        32, max_position=256, is_neox_style=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}
+    )
     torch.manual_seed(0)
     tokens = 8
     positions = torch.arange(tokens)

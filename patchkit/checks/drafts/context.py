@@ -85,7 +85,11 @@ class DraftFacts:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the kinds as their values)."""
         source = self.aux_layer_ids_source
-        return {**asdict(self), "kind": self.kind.value, "aux_layer_ids_source": None if source is None else source.value}
+        return {
+            **asdict(self),
+            "kind": self.kind.value,
+            "aux_layer_ids_source": None if source is None else source.value,
+        }
 
 
 @dataclass
@@ -113,7 +117,6 @@ class DraftContext:
     pipeline_parallel_size: int = 1
     actions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
 
 
 def ids_text(ids: list[int]) -> str:

@@ -8,8 +8,13 @@ from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat
 from patchkit.results import Check
 from patchkit.vllm.release.contract import MLA_DRAFTS_FROM
 from patchkit.vllm.checkpoints.drafts import (
-    MLA_DRAFT_ARCHITECTURES, SPECULATORS_MODEL_TYPE, SPECULATORS_TYPE, TRANSFORMERS_CHECKED, TRANSFORMERS_MODEL_TYPES,
-    eagle3_draft_architecture, transformers_has,
+    MLA_DRAFT_ARCHITECTURES,
+    SPECULATORS_MODEL_TYPE,
+    SPECULATORS_TYPE,
+    TRANSFORMERS_CHECKED,
+    TRANSFORMERS_MODEL_TYPES,
+    eagle3_draft_architecture,
+    transformers_has,
 )
 
 
@@ -24,11 +29,14 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         One :class:`Check` tree, a child per listed architecture (ok when one of them is registered).
     """
     if facts.kind is DraftFormat.SPECULATORS:
-        return Check("draft architecture", None,
-                     f"speculators format (speculators_model_type {data.get(SPECULATORS_TYPE)!r}): vLLM's "
-                     "converter picks the draft class")
+        return Check(
+            "draft architecture",
+            None,
+            f"speculators format (speculators_model_type {data.get(SPECULATORS_TYPE)!r}): vLLM's "
+            "converter picks the draft class",
+        )
     if not facts.architectures:
-        ctx.actions.append("the draft's config.json must list its architecture (\"architectures\": [...])")
+        ctx.actions.append('the draft\'s config.json must list its architecture ("architectures": [...])')
         return Check("draft architecture", False, "the draft's config.json lists no architectures", facts.config)
     node = Check("draft architecture " + ", ".join(facts.architectures), False, "")
     registered = []
@@ -38,8 +46,14 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         entry = ctx.registry.entry(name)
         if entry is not None:
             registered.append(name)
-            node.children.append(Check(f"{arch} -> {name}", True, f"registered: {entry.module}.{entry.class_name}",
-                                       f"{ctx.registry.relpath}:{entry.lineno}"))
+            node.children.append(
+                Check(
+                    f"{arch} -> {name}",
+                    True,
+                    f"registered: {entry.module}.{entry.class_name}",
+                    f"{ctx.registry.relpath}:{entry.lineno}",
+                )
+            )
         else:
             detail = f"vLLM {ctx.install.version} does not register {name}: it cannot build this draft"
             if name in MLA_DRAFT_ARCHITECTURES:
@@ -57,10 +71,11 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
     else:
         node.detail = "no EAGLE-3 draft class for it in this release"
         mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
-        ctx.actions.append("use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
-                           + (f", or vLLM >= {MLA_DRAFTS_FROM}, which registers MLA (DeepSeek-architecture) drafts" if mla else ""))
+        ctx.actions.append(
+            "use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
+            + (f", or vLLM >= {MLA_DRAFTS_FROM}, which registers MLA (DeepSeek-architecture) drafts" if mla else "")
+        )
     return node
-
 
 
 def model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
@@ -76,38 +91,57 @@ def model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext)
     if mt is None and data.get("speculators_config") is not None:
         mt = SPECULATORS_MODEL_TYPE
     if not isinstance(mt, str):
-        ctx.actions.append("the draft's config.json needs a model_type (a Llama-architecture EAGLE-3 draft: \"llama\")")
-        return Check("draft model type", False, "the draft's config.json has no model_type: vLLM cannot load it", facts.config)
+        ctx.actions.append('the draft\'s config.json needs a model_type (a Llama-architecture EAGLE-3 draft: "llama")')
+        return Check(
+            "draft model type", False, "the draft's config.json has no model_type: vLLM cannot load it", facts.config
+        )
     facts.model_type = mt
     label = f"draft model type {mt}"
     if mt in reading.config_types:
         return Check(label, True, f"in vLLM {ctx.install.version}'s own config registry", reading.config_registry)
     spec_text = f"transformers{reading.transformers}" if reading.transformers is not None else "any transformers"
     if mt not in TRANSFORMERS_MODEL_TYPES:
-        return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; whether {spec_text} knows it "
-                                  "is not checked", reading.config_registry)
+        return Check(
+            label,
+            None,
+            f"not in vLLM {ctx.install.version}'s config registry; whether {spec_text} knows it is not checked",
+            reading.config_registry,
+        )
     known = transformers_has(reading.transformers, mt)
     absent_below, has = TRANSFORMERS_MODEL_TYPES[mt]
     if known:
         return Check(label, True, f"known to transformers (>= {has}); this release requires {spec_text}")
     if known is None:
-        return Check(label, None, f"not in vLLM {ctx.install.version}'s config registry; transformers lacks it before {absent_below} "
-                                  f"and has it from {has}: whether {spec_text} has it is not known",
-                     reading.config_registry)
-    why = (f"not in vLLM {ctx.install.version}'s config registry, and no transformers release up to "
-           f"{TRANSFORMERS_CHECKED} registers it" if has is None else
-           f"not in vLLM {ctx.install.version}'s config registry, and no transformers release this release allows "
-           f"({spec_text}) registers it (none before {absent_below}; {has} does)")
+        return Check(
+            label,
+            None,
+            f"not in vLLM {ctx.install.version}'s config registry; transformers lacks it before {absent_below} "
+            f"and has it from {has}: whether {spec_text} has it is not known",
+            reading.config_registry,
+        )
+    why = (
+        f"not in vLLM {ctx.install.version}'s config registry, and no transformers release up to "
+        f"{TRANSFORMERS_CHECKED} registers it"
+        if has is None
+        else f"not in vLLM {ctx.install.version}'s config registry, and no transformers release this release allows "
+        f"({spec_text}) registers it (none before {absent_below}; {has} does)"
+    )
     if isinstance(data.get("auto_map"), dict):
-        ctx.warnings.append(f"the draft's model_type {mt!r} loads only through its auto_map remote code: serve with "
-                            "--trust-remote-code")
-        return Check(label, None, f"{why}; the config's auto_map names remote code (needs --trust-remote-code)",
-                     reading.config_registry)
-    ctx.actions.append(f"vLLM {ctx.install.version} cannot load a draft config of model_type {mt!r}: set the draft's "
-                       "model_type to one it loads (EAGLE-3 drafts with a Llama layer use \"llama\"), or use a vLLM "
-                       "whose config registry has it")
+        ctx.warnings.append(
+            f"the draft's model_type {mt!r} loads only through its auto_map remote code: serve with --trust-remote-code"
+        )
+        return Check(
+            label,
+            None,
+            f"{why}; the config's auto_map names remote code (needs --trust-remote-code)",
+            reading.config_registry,
+        )
+    ctx.actions.append(
+        f"vLLM {ctx.install.version} cannot load a draft config of model_type {mt!r}: set the draft's "
+        'model_type to one it loads (EAGLE-3 drafts with a Llama layer use "llama"), or use a vLLM '
+        "whose config registry has it"
+    )
     return Check(label, False, f"{why}: vLLM fails to load the draft config", reading.config_registry)
-
 
 
 __all__ = ["architecture_check", "model_type_check"]

@@ -17,8 +17,9 @@ PADDING_ROWS = 1024
 is left undecided (a padded embedding or added tokens) instead of failing as another tokenizer."""
 
 
-def _judge_vocabulary(node: Check, vocab: int, target_vocab: int, draft_dir: Path, target_dir: Path,
-                      ctx: DraftContext) -> None:
+def _judge_vocabulary(
+    node: Check, vocab: int, target_vocab: int, draft_dir: Path, target_dir: Path, ctx: DraftContext
+) -> None:
     """Which tokenizer the draft was trained for, from the sizes, ``d2t``/``t2d`` and the tokenizers.
 
     Evidence (:mod:`patchkit.vllm.checkpoints.vocabulary`): the two folders' tokenizers (same vocabulary digest or
@@ -47,9 +48,13 @@ def _tokenizer_evidence(same: list[str], other: list[str], target_vocab: int, dr
     if draft_tok is not None and target_tok is not None:
         if draft_tok.digest is not None and target_tok.digest is not None:
             if draft_tok.digest == target_tok.digest:
-                same.append(f"the draft's and the target's tokenizer.json hold the same vocabulary ({target_tok.size} ids)")
+                same.append(
+                    f"the draft's and the target's tokenizer.json hold the same vocabulary ({target_tok.size} ids)"
+                )
             else:
-                other.append(f"the draft's tokenizer.json ({draft_tok.size} ids) is not the target's ({target_tok.size} ids)")
+                other.append(
+                    f"the draft's tokenizer.json ({draft_tok.size} ids) is not the target's ({target_tok.size} ids)"
+                )
         elif draft_tok.specials and draft_tok.specials == target_tok.specials:
             same.append(f"the same {len(target_tok.specials)} special tokens with the same ids in both tokenizers")
         elif draft_tok.specials and target_tok.specials:
@@ -58,8 +63,9 @@ def _tokenizer_evidence(same: list[str], other: list[str], target_vocab: int, dr
     return target_tok.size if target_tok is not None and target_tok.size is not None else target_vocab
 
 
-def _map_evidence(same: list[str], other: list[str], vocab: int, target_vocab: int, produced: int,
-                  draft_dir: Path) -> int | None:
+def _map_evidence(
+    same: list[str], other: list[str], vocab: int, target_vocab: int, produced: int, draft_dir: Path
+) -> int | None:
     """The draft's ``t2d`` length and ``d2t`` range: evidence appended to ``same`` / ``other``; returns the
     highest target id ``d2t`` proposes when it is beyond the target's vocabulary, else None."""
     maps = read_maps(draft_dir)
@@ -67,59 +73,96 @@ def _map_evidence(same: list[str], other: list[str], vocab: int, target_vocab: i
     if maps is not None and maps.t2d_size is not None:
         # SpecForge sizes t2d from the draft's own vocab_size: that length says nothing either way
         if maps.t2d_size in (target_vocab, produced):
-            same.append(f"the draft's t2d has {maps.t2d_size} entries: it was trained against a vocabulary of the target's size")
+            same.append(
+                f"the draft's t2d has {maps.t2d_size} entries: it was trained against a vocabulary of the target's size"
+            )
         elif maps.t2d_size != vocab:
-            other.append(f"the draft's t2d has {maps.t2d_size} entries: it was trained against a {maps.t2d_size}-id "
-                         f"vocabulary, the target has {target_vocab}")
+            other.append(
+                f"the draft's t2d has {maps.t2d_size} entries: it was trained against a {maps.t2d_size}-id "
+                f"vocabulary, the target has {target_vocab}"
+            )
     if maps is not None and maps.highest_target_id is not None:
         if maps.highest_target_id < target_vocab:
-            same.append(f"its d2t maps every draft id to a target id below {target_vocab} (the highest is {maps.highest_target_id})")
+            same.append(
+                f"its d2t maps every draft id to a target id below {target_vocab} (the highest is {maps.highest_target_id})"
+            )
         else:
             beyond = maps.highest_target_id
     return beyond
 
 
-def _decide_vocabulary(node: Check, vocab: int, target_vocab: int, produced: int, same: list[str], other: list[str],
-                       beyond: int | None, ctx: DraftContext) -> None:
+def _decide_vocabulary(
+    node: Check,
+    vocab: int,
+    target_vocab: int,
+    produced: int,
+    same: list[str],
+    other: list[str],
+    beyond: int | None,
+    ctx: DraftContext,
+) -> None:
     """The verdict on the evidence (see :func:`_judge_vocabulary`), with its action or warning."""
     if other:
         node.ok = False
-        node.detail = (f"the draft (vocab_size {vocab}) was trained for another tokenizer than the target's (vocab_size "
-                       f"{target_vocab}): " + "; ".join(other) + ": it would predict another tokenizer's ids (acceptance near zero)")
+        node.detail = (
+            f"the draft (vocab_size {vocab}) was trained for another tokenizer than the target's (vocab_size "
+            f"{target_vocab}): "
+            + "; ".join(other)
+            + ": it would predict another tokenizer's ids (acceptance near zero)"
+        )
         ctx.actions.append("use a draft trained for this target's tokenizer: " + "; ".join(other))
     elif beyond is not None:
         node.ok = False
-        node.detail = (f"the draft's d2t maps a draft id to target id {beyond}, beyond the target's vocab_size {target_vocab}: "
-                       "the draft proposes a token the target cannot score")
+        node.detail = (
+            f"the draft's d2t maps a draft id to target id {beyond}, beyond the target's vocab_size {target_vocab}: "
+            "the draft proposes a token the target cannot score"
+        )
         ctx.actions.append(f"use a draft whose d2t maps into this target's {target_vocab} ids")
     elif vocab == target_vocab:
         node.detail = f"vocab_size {vocab}, the same as the target's" + (f" ({'; '.join(same)})" if same else "")
     elif vocab < produced:
         node.ok = False
-        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids up to "
-                       f"{produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained for "
-                       "another tokenizer?)")
-        ctx.actions.append(f"use a draft whose vocabulary covers this target's ({produced} ids); this one has {vocab} rows")
+        node.detail = (
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids up to "
+            f"{produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained for "
+            "another tokenizer?)"
+        )
+        ctx.actions.append(
+            f"use a draft whose vocabulary covers this target's ({produced} ids); this one has {vocab} rows"
+        )
     elif same:
         node.ok = True
         node.detail = f"vocab_size {vocab}, the target's {target_vocab}: the same tokenizer (" + "; ".join(same) + ")"
-        node.children.append(Check(f"padded embedding (+{vocab - target_vocab} rows)", None,
-                                   f"the draft's embedding has {vocab - target_vocab} more rows than the target's vocabulary "
-                                   "(len(tokenizer) counts added tokens, or the export padded it); target ids never reach them"))
+        node.children.append(
+            Check(
+                f"padded embedding (+{vocab - target_vocab} rows)",
+                None,
+                f"the draft's embedding has {vocab - target_vocab} more rows than the target's vocabulary "
+                "(len(tokenizer) counts added tokens, or the export padded it); target ids never reach them",
+            )
+        )
     elif vocab - target_vocab <= PADDING_ROWS:
         node.ok = None
-        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): likely a padded "
-                       "embedding or added tokens, but nothing in the folders says which tokenizer the draft was trained "
-                       "for (no tokenizer files in both, no d2t/t2d in its weights): not decided")
-        ctx.warnings.append(f"the draft's vocab_size {vocab} is the target's {target_vocab} + {vocab - target_vocab}: put the draft's "
-                            f"tokenizer.json next to its config.json (and the target's next to its own), or its weights with "
-                            f"d2t/t2d, and run doctor again to tell a padded embedding from another tokenizer")
+        node.detail = (
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): likely a padded "
+            "embedding or added tokens, but nothing in the folders says which tokenizer the draft was trained "
+            "for (no tokenizer files in both, no d2t/t2d in its weights): not decided"
+        )
+        ctx.warnings.append(
+            f"the draft's vocab_size {vocab} is the target's {target_vocab} + {vocab - target_vocab}: put the draft's "
+            f"tokenizer.json next to its config.json (and the target's next to its own), or its weights with "
+            f"d2t/t2d, and run doctor again to tell a padded embedding from another tokenizer"
+        )
     else:
         node.ok = False
-        node.detail = (f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, more than "
-                       f"padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same tokenizer: "
-                       "likely trained for another tokenizer (acceptance near zero)")
-        ctx.actions.append(f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}")
+        node.detail = (
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, more than "
+            f"padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same tokenizer: "
+            "likely trained for another tokenizer (acceptance near zero)"
+        )
+        ctx.actions.append(
+            f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}"
+        )
 
 
 def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any], ctx: DraftContext) -> Check:
@@ -130,7 +173,11 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
     ``vocab_size``) and maps them through ``d2t`` when the weights hold it, else id ``i`` stays ``i``.
     """
     data = cfg.data
-    vocab = as_int(layer.get("vocab_size")) if as_int(layer.get("vocab_size")) is not None else as_int(data.get("vocab_size"))
+    vocab = (
+        as_int(layer.get("vocab_size"))
+        if as_int(layer.get("vocab_size")) is not None
+        else as_int(data.get("vocab_size"))
+    )
     draft_vocab = as_int(data.get("draft_vocab_size"))
     if draft_vocab is None:
         draft_vocab = as_int(layer.get("draft_vocab_size"))
@@ -141,33 +188,57 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
     if vocab is None:
         node.ok, node.detail = None, "the draft's config.json gives no vocab_size: not checked"
     elif target_vocab is None:
-        node.ok, node.detail = None, f"draft vocab_size {vocab}; the target's text config gives no vocab_size: not compared"
+        node.ok, node.detail = (
+            None,
+            f"draft vocab_size {vocab}; the target's text config gives no vocab_size: not compared",
+        )
     else:
         _judge_vocabulary(node, vocab, target_vocab, cfg.path.parent, Path(ctx.target.config).parent, ctx)
     if draft_vocab is not None and vocab is not None and draft_vocab != vocab:
         if draft_vocab > vocab:
-            node.children.append(Check(f"draft_vocab_size {draft_vocab}", False,
-                                       f"larger than vocab_size {vocab}: the map to target ids cannot exist"))
+            node.children.append(
+                Check(
+                    f"draft_vocab_size {draft_vocab}",
+                    False,
+                    f"larger than vocab_size {vocab}: the map to target ids cannot exist",
+                )
+            )
             ctx.actions.append("fix the draft's draft_vocab_size: it cannot exceed vocab_size")
         else:
             names = weight_names(cfg.path.parent)
             if names is None:
-                node.children.append(Check(f"draft_vocab_size {draft_vocab}", None,
-                                           f"the head predicts {draft_vocab} of {vocab} ids through the {DRAFT_TO_TARGET} map "
-                                           "in the weights; no weights patchkit can read next to config.json: not checked"))
+                node.children.append(
+                    Check(
+                        f"draft_vocab_size {draft_vocab}",
+                        None,
+                        f"the head predicts {draft_vocab} of {vocab} ids through the {DRAFT_TO_TARGET} map "
+                        "in the weights; no weights patchkit can read next to config.json: not checked",
+                    )
+                )
             elif any(n.split(".")[-1] == DRAFT_TO_TARGET for n in names):
-                node.children.append(Check(f"draft_vocab_size {draft_vocab}", True,
-                                           f"the weights hold the {DRAFT_TO_TARGET} map to the {vocab} target ids"))
+                node.children.append(
+                    Check(
+                        f"draft_vocab_size {draft_vocab}",
+                        True,
+                        f"the weights hold the {DRAFT_TO_TARGET} map to the {vocab} target ids",
+                    )
+                )
             else:
-                node.children.append(Check(f"draft_vocab_size {draft_vocab}", False,
-                                           f"the weights hold no {DRAFT_TO_TARGET} map: vLLM keeps draft id i as target id i "
-                                           "(wrong tokens, acceptance near zero)"))
-                ctx.actions.append(f"the draft's weights need its {DRAFT_TO_TARGET} tensor (draft_vocab_size {draft_vocab} "
-                                   f"< vocab_size {vocab}): download the complete draft checkpoint")
+                node.children.append(
+                    Check(
+                        f"draft_vocab_size {draft_vocab}",
+                        False,
+                        f"the weights hold no {DRAFT_TO_TARGET} map: vLLM keeps draft id i as target id i "
+                        "(wrong tokens, acceptance near zero)",
+                    )
+                )
+                ctx.actions.append(
+                    f"the draft's weights need its {DRAFT_TO_TARGET} tensor (draft_vocab_size {draft_vocab} "
+                    f"< vocab_size {vocab}): download the complete draft checkpoint"
+                )
     if any(c.ok is False for c in node.children):
         node.ok = False
     return node
-
 
 
 __all__ = ["PADDING_ROWS", "vocab_check"]

@@ -11,13 +11,17 @@ from patchkit.vllm.checkpoints.drafts import FC_COUNT_FIELD, FC_STATES, IDS_FIEL
 from patchkit.vllm.release.source import SourceTree
 
 
-def _fc_states(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any],
-               tree: SourceTree) -> tuple[int, str]:
+def _fc_states(
+    facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], tree: SourceTree
+) -> tuple[int, str]:
     """How many aux states the draft's fc takes, and why (see :data:`patchkit.vllm.checkpoints.drafts.FC_STATES`)."""
     reads_count = reads_aux_count(tree, facts.draft_class)
     declared = as_int(data.get(FC_COUNT_FIELD))
     if reads_count is False:
-        return FC_STATES, f"{FC_STATES} states (fixed in {facts.draft_class.rpartition('.')[2] if facts.draft_class else 'the draft class'})"
+        return (
+            FC_STATES,
+            f"{FC_STATES} states (fixed in {facts.draft_class.rpartition('.')[2] if facts.draft_class else 'the draft class'})",
+        )
     if declared is not None:
         return declared, f"{FC_COUNT_FIELD} {declared}"
     nested = as_int_list(eagle_config.get(IDS_FIELD))
@@ -26,8 +30,9 @@ def _fc_states(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, 
     return FC_STATES, f"{FC_STATES} states"
 
 
-def width_check(facts: DraftFacts, data: dict[str, Any], layer: dict[str, Any], eagle_config: dict[str, Any],
-                ctx: DraftContext) -> Check:
+def width_check(
+    facts: DraftFacts, data: dict[str, Any], layer: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext
+) -> Check:
     """The width the draft's ``fc`` takes against what the target gives (``len(set(ids)) * hidden_size``).
 
     Args:
@@ -48,7 +53,9 @@ def width_check(facts: DraftFacts, data: dict[str, Any], layer: dict[str, Any], 
     elif as_int(layer.get("hidden_size")) is not None:
         width, width_name = int(layer["hidden_size"]), "hidden_size"
     else:
-        return Check(label, None, "the draft's config.json gives neither target_hidden_size nor hidden_size: not checked")
+        return Check(
+            label, None, "the draft's config.json gives neither target_hidden_size nor hidden_size: not checked"
+        )
     k, k_text = _fc_states(facts, data, eagle_config, ctx.tree)
     facts.fc_input_width = k * width
     h = ctx.target.hidden_size
@@ -68,8 +75,9 @@ def width_check(facts: DraftFacts, data: dict[str, Any], layer: dict[str, Any], 
     if count != k:
         reasons.append(f"{count} aux states are requested, the fc takes {k}")
     ctx.actions.append("the draft does not fit this target (" + "; ".join(reasons) + "): use a draft trained for it")
-    return Check(label, False, f"the target gives {count} ids x hidden_size {h} = {given}, but {takes}: " + "; ".join(reasons))
-
+    return Check(
+        label, False, f"the target gives {count} ids x hidden_size {h} = {given}, but {takes}: " + "; ".join(reasons)
+    )
 
 
 __all__ = ["width_check"]

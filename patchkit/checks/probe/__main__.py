@@ -23,15 +23,26 @@ def main() -> None:
     classes: dict = {}
     chains = spec.get("chains", {})
     steps = [
-        ("registry, supports_eagle3 and the methods",
-         lambda: check_methods(classes.update(check_registry(spec["architectures"], results)) or classes, chains,
-                               results, spec.get("getter", GETTER))),
+        (
+            "registry, supports_eagle3 and the methods",
+            lambda: check_methods(
+                classes.update(check_registry(spec["architectures"], results)) or classes,
+                chains,
+                results,
+                spec.get("getter", GETTER),
+            ),
+        ),
         ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
     ]
     for name, facts in spec.get("backbones", {}).items():
-        steps.append((f"{name} forward run",
-                      lambda name=name, facts=facts: check_forward(name, results, facts.get("residual", True),
-                                                                   facts.get("pair", True), spec.get("pp_flag"))))
+        steps.append(
+            (
+                f"{name} forward run",
+                lambda name=name, facts=facts: check_forward(
+                    name, results, facts.get("residual", True), facts.get("pair", True), spec.get("pp_flag")
+                ),
+            )
+        )
     steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
     if not spec.get("skip_loading"):  # patchkit found no draft loader in the install: it reports that itself
         steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results, spec.get("loader"))))

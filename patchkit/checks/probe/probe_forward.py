@@ -29,7 +29,6 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
     parallelism only), as static ``verify`` shows it.
     """
     import torch  # lazy: torch exists only in the target environment (__main__ reports its absence)
-    import vllm.sequence  # lazy: vLLM exists only in the target environment (__main__ reports its absence first)
 
     cls = load(backbone_name)
     label = f"the installed {cls.__name__}.forward captures the residual stream (consistency check on stand-ins)"
@@ -41,7 +40,6 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
     transport = bool(pp_flag) and bool(getattr(cls, pp_flag, False))  # the name: patchkit.vllm.release.contract.PP_FLAG
     problems, staged = [], []
     try:
-
         written = "Added by patchkit" in inspect.getsource(cls.forward)
     except (OSError, TypeError):
         written = True
@@ -53,16 +51,36 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
         if "aux_hidden_states" in line or "_maybe_add_hidden_state" in line:
             problems.append(f"the capture raised {exc!r} at {frames[-1].filename}:{frames[-1].lineno}: {line}")
         else:
-            results.append({"label": label, "ok": None, "detail": f"not run: the stand-in layers cannot drive this "
-                            f"forward ({exc!r} at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})" if frames else repr(exc)})
+            results.append(
+                {
+                    "label": label,
+                    "ok": None,
+                    "detail": f"not run: the stand-in layers cannot drive this "
+                    f"forward ({exc!r} at {frames[-1].filename.split('/')[-1]}:{frames[-1].lineno})"
+                    if frames
+                    else repr(exc),
+                }
+            )
             return
     if staged and not problems and not written:
-        results.append({"label": label, "ok": None, "detail": f"the release's own capture (patchkit wrote none) holds on "
-                        f"one stage; on a later pipeline stage: {'; '.join(staged)} (right without pipeline parallelism only)"})
+        results.append(
+            {
+                "label": label,
+                "ok": None,
+                "detail": f"the release's own capture (patchkit wrote none) holds on "
+                f"one stage; on a later pipeline stage: {'; '.join(staged)} (right without pipeline parallelism only)",
+            }
+        )
         return
     problems += staged
-    results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
-                    f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage"})
+    results.append(
+        {
+            "label": label,
+            "ok": not problems,
+            "detail": "; ".join(problems)
+            or f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage",
+        }
+    )
 
 
 def _check_stages(run, torch, n: int, transport: bool, written: bool, problems: list, staged: list) -> None:
@@ -78,16 +96,24 @@ def _check_stages(run, torch, n: int, transport: bool, written: bool, problems: 
     expect = tuple(k for k in ids if k > 2) if transport else ids
     out, streams = run(2, n, False, True, ids)
     if not (isinstance(out, tuple) and len(out) == 2):
-        problems.append(f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)")
+        problems.append(
+            f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)"
+        )
     else:
         hidden, aux = out
         if isinstance(plain, torch.Tensor) and not torch.equal(hidden, plain):
             problems.append("requesting ids changed the returned hidden_states")
         if len(aux) != len(expect):
-            staged.append(f"{len(aux)} aux states for ids {ids} (expected {len(expect)}; id n is the final layer output)")
+            staged.append(
+                f"{len(aux)} aux states for ids {ids} (expected {len(expect)}; id n is the final layer output)"
+            )
         for k, got in zip(expect, aux):
             if not torch.equal(got, streams[k]):
-                what = "the returned (normed) output" if torch.equal(got, hidden) else "not the residual stream entering that layer"
+                what = (
+                    "the returned (normed) output"
+                    if torch.equal(got, hidden)
+                    else "not the residual stream entering that layer"
+                )
                 staged.append(f"id {k} on stage [2, {n}): captured {what}")
     out, _ = run(2, 5, False, False, (3,))
     if not isinstance(out, IntermediateTensors):
@@ -96,8 +122,12 @@ def _check_stages(run, torch, n: int, transport: bool, written: bool, problems: 
     # the release's own (0.16.0 llama.py) adds residual unconditionally and supports ids from 1 only
     first = 0 if written else 1
     out, streams = run(0, n, True, True, (first, 4))
-    if not (isinstance(out, tuple) and len(out[1]) == 2 and torch.equal(out[1][0], streams[first])
-            and torch.equal(out[1][1], streams[4])):
+    if not (
+        isinstance(out, tuple)
+        and len(out[1]) == 2
+        and torch.equal(out[1][0], streams[first])
+        and torch.equal(out[1][1], streams[4])
+    ):
         problems.append(f"on the first stage ids ({first}, 4) did not return the stream entering layers {first} and 4")
 
 
@@ -146,8 +176,11 @@ def _runner(cls, module, n: int, residual_layers: bool, pair: bool):
             else:
                 # a forward whose layers hand on a residual reads it from the previous stage (0.33.0 exaone4.py),
                 # whether or not it is part of the stream
-                tensors = IntermediateTensors({"hidden_states": h0.clone(), "residual": r0.clone()}
-                                              if residual_layers or pair else {"hidden_states": h0.clone()})
+                tensors = IntermediateTensors(
+                    {"hidden_states": h0.clone(), "residual": r0.clone()}
+                    if residual_layers or pair
+                    else {"hidden_states": h0.clone()}
+                )
                 out = call_backbone(cls, obj, positions, tensors, None)
         finally:
             module.get_pp_group = saved

@@ -10,8 +10,12 @@ from probe_standins import GETTER, NUM_LAYERS, SETTER, STAND_IN, stand_in_target
 
 
 def check_registry(archs, results):
-    from vllm.model_executor.models import interfaces  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
-    from vllm.model_executor.models.registry import ModelRegistry  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
+    from vllm.model_executor.models import (
+        interfaces,
+    )  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
+    from vllm.model_executor.models.registry import (
+        ModelRegistry,
+    )  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
 
     classes = {}
     for arch in archs:
@@ -22,13 +26,23 @@ def check_registry(archs, results):
             results.append({"label": label, "ok": False, "detail": f"the registry could not load it: {exc!r}"})
             continue
         if cls is None:
-            results.append({"label": label, "ok": False,
-                            "detail": "the registry could not load it" + _load_error(ModelRegistry, arch)})
+            results.append(
+                {
+                    "label": label,
+                    "ok": False,
+                    "detail": "the registry could not load it" + _load_error(ModelRegistry, arch),
+                }
+            )
             continue
         classes[arch] = cls
         ok = bool(interfaces.supports_eagle3(cls))
-        results.append({"label": label, "ok": ok,
-                        "detail": f"{cls.__module__}.{cls.__qualname__}" + ("" if ok else ": supports_eagle3 is False")})
+        results.append(
+            {
+                "label": label,
+                "ok": ok,
+                "detail": f"{cls.__module__}.{cls.__qualname__}" + ("" if ok else ": supports_eagle3 is False"),
+            }
+        )
     return classes
 
 
@@ -52,7 +66,9 @@ def _load_error(registry, arch):
 
 
 def check_methods(classes, chains, results, getter=GETTER):
-    from vllm.model_executor.models import interfaces  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
+    from vllm.model_executor.models import (
+        interfaces,
+    )  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
 
     protocol = interfaces.SupportsEagle3
     # A1's Protocol methods are stubs; from 0.18.0 they are default implementations that work
@@ -61,8 +77,9 @@ def check_methods(classes, chains, results, getter=GETTER):
         label = f"{arch}: real EAGLE-3 methods reach the backbone ({STAND_IN})"
         stubs = [n for n in (SETTER, getter) if a1 and getattr(cls, n, None) is getattr(protocol, n, object())]
         if stubs:
-            results.append({"label": label, "ok": False,
-                            "detail": f"{', '.join(stubs)} is the Protocol's stub (returns None)"})
+            results.append(
+                {"label": label, "ok": False, "detail": f"{', '.join(stubs)} is the Protocol's stub (returns None)"}
+            )
             continue
         try:
             obj, holders = stand_in_target(cls, chains.get(arch, []))
@@ -79,7 +96,9 @@ def check_methods(classes, chains, results, getter=GETTER):
         if returned is not None:
             problems.append(f"the setter returned {returned!r}")
         if tuple(got or ()) != ids:
-            problems.append(f"the backbone's aux_hidden_state_layers is {got!r} after set_aux_hidden_state_layers({ids})")
+            problems.append(
+                f"the backbone's aux_hidden_state_layers is {got!r} after set_aux_hidden_state_layers({ids})"
+            )
         if default is None or tuple(default) != expected_default:
             problems.append(f"the getter returned {default!r}, expected {expected_default} for {NUM_LAYERS} layers")
         path = " -> ".join([cls.__name__] + [f"{a}: {q.split(':')[1]}" for a, q in chains.get(arch, [])])
@@ -105,7 +124,9 @@ class _StandInSpecConfig:
 
 
 def check_speculative_config(model_types, results):
-    from vllm.config.speculative import SpeculativeConfig  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
+    from vllm.config.speculative import (
+        SpeculativeConfig,
+    )  # lazy: vLLM exists only in the target environment (__main__ reports its absence)
 
     validator = SpeculativeConfig.__dict__.get("_verify_args")
     validator = getattr(validator, "__func__", validator)

@@ -103,7 +103,6 @@ def check_load_model(classes, chains, results, loader=None):
     draft's load config left as the engine's (``get_draft_load_config`` / ``get_pp_safe_draft_load_config``).
     A crash is a failed check: the exception's first line and the vLLM ``file:line`` it came from.
     """
-    import torch  # lazy: torch exists only in the target environment (__main__ reports its absence)
 
     loader = loader or V1_LOADER
     if loader["cls"]:

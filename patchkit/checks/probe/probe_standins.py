@@ -70,11 +70,15 @@ def stand_in_target(cls, chain, fallback=False):
     would have set with :class:`_Anything` (the classes keep their names). Returns ``(obj, holders)``,
     ``holders[0]`` being ``obj`` and ``holders[-1]`` the backbone (``obj`` itself with no chain).
     """
+
     def kind(c):
         if not fallback:
             return c
-        return type(c.__name__, (c,), {"__getattr__": _fallback_getattr, "__module__": c.__module__,
-                                       "__qualname__": c.__qualname__})
+        return type(
+            c.__name__,
+            (c,),
+            {"__getattr__": _fallback_getattr, "__module__": c.__module__, "__qualname__": c.__qualname__},
+        )
 
     obj = blank(kind(cls))
     holders = [obj]

@@ -23,8 +23,13 @@ from patchkit.vllm.release.source import ClassRef, SourceTree
 from patchkit.vllm.stream.split import split_stream
 
 
-def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution,
-                       derivation: Derivation | None = None) -> Check:
+def architecture_chain(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    resolution: Resolution,
+    derivation: Derivation | None = None,
+) -> Check:
     """Every link of one registry architecture's chain, as ``verify`` checks it: the class's chain
     (:func:`model_check`), the runner's and proposer's paths through it (:mod:`patchkit.vllm.chain.load_path`)
     and its per-platform branches (:func:`branch_checks`).
@@ -46,8 +51,9 @@ def architecture_chain(tree: SourceTree, registry: Registry, contract: Contract,
     return node
 
 
-def model_check(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, *,
-                follow_setter: bool = True) -> Check:
+def model_check(
+    tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, *, follow_setter: bool = True
+) -> Check:
     """The chain check of one model class, as ``verify`` runs it for each architecture.
 
     Args:
@@ -63,8 +69,14 @@ def model_check(tree: SourceTree, registry: Registry, contract: Contract, cls: C
     return _model(tree, registry, contract, cls, set(), follow_setter=follow_setter)
 
 
-def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef, seen: set[ClassRef],
-           follow_setter: bool = True) -> Check:
+def _model(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    cls: ClassRef,
+    seen: set[ClassRef],
+    follow_setter: bool = True,
+) -> Check:
     node = Check(cls.name, True, "", cls.location)
     if cls in seen:
         node.ok, node.detail = False, "cycle in what the classes hold"
@@ -74,9 +86,12 @@ def _model(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassR
     protocol = contract.protocol
     via = next((c for c in mro if protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)]), None)
     node.children.append(
-        Check("SupportsEagle3 in its bases", via is not None,
-              f"through {via.name}" if via else "no class in its MRO derives from SupportsEagle3",
-              via.location if via else cls.location)
+        Check(
+            "SupportsEagle3 in its bases",
+            via is not None,
+            f"through {via.name}" if via else "no class in its MRO derives from SupportsEagle3",
+            via.location if via else cls.location,
+        )
     )
     setter = _method_check(tree, cls, SETTER, protocol)
     getter = _method_check(tree, cls, contract.getter or "", protocol)
@@ -106,8 +121,14 @@ def _method_check(tree: SourceTree, cls: ClassRef, name: str, protocol: ClassRef
     return Check(f"{name}()", True, f"defined in {owner.name}", location)
 
 
-def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls: ClassRef,
-                   found: tuple[ClassRef, ast.stmt], seen: set[ClassRef]) -> Check:
+def _follow_setter(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    cls: ClassRef,
+    found: tuple[ClassRef, ast.stmt],
+    seen: set[ClassRef],
+) -> Check:
     owner, stmt = found
     location = f"{owner.relpath}:{stmt.lineno}"
     for sub in ast.walk(stmt):
@@ -131,13 +152,22 @@ def _follow_setter(tree: SourceTree, registry: Registry, contract: Contract, cls
         elif actual == "backbone":
             child = _backbone(tree, held.cls, registry)
         else:
-            return Check(label, False, f"the setter sets {ATTR} on {held.cls.name}, which is not a decoder backbone",
-                         location, kind=NOT_FOLLOWED)
+            return Check(
+                label,
+                False,
+                f"the setter sets {ATTR} on {held.cls.name}, which is not a decoder backbone",
+                location,
+                kind=NOT_FOLLOWED,
+            )
         child.label = label
         return child
-    return Check("setter reaches the backbone", False,
-                 f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}", location,
-                 kind=NOT_FOLLOWED)
+    return Check(
+        "setter reaches the backbone",
+        False,
+        f"{owner.name}.{SETTER} neither forwards the call nor sets a backbone's {ATTR}",
+        location,
+        kind=NOT_FOLLOWED,
+    )
 
 
 def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: set[ClassRef]) -> Check:
@@ -154,21 +184,31 @@ def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: s
         parent, how = held.cls, f"self.language_model ({held.cls.name})"
     except CompositionError:
         if built is not None and built[1] is None:
-            return Check("default methods reach the backbone", None,
-                         "the language model is chosen from the checkpoint's text_config at run time; "
-                         "check that architecture with --arch")
+            return Check(
+                "default methods reach the backbone",
+                None,
+                "the language model is chosen from the checkpoint's text_config at run time; "
+                "check that architecture with --arch",
+            )
     try:
         backbone = held_class(tree, registry, parent, "model")
     except CompositionError as exc:
-        return Check("default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location,
-                     kind=NOT_FOLLOWED)
+        return Check(
+            "default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location, kind=NOT_FOLLOWED
+        )
     node = _backbone(tree, backbone.cls, registry)
     node.label = f"{how}.model holds {backbone.cls.name} ({parent.relpath}:{backbone.lineno})"
     mixin = tree.find_class("vllm.model_executor.models.interfaces", MIXIN)
     is_mixin = mixin is not None and mixin in tree.mro(backbone.cls)
-    node.children.insert(0, Check(f"{backbone.cls.name} is an {MIXIN}", is_mixin,
-                                  "" if is_mixin else "vLLM's default setter asserts it and fails at start-up",
-                                  backbone.cls.location))
+    node.children.insert(
+        0,
+        Check(
+            f"{backbone.cls.name} is an {MIXIN}",
+            is_mixin,
+            "" if is_mixin else "vLLM's default setter asserts it and fails at start-up",
+            backbone.cls.location,
+        ),
+    )
     node.ok = not any(c.failures() for c in node.children)
     return node
 
@@ -178,25 +218,41 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     forward = tree.find_member(cls, "forward")
     expected = expected_stream(tree, registry, cls)
     split = split_stream(tree, registry, cls)  # the input norm run apart (0.34.0): its own capture form
-    if forward is not None and split is None and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD
-                                                     for n in ast.walk(forward[1])):
+    if (
+        forward is not None
+        and split is None
+        and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward[1]))
+    ):
         node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath, expected))
         node.ok = not any(c.failures() for c in node.children)
         return node
     init = tree.find_member(cls, "__init__")
     # the attribute may be set by any __init__ of the MRO (a subclass's __init__ calls super().__init__)
     inits = [(c, m) for c in tree.mro(cls) if (m := tree.method(c, "__init__")) is not None]
-    setter_init = next(((c, m) for c, m in inits if any(
-        isinstance(n, (ast.Assign, ast.AnnAssign))
-        and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-        for n in ast.walk(m))), None)
+    setter_init = next(
+        (
+            (c, m)
+            for c, m in inits
+            if any(
+                isinstance(n, (ast.Assign, ast.AnnAssign))
+                and any(self_attr(t) == ATTR for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+                for n in ast.walk(m)
+            )
+        ),
+        None,
+    )
     # ... or a class of the MRO declares it (0.18+ EagleModelMixin: ``aux_hidden_state_layers = ()``)
     sets_attr = setter_init is not None or tree.find_member(cls, ATTR) is not None
     if setter_init is not None:
         init = setter_init
-    node.children.append(Check(f"__init__ sets self.{ATTR}", sets_attr,
-                               "" if sets_attr else "the setter's attribute would not exist before the first call",
-                               f"{init[0].relpath}:{init[1].lineno}" if init else cls.location))
+    node.children.append(
+        Check(
+            f"__init__ sets self.{ATTR}",
+            sets_attr,
+            "" if sets_attr else "the setter's attribute would not exist before the first call",
+            f"{init[0].relpath}:{init[1].lineno}" if init else cls.location,
+        )
+    )
     forward = tree.find_member(cls, "forward")
     if forward is None:
         node.children.append(Check("forward()", False, "no forward in its MRO", cls.location))
@@ -208,8 +264,9 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     return node
 
 
-def branch_checks(tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution | None,
-                  follow_setter: bool = True) -> list[Check]:
+def branch_checks(
+    tree: SourceTree, registry: Registry, contract: Contract, resolution: Resolution | None, follow_setter: bool = True
+) -> list[Check]:
     """The chain check (:func:`model_check`) of every branch but the first.
 
     Args:

@@ -52,29 +52,40 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
     else:
         text = str(location)
         looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
-        hint = (f"patchkit reads local files and never downloads; fetch the config first, e.g. "
-                f"'huggingface-cli download {text} config.json --local-dir DIR', then {option} DIR"
-                if looks_like_repo else f"give the local checkpoint folder that holds {CONFIG_FILE}")
+        hint = (
+            f"patchkit reads local files and never downloads; fetch the config first, e.g. "
+            f"'huggingface-cli download {text} config.json --local-dir DIR', then {option} DIR"
+            if looks_like_repo
+            else f"give the local checkpoint folder that holds {CONFIG_FILE}"
+        )
         raise ConfigError(f"{option} {location} does not exist", hint)
     if not file.is_file():
-        raise ConfigError(f"{option} {location} has no {CONFIG_FILE}",
-                          f"give the checkpoint folder itself (the one with {CONFIG_FILE} and the weights)")
+        raise ConfigError(
+            f"{option} {location} has no {CONFIG_FILE}",
+            f"give the checkpoint folder itself (the one with {CONFIG_FILE} and the weights)",
+        )
     try:
         text = file.read_text(encoding="utf-8-sig")  # a byte-order mark some editors write is not JSON
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}",
-                          "check that the file is readable UTF-8 JSON") from exc
+        raise ConfigError(
+            f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}", "check that the file is readable UTF-8 JSON"
+        ) from exc
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"{file} is not valid JSON: {exc}",
-                          "the file may be truncated; download the checkpoint's config.json again") from exc
+        raise ConfigError(
+            f"{file} is not valid JSON: {exc}", "the file may be truncated; download the checkpoint's config.json again"
+        ) from exc
     except RecursionError:  # json's decoder recurses per nesting level
-        raise ConfigError(f"{file} nests its JSON too deeply to read (no model config does)",
-                          "download the checkpoint's config.json again") from None
+        raise ConfigError(
+            f"{file} nests its JSON too deeply to read (no model config does)",
+            "download the checkpoint's config.json again",
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{file} holds a JSON {type(data).__name__}, not an object",
-                          f"{option} must point at a Hugging Face model config.json")
+        raise ConfigError(
+            f"{file} holds a JSON {type(data).__name__}, not an object",
+            f"{option} must point at a Hugging Face model config.json",
+        )
     return CheckpointConfig(file, data)
 
 

@@ -189,12 +189,15 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
                 readers.append(_reader(node, runner, f"{relpath}:{node.lineno}"))
     algos = tree.relpath_of_module(SPECULATORS_ALGOS_MODULE)
     speculators_ids = algos is not None and any(
-        isinstance(c, ast.Constant) and c.value == IDS_FIELD for c in ast.walk(tree.module_tree(SPECULATORS_ALGOS_MODULE)))
+        isinstance(c, ast.Constant) and c.value == IDS_FIELD
+        for c in ast.walk(tree.module_tree(SPECULATORS_ALGOS_MODULE))
+    )
     entries, where = config_registry(tree)
     types = frozenset(model_type for model_type, _ in entries)
     flag = tree.relpath_of_module(INTERFACES_MODULE) is not None and any(
         isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_FLAG)
-        for n in ast.walk(tree.module_tree(INTERFACES_MODULE)))
+        for n in ast.walk(tree.module_tree(INTERFACES_MODULE))
+    )
     return ReleaseReading(tuple(readers), speculators_ids, types, where, _transformers_requirement(install), flag)
 
 
@@ -207,21 +210,41 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
         if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)):
             continue
         for call in ast.walk(stmt):
-            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "get"
-                    and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == IDS_FIELD):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "get"
+                and call.args
+                and isinstance(call.args[0], ast.Constant)
+                and call.args[0].value == IDS_FIELD
+            ):
                 in_get.add(id(call.args[0]))
                 if EAGLE_CONFIG in names:
                     nested = True
-                    if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Add)
-                           and isinstance(b.right, ast.Constant) and b.right.value == 1 for b in ast.walk(stmt)):
+                    if any(
+                        isinstance(b, ast.BinOp)
+                        and isinstance(b.op, ast.Add)
+                        and isinstance(b.right, ast.Constant)
+                        and b.right.value == 1
+                        for b in ast.walk(stmt)
+                    ):
                         offset = 1
     top = any(isinstance(c, ast.Constant) and c.value == IDS_FIELD and id(c) not in in_get for c in ast.walk(fn))
-    gets = {id(call.args[0]) for call in ast.walk(fn) if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "get" and call.args and isinstance(call.args[0], ast.Constant)}
-    layer_ids = EAGLE_CONFIG in names and any(isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets
-                                              for c in ast.walk(fn))
-    target_ids = any(isinstance(c, ast.Constant) and c.value == TARGET_LAYER_IDS and id(c) not in gets
-                     for c in ast.walk(fn))
+    gets = {
+        id(call.args[0])
+        for call in ast.walk(fn)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "get"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    }
+    layer_ids = EAGLE_CONFIG in names and any(
+        isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets for c in ast.walk(fn)
+    )
+    target_ids = any(
+        isinstance(c, ast.Constant) and c.value == TARGET_LAYER_IDS and id(c) not in gets for c in ast.walk(fn)
+    )
     return IdReader(runner, location, top, nested, offset, layer_ids, target_ids)
 
 
@@ -246,6 +269,7 @@ def _transformers_requirement(install: Install) -> SpecifierSet | None:
         if req.name.lower() == "transformers" and (req.marker is None or "extra" not in str(req.marker)):
             return req.specifier
     return None
+
 
 # -- draft configs -----------------------------------------------------------------------------
 
@@ -342,8 +366,9 @@ def last_stage_start(n: int, pp: int) -> int:
     return sum(parts[:-1])
 
 
-def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | None,
-                       reading: ReleaseReading) -> tuple[bool, str]:
+def backbone_transport(
+    tree: SourceTree, registry: Registry, cls: ClassRef | None, reading: ReleaseReading
+) -> tuple[bool, str]:
     """Whether the target's backbone carries aux states between pipeline stages, and what was found.
 
     Args:
@@ -358,7 +383,10 @@ def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | Non
         SourceError: a file read does not parse.
     """
     if not reading.pp_transport_flag:
-        return False, f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)"
+        return (
+            False,
+            f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)",
+        )
     if cls is None:
         return False, "the target is not a native model"
     backbone: ClassRef = cls
@@ -369,23 +397,46 @@ def backbone_transport(tree: SourceTree, registry: Registry, cls: ClassRef | Non
     if links:
         backbone = links[-1][1]
     else:  # built through a helper (``self.model = self._init_model(...)``): the one backbone its module defines
-        found = [ref for node in tree.module_tree(cls.module).body if isinstance(node, ast.ClassDef)
-                 for ref in [tree.find_class(cls.module, node.name)]
-                 if ref is not None and composition.kind_of(tree, ref) == "backbone"]
+        found = [
+            ref
+            for node in tree.module_tree(cls.module).body
+            if isinstance(node, ast.ClassDef)
+            for ref in [tree.find_class(cls.module, node.name)]
+            if ref is not None and composition.kind_of(tree, ref) == "backbone"
+        ]
         if len(found) == 1:
             backbone = found[0]
     for klass in tree.mro(backbone):
         for stmt in tree.class_node(klass).body:
-            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _assigns(stmt, PP_FLAG)
-                    and isinstance(stmt.value, ast.Constant)):
-                return bool(stmt.value.value), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
+            if (
+                isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                and _assigns(stmt, PP_FLAG)
+                and isinstance(stmt.value, ast.Constant)
+            ):
+                return bool(
+                    stmt.value.value
+                ), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
     return False, f"{backbone.name} does not set {PP_FLAG}"
 
 
 __all__ = [
-    "EAGLE_CONFIG", "FC_COUNT_FIELD", "FC_STATES", "IDS_FIELD", "MLA_DRAFT_ARCHITECTURES",
-    "SPECULATORS_MODEL_TYPE", "SPECULATORS_TYPE", "TRANSFORMERS_CHECKED", "TRANSFORMERS_MODEL_TYPES",
-    "IdReader", "ReleaseReading", "backbone_transport", "draft_kind",
-    "eagle3_draft_architecture", "last_stage_start", "read_release", "reads_aux_count", "transformers_allows",
+    "EAGLE_CONFIG",
+    "FC_COUNT_FIELD",
+    "FC_STATES",
+    "IDS_FIELD",
+    "MLA_DRAFT_ARCHITECTURES",
+    "SPECULATORS_MODEL_TYPE",
+    "SPECULATORS_TYPE",
+    "TRANSFORMERS_CHECKED",
+    "TRANSFORMERS_MODEL_TYPES",
+    "IdReader",
+    "ReleaseReading",
+    "backbone_transport",
+    "draft_kind",
+    "eagle3_draft_architecture",
+    "last_stage_start",
+    "read_release",
+    "reads_aux_count",
+    "transformers_allows",
     "transformers_has",
 ]

@@ -74,8 +74,9 @@ def read_tokenizer(folder: Path) -> TokenizerFacts | None:
         ids += [t["id"] for t in added]
         specials = {str(t.get("content")): t["id"] for t in added if t.get("special")}
         canonical = json.dumps([vocab, [(t.get("id"), t.get("content")) for t in added]], sort_keys=True)
-        return TokenizerFacts(str(file), max(ids) + 1 if ids else None, specials,
-                              hashlib.sha256(canonical.encode()).hexdigest())
+        return TokenizerFacts(
+            str(file), max(ids) + 1 if ids else None, specials, hashlib.sha256(canonical.encode()).hexdigest()
+        )
     file = folder / TOKENIZER_CONFIG
     data = _json(file)
     if not isinstance(data, dict):
@@ -138,8 +139,12 @@ def read_maps(folder: Path) -> VocabMaps | None:
                         if count == d2t["shape"][0]:
                             offsets = struct.unpack(f"<{count}{fmt}", raw)
                             highest = max((i + o for i, o in enumerate(offsets)), default=None)
-                return VocabMaps(str(file), t2d["shape"][0] if t2d and len(t2d["shape"]) == 1 else None,
-                                 d2t["shape"][0] if d2t and len(d2t["shape"]) == 1 else None, highest)
+                return VocabMaps(
+                    str(file),
+                    t2d["shape"][0] if t2d and len(t2d["shape"]) == 1 else None,
+                    d2t["shape"][0] if d2t and len(d2t["shape"]) == 1 else None,
+                    highest,
+                )
         except (OSError, ValueError, UnicodeDecodeError, struct.error, KeyError, TypeError):
             continue
     return None

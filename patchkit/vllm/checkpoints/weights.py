@@ -105,4 +105,11 @@ def weight_names(folder: Path) -> set[str] | None:
         return None
 
 
-__all__ = ["MAX_HEADER_BYTES", "SAFETENSORS_INDEX", "SafetensorsHeader", "read_header", "safetensors_files", "weight_names"]
+__all__ = [
+    "MAX_HEADER_BYTES",
+    "SAFETENSORS_INDEX",
+    "SafetensorsHeader",
+    "read_header",
+    "safetensors_files",
+    "weight_names",
+]

@@ -23,7 +23,13 @@ def assigned_at(tree: SourceTree, cls: ClassRef, attr: str) -> str | None:
         init = tree.method(owner, "__init__")
         if init is not None:
             for node in ast.walk(init):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, ast.AnnAssign)
+                    else []
+                )
                 if any(composition.self_attr(t) == attr for t in targets):
                     return f"{owner.relpath}:{node.lineno}"
     found = tree.find_member(cls, attr)
@@ -59,8 +65,9 @@ def language_model_attr(tree: SourceTree, cls: ClassRef) -> tuple[str, str] | No
         init = tree.method(c, "__init__")
         for node in ast.walk(init) if init is not None else ():
             if isinstance(node, ast.With) and any(
-                    isinstance(i.context_expr, ast.Call) and composition.self_attr(i.context_expr.func) in markers
-                    for i in node.items):
+                isinstance(i.context_expr, ast.Call) and composition.self_attr(i.context_expr.func) in markers
+                for i in node.items
+            ):
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Assign):
                         for t in sub.targets:
@@ -81,9 +88,14 @@ def _markers(tree: SourceTree, owner: ClassRef, getter: ast.FunctionDef | ast.As
     if owner not in known:
         read = {composition.self_attr(n) for n in ast.walk(getter) if isinstance(n, ast.Attribute)} - {None}
         known[owner] = frozenset(
-            stmt.name for stmt in tree.class_node(owner).body if isinstance(stmt, ast.FunctionDef)
-            and any(isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
-                    for n in ast.walk(stmt)))
+            stmt.name
+            for stmt in tree.class_node(owner).body
+            if isinstance(stmt, ast.FunctionDef)
+            and any(
+                isinstance(n, ast.Assign) and any(composition.self_attr(t) in read for t in n.targets)
+                for n in ast.walk(stmt)
+            )
+        )
     return known[owner]
 
 
@@ -111,8 +123,6 @@ def _first_language_model_child(tree: SourceTree, cls: ClassRef) -> tuple[str, s
     return None
 
 
-
-
 def config_class(tree: SourceTree, cls: ClassRef) -> ClassRef | None:
     """The vLLM config class ``cls``'s module imports from ``vllm.transformers_utils.configs`` (exactly one).
 
@@ -125,7 +135,9 @@ def config_class(tree: SourceTree, cls: ClassRef) -> ClassRef | None:
     for node in module.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(CONFIGS_PACKAGE):
             for alias in node.names:
-                ref = tree.find_class(cls.module, alias.asname or alias.name) or _lazy_export(tree, node.module, alias.name)
+                ref = tree.find_class(cls.module, alias.asname or alias.name) or _lazy_export(
+                    tree, node.module, alias.name
+                )
                 if ref is not None and ref.module.startswith(CONFIGS_PACKAGE):
                     found.add(ref)
     return found.pop() if len(found) == 1 else None

@@ -96,9 +96,18 @@ def held_class(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str)
             raise CompositionError(f"{chain_text} assigns no call result to self.{attr}")
         bindings = _bind(init_owner.module, init, handed, bindings)
         init_owner, init = following
-    results = [_resolve_call(tree, registry, init_owner, node.value, node.lineno, owner,
-                             _with_defaults(init_owner.module, init, bindings))
-               for node in assigned]
+    results = [
+        _resolve_call(
+            tree,
+            registry,
+            init_owner,
+            node.value,
+            node.lineno,
+            owner,
+            _with_defaults(init_owner.module, init, bindings),
+        )
+        for node in assigned
+    ]
     distinct = {r.cls for r in results}
     if len(distinct) != 1:
         names = ", ".join(sorted(c.name for c in distinct))
@@ -110,9 +119,15 @@ def _super_init_call(init: ast.AST) -> ast.Call | None:
     """The ``super().__init__(...)`` call among ``init``'s statements (zero-argument ``super``), or None."""
     for stmt in statements(init):
         call = stmt.value if isinstance(stmt, ast.Expr) else None
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
-                and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
-                and call.func.value.func.id == "super" and not call.func.value.args):
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "__init__"
+            and isinstance(call.func.value, ast.Call)
+            and isinstance(call.func.value.func, ast.Name)
+            and call.func.value.func.id == "super"
+            and not call.func.value.args
+        ):
             return call
     return None
 
@@ -120,7 +135,7 @@ def _super_init_call(init: ast.AST) -> ast.Call | None:
 def _next_init(tree: SourceTree, owner: ClassRef, after: ClassRef) -> tuple[ClassRef, ast.FunctionDef] | None:
     """The next ``__init__`` after class ``after`` in ``owner``'s MRO (vLLM classes only), or None."""
     mro = tree.mro(owner)
-    for cls in mro[mro.index(after) + 1:] if after in mro else ():
+    for cls in mro[mro.index(after) + 1 :] if after in mro else ():
         init = tree.method(cls, "__init__")
         if init is not None:
             return cls, init  # type: ignore[return-value]
@@ -137,7 +152,9 @@ def _parameters(init: ast.AST) -> dict[str, ast.expr | None]:
     return out
 
 
-def _with_defaults(module: str, init: ast.AST, bindings: dict[str, tuple[str, ast.expr]]) -> dict[str, tuple[str, ast.expr]]:
+def _with_defaults(
+    module: str, init: ast.AST, bindings: dict[str, tuple[str, ast.expr]]
+) -> dict[str, tuple[str, ast.expr]]:
     """``bindings`` completed with ``init``'s parameter defaults (each with the module it is written in)."""
     parameters = _parameters(init)
     out = {name: (module, default) for name, default in parameters.items() if default is not None}
@@ -145,8 +162,9 @@ def _with_defaults(module: str, init: ast.AST, bindings: dict[str, tuple[str, as
     return out
 
 
-def _bind(module: str, init: ast.AST, call: ast.Call,
-          bindings: dict[str, tuple[str, ast.expr]]) -> dict[str, tuple[str, ast.expr]]:
+def _bind(
+    module: str, init: ast.AST, call: ast.Call, bindings: dict[str, tuple[str, ast.expr]]
+) -> dict[str, tuple[str, ast.expr]]:
     """What a ``super().__init__(...)`` call in ``init`` passes by keyword, each value as written
     (a name of ``init``'s own parameters is replaced by what it is bound to, or its default)."""
     known = _with_defaults(module, init, bindings)
@@ -206,8 +224,11 @@ def self_assignments(fn: ast.AST) -> dict[str, tuple[ast.Assign, ...]]:
             targets, value = node.targets, node.value
         else:
             continue
-        if isinstance(value, ast.Name) and len(local_calls.get(value.id, ())) == 1 \
-                and isinstance(local_calls[value.id][0], ast.Call):
+        if (
+            isinstance(value, ast.Name)
+            and len(local_calls.get(value.id, ())) == 1
+            and isinstance(local_calls[value.id][0], ast.Call)
+        ):
             value = local_calls[value.id][0]
         if not (isinstance(node, ast.Assign) and value is node.value):  # read as a plain assignment of value
             node = ast.copy_location(ast.Assign(targets=list(targets), value=value), node)
@@ -230,16 +251,24 @@ def self_attr(node: ast.expr) -> str | None:
     return None
 
 
-def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: ast.Call, lineno: int,
-                  instance: ClassRef | None = None,
-                  parameters: dict[str, tuple[str, ast.expr]] | None = None) -> HeldClass:
+def _resolve_call(
+    tree: SourceTree,
+    registry: Registry,
+    owner: ClassRef,
+    call: ast.Call,
+    lineno: int,
+    instance: ClassRef | None = None,
+    parameters: dict[str, tuple[str, ast.expr]] | None = None,
+) -> HeldClass:
     func = call.func
     if isinstance(func, ast.Name) and parameters and func.id in parameters:
         # a class passed in as a parameter (``model_type(...)``): what the chain binds it to, or its default
         module, bound = parameters[func.id]
         cls = tree.resolve_expr(module, bound)
         if not isinstance(cls, ClassRef):
-            raise CompositionError(f"the call at line {lineno} ({func.id}, bound to {ast.unparse(bound)}) is not a vLLM class")
+            raise CompositionError(
+                f"the call at line {lineno} ({func.id}, bound to {ast.unparse(bound)}) is not a vLLM class"
+            )
         return HeldClass(cls, "constructor", lineno)
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
     if name == REGISTRY_BUILDER:
@@ -251,15 +280,20 @@ def _resolve_call(tree: SourceTree, registry: Registry, owner: ClassRef, call: a
             raise CompositionError(f"{REGISTRY_BUILDER}(...) at line {lineno} names its architecture indirectly")
         resolution = registry.resolve(arch_node.value)
         if resolution is None or resolution.cls is None:
-            raise CompositionError(f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry")
+            raise CompositionError(
+                f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry"
+            )
         return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
     if self_attr(func) is not None:
         # self.model_cls(...): a class attribute naming the class; self._init_model(...): a method
         # returning one (vLLM 0.18+ llama.py), looked up on the instance's class (a subclass may override it)
         member = tree.find_member(instance or owner, func.attr)
         if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            made = {tree.resolve_expr(member[0].module, r.value.func) for r in ast.walk(member[1])
-                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)}
+            made = {
+                tree.resolve_expr(member[0].module, r.value.func)
+                for r in ast.walk(member[1])
+                if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
+            }
             if len(made) == 1 and isinstance(next(iter(made)), ClassRef):
                 return HeldClass(next(iter(made)), "constructor", lineno)
             raise CompositionError(f"self.{func.attr}(...) (line {lineno}) does not return exactly one vLLM class")
@@ -291,12 +325,17 @@ def kind_of(tree: SourceTree, cls: ClassRef) -> str | None:
 def is_layer_loop(loop: ast.For) -> bool:
     """A loop over the decoder layers: its iterable names ``self.layers``, or it is
     ``range(self.start_layer, self.end_layer)`` (0.33.0 ``step3p5.py``: ``layer = self.layers[i]``)."""
+
     def mentions(attr: str) -> bool:
         return any(self_attr(n) == attr for n in ast.walk(loop.iter) if isinstance(n, ast.Attribute))
 
     return mentions("layers") or (
-        isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"
-        and mentions("start_layer") and mentions("end_layer"))
+        isinstance(loop.iter, ast.Call)
+        and isinstance(loop.iter.func, ast.Name)
+        and loop.iter.func.id == "range"
+        and mentions("start_layer")
+        and mentions("end_layer")
+    )
 
 
 def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> Holder:
@@ -308,7 +347,9 @@ def holder(tree: SourceTree, registry: Registry, owner: ClassRef, attr: str) -> 
     held = held_class(tree, registry, owner, attr)
     kind = kind_of(tree, held.cls)
     if kind is None:
-        raise CompositionError(f"self.{attr} holds {held.cls.name}, which is neither a causal LM nor a decoder backbone")
+        raise CompositionError(
+            f"self.{attr} holds {held.cls.name}, which is neither a causal LM nor a decoder backbone"
+        )
     return Holder(attr=attr, kind=kind, cls=held.cls, lineno=held.lineno)
 
 
@@ -358,8 +399,12 @@ def registry_built(tree: SourceTree, cls: ClassRef, attr: str) -> tuple[int, str
             if name != REGISTRY_BUILDER:
                 continue
             archs = [kw.value for kw in node.value.keywords if kw.arg == "architectures"]
-            if archs and isinstance(archs[0], (ast.List, ast.Tuple)) and len(archs[0].elts) == 1 \
-                    and isinstance(archs[0].elts[0], ast.Constant):
+            if (
+                archs
+                and isinstance(archs[0], (ast.List, ast.Tuple))
+                and len(archs[0].elts) == 1
+                and isinstance(archs[0].elts[0], ast.Constant)
+            ):
                 return node.lineno, str(archs[0].elts[0].value)
             return node.lineno, None
     return None

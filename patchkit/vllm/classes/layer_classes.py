@@ -42,20 +42,37 @@ def layer_classes(tree: SourceTree, backbone: ClassRef) -> list[ClassRef] | str:
 
 def _builds_layers(fn: ast.AST) -> list[ast.Assign]:
     """The statements of ``fn`` that assign ``self.layers``."""
-    return [s for s in statements(fn) if isinstance(s, ast.Assign) and any(
-        isinstance(n, ast.Attribute) and n.attr == "layers" and isinstance(n.value, ast.Name) and n.value.id == "self"
-        for t in s.targets for n in ast.walk(t))]
+    return [
+        s
+        for s in statements(fn)
+        if isinstance(s, ast.Assign)
+        and any(
+            isinstance(n, ast.Attribute)
+            and n.attr == "layers"
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            for t in s.targets
+            for n in ast.walk(t)
+        )
+    ]
 
 
 def _layers_builder(tree: SourceTree, backbone: ClassRef, init: ast.AST):
     """The ``(owner, method)`` a ``self.<method>(...)`` call in ``init`` names, when that method assigns
     ``self.layers`` (0.33.0 minicpm.py: ``self._init_layers(...)``); None when none does."""
     for node in ast.walk(init):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+        ):
             member = tree.find_member(backbone, node.func.attr)
-            if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                    and _builds_layers(member[1]):
+            if (
+                member is not None
+                and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+                and _builds_layers(member[1])
+            ):
                 return member
     return None
 
@@ -101,13 +118,20 @@ def _init_names(init: ast.AST) -> tuple[dict[str, list[ast.expr]], dict[str, ast
 class _LayerSearch:
     """Every class a name in what ``__init__`` assigns to ``self.layers`` can be, gathered in :attr:`out`."""
 
-    def __init__(self, tree: SourceTree, backbone: ClassRef, params: dict, locals_: dict[str, list[ast.expr]],
-                 nested: dict[str, ast.AST]):
+    def __init__(
+        self,
+        tree: SourceTree,
+        backbone: ClassRef,
+        params: dict,
+        locals_: dict[str, list[ast.expr]],
+        nested: dict[str, ast.AST],
+    ):
         self.tree, self.backbone, self.params, self.locals_, self.nested = tree, backbone, params, locals_, nested
         self.out: list[ClassRef] = []
 
-    def candidates(self, expr: ast.expr, module: str, depth: int = 0, local: bool = True,
-                   skip: str | None = None) -> None:
+    def candidates(
+        self, expr: ast.expr, module: str, depth: int = 0, local: bool = True, skip: str | None = None
+    ) -> None:
         if depth > 8:
             return
         if isinstance(expr, ast.Name) and local and self._local(expr, module, depth, skip):
@@ -117,8 +141,14 @@ class _LayerSearch:
                 self.candidates(v, module, depth + 1, local, skip)
             return
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
-            member = self.tree.find_member(self.backbone, expr.attr)  # a class attribute (0.33.0 qwen3.py decoder_layer_type)
-            if member is not None and isinstance(member[1], (ast.Assign, ast.AnnAssign)) and member[1].value is not None:
+            member = self.tree.find_member(
+                self.backbone, expr.attr
+            )  # a class attribute (0.33.0 qwen3.py decoder_layer_type)
+            if (
+                member is not None
+                and isinstance(member[1], (ast.Assign, ast.AnnAssign))
+                and member[1].value is not None
+            ):
                 self.candidates(member[1].value, member[0].module, depth + 1, local=False)
             return
         if isinstance(expr, ast.IfExp):
@@ -158,10 +188,18 @@ class _LayerSearch:
         ref = self.tree.resolve_expr(module, expr)
         if ref is None and isinstance(expr, ast.Name):  # a module-level table of classes
             for stmt in self.tree.module_tree(module).body:
-                if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None \
-                        and expr.id in assigned_names(stmt) and isinstance(stmt.value, ast.Dict):
+                if (
+                    isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                    and stmt.value is not None
+                    and expr.id in assigned_names(stmt)
+                    and isinstance(stmt.value, ast.Dict)
+                ):
                     self.candidates(stmt.value, module, depth + 1, local=False)
             return
-        if isinstance(ref, ClassRef) and ref != self.backbone and self.tree.find_member(ref, "forward") is not None \
-                and ref not in self.out:
+        if (
+            isinstance(ref, ClassRef)
+            and ref != self.backbone
+            and self.tree.find_member(ref, "forward") is not None
+            and ref not in self.out
+        ):
             self.out.append(ref)

@@ -59,12 +59,17 @@ class LoadPathFault:
 
     def reason(self) -> str:
         """One line: what breaks, where, and (for a class in :data:`FIXED_IN`) the release that fixes it."""
-        text = (f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
-                f".{self.missing}; vLLM's {self.loader} reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
-                f"draft ({self.proposer_at}: AttributeError)")
+        text = (
+            f"{self.cls}.{GETTER}() returns self.{self.attr}, a bare {self.held.name} ({self.held_at}) with no "
+            f".{self.missing}; vLLM's {self.loader} reads {LANGUAGE_MODEL_VAR}.{self.missing} when it loads any "
+            f"draft ({self.proposer_at}: AttributeError)"
+        )
         fixed = FIXED_IN.get(self.cls)
-        return text + (f"; vLLM {fixed} and later hold a causal LM there: use vLLM >= {fixed}" if fixed else
-                       "; EAGLE-3 cannot load a draft for it on this release")
+        return text + (
+            f"; vLLM {fixed} and later hold a causal LM there: use vLLM >= {fixed}"
+            if fixed
+            else "; EAGLE-3 cannot load a draft for it on this release"
+        )
 
 
 def proposer_reads_inner_model(tree: SourceTree) -> str | None:
@@ -105,13 +110,17 @@ def bare_language_model(tree: SourceTree, registry: Registry, cls: ClassRef) -> 
     derivation = draft_reads.derive(tree, with_aux=False)
     if derivation.language_model is None:
         return None
-    broken = [r for r in derivation.reads if r.required and len(r.path) == 1
-              and class_attrs.assigned_at(tree, held.cls, r.path[0]) is None]
+    broken = [
+        r
+        for r in derivation.reads
+        if r.required and len(r.path) == 1 and class_attrs.assigned_at(tree, held.cls, r.path[0]) is None
+    ]
     if not broken:
         return None
     loader = "EAGLE proposer" if derivation.reader == "proposer" else f"{derivation.runner} runner's load_eagle_model"
-    return LoadPathFault(cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0],
-                         loader)
+    return LoadPathFault(
+        cls.name, attr, held.cls, f"{cls.relpath}:{held.lineno}", broken[0].location, broken[0].path[0], loader
+    )
 
 
 __all__ = ["LoadPathFault", "bare_language_model", "proposer_reads_inner_model"]

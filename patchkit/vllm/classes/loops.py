@@ -45,7 +45,6 @@ class Loop:
     tuple_target: bool = True
 
 
-
 @functools.lru_cache(maxsize=1024)
 def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     """Read the decoder-layer loop of a backbone ``forward``, or say why it has no usable one.
@@ -69,15 +68,22 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
         return f"forward has {len(loops)} top-level loops over self.layers, expected 1"
     loop = loops[0]
     captures = _mentions_self(forward, ATTR) or any(
-        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in nodes(forward))
+        isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in nodes(forward)
+    )
     form = _loop_form(loop)
     if isinstance(form, str):
         if captures:
             return Loop(True, True, loop.lineno)
         return form
     layer_var, index = form
-    calls = [s for s in ast.walk(loop) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
-             and isinstance(s.value.func, ast.Name) and s.value.func.id == layer_var]
+    calls = [
+        s
+        for s in ast.walk(loop)
+        if isinstance(s, ast.Assign)
+        and isinstance(s.value, ast.Call)
+        and isinstance(s.value.func, ast.Name)
+        and s.value.func.id == layer_var
+    ]
     if len(calls) == 1 and calls[0] in loop.body:
         call_at = loop.body.index(calls[0])
     else:
@@ -89,17 +95,28 @@ def decoder_loop(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> Loop | str:
     if len(targets) != 1:
         return "the layer call assigns to several targets"
     target = targets[0]
-    names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) else None
+    names = (
+        [e.id for e in target.elts]
+        if isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts)
+        else None
+    )
     if names == ["hidden_states", "residual"]:
         call = calls[0].value
-        if not any(isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]):
+        if not any(
+            isinstance(a, ast.Name) and a.id == "residual" for a in [*call.args, *(k.value for k in call.keywords)]
+        ):
             # the layer takes no residual: the residual it returns is internal, hidden_states is the stream
             return Loop(False, captures, loop.lineno, layer_var, index, call_at, True, True)
         before = forward.body[: forward.body.index(loop)]
         # a plain or a tuple target (``hidden_states, residual = ...``) binds it
-        bound = any(isinstance(name, ast.Name) and name.id == "residual" for stmt in before for n in ast.walk(stmt)
-                    if isinstance(n, (ast.Assign, ast.AnnAssign))
-                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for name in ast.walk(t))
+        bound = any(
+            isinstance(name, ast.Name) and name.id == "residual"
+            for stmt in before
+            for n in ast.walk(stmt)
+            if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            for name in ast.walk(t)
+        )
         return Loop(True, captures, loop.lineno, layer_var, index, call_at, bound)
     if isinstance(target, ast.Name) and target.id == "hidden_states":
         if any(isinstance(n, ast.Name) and n.id == "residual" for n in ast.walk(forward)):
@@ -137,9 +154,13 @@ class SplitLayer:
 
 def _pair_assigned(stmt: ast.stmt) -> ast.Call | None:
     """The call of ``hidden_states, residual = <call>(...)`` that also passes ``residual``, else None."""
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
-            and [getattr(e, "id", None) for e in stmt.targets[0].elts] == ["hidden_states", "residual"]
-            and isinstance(stmt.value, ast.Call)):
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Tuple)
+        and [getattr(e, "id", None) for e in stmt.targets[0].elts] == ["hidden_states", "residual"]
+        and isinstance(stmt.value, ast.Call)
+    ):
         return None
     call = stmt.value
     passed = [a for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, ast.Name)]
@@ -187,9 +208,14 @@ def layer_call_branch(body: list[ast.stmt], calls: list[ast.Assign]) -> ast.If |
     if len(calls) != 2:
         return None
     for stmt in body:
-        if (isinstance(stmt, ast.If) and stmt.orelse and calls[0] in stmt.body and calls[1] in stmt.orelse
-                and ast.dump(calls[0].targets[0]) == ast.dump(calls[1].targets[0])
-                and ast.dump(calls[0].value) == ast.dump(calls[1].value)):
+        if (
+            isinstance(stmt, ast.If)
+            and stmt.orelse
+            and calls[0] in stmt.body
+            and calls[1] in stmt.orelse
+            and ast.dump(calls[0].targets[0]) == ast.dump(calls[1].targets[0])
+            and ast.dump(calls[0].value) == ast.dump(calls[1].value)
+        ):
             return stmt
     return None
 
@@ -201,17 +227,28 @@ def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
             index = loop.target.id
             for stmt in loop.body:
-                if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                        and isinstance(stmt.value, ast.Subscript) and _mentions_self(stmt.value.value, "layers")
-                        and isinstance(stmt.value.slice, ast.Name) and stmt.value.slice.id == index):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Subscript)
+                    and _mentions_self(stmt.value.value, "layers")
+                    and isinstance(stmt.value.slice, ast.Name)
+                    and stmt.value.slice.id == index
+                ):
                     return stmt.targets[0].id, index
             return "its range loop does not bind 'layer = self.layers[i]'"
         if not _mentions_self(it, "start_layer"):
             return "its decoder-layer loop does not follow pipeline stages (no self.start_layer)"
         return loop.target.id, None
-    if (isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2
-            and all(isinstance(e, ast.Name) for e in loop.target.elts)
-            and isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"):
+    if (
+        isinstance(loop.target, ast.Tuple)
+        and len(loop.target.elts) == 2
+        and all(isinstance(e, ast.Name) for e in loop.target.elts)
+        and isinstance(it, ast.Call)
+        and isinstance(it.func, ast.Name)
+        and it.func.id == "enumerate"
+    ):
         index, layer = (e.id for e in loop.target.elts)  # type: ignore[attr-defined]
         if index == "_":
             return "its decoder-layer loop discards its enumerate index"
@@ -228,9 +265,11 @@ def _loop_form(loop: ast.For) -> tuple[str, str | None] | str:
 
 def final_return_count(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """How many top-level ``return hidden_states`` statements ``forward`` has (the capture needs one)."""
-    return sum(1 for s in forward.body if isinstance(s, ast.Return) and isinstance(s.value, ast.Name)
-               and s.value.id == "hidden_states")
-
+    return sum(
+        1
+        for s in forward.body
+        if isinstance(s, ast.Return) and isinstance(s.value, ast.Name) and s.value.id == "hidden_states"
+    )
 
 
 def _mentions_self(node: ast.AST, attr: str) -> bool:

@@ -126,8 +126,11 @@ def _constant(tree: SourceTree, module: str, name: str) -> object:
     if not tree.has_module(module):
         return None
     for node in tree.module_tree(module).body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-                and isinstance(node.value, ast.Constant)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+        ):
             return node.value.value
     return None
 
@@ -162,14 +165,23 @@ def support(tree: SourceTree) -> Support:
     caller = tree.relpath_of_module(CALLER_MODULE)
     call = None
     if caller is not None:
-        call = next((n for n in ast.walk(tree.module_tree(CALLER_MODULE)) if isinstance(n, ast.Call)
-                     and isinstance(n.func, ast.Name) and n.func.id == LOADER), None)
+        call = next(
+            (
+                n
+                for n in ast.walk(tree.module_tree(CALLER_MODULE))
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == LOADER
+            ),
+            None,
+        )
     if call is None:
         return Support(Missing.CALLER, where, based)
     called = f"{caller}:{call.lineno}"
     stats = _top(tree, SPEC_STATS_MODULE, ast.ClassDef, SPEC_STATS_CLASS)
-    fields = {n.target.id for n in stats.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)} \
-        if stats is not None else set()
+    fields = (
+        {n.target.id for n in stats.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        if stats is not None
+        else set()
+    )
     if not set(SPEC_FIELDS) <= fields:
         return Support(Missing.SPEC_STATS, where, based, called)
     return Support(None, where, based, called)

@@ -84,8 +84,9 @@ class Answer:
         """One sentence: what was consulted and what it said."""
         said = [f"{s.name} ({s.location}) says {', '.join(s.types)}" for s in self.sources if s.types]
         silent = [f"{s.name} ({s.location})" for s in self.sources if not s.types]
-        parts = said + ([f"{' and '.join(silent)} {'names' if len(silent) == 1 else 'name'} no model type for it"]
-                        if silent else [])
+        parts = said + (
+            [f"{' and '.join(silent)} {'names' if len(silent) == 1 else 'name'} no model type for it"] if silent else []
+        )
         if not self.sources:
             return "no transformers next to vllm/ and no vLLM config registry to read"
         return ("; ".join(parts) + (": they disagree" if self.conflict else "")) if parts else ""
@@ -112,7 +113,9 @@ def lookup(tree: SourceTree, cls: ClassRef | None, architecture: str, multimodal
     if (root / MODELING_AUTO).is_file():
         version = _version(tree.site_packages)
         types, config_types = _transformers_types(str(root), _stamp(root), architecture)
-        sources.append(Source(f"transformers {version}" if version else "transformers", str(root / MODELING_AUTO), types))
+        sources.append(
+            Source(f"transformers {version}" if version else "transformers", str(root / MODELING_AUTO), types)
+        )
     else:
         sources.append(Source("transformers", f"none in {tree.site_packages}", ()))
     relpath = tree.relpath_of_module(VLLM_CONFIG_MODULE)
@@ -137,7 +140,7 @@ def _stamp(root: Path) -> tuple[int, int]:
 def _version(site_packages: Path) -> str | None:
     """The transformers version from its ``.dist-info`` folder name (``transformers-4.57.6.dist-info``)."""
     for entry in sorted(site_packages.glob("transformers-*.dist-info")):
-        return entry.name[len("transformers-"):-len(".dist-info")]
+        return entry.name[len("transformers-") : -len(".dist-info")]
     return None
 
 
@@ -228,8 +231,10 @@ def _value(node: ast.expr) -> Value:
 
 def _mappings(module: ast.Module | None, names: tuple[str, ...]) -> dict[str, list[tuple[str, str | tuple[str, ...]]]]:
     """transformers' tables among ``names``: their entries with a string or string-tuple value."""
-    return {name: [(k, v) for k, v in found.entries if v is not None]
-            for name, found in literal_mappings(module, names).items()}
+    return {
+        name: [(k, v) for k, v in found.entries if v is not None]
+        for name, found in literal_mappings(module, names).items()
+    }
 
 
 def config_registry(tree: SourceTree) -> tuple[tuple[tuple[str, Value], ...], str | None]:
@@ -251,13 +256,19 @@ def config_registry(tree: SourceTree) -> tuple[tuple[tuple[str, Value], ...], st
     return found.entries, f"{relpath}:{found.lineno}"
 
 
-def _transformers_types(root_text: str, stamp: tuple[int, int], architecture: str) -> tuple[tuple[str, ...], dict[str, str]]:
+def _transformers_types(
+    root_text: str, stamp: tuple[int, int], architecture: str
+) -> tuple[tuple[str, ...], dict[str, str]]:
     """The text model types transformers at ``root_text`` gives ``architecture``, and its config class ->
     model type map (``stamp``: the cache key)."""
     root = Path(root_text)
     classes, config_of, type_of, module_of = _auto_tables(root_text, stamp)
-    types = [t for name in CLASS_MAPPINGS for t, v in classes.get(name, ())
-             if architecture == v or (isinstance(v, tuple) and architecture in v)]
+    types = [
+        t
+        for name in CLASS_MAPPINGS
+        for t, v in classes.get(name, ())
+        if architecture == v or (isinstance(v, tuple) and architecture in v)
+    ]
     out: list[str] = []
     for t in dict.fromkeys(types):
         text = _text_type(root, t, config_of, type_of, module_of)
@@ -284,8 +295,9 @@ def _auto_tables(root_text: str, stamp: tuple[int, int]):
     return classes, config_of, type_of, module_of
 
 
-def _text_type(root: Path, model_type: str, config_of: dict[str, str], type_of: dict[str, str],
-               module_of: dict[str, str]) -> str | None:
+def _text_type(
+    root: Path, model_type: str, config_of: dict[str, str], type_of: dict[str, str], module_of: dict[str, str]
+) -> str | None:
     """``model_type``'s text config type: its config class's ``text_config`` sub-config's, else itself;
     None when that sub-config is ``AutoConfig`` (the checkpoint decides)."""
     config = config_of.get(model_type)
@@ -316,7 +328,9 @@ def _text_type(root: Path, model_type: str, config_of: dict[str, str], type_of: 
     return model_type
 
 
-def _vllm_types(tree: SourceTree, cls: ClassRef, transformers_types: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+def _vllm_types(
+    tree: SourceTree, cls: ClassRef, transformers_types: dict[str, str]
+) -> tuple[tuple[str, ...], str | None]:
     """The model types of the config classes ``cls``'s own code names (its MRO's class bodies):
     a class of vLLM's ``_CONFIG_REGISTRY`` gives its key; a config class its module imports from
     ``transformers`` gives that class's model type in ``transformers_types`` (config class -> type).
@@ -342,5 +356,13 @@ def _vllm_types(tree: SourceTree, cls: ClassRef, transformers_types: dict[str, s
     return tuple(dict.fromkeys(found)), where
 
 
-__all__ = ["Answer", "Mapping", "Source", "VLLM_CONFIG_MODULE", "VLLM_CONFIG_REGISTRY", "config_registry",
-           "literal_mappings", "lookup"]
+__all__ = [
+    "Answer",
+    "Mapping",
+    "Source",
+    "VLLM_CONFIG_MODULE",
+    "VLLM_CONFIG_REGISTRY",
+    "config_registry",
+    "literal_mappings",
+    "lookup",
+]

@@ -8,7 +8,6 @@ under ``if current_platform.is_cuda(): ... elif current_platform.is_rocm(): ... 
 ``verify`` and ``doctor`` check every branch (:func:`patchkit.vllm.chain.links.branch_checks`).
 """
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -202,8 +202,13 @@ class Registry:
             return None
         backend = entry.module in TRANSFORMERS_BACKEND_MODULES
         cls = None if backend else self.tree.find_class(entry.module, entry.class_name)
-        aliases = tuple(sorted(a for a, e in self._rows_naming(entry.class_name)
-                               if (e.module, e.class_name) == (entry.module, entry.class_name)))
+        aliases = tuple(
+            sorted(
+                a
+                for a, e in self._rows_naming(entry.class_name)
+                if (e.module, e.class_name) == (entry.module, entry.class_name)
+            )
+        )
         if cls is not None:
             aliases = tuple(sorted(set(aliases) | set(self._aliases_of(cls))))
         return Resolution(entry=entry, cls=cls, aliases=aliases, transformers_backend=backend)

@@ -88,14 +88,18 @@ class BackendRoute:
 
     def limits(self) -> str:
         """The backend's EAGLE-3 limits, one clause."""
-        parts = [f"transformers >= {self.min_transformers}" if self.min_transformers else
-                 f"transformers with {', '.join(self.needs_modules)}" if self.needs_modules else ""]
+        parts = [
+            f"transformers >= {self.min_transformers}"
+            if self.min_transformers
+            else f"transformers with {', '.join(self.needs_modules)}"
+            if self.needs_modules
+            else ""
+        ]
         if not self.over_pp:
             parts.append("pipeline-parallel size 1")
         if self.id_zero_breaks:
             parts.append("no aux id 0 (the setter indexes layer - 1)")
         return ", ".join(p for p in parts if p)
-
 
     def reason(self) -> str:
         """One line for scan, apply and verify: what the backend offers here, and its limits."""
@@ -104,11 +108,15 @@ class BackendRoute:
             return f"served by vLLM's Transformers backend ({name}), which lacks SupportsEagle3 in this release"
         served = f"supports EAGLE-3 through vLLM's Transformers backend ({name}, {self.location})"
         if self.too_old:
-            return (f"{served}, which needs transformers >= {self.min_transformers}; the serving environment has "
-                    f"{self.transformers}: upgrade transformers")
+            return (
+                f"{served}, which needs transformers >= {self.min_transformers}; the serving environment has "
+                f"{self.transformers}: upgrade transformers"
+            )
         if self.missing_modules:
-            return (f"{served}, which imports {', '.join(self.missing_modules)}; the serving environment's "
-                    f"transformers {self.transformers} lacks it: upgrade transformers")
+            return (
+                f"{served}, which imports {', '.join(self.missing_modules)}; the serving environment's "
+                f"transformers {self.transformers} lacks it: upgrade transformers"
+            )
         checked = "" if self.transformers is not None else "; the serving environment's transformers not checked"
         return f"{served}; limits: {self.limits()}{checked}"
 
@@ -142,20 +150,33 @@ def _read_setter(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str | None
     modules: list[str] = []
     zero = False
     for node in ast.walk(fn):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == VERSION_CHECK
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == VERSION_CHECK
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             minimum = node.args[0].value
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "transformers":
             modules.append(node.module)
-        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.BinOp) and isinstance(node.slice.op, ast.Sub)
-              and isinstance(node.slice.right, ast.Constant) and node.slice.right.value == 1):
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.BinOp)
+            and isinstance(node.slice.op, ast.Sub)
+            and isinstance(node.slice.right, ast.Constant)
+            and node.slice.right.value == 1
+        ):
             zero = True
     return minimum, tuple(dict.fromkeys(modules)), zero
 
 
 def _sets_true(tree: SourceTree, cls: ClassRef, name: str) -> bool:
     for stmt in tree.class_node(cls).body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        targets = (
+            stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return isinstance(stmt.value, ast.Constant) and stmt.value.value is True
     return False
@@ -166,10 +187,13 @@ def _environment(site_packages: Path, modules: tuple[str, ...]) -> tuple[str | N
     infos = sorted(Path(site_packages).glob("transformers-*.dist-info"))
     if not infos or not (Path(site_packages) / "transformers").is_dir():
         return None, ()
-    version = infos[0].name[len("transformers-"):-len(".dist-info")]
-    missing = tuple(m for m in modules
-                    if not (Path(site_packages) / (m.replace(".", "/") + ".py")).is_file()
-                    and not (Path(site_packages) / m.replace(".", "/") / "__init__.py").is_file())
+    version = infos[0].name[len("transformers-") : -len(".dist-info")]
+    missing = tuple(
+        m
+        for m in modules
+        if not (Path(site_packages) / (m.replace(".", "/") + ".py")).is_file()
+        and not (Path(site_packages) / m.replace(".", "/") / "__init__.py").is_file()
+    )
     return version, missing
 
 

@@ -61,8 +61,10 @@ def beyond_qualified(version: Version | str) -> str | None:
     """
     if Version(str(version)) <= Version(NEWEST_QUALIFIED):
         return None
-    return (f"newer than any release patchkit was qualified on: {NEWEST_QUALIFIED}; "
-            "verdicts rest only on the facts found in this install")
+    return (
+        f"newer than any release patchkit was qualified on: {NEWEST_QUALIFIED}; "
+        "verdicts rest only on the facts found in this install"
+    )
 
 
 KIMI_K25_FROM = "0.15.1"
@@ -248,8 +250,9 @@ class AllowList:
     location: str
 
 
-def allow_list_entries(name: str, elements: Sequence[str | None],
-                       names: tuple[str, ...] = ALLOW_LIST_NAMES) -> list[str] | None:
+def allow_list_entries(
+    name: str, elements: Sequence[str | None], names: tuple[str, ...] = ALLOW_LIST_NAMES
+) -> list[str] | None:
     """The one rule by which an assignment is the allow-list: its target is one of
     ``names`` (:data:`ALLOW_LIST_NAMES`) and its value is a list literal whose every element is a
     string literal.
@@ -282,10 +285,16 @@ def read_allow_list(tree: SourceTree) -> AllowList | None:
         if relpath is None:
             continue
         for node in ast.walk(tree.module_tree(module)):
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.List)):
-                values = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None
-                          for e in node.value.elts]
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.List)
+            ):
+                values = [
+                    e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None
+                    for e in node.value.elts
+                ]
                 entries = allow_list_entries(node.targets[0].id, values)
                 if entries is not None:
                     return AllowList(node.targets[0].id, entries, f"{relpath}:{node.lineno}")
@@ -347,7 +356,17 @@ def is_stub(function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
 def install_info(install, contract: Contract) -> "InstallInfo":
     """What every report says about the install: ``install`` (a :class:`patchkit.vllm.release.install.Install`)
     and its :class:`Contract` (its era, read from the release's files) as an :class:`InstallInfo`."""
-    from patchkit.results import InstallInfo  # lazy: start-up, 'list' loads patches/ (and so this module) but no result type
+    from patchkit.results import (
+        InstallInfo,
+    )  # lazy: start-up, 'list' loads patches/ (and so this module) but no result type
 
-    return InstallInfo(str(install.site_packages), str(install.version), contract.era, contract.description,
-                       contract.patchable, contract.native, install.distribution, beyond_qualified(install.version))
+    return InstallInfo(
+        str(install.site_packages),
+        str(install.version),
+        contract.era,
+        contract.description,
+        contract.patchable,
+        contract.native,
+        install.distribution,
+        beyond_qualified(install.version),
+    )

@@ -43,12 +43,14 @@ _PREFIX = "PATCHKIT-PYCACHE-PREFIX "
 _IMPORTS = "PATCHKIT-VLLM-FROM "
 # ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
 # running it (a top-level name: no parent package is imported either); None when it cannot be imported.
-_PROBE = (f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
-          f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
-          "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
-          " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
-          "except Exception:\n f = None\n"
-          f"print({_IMPORTS!r} + json.dumps(f))")
+_PROBE = (
+    f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
+    f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
+    "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+    " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
+    "except Exception:\n f = None\n"
+    f"print({_IMPORTS!r} + json.dumps(f))"
+)
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,21 @@ def _distributions(entries: list[str]) -> list[_Dist]:
             names = sorted(os.listdir(folder))
         except OSError:
             continue  # a missing folder or a zip file on the path holds no installed vLLM
-        found.extend(d for d in (_Dist(Path(folder) / n) for n in names
-                                 if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n)))
-                     if d.owns_package())
+        found.extend(
+            d
+            for d in (
+                _Dist(Path(folder) / n)
+                for n in names
+                if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n))
+            )
+            if d.owns_package()
+        )
     return found
 
 
-def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] = (),
-                        pycache_prefix: Path | None = None) -> Install:
+def _from_distributions(
+    dists: list[_Dist], where: str, folders: Iterable[Path] = (), pycache_prefix: Path | None = None
+) -> Install:
     if not dists:
         orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
         if orphans:
@@ -215,9 +224,14 @@ def _from_distributions(dists: list[_Dist], where: str, folders: Iterable[Path] 
             "reinstall vLLM from a release wheel",
         ) from exc
     spelled = Path(os.path.abspath(str(dist.locate_file(""))))
-    return Install(site_packages=site_packages, version=version, dist_info=dist_path,
-                   pycache_prefix=pycache_prefix, spellings=(spelled,) if spelled != site_packages else (),
-                   distribution=dist.name or DISTRIBUTION)
+    return Install(
+        site_packages=site_packages,
+        version=version,
+        dist_info=dist_path,
+        pycache_prefix=pycache_prefix,
+        spellings=(spelled,) if spelled != site_packages else (),
+        distribution=dist.name or DISTRIBUTION,
+    )
 
 
 def has_record(install: Install) -> bool:
@@ -271,7 +285,7 @@ def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[
     try:
         for row in csv.reader(text.splitlines()):
             if len(row) >= 2 and row[1].startswith("sha256=") and (wanted is None or row[0] in wanted):
-                value = row[1][len("sha256="):]
+                value = row[1][len("sha256=") :]
                 out[row[0]] = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
     except (csv.Error, ValueError, binascii.Error) as exc:
         raise InstallNotFound(
@@ -388,7 +402,7 @@ def from_python(interpreter: Path | str) -> Install:
         ) from exc
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)), None)
     try:  # a sitecustomize may print banners: read only the sentinel line
-        sys_path = json.loads(line[len(_SENTINEL):]) if proc.returncode == 0 and line else None
+        sys_path = json.loads(line[len(_SENTINEL) :]) if proc.returncode == 0 and line else None
     except ValueError:
         sys_path = None
     if not isinstance(sys_path, list):
@@ -399,17 +413,21 @@ def from_python(interpreter: Path | str) -> Install:
     entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
     prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_PREFIX)), None)
     try:
-        prefix = json.loads(prefix_line[len(_PREFIX):]) if prefix_line else None
+        prefix = json.loads(prefix_line[len(_PREFIX) :]) if prefix_line else None
     except ValueError:
         prefix = None
     imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
     try:
-        imports = json.loads(imports_line[len(_IMPORTS):]) if imports_line else None
+        imports = json.loads(imports_line[len(_IMPORTS) :]) if imports_line else None
     except ValueError:
         imports = None
     dists = _distributions(entries)
-    found = _from_distributions(dists, f"the environment of {interpreter}", [Path(p) for p in entries],
-                                Path(prefix) if isinstance(prefix, str) and prefix else None)
+    found = _from_distributions(
+        dists,
+        f"the environment of {interpreter}",
+        [Path(p) for p in entries],
+        Path(prefix) if isinstance(prefix, str) and prefix else None,
+    )
     if imports_line is not None:  # JSON null: the interpreter cannot import vllm
         found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
     return replace(found, python=interpreter)

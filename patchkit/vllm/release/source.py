@@ -173,12 +173,14 @@ class SourceTree:
         except (ValueError, UnicodeError) as exc:  # null bytes, undecodable bytes
             raise SourceError(
                 f"{relpath}: cannot be read as Python source: {exc}",
-                "the installed file is damaged", self._reinstall(),
+                "the installed file is damaged",
+                self._reinstall(),
             ) from exc
         except SyntaxError as exc:
             raise SourceError(
                 f"{relpath}:{exc.lineno}: syntax error: {exc.msg}",
-                "the installed file is damaged", self._reinstall(),
+                "the installed file is damaged",
+                self._reinstall(),
             ) from exc
         mod = _Module(module, relpath, source, tree, relpath.endswith("__init__.py"))
         package = module if mod.is_package else module.rpartition(".")[0]
@@ -293,9 +295,7 @@ class SourceTree:
             owner = self.resolve_expr(module, expr.value)
             if isinstance(owner, ModuleRef):
                 return self.resolve_name(owner.module, expr.attr) or (
-                    ModuleRef(f"{owner.module}.{expr.attr}")
-                    if self.has_module(f"{owner.module}.{expr.attr}")
-                    else None
+                    ModuleRef(f"{owner.module}.{expr.attr}") if self.has_module(f"{owner.module}.{expr.attr}") else None
                 )
         if isinstance(expr, ast.Subscript):  # Generic[T] and the like
             return self.resolve_expr(module, expr.value)

@@ -145,8 +145,10 @@ def _setter_functions(source: bytes) -> list[ast.FunctionDef | ast.AsyncFunction
         if outer is None:
             return None
         depth = _indent(lines[outer])
-        end = next((k for k in range(outer + 1, len(lines)) if (ind := _indent(lines[k])) is not None and ind <= depth),
-                   len(lines))
+        end = next(
+            (k for k in range(outer + 1, len(lines)) if (ind := _indent(lines[k])) is not None and ind <= depth),
+            len(lines),
+        )
         if end <= i:
             return None
         cuts[outer] = end
@@ -159,13 +161,22 @@ def _setter_functions(source: bytes) -> list[ast.FunctionDef | ast.AsyncFunction
             body = ast.parse(text).body
         except (SyntaxError, ValueError):
             return None
-        fn = body[0].body[0] if len(body) == 1 and isinstance(body[0], ast.If) and len(body[0].body) == 1 else \
-            body[0] if len(body) == 1 else None
+        fn = (
+            body[0].body[0]
+            if len(body) == 1 and isinstance(body[0], ast.If) and len(body[0].body) == 1
+            else body[0]
+            if len(body) == 1
+            else None
+        )
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.lineno != start + 1:
             return None
         out.append(fn)
-    found = {n.func.end_lineno - 1 for fn in out for n in ast.walk(fn)
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == SETTER}
+    found = {
+        n.func.end_lineno - 1
+        for fn in out
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == SETTER
+    }
     return out if found >= set(wanted) else None
 
 
@@ -178,17 +189,30 @@ def _aux_in_trees(roots: list[ast.AST], relpath: str) -> tuple[AuxSource, ...]:
         node, fn = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             fn = node
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == SETTER
-                and len(node.args) == 1 and isinstance(node.args[0], (ast.Name, ast.Call)) and fn is not None):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == SETTER
+            and len(node.args) == 1
+            and isinstance(node.args[0], (ast.Name, ast.Call))
+            and fn is not None
+        ):
             calls.append((node, fn))
         stack.extend((child, fn) for child in ast.iter_child_nodes(node))
     for call, fn in sorted(calls, key=lambda c: c[0].lineno):
         receiver = ast.unparse(call.func.value)
         arg = call.args[0]
-        made = [(arg, call.lineno)] if isinstance(arg, ast.Call) else [
-            (a.value, a.lineno) for a in ast.walk(fn)
-            if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
-            and any(isinstance(t, ast.Name) and t.id == arg.id for t in a.targets)]
+        made = (
+            [(arg, call.lineno)]
+            if isinstance(arg, ast.Call)
+            else [
+                (a.value, a.lineno)
+                for a in ast.walk(fn)
+                if isinstance(a, ast.Assign)
+                and isinstance(a.value, ast.Call)
+                and any(isinstance(t, ast.Name) and t.id == arg.id for t in a.targets)
+            ]
+        )
         for value, lineno in made:
             func = value.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None

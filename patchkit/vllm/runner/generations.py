@@ -96,14 +96,20 @@ class Generation:
     def for_driver(self) -> dict:
         """What rehearse's engine driver needs to find the live draft module (JSON-ready): ``name``,
         ``module``, ``cls`` and ``drafter`` (:mod:`patchkit.rehearse.engine_driver` ``_drafter``)."""
-        return {"name": self.name, "module": self.runner_module, "cls": self.runner_class,
-                "drafter": list(self.drafter)}
+        return {
+            "name": self.name,
+            "module": self.runner_module,
+            "cls": self.runner_class,
+            "drafter": list(self.drafter),
+        }
 
     def facts(self) -> tuple[Fact, ...]:
         """Every fact of this generation a check may rest on, each with where patchkit looks."""
-        out = [Fact("the model runner", self.runner, self.runner_class),
-               Fact("the draft loader", self.loader_file, self.loader_name),
-               Fact("the aux-id setter", self.aux_setter, "set_aux_hidden_state_layers")]
+        out = [
+            Fact("the model runner", self.runner, self.runner_class),
+            Fact("the draft loader", self.loader_file, self.loader_name),
+            Fact("the aux-id setter", self.aux_setter, "set_aux_hidden_state_layers"),
+        ]
         if self.aux_reader:
             out.append(Fact("the draft config's aux-id reader", self.aux_setter, self.aux_reader))
         return tuple(out)

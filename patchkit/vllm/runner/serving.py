@@ -67,8 +67,9 @@ class RunnerChoice:
         lacking = [f for f in self.missing if not needed or f.what in needed]
         if not lacking:
             return None
-        return "not checked: " + "; ".join(f"{f.what} of the {self.name} runner is missing (patchkit looked for "
-                                           f"{f.where})" for f in lacking)
+        return "not checked: " + "; ".join(
+            f"{f.what} of the {self.name} runner is missing (patchkit looked for {f.where})" for f in lacking
+        )
 
 
 def declared_flag(tree: SourceTree) -> tuple[bool, str | None]:
@@ -85,8 +86,12 @@ def declared_flag(tree: SourceTree) -> tuple[bool, str | None]:
     except SyntaxError:
         return True, None
     for node in ast.walk(module):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == SELECTOR
-                and node.value is not None):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == SELECTOR
+            and node.value is not None
+        ):
             return True, ast.unparse(node.value)
     return True, None
 
@@ -105,8 +110,9 @@ def _has_name(tree: SourceTree, relpath: str, name: str) -> bool:
         return False
     module = relpath[:-3].replace("/", ".")
     head, _, member = name.partition(".")
-    if not member and re.search(rb"^(?:class|def|async def) " + re.escape(head.encode()) + rb"\b",
-                                tree.read_bytes(relpath), re.M):
+    if not member and re.search(
+        rb"^(?:class|def|async def) " + re.escape(head.encode()) + rb"\b", tree.read_bytes(relpath), re.M
+    ):
         return True  # defined at column 0: found without parsing the file (V1's runner is 0.28 MB)
     cls = tree.find_class(module, head)
     if cls is not None:
@@ -156,26 +162,35 @@ def serving_runner(tree: SourceTree, environ: Mapping[str, str] | None = None) -
         choice = RunnerChoice(None, (), "no model runner found")
     elif len(present) == 1:
         generation = V1 if present == ("V1",) else V2
-        choice = RunnerChoice(generation, present, f"{generation.name}: the only model runner in this install "
-                              f"({generation.runner})")
+        choice = RunnerChoice(
+            generation, present, f"{generation.name}: the only model runner in this install ({generation.runner})"
+        )
     else:
         value = (flag or "").strip().lower()
         if declared and value in _TRUE:
             choice = RunnerChoice(V2, present, f"V2: {SELECTOR}={flag} in patchkit's environment")
         elif not declared and value in _TRUE:
-            choice = RunnerChoice(V1, present, f"V1: {SELECTOR}={flag} is set but this release does not read it "
-                                  f"({SELECTOR_FILE} declares no {SELECTOR})")
+            choice = RunnerChoice(
+                V1,
+                present,
+                f"V1: {SELECTOR}={flag} is set but this release does not read it "
+                f"({SELECTOR_FILE} declares no {SELECTOR})",
+            )
         elif flag is not None and value in _FALSE:
             choice = RunnerChoice(V1, present, f"V1: {SELECTOR}={flag} in patchkit's environment")
         elif default == "None":
-            choice = RunnerChoice(V1, present, f"V1: {SELECTOR} is unset; this release's default ({SELECTOR_FILE}: "
-                                  f"None) lets vLLM pick V2 where Triton is present, so set {SELECTOR}=1 (or 0) for "
-                                  "patchkit and the serve alike to check the runner the serve uses")
+            choice = RunnerChoice(
+                V1,
+                present,
+                f"V1: {SELECTOR} is unset; this release's default ({SELECTOR_FILE}: "
+                f"None) lets vLLM pick V2 where Triton is present, so set {SELECTOR}=1 (or 0) for "
+                "patchkit and the serve alike to check the runner the serve uses",
+            )
         else:
-            choice = RunnerChoice(V1, present, f"V1: the default of this release ({SELECTOR} unset; set it to 1 "
-                                  "to check V2)")
+            choice = RunnerChoice(
+                V1, present, f"V1: the default of this release ({SELECTOR} unset; set it to 1 to check V2)"
+            )
     if choice.generation is not None:
-        choice = RunnerChoice(choice.generation, choice.present, choice.reason,
-                              missing_facts(tree, choice.generation))
+        choice = RunnerChoice(choice.generation, choice.present, choice.reason, missing_facts(tree, choice.generation))
     cache[flag] = choice
     return choice

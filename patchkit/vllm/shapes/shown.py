@@ -41,11 +41,11 @@ RECORD = f"tests/engine_records/h200-vllm-{GPU_V2_RELEASE}-spec-lossless-1.jsonl
 SHOWN: dict[str, dict[Shape, str]] = {
     "V2": {
         Shape.STANDARD: "Gemma 3 and Mixtral (MoE) patched: EAGLE-3 gave the tokens the engine gives without "
-                        "speculation (Gemma 3: 4 of 4 prompts, 48 tokens; Mixtral: eager 4 of 4, compiled equal "
-                        "to a plain compiled engine's, whose runs split on a MoE routing near-tie without "
-                        "speculation too)",
+        "speculation (Gemma 3: 4 of 4 prompts, 48 tokens; Mixtral: eager 4 of 4, compiled equal "
+        "to a plain compiled engine's, whose runs split on a MoE routing near-tie without "
+        "speculation too)",
         Shape.HIDDEN_ONLY: "Exaone4 patched: EAGLE-3 gave the tokens the engine gives without speculation "
-                           "(4 of 4 prompts, 48 tokens)",
+        "(4 of 4 prompts, 48 tokens)",
     },
 }
 """Per runner generation, the shapes shown lossless there and the figures (V1 needs no entry)."""
@@ -78,18 +78,26 @@ def showing(choice: RunnerChoice, shape: Shape | None) -> Showing | None:
     if shape is None:
         return None
     if choice.generation is None:
-        return Showing("none", False, "not checked: no vLLM model runner found, so patchkit cannot tell whether "
-                                      "the patched forward keeps greedy output there")
+        return Showing(
+            "none",
+            False,
+            "not checked: no vLLM model runner found, so patchkit cannot tell whether "
+            "the patched forward keeps greedy output there",
+        )
     table = SHOWN.get(choice.name)
     if table is None:
         return None
     figures = table.get(shape)
     if figures is not None:
         return Showing(choice.name, True, f"{shape.value} shown lossless under {choice.name} on {WHERE}: {figures}")
-    return Showing(choice.name, False, f"the {shape.value} shape is not yet shown to keep greedy output under vLLM's "
-                                       f"{choice.name} runner ({choice.reason}); shown there: "
-                                       f"{', '.join(s.value for s in table)} ({WHERE}); apply refuses it on this "
-                                       "serve unless --force")
+    return Showing(
+        choice.name,
+        False,
+        f"the {shape.value} shape is not yet shown to keep greedy output under vLLM's "
+        f"{choice.name} runner ({choice.reason}); shown there: "
+        f"{', '.join(s.value for s in table)} ({WHERE}); apply refuses it on this "
+        "serve unless --force",
+    )
 
 
 __all__ = ["RECORD", "SHOWN", "Showing", "WHERE", "showing"]

@@ -82,8 +82,11 @@ def default_ids(tree: SourceTree, cls: ClassRef | None, n: int) -> DefaultIds:
             continue
         member = tree.find_member(holder, name)
         # the Protocol's stub (an A1 class not patched yet has only that) returns nothing: not a getter
-        if (member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef))
-                and not is_stub(member[1])):
+        if (
+            member is not None
+            and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not is_stub(member[1])
+        ):
             first = first or member
             if _eval_ids(member[1], n) is not None:
                 found = member
@@ -93,8 +96,13 @@ def default_ids(tree: SourceTree, cls: ClassRef | None, n: int) -> DefaultIds:
         return DefaultIds(vllm_default_ids(n), None, None, runner, False)
     owner, fn = found
     ids = _eval_ids(fn, n)
-    return DefaultIds(ids if ids is not None else vllm_default_ids(n), f"{owner.name}.{name}",
-                      f"{owner.relpath}:{fn.lineno}", runner, ids is not None)
+    return DefaultIds(
+        ids if ids is not None else vllm_default_ids(n),
+        f"{owner.name}.{name}",
+        f"{owner.relpath}:{fn.lineno}",
+        runner,
+        ids is not None,
+    )
 
 
 def _eval_ids(fn: ast.FunctionDef | ast.AsyncFunctionDef, n: int) -> list[int] | None:

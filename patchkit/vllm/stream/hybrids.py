@@ -65,8 +65,10 @@ class MixerReading:
     def describe(self) -> str:
         if self.lossless:
             return f"{self.kind} steps its state by the accepted tokens only (reads {ACCEPTED}, {self.evidence})"
-        return (f"{self.kind} never reads {ACCEPTED}: it runs each verified token as a decode of its own and "
-                "keeps no accepted count, rejected draft tokens included")
+        return (
+            f"{self.kind} never reads {ACCEPTED}: it runs each verified token as a decode of its own and "
+            "keeps no accepted count, rejected draft tokens included"
+        )
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,15 @@ class HybridReading:
     def explain(self) -> str:
         """The verdict with what it means for a user serving the model."""
         if self.lossless is False:
-            return ("; ".join(m.describe() for m in self.lossy)
-                    + "; greedy output with speculation differs from greedy output without it")
+            return (
+                "; ".join(m.describe() for m in self.lossy)
+                + "; greedy output with speculation differs from greedy output without it"
+            )
         if self.lossless is None:
-            return (f"patchkit cannot tell whether speculation keeps {self.architecture}'s output unchanged "
-                    f"({self.missing})")
+            return (
+                f"patchkit cannot tell whether speculation keeps {self.architecture}'s output unchanged "
+                f"({self.missing})"
+            )
         return "; ".join(m.describe() for m in self.mixers)
 
 
@@ -155,9 +161,14 @@ def read_hybrid(tree: SourceTree, cls: ClassRef) -> HybridReading:
                 if found not in seen and (found.module.startswith(_MODEL_PACKAGES) or _is_mixer(tree, found)):
                     todo.append(found)
     if not mixers:
-        return HybridReading(cls.name, True, (), cls.location,
-                             f"{cls.name} declares {HYBRID_PROTOCOL}, but no class subclassing {MIXER_BASE} was found "
-                             f"from {cls.location} through the classes its model files name")
+        return HybridReading(
+            cls.name,
+            True,
+            (),
+            cls.location,
+            f"{cls.name} declares {HYBRID_PROTOCOL}, but no class subclassing {MIXER_BASE} was found "
+            f"from {cls.location} through the classes its model files name",
+        )
     return HybridReading(cls.name, True, tuple(sorted(mixers.values(), key=lambda m: m.kind)), cls.location)
 
 
@@ -165,10 +176,15 @@ def _declares_hybrid(tree: SourceTree, cls: ClassRef) -> bool:
     """``is_hybrid = True`` in the class body of ``cls`` or a vLLM base (a class without the protocol)."""
     for owner in tree.mro(cls):
         for stmt in tree.class_node(owner).body:
-            if (isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(getattr(stmt, "value", None), ast.Constant)
-                    and stmt.value.value is True
-                    and any(isinstance(t, ast.Name) and t.id == "is_hybrid"
-                            for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]))):
+            if (
+                isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                and isinstance(getattr(stmt, "value", None), ast.Constant)
+                and stmt.value.value is True
+                and any(
+                    isinstance(t, ast.Name) and t.id == "is_hybrid"
+                    for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target])
+                )
+            ):
                 return True
     return False
 
@@ -180,8 +196,13 @@ def _is_mixer(tree: SourceTree, ref: ClassRef) -> bool:
 def _named_classes(tree: SourceTree, ref: ClassRef) -> list[ClassRef]:
     """vLLM classes a class body names, and those named by the module-level assignments it uses."""
     module_tree = tree.module_tree(ref.module)
-    assigned = {t.id: stmt.value for stmt in module_tree.body if isinstance(stmt, ast.Assign)
-                for t in stmt.targets if isinstance(t, ast.Name)}
+    assigned = {
+        t.id: stmt.value
+        for stmt in module_tree.body
+        if isinstance(stmt, ast.Assign)
+        for t in stmt.targets
+        if isinstance(t, ast.Name)
+    }
     out: list[ClassRef] = []
     exprs: list[ast.expr] = []
     for node in ast.walk(tree.class_node(ref)):
@@ -205,7 +226,9 @@ def _read_mixer(tree: SourceTree, mixer: ClassRef) -> MixerReading:
         if owner.name == MIXER_BASE:
             continue
         scopes: list[ast.AST] = [tree.class_node(owner)]
-        scopes += [s for s in tree.module_tree(owner.module).body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        scopes += [
+            s for s in tree.module_tree(owner.module).body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         for scope in scopes:
             for node in ast.walk(scope):
                 if isinstance(node, ast.Attribute) and node.attr == ACCEPTED:
@@ -218,7 +241,6 @@ def _read_mixer(tree: SourceTree, mixer: ClassRef) -> MixerReading:
                         update = f"{owner.relpath}:{node.lineno}"
                         break
     return MixerReading(mixer.name, mixer.location, False, update or mixer.location)
-
 
 
 HYBRID_CHECK = "hybrid-mixers-lossless"
@@ -246,13 +268,18 @@ def read_architecture(tree: SourceTree, registry, architecture: str, inner: str 
 
 def refusal(reading: HybridReading) -> str:
     """``apply``'s refusal of a hybrid that is not lossless (or not checked) on this release."""
-    return (f"{reading.verdict()}: {reading.explain()}; patchkit writes no EAGLE-3 patch that changes what the model "
-            "says (pass --force to patch it anyway, accepting that output)")
+    return (
+        f"{reading.verdict()}: {reading.explain()}; patchkit writes no EAGLE-3 patch that changes what the model "
+        "says (pass --force to patch it anyway, accepting that output)"
+    )
 
 
 def accepted(reading: HybridReading) -> str:
     """What a user accepts by patching a hybrid that is not lossless with ``--force``."""
-    return (f"accepted with --force: {reading.verdict()}; served with speculation, greedy output will differ "
-            "from greedy output without it ('patchkit rehearse' shows where)")
+    return (
+        f"accepted with --force: {reading.verdict()}; served with speculation, greedy output will differ "
+        "from greedy output without it ('patchkit rehearse' shows where)"
+    )
+
 
 __all__ = ["HYBRID_CHECK", "HybridReading", "MixerReading", "accepted", "read_architecture", "read_hybrid", "refusal"]

@@ -174,8 +174,14 @@ def exit_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, method=None, _depth
     exits: set[Exit] = set()
     for r in returns:
         v = r.value
-        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and isinstance(v.func.value, ast.Name) \
-                and v.func.value.id == "self" and method is not None and _depth < 3:
+        if (
+            isinstance(v, ast.Call)
+            and isinstance(v.func, ast.Attribute)
+            and isinstance(v.func.value, ast.Name)
+            and v.func.value.id == "self"
+            and method is not None
+            and _depth < 3
+        ):
             callee = method(v.func.attr)
             exits.add(exit_of(callee, method, _depth + 1) if callee is not None else Exit.OTHER)
         elif isinstance(v, ast.Name):
@@ -191,12 +197,20 @@ def exit_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, method=None, _depth
             elif isinstance(first, ast.Name):
                 last = None
                 for stmt in body:
-                    if first.id in assigned_names(stmt) or (isinstance(stmt, ast.AugAssign)
-                                                             and getattr(stmt.target, "id", None) == first.id):
+                    if first.id in assigned_names(stmt) or (
+                        isinstance(stmt, ast.AugAssign) and getattr(stmt.target, "id", None) == first.id
+                    ):
                         last = stmt
-                adds = (isinstance(last, (ast.Assign, ast.AnnAssign)) and isinstance(last.value, ast.BinOp)
-                        and isinstance(last.value.op, ast.Add) and names_loaded(last.value, second.id)) or (
-                    isinstance(last, ast.AugAssign) and isinstance(last.op, ast.Add) and names_loaded(last.value, second.id))
+                adds = (
+                    isinstance(last, (ast.Assign, ast.AnnAssign))
+                    and isinstance(last.value, ast.BinOp)
+                    and isinstance(last.value.op, ast.Add)
+                    and names_loaded(last.value, second.id)
+                ) or (
+                    isinstance(last, ast.AugAssign)
+                    and isinstance(last.op, ast.Add)
+                    and names_loaded(last.value, second.id)
+                )
                 exits.add(Exit.STREAM if adds else Exit.DELTA)
             else:
                 exits.add(Exit.OTHER)
@@ -219,7 +233,7 @@ def tail_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, loop: ast.For) -> t
         or a sum wins over ``alone`` (an ``else`` arm for a None residual).
     """
     body = forward.body
-    after = body[body.index(loop) + 1:] if loop in body else []
+    after = body[body.index(loop) + 1 :] if loop in body else []
     fused = summed = alone = None
     fused_attr: str | None = None
     reads_residual = False
@@ -236,8 +250,11 @@ def tail_of(forward: ast.FunctionDef | ast.AsyncFunctionDef, loop: ast.For) -> t
                         fused_attr = func.attr
                 elif names == ["hidden_states"] and len(node.args) == 1:
                     alone = alone or node.lineno
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) \
-                    and {getattr(node.left, "id", None), getattr(node.right, "id", None)} == {"hidden_states", "residual"}:
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Add)
+                and {getattr(node.left, "id", None), getattr(node.right, "id", None)} == {"hidden_states", "residual"}
+            ):
                 summed = summed or node.lineno
         if _residual_read_outside_handover(stmt):
             reads_residual = True
@@ -258,8 +275,13 @@ def passes_through(forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     if len(positional) < 2:
         return False
     name = positional[1]
-    bare = {id(e) for r in returns_in(forward) if isinstance(r.value, ast.Tuple) for e in r.value.elts
-            if isinstance(e, ast.Name) and e.id == name}
+    bare = {
+        id(e)
+        for r in returns_in(forward)
+        if isinstance(r.value, ast.Tuple)
+        for e in r.value.elts
+        if isinstance(e, ast.Name) and e.id == name
+    }
     reads = [n for n in ast.walk(forward) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     return bool(reads) and all(id(n) in bare for n in reads)
 
@@ -302,7 +324,9 @@ def layer_signals(tree: SourceTree, cls: ClassRef, parameter: str | None, positi
 
     def method(name: str):
         member = tree.find_member(cls, name)
-        return member[1] if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        return (
+            member[1] if member is not None and isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        )
 
     return LayerSignals(cls, entry, exit_of(forward, method), f"{owner.relpath}:{line}")
 
@@ -318,8 +342,13 @@ def residual_passed(call: ast.Call) -> tuple[str | None, int | None] | None:
     return None
 
 
-def residual_stream(tree: SourceTree, registry: Registry, owner: ClassRef, backbone: ClassRef,
-                    forward: ast.FunctionDef | ast.AsyncFunctionDef) -> StreamVerdict | StreamRefusal:
+def residual_stream(
+    tree: SourceTree,
+    registry: Registry,
+    owner: ClassRef,
+    backbone: ClassRef,
+    forward: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> StreamVerdict | StreamRefusal:
     """Decide which tensor is the residual stream entering each layer of ``backbone`` (see the module docstring).
 
     Args:
@@ -360,15 +389,22 @@ def _layer_call(owner: ClassRef, forward: ast.FunctionDef | ast.AsyncFunctionDef
     if len(loops) != 1:
         return StreamRefusal(f"{owner.name}.forward has no single decoder-layer loop ({where})", where)
     node = loops[0]
-    calls = [s.value for s in ast.walk(node) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
-             and isinstance(s.value.func, ast.Name) and s.value.func.id == loop.layer]
+    calls = [
+        s.value
+        for s in ast.walk(node)
+        if isinstance(s, ast.Assign)
+        and isinstance(s.value, ast.Call)
+        and isinstance(s.value.func, ast.Name)
+        and s.value.func.id == loop.layer
+    ]
     if not calls:
         return StreamRefusal(f"{owner.name}.forward: no layer call in its loop ({owner.relpath}:{node.lineno})", where)
     return loop, node, residual_passed(calls[0])
 
 
-def _signals_of_layers(tree: SourceTree, backbone: ClassRef,
-                       passed: tuple[str | None, int | None] | None) -> list[LayerSignals] | StreamRefusal:
+def _signals_of_layers(
+    tree: SourceTree, backbone: ClassRef, passed: tuple[str | None, int | None] | None
+) -> list[LayerSignals] | StreamRefusal:
     """The entry and exit signals of every decoder-layer class ``backbone`` builds, or a refusal."""
     classes = layer_classes(tree, backbone)
     if isinstance(classes, str):
@@ -382,8 +418,14 @@ def _signals_of_layers(tree: SourceTree, backbone: ClassRef,
     return signals
 
 
-def _backbone_tail(tree: SourceTree, registry: Registry, owner: ClassRef, backbone: ClassRef,
-                   forward: ast.FunctionDef | ast.AsyncFunctionDef, node: ast.For) -> tuple[Tail, str, str]:
+def _backbone_tail(
+    tree: SourceTree,
+    registry: Registry,
+    owner: ClassRef,
+    backbone: ClassRef,
+    forward: ast.FunctionDef | ast.AsyncFunctionDef,
+    node: ast.For,
+) -> tuple[Tail, str, str]:
     """How the backbone ends after the loop ``node``: ``(tail, its words, file:line)``. A fused final norm whose
     class hands the residual back unread ends with ``hidden_states`` alone."""
     tail, tail_line, fused_attr = tail_of(forward, node)
@@ -395,16 +437,27 @@ def _backbone_tail(tree: SourceTree, registry: Registry, owner: ClassRef, backbo
         except CompositionError:
             norm = None
         found_norm = tree.find_member(norm, "forward") if norm is not None else None
-        if found_norm is not None and isinstance(found_norm[1], (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and passes_through(found_norm[1]):
+        if (
+            found_norm is not None
+            and isinstance(found_norm[1], (ast.FunctionDef, ast.AsyncFunctionDef))
+            and passes_through(found_norm[1])
+        ):
             tail = Tail.ALONE
-            tail_text = (f"self.{fused_attr}(hidden_states, residual), whose class {norm.name} hands the residual "
-                         f"back unread ({found_norm[0].relpath}:{found_norm[1].lineno}): hidden_states alone")
+            tail_text = (
+                f"self.{fused_attr}(hidden_states, residual), whose class {norm.name} hands the residual "
+                f"back unread ({found_norm[0].relpath}:{found_norm[1].lineno}): hidden_states alone"
+            )
     return tail, tail_text, tail_at
 
 
-def _decide(loop: Loop, passed: tuple[str | None, int | None] | None, signals: list[LayerSignals], tail: Tail,
-            tail_text: str, tail_at: str) -> StreamVerdict | StreamRefusal:
+def _decide(
+    loop: Loop,
+    passed: tuple[str | None, int | None] | None,
+    signals: list[LayerSignals],
+    tail: Tail,
+    tail_text: str,
+    tail_at: str,
+) -> StreamVerdict | StreamRefusal:
     """The decision of :func:`residual_stream` (its docstring) from the loop, the layers' signals and the tail."""
     layer_text = "; ".join(f"{s.cls.name}.forward {s.entry.value} and {s.exit.value} ({s.location})" for s in signals)
     first = signals[0].location
@@ -419,12 +472,19 @@ def _decide(loop: Loop, passed: tuple[str | None, int | None] | None, signals: l
             return refuse(f"{layer_text}, but the backbone ends with {tail_text} ({tail_at})")
         if all(s.entry in (Entry.OVERWRITES, Entry.UNUSED) and s.exit is Exit.NO_RESIDUAL for s in signals):
             # the residual after every layer is None: whatever the backbone does with it, the stream is hidden_states
-            return StreamVerdict(Stream.HIDDEN, f"{layer_text}; the backbone ends with {tail_text} ({tail_at}), "
-                                 "with a residual that is None", first, residual_none=True)
-        if all(s.entry in (Entry.OVERWRITES, Entry.UNUSED) and s.exit in (Exit.STREAM, Exit.NO_RESIDUAL)
-               for s in signals):
+            return StreamVerdict(
+                Stream.HIDDEN,
+                f"{layer_text}; the backbone ends with {tail_text} ({tail_at}), with a residual that is None",
+                first,
+                residual_none=True,
+            )
+        if all(
+            s.entry in (Entry.OVERWRITES, Entry.UNUSED) and s.exit in (Exit.STREAM, Exit.NO_RESIDUAL) for s in signals
+        ):
             if tail is Tail.ALONE:
-                return StreamVerdict(Stream.HIDDEN, f"{layer_text}; the backbone ends with {tail_text} ({tail_at})", first)
+                return StreamVerdict(
+                    Stream.HIDDEN, f"{layer_text}; the backbone ends with {tail_text} ({tail_at})", first
+                )
             return refuse(f"{layer_text}, but the backbone ends with {tail_text} ({tail_at})")
         return refuse(f"{layer_text}: the layers disagree with the fused-residual contract or with each other")
     if loop.tuple_target:  # the layer is given no residual: the one it returns is its own
@@ -434,4 +494,3 @@ def _decide(loop: Loop, passed: tuple[str | None, int | None] | None, signals: l
     if all(s.exit is Exit.SINGLE for s in signals) and tail in (Tail.ALONE, Tail.NONE):
         return StreamVerdict(Stream.HIDDEN, f"{layer_text}; the backbone ends with {tail_text} ({tail_at})", first)
     return refuse(f"the loop binds hidden_states alone; {layer_text}; the backbone ends with {tail_text} ({tail_at})")
-

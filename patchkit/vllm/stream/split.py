@@ -38,9 +38,15 @@ class SplitVerdict:
 
 
 def _is_none_test(test: ast.expr, name: str) -> bool:
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == name
-            and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
-            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == name
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    )
 
 
 def _fuses(call: ast.AST, h: str, r: str) -> bool:
@@ -48,7 +54,8 @@ def _fuses(call: ast.AST, h: str, r: str) -> bool:
     ``self.residual_norm(self.input_layernorm, hidden_states, residual)``): the fused add-and-norm
     (the same reading as :func:`tail_of`'s fused call)."""
     return isinstance(call, ast.Call) and {h, r} <= {
-        a.id for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, ast.Name)}
+        a.id for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, ast.Name)
+    }
 
 
 def fused_add_norm(method: ast.FunctionDef | ast.AsyncFunctionDef, h: str, r: str) -> str | None:
@@ -66,17 +73,26 @@ def fused_add_norm(method: ast.FunctionDef | ast.AsyncFunctionDef, h: str, r: st
             none_branch.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     for node in ast.walk(method):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and r in (
-                assigned_names(node) if not isinstance(node, ast.AugAssign) else {getattr(node.target, "id", None)}):
+            assigned_names(node) if not isinstance(node, ast.AugAssign) else {getattr(node.target, "id", None)}
+        ):
             fused = isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and _fuses(node.value, h, r)
-            handed = (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == h
-                      and id(node) in none_branch)
+            handed = (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == h
+                and id(node) in none_branch
+            )
             if not (fused or handed):
                 return f"line {node.lineno} binds {r} to something other than a fused add-and-norm of {h} and {r}"
     returns = returns_in(method)
     if not returns:
         return f"{method.name} returns nothing"
-    h_rebound = [n.lineno for n in ast.walk(method) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-                 and h in (assigned_names(n) if not isinstance(n, ast.AugAssign) else {getattr(n.target, "id", None)})]
+    h_rebound = [
+        n.lineno
+        for n in ast.walk(method)
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+        and h in (assigned_names(n) if not isinstance(n, ast.AugAssign) else {getattr(n.target, "id", None)})
+    ]
     for ret in returns:
         v = ret.value
         if _fuses(v, h, r):
@@ -121,17 +137,25 @@ def split_stream(tree: SourceTree, registry: Registry, backbone: ClassRef) -> Sp
     for cls in classes:
         member = tree.find_member(cls, split.norm)
         if member is None or not isinstance(member[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return StreamRefusal(f"{cls.name} has no method {split.norm}, which the loop calls "
-                                 f"({owner.relpath}:{norm_stmt.lineno})", cls.location)
+            return StreamRefusal(
+                f"{cls.name} has no method {split.norm}, which the loop calls ({owner.relpath}:{norm_stmt.lineno})",
+                cls.location,
+            )
         defining, method = member
         params = [a.arg for a in [*method.args.posonlyargs, *method.args.args]][1:]
         names = {kw.arg: kw.value.id for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)}
         by_name = {v: k for k, v in names.items()}
-        h = by_name.get("hidden_states") or (params[positions["hidden_states"]] if positions.get("hidden_states", 99) < len(params) else None)
-        r = by_name.get("residual") or (params[positions["residual"]] if positions.get("residual", 99) < len(params) else None)
+        h = by_name.get("hidden_states") or (
+            params[positions["hidden_states"]] if positions.get("hidden_states", 99) < len(params) else None
+        )
+        r = by_name.get("residual") or (
+            params[positions["residual"]] if positions.get("residual", 99) < len(params) else None
+        )
         at = f"{defining.relpath}:{method.lineno}"
         if h is None or r is None:
-            return StreamRefusal(f"{defining.name}.{split.norm} takes no parameters for hidden_states and residual ({at})", at)
+            return StreamRefusal(
+                f"{defining.name}.{split.norm} takes no parameters for hidden_states and residual ({at})", at
+            )
         why = fused_add_norm(method, h, r)
         if why is not None:
             return StreamRefusal(f"{defining.name}.{split.norm} is not a fused add-and-norm: {why} ({at})", at)
@@ -139,7 +163,14 @@ def split_stream(tree: SourceTree, registry: Registry, backbone: ClassRef) -> Sp
         location = location if len(read) > 1 else at
     tail, tail_line, _ = tail_of(forward, split.loop)
     if tail not in (Tail.FUSED, Tail.SUM):
-        return StreamRefusal(f"the split-layer loop's backbone ends with {tail.value} ({owner.relpath}:{tail_line}), "
-                             "not with the fused norm of hidden_states and residual", location)
-    return SplitVerdict(split, "; ".join(read) + f", so residual after it is the stream entering the layer; "
-                        f"the backbone ends with {tail.value} ({owner.relpath}:{tail_line})", location)
+        return StreamRefusal(
+            f"the split-layer loop's backbone ends with {tail.value} ({owner.relpath}:{tail_line}), "
+            "not with the fused norm of hidden_states and residual",
+            location,
+        )
+    return SplitVerdict(
+        split,
+        "; ".join(read) + f", so residual after it is the stream entering the layer; "
+        f"the backbone ends with {tail.value} ({owner.relpath}:{tail_line})",
+        location,
+    )

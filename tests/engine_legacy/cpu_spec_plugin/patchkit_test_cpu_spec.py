@@ -76,8 +76,7 @@ def register() -> None:
 
         model = self.get_model()
         if not supports_eagle3(model):
-            raise RuntimeError("Model does not support EAGLE3 interface but "
-                               "aux_hidden_state_outputs was requested")
+            raise RuntimeError("Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested")
         ids = self._get_eagle3_aux_layers_from_config() or model.get_eagle3_default_aux_hidden_state_layers()
         model.set_aux_hidden_state_layers(ids)
 
