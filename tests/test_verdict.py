@@ -36,8 +36,8 @@ Exaone4 with their wrong captures, and the right captures of OLMoE, Qwen1.5-MoE,
 fp32 and Gemma 3 eager (``gpu_campaign.py --right-only --only fp32-and-gemma3-eager``)."""
 SIDE_BY_SIDE = RECORDS / "h200-vllm-0.20.2-side-by-side.jsonl"
 """The same compiled bf16 OLMoE rehearsal, ten copies at once, twice (``--copies 10 --jobs 10``): ``beside``
-with the machine's shared vLLM, Inductor and Triton caches, ``private`` each with its own
-(``--private-caches``)."""
+with the machine's Inductor and Triton caches shared (rehearse gives vLLM's cache root a folder of its own),
+``private`` each with its own (``--private-caches``)."""
 NON_HYBRID = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4")
 MODES = {("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager", "fp32")}
 
@@ -90,7 +90,7 @@ def test_every_non_hybrid_case_passes_right_in_all_four_modes_on_the_gpu():
     assert not missing, sorted(missing)
 
 
-def test_side_by_side_failures_come_from_shared_compile_caches():
+def test_side_by_side_copies_failed_only_with_shared_compile_caches():
     """Ten copies of the same compiled bf16 OLMoE rehearsal at once: sharing the machine's compile caches,
     some computed another forward than transformers' after the first position (the capture itself took
     the right layers: the first position matches); each compiling into its own caches, all ten passed."""
