@@ -296,15 +296,7 @@ def sync(
         return report(PluginAction.NOTHING_TO_GUARD, False)
     files = distribution(data)
     written = DIST.write(install, files, dry_run=dry_run)
-    action = (
-        PluginAction.UNCHANGED
-        if not written.changed
-        else PluginAction.WOULD_INSTALL
-        if dry_run
-        else PluginAction.INSTALLED
-        if written.fresh
-        else PluginAction.REFRESHED
-    )
+    action = written.action(dry_run)
     again = shlex.join(patchkit_argv("guard install", environment=data["options"]))
     return report(
         action,

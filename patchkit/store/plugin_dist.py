@@ -52,6 +52,15 @@ class Written:
     changed: bool
     fresh: bool
 
+    def action(self, dry_run: bool) -> PluginAction:
+        """What an install that wrote this did, as the plugins report it: nothing changed, would install
+        (a dry run), installed (fresh) or refreshed."""
+        if not self.changed:
+            return PluginAction.UNCHANGED
+        if dry_run:
+            return PluginAction.WOULD_INSTALL
+        return PluginAction.INSTALLED if self.fresh else PluginAction.REFRESHED
+
 
 @dataclass(frozen=True)
 class PluginDist:

@@ -359,15 +359,7 @@ def sync(
     )
     planned = files(content)
     written = DIST.write(install, planned, dry_run=dry_run)
-    action = (
-        PluginAction.UNCHANGED
-        if not written.changed
-        else PluginAction.WOULD_INSTALL
-        if dry_run
-        else PluginAction.INSTALLED
-        if written.fresh
-        else PluginAction.REFRESHED
-    )
+    action = written.action(dry_run)
     return _report(action, not dry_run or not written.fresh, tuple(planned), content)
 
 
