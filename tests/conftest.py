@@ -60,6 +60,11 @@ def pytest_collection_modifyitems(config, items):
     leaves out everything that needs the network; give every test the ``xdist_group`` of its file
     (:data:`SHARED_VENV_FILES`: of the venv it shares), so a worker of ``pytest -n 2 --dist
     loadgroup`` runs a file's tests, and their module-scoped fixtures, once and in order."""
+    if os.environ.get("PATCHKIT_PARALLEL_CAMPAIGN") != "1":  # deselected, not skipped: CI skips nothing
+        campaign = [item for item in items if item.get_closest_marker("campaign")]
+        if campaign:
+            config.hook.pytest_deselected(items=campaign)
+            items[:] = [item for item in items if not item.get_closest_marker("campaign")]
     for item in items:
         names = {m.name for m in item.iter_markers()}
         if names & set(NEEDS_RELEASE) and "release" not in names:
