@@ -33,9 +33,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# this folder holds coverage.py, which would shadow the coverage package vLLM's ngram path imports
-# (seen on the H200: "module 'coverage' has no attribute 'types'"): keep it off the import path
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

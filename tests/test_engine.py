@@ -13,7 +13,7 @@ and two deliberately wrong captures (``tests/wrong_captures.py``) must fail nami
 
 The reference is independent of patchkit: transformers' implementation of the architecture and
 vLLM's own engine. Each rehearsal's figures are appended to ``ENGINE_RESULTS`` (JSON lines), the
-input of ``benchmarks/coverage.py --engine-results`` (the "proven in a real engine" column).
+input of ``benchmarks/arch_coverage.py --engine-results`` (the "proven in a real engine" column).
 """
 
 from __future__ import annotations

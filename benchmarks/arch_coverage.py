@@ -1,7 +1,7 @@
 """Print the EAGLE-3 coverage table of docs/architectures.md, generated from ``patchkit scan --json`` on real releases.
 
-Usage: ``python benchmarks/coverage.py [--round-trip] [VERSION ...]`` (default: the table's releases),
-or ``python benchmarks/coverage.py --engine-results FILE``: the "proven in a real engine" table, per
+Usage: ``python benchmarks/arch_coverage.py [--round-trip] [VERSION ...]`` (default: the table's releases),
+or ``python benchmarks/arch_coverage.py --engine-results FILE``: the "proven in a real engine" table, per
 architecture, from the JSON lines the real-engine tier (tests/test_engine.py) writes.
 Each release's files come from the test cache (``tests/vllm_release.py`` fetches them). With
 ``--round-trip`` every patchable architecture is applied alone to a scratch copy, verified
