@@ -35,7 +35,7 @@ import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from patchkit import __version__
 from patchkit.advice import Effect, NextStep, patchkit_argv
@@ -99,24 +99,14 @@ def report(
     watched: Sequence[str] = (),
     architectures: Sequence[str] = (),
     apply_command: str = "",
-    problems: Sequence[str] = (),
-    install_command: str = "",
-    next_steps: Sequence[NextStep] = (),
+    **common: Any,
 ) -> PluginReport:
     """The guard's report (:class:`~patchkit.plugin_results.PluginReport`); its details are ``watched``
     (the vLLM files its manifest checks at every vLLM start), ``architectures`` (the patched ones it
-    stops when served with EAGLE-3) and ``apply_command`` (the ``patchkit apply`` its line names)."""
-    return PluginReport(
-        NAME,
-        action,
-        installed,
-        tuple(files),
-        tuple(problems),
-        install_command,
-        tuple(next_steps),
-        (("watched", tuple(watched)), ("architectures", tuple(architectures)), ("apply_command", apply_command)),
-        LAYOUT,
-    )
+    stops when served with EAGLE-3) and ``apply_command`` (the ``patchkit apply`` its line names).
+    ``common``: the report's other fields by name (``problems``, ``install_command``, ``next_steps``)."""
+    details = {"watched": tuple(watched), "architectures": tuple(architectures), "apply_command": apply_command}
+    return PluginReport(NAME, action, installed, tuple(files), details=details, layout=LAYOUT, **common)
 
 
 def dist_info() -> str:
@@ -305,8 +295,7 @@ def sync(
         tuple(data["files"]),
         tuple(data["architectures"]),
         data["apply"],
-        (),
-        again,
+        install_command=again,
     )
 
 
@@ -351,8 +340,8 @@ def state(install: Install, journal: Journal) -> PluginReport:
         tuple(sorted(watched)),
         tuple(data.get("architectures") or ()),
         str(data.get("apply") or ""),
-        tuple(problems),
-        again,
+        problems=tuple(problems),
+        install_command=again,
     )
 
 

@@ -29,7 +29,7 @@ import math
 import shlex
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from patchkit import __version__
 from patchkit.advice import Effect, NextStep, patchkit_argv
@@ -99,35 +99,25 @@ def report(
     architectures: Sequence[str] = (),
     readers: Sequence[str] = (),
     vllm_version: str = "",
-    problems: Sequence[str] = (),
-    install_command: str = "",
     missing: str | None = None,
-    next_steps: Sequence[NextStep] = (),
+    **common: Any,
 ) -> PluginReport:
     """The watch's report (:class:`~patchkit.plugin_results.PluginReport`). Its details: ``drafts``
     (counted before it judges; ``PATCHKIT_WATCH_DRAFTS`` overrides it at serve time), ``threshold``
     (first-position acceptance below which it logs its line), ``architectures`` (those whose capture
     patchkit wrote: a cause the line can name), ``readers`` (per model runner of this release, where
     it reads the draft's ids: ``runner: fields (file:line)``), ``vllm_version`` (the release its data
-    file was written for) and ``missing`` (with ``no plugin group``: what this vLLM lacks, in words)."""
-    return PluginReport(
-        NAME,
-        action,
-        installed,
-        tuple(files),
-        tuple(problems),
-        install_command,
-        tuple(next_steps),
-        (
-            ("drafts", drafts),
-            ("threshold", threshold),
-            ("architectures", tuple(architectures)),
-            ("readers", tuple(readers)),
-            ("vllm_version", vllm_version),
-            ("missing", missing),
-        ),
-        LAYOUT,
-    )
+    file was written for) and ``missing`` (with ``no plugin group``: what this vLLM lacks, in words).
+    ``common``: the report's other fields by name (``problems``, ``install_command``, ``next_steps``)."""
+    details = {
+        "drafts": drafts,
+        "threshold": threshold,
+        "architectures": tuple(architectures),
+        "readers": tuple(readers),
+        "vllm_version": vllm_version,
+        "missing": missing,
+    }
+    return PluginReport(NAME, action, installed, tuple(files), details=details, layout=LAYOUT, **common)
 
 
 class Cause(str, Enum):
@@ -319,8 +309,8 @@ def _report(
         tuple(content.get("patched") or ()),
         _readers(content),
         str(content.get("vllm_version") or ""),
-        tuple(problems),
-        _again([str(o) for o in content.get("options") or ()]),
+        problems=tuple(problems),
+        install_command=_again([str(o) for o in content.get("options") or ()]),
     )
 
 
