@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
+
+
+class PendingState(str, Enum):
+    """Where one file of an unfinished run stands now, decided from its hash and the two the journal
+    recorded before the run wrote it (:meth:`patchkit.store.records.JournalRecords.unfinished`)."""
+
+    WRITTEN = "written"
+    """It holds what the run was writing: the next apply or revert puts the bytes it had before back."""
+    NOT_REACHED = "not reached"
+    """It is still as before the run: left alone."""
+    CHANGED_SINCE = "changed since"
+    """Neither the bytes before nor those the run wrote: left alone."""
+    MISSING = "missing"
+    """The file is gone: left alone."""
 
 
 @dataclass(frozen=True)
@@ -12,13 +27,14 @@ class PendingFile:
 
     Attributes:
         path: relative to site-packages.
-        state: ``"written"`` (holds what the run was writing: the next apply or revert puts the
-            bytes it had before back), ``"not reached"`` (still as before the run: left alone),
-            ``"changed since"`` (neither: left alone) or ``"missing"``.
+        state: where it stands now (:class:`PendingState`; its text is accepted and converted).
     """
 
     path: str
-    state: str
+    state: PendingState
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", PendingState(self.state))
 
 
 @dataclass(frozen=True)
@@ -39,7 +55,7 @@ class PendingRun:
     @property
     def to_roll_back(self) -> list[str]:
         """Files the next apply or revert puts back to their bytes from before that run."""
-        return [f.path for f in self.files if f.state == "written"]
+        return [f.path for f in self.files if f.state is PendingState.WRITTEN]
 
     @property
     def unfinished(self) -> bool:
@@ -55,7 +71,7 @@ class PendingRun:
             )
         written = self.to_roll_back
         wrote = f"it had written {', '.join(written)}" if written else "it had not changed any file yet"
-        rest = [f"{f.path} ({f.state})" for f in self.files if f.state != "written"]
+        rest = [f"{f.path} ({f.state.value})" for f in self.files if f.state is not PendingState.WRITTEN]
         return (
             f"an earlier 'patchkit {self.operation}' stopped while writing: {wrote}"
             + (f"; not written: {', '.join(rest)}" if rest else "")
@@ -67,11 +83,11 @@ class PendingRun:
         """JSON-ready form."""
         return {
             "operation": self.operation,
-            "files": [asdict(f) for f in self.files],
+            "files": [{"path": f.path, "state": f.state.value} for f in self.files],
             "leftovers": list(self.leftovers),
             "to_roll_back": self.to_roll_back,
             "summary": self.summary(),
         }
 
 
-__all__ = ["PendingFile", "PendingRun"]
+__all__ = ["PendingFile", "PendingRun", "PendingState"]

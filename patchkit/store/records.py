@@ -22,7 +22,7 @@ from pathlib import Path
 
 from patchkit.advice import NextStep, reinstall
 from patchkit.errors import StateError
-from patchkit.pending import PendingFile, PendingRun
+from patchkit.pending import PendingFile, PendingRun, PendingState
 from patchkit.store.files import TMP_SUFFIX, sha256
 
 STATE_DIR = ".patchkit"
@@ -200,13 +200,13 @@ class JournalRecords:
         for item in self._state.pending:
             current = self._current(item["path"])
             if current == item["sha256_after"] and current != item["sha256_before"]:
-                state = "written"
+                state = PendingState.WRITTEN
             elif current == item["sha256_before"]:
-                state = "not reached"
+                state = PendingState.NOT_REACHED
             elif current is None:
-                state = "missing"
+                state = PendingState.MISSING
             else:
-                state = "changed since"
+                state = PendingState.CHANGED_SINCE
             files.append(PendingFile(item["path"], state))
         leftovers = tuple(p.relative_to(self.site_packages).as_posix() for p in self.leftovers())
         if not files and not leftovers:
