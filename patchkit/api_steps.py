@@ -166,14 +166,14 @@ def sync_plugins(
                 exc,
                 done,
                 "refreshed" if had else "installed",
-                run_steps.plugin_step(command_options, "refresh it" if had else "install it", name=name),
+                run_steps.plugin_step(command_options, "refresh it" if had else "install it", plugin),
                 name,
             ) from None
         except StateError as exc:  # the vLLM files are written (committed) already: say so
             raise StateError(
                 f"the patches were applied, but patchkit's {name} was not written ({exc.cause})",
                 exc.hint,
-                run_steps.plugin_step(command_options, f"then, to write the {name}", name=name),
+                run_steps.plugin_step(command_options, f"then, to write the {name}", plugin),
             ) from exc
         if found is not None:
             report = replace(report, **{name: found})
@@ -266,9 +266,7 @@ def follow_plugins(
                 exc,
                 done,
                 "refreshed" if refresh else "removed",
-                run_steps.plugin_step((), "refresh it", name=name)
-                if refresh
-                else run_steps.plugin_step((), "remove it", remove=True, name=name),
+                run_steps.plugin_step((), "refresh it" if refresh else "remove it", plugin, remove=not refresh),
                 name,
             ) from None
     return followed

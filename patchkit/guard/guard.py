@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 NAME = "guard"
 """The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit guard ...``, the reports' key."""
+EFFECT = Effect.GUARD
+"""What a ``patchkit guard install|remove`` step changes (:class:`patchkit.advice.Effect`)."""
 DISTRIBUTION = "patchkit-guard"
 """The guard's distribution name (``pip list`` shows it); also the name of its journal."""
 PACKAGE = "patchkit_guard"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from patchkit.advice import Effect, NextStep, patchkit_argv, reinstall
 from patchkit.plan.request import Request
 from patchkit.results import InstallInfo, RevertedFile
+
+if TYPE_CHECKING:
+    from patchkit.store.plugin_dist import Plugin
 
 
 def again(
@@ -71,10 +74,9 @@ def revert_refused(
     return tuple(steps)
 
 
-def plugin_step(command_options: Sequence[str] | None, why: str, remove: bool = False, name: str = "guard") -> NextStep:
-    """``patchkit guard install`` (or ``remove``; ``name``: or ``watch``) with the environment options given."""
+def plugin_step(command_options: Sequence[str] | None, why: str, plugin: Plugin, remove: bool = False) -> NextStep:
+    """``patchkit <plugin> install`` (or ``remove``) with the environment options given; its effect is the plugin's."""
+    verb = "remove" if remove else "install"
     return NextStep(
-        patchkit_argv(f"{name} remove" if remove else f"{name} install", environment=command_options or ()),
-        why,
-        effect=Effect.GUARD if name == "guard" else Effect.WATCH,
+        patchkit_argv(f"{plugin.NAME} {verb}", environment=command_options or ()), why, effect=plugin.EFFECT
     )

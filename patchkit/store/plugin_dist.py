@@ -196,6 +196,7 @@ class Plugin(Protocol):
 
     Attributes:
         NAME: the command group and report key (``guard``, ``watch``).
+        EFFECT: what its ``install``/``remove`` step changes (:class:`patchkit.advice.Effect`).
         GROUP: vLLM's entry-point group that loads it.
         FIRST_RELEASE: the first vLLM release that has :attr:`GROUP` (from :mod:`patchkit.vllm.release.contract`).
         DIST: its distribution (:class:`PluginDist`).
@@ -203,6 +204,7 @@ class Plugin(Protocol):
     """
 
     NAME: str
+    EFFECT: Effect
     GROUP: str
     FIRST_RELEASE: str
     DIST: PluginDist

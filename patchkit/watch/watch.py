@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 NAME = "watch"
 """The plugin's name (:class:`patchkit.store.plugin_dist.Plugin`): ``patchkit watch ...``, the reports' key."""
+EFFECT = Effect.WATCH
+"""What a ``patchkit watch install|remove`` step changes (:class:`patchkit.advice.Effect`)."""
 GROUP = stat_loggers.GROUP
 FIRST_RELEASE = stat_loggers.FIRST_RELEASE
 """The first release with :data:`GROUP` (:data:`patchkit.vllm.release.contract.STAT_LOGGER_PLUGINS_FROM`)."""
