@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json as _json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -286,10 +287,8 @@ def _target_check(facts: TargetFacts, install: Install, distribution: str, actio
     detail = f"native: resolves to {r.cls.name} ({r.cls.module})"
     if len(facts.architectures) > 1:
         detail += f"; config.json lists {names}, vLLM uses the first native one"
-    node = Check(f"target architecture {facts.architecture}", True, detail, r.cls.location)
-    if len(r.aliases) > 1:
-        node.children.append(Check("same class for", None, ", ".join(r.aliases)))
-    return node
+    aliases = [Check("same class for", None, ", ".join(r.aliases))] if len(r.aliases) > 1 else []
+    return Check(f"target architecture {facts.architecture}", True, detail, r.cls.location, children=aliases)
 
 
 def _allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) -> Check:
@@ -338,48 +337,52 @@ def _in_effect_check(facts: TargetFacts, tree: SourceTree, registry: Registry, c
     chain = links.model_check(tree, registry, contract, cls, follow_setter=in_scope)
     if facts.architecture is not None:  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify.classify)
         shape = classify(tree, registry, contract, facts.architecture)
-        verify_mod.settle(chain, shape)
+        chain = verify_mod.settle(chain, shape)
         shown = verify_mod.runner_shown_check(tree, None, contract, facts.architecture, shape)  # the serve's runner
         if shown is not None:
-            chain.children.append(shown)
-            chain.ok = not any(c.failures() for c in chain.children)
+            chain = _with_child(chain, shown)
             if shown.ok is not True:
                 actions.append(f"{facts.architecture}: {shown.detail}")
         lossless = verify_mod.hybrid_check(tree, registry, facts.architecture, shape)  # a hybrid's mixers
         if lossless is not None:
-            chain.children.append(lossless)
-            chain.ok = not any(c.failures() for c in chain.children)
+            chain = _with_child(chain, lossless)
             if lossless.ok is not True:
                 actions.append(f"{facts.architecture} is a hybrid whose mixers do not keep speculative decoding lossless "
                                f"on vLLM {install.version} ({lossless.detail.split(': ')[0]}: {lossless.location}): serve it "
                                "without speculation, or on a release whose mixers read the accepted count")
-    node = Check(label, chain.ok, "", cls.location, children=chain.children)
+    ok, children = chain.ok, chain.children
     if chain.ok:
         if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support
-            node.detail = f"patched by patchkit ({', '.join(patched)})"
+            detail = f"patched by patchkit ({', '.join(patched)})"
         elif contract.native:
-            node.detail = f"natively (EAGLE-3 contract {contract.era}, vLLM >= {contract_mod.NATIVE_FROM})"
+            detail = f"natively (EAGLE-3 contract {contract.era}, vLLM >= {contract_mod.NATIVE_FROM})"
         else:
-            node.detail = f"this release supports it (contract {contract.era})"
+            detail = f"this release supports it (contract {contract.era})"
     else:
-        node.detail = "missing: " + "; ".join(c.label for c in chain.failures())
+        detail = "missing: " + "; ".join(c.label for c in chain.failures())
     branches = links.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
-        node.children = [Check(f"{kinds.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
-                               children=chain.children), *branches]
+        children = (Check(f"{kinds.BRANCH_LABEL}{cls.module}.{cls.name} (the first)", chain.ok, "", cls.location,
+                          children=chain.children), *branches)
         # branch_checks gives one check per branch after the first, in the order of branches()
         others = platforms.branches(tree, facts.resolution)[1:]
         bad = [b.dotted for b, check in zip(others, branches) if not check.ok]
         if bad:
-            node.ok = False
-            node.detail += "; not in effect on: " + ", ".join(bad)
+            ok = False
+            detail += "; not in effect on: " + ", ".join(bad)
             actions.append(f"{cls.name} lacks EAGLE-3 on some platforms of this release ({', '.join(bad)}); "
                            "on those, serve without EAGLE-3 or use another release")
         else:
-            node.detail += f"; on all {len(branches) + 1} platform branches"
+            detail += f"; on all {len(branches) + 1} platform branches"
     if not in_scope:
-        node.detail += " [interface only: the capture chain of classes outside patchkit's patches is not checked]"
-    return node, chain if in_scope else None
+        detail += " [interface only: the capture chain of classes outside patchkit's patches is not checked]"
+    return Check(label, ok, detail, cls.location, children=children), chain if in_scope else None
+
+
+def _with_child(node: Check, child: Check) -> Check:
+    """``node`` with ``child`` after its children, ``ok`` recomputed from them (a new :class:`Check`)."""
+    children = (*node.children, child)
+    return replace(node, children=children, ok=not any(c.failures() for c in children))
 
 
 def _proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) -> Check:

@@ -76,22 +76,21 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
         SourceError: a file on the way does not parse.
     """
     d = derivation if derivation is not None else derive(tree)
-    node = Check(f"{LABEL} for {cls.name}", True, f"runner {d.runner_reason}", d.loader)
+    label_node = f"{LABEL} for {cls.name}"
     if d.not_checked is not None:
-        node.ok, node.detail = False, f"{d.not_checked} (runner {d.runner_reason})"
-        return node
+        return Check(label_node, False, f"{d.not_checked} (runner {d.runner_reason})", d.loader)
     if d.empty:
-        node.ok, node.detail = False, "patchkit found no path the runner or the proposer takes through the target"
-        return node
+        return Check(label_node, False, "patchkit found no path the runner or the proposer takes through the target", d.loader)
+    children: list[Check] = []
     for source in d.aux:
         if source.kind == "target":
             found = tree.find_member(cls, source.name)
             ok = found is not None and isinstance(found[1], ast.FunctionDef) and not is_stub(found[1])
             detail = (f"{found[0].name}.{source.name}: {found[0].relpath}:{found[1].lineno}" if ok else
                       f"{cls.name} has no {source.name}()" if found is None else f"{found[0].name}.{source.name} is a stub")
-            node.children.append(Check(f"runner takes aux ids from {source.name}()", ok, detail, source.location))
+            children.append(Check(f"runner takes aux ids from {source.name}()", ok, detail, source.location))
         else:
-            node.children.append(Check(f"runner takes aux ids from {source.name}() first", None,
+            children.append(Check(f"runner takes aux ids from {source.name}() first", None,
                                        "the draft's config, when it names ids", source.location))
     multimodal = is_multimodal(tree, cls)
     root: ClassRef | None = cls
@@ -100,18 +99,18 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
         held = language_model_attr(tree, cls)
         label = f"{d.reader} calls {cls.name}.{GETTER}()"
         if held is None:
-            node.children.append(Check(label, None, "what it returns is not read statically; its paths are not followed",
+            children.append(Check(label, None, "what it returns is not read statically; its paths are not followed",
                                        d.language_model))
             root = None
         else:
             attr, at = held
             try:
                 root = composition.held_class(tree, registry, cls, attr).cls
-                node.children.append(Check(label, True, f"returns self.{attr} ({at}): {root.name} ({root.location})",
+                children.append(Check(label, True, f"returns self.{attr} ({at}): {root.name} ({root.location})",
                                            d.language_model))
                 label_root = f"{GETTER}()"
             except composition.CompositionError as exc:
-                node.children.append(Check(label, None, f"returns self.{attr} ({at}); {exc}", d.language_model))
+                children.append(Check(label, None, f"returns self.{attr} ({at}); {exc}", d.language_model))
                 root = None
     if root is not None:
         seen: set[str] = set()
@@ -120,13 +119,14 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
             for link in links:
                 if link.label not in seen:
                     seen.add(link.label)
-                    node.children.append(link)
+                    children.append(link)
     if multimodal and (d.image_token or d.reader == "proposer"):  # V2's loader sets no image token
-        node.children.append(_image_token_check(tree, cls, d))
-    node.ok = not any(c.failures() for c in node.children)
-    if not node.ok:
-        node.detail = "broken: " + "; ".join(c.label for c in node.failures()) + f" (runner {d.runner_reason})"
-    return node
+        children.append(_image_token_check(tree, cls, d))
+    failures = [f for c in children for f in c.failures()]
+    detail = f"runner {d.runner_reason}"
+    if failures:
+        detail = "broken: " + "; ".join(c.label for c in failures) + f" (runner {d.runner_reason})"
+    return Check(label_node, not failures, detail, d.loader, children=children)
 
 
 def _image_token_check(tree: SourceTree, cls: ClassRef, d: Derivation) -> Check:
