@@ -216,16 +216,17 @@ class ApplyReport:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
-    """One node of the verification tree.
+    """One node of the verification tree; frozen: build a node once its children and verdict are known.
 
     Attributes:
         label: what is checked, e.g. ``"SupportsEagle3 in bases"``.
         ok: whether it holds; None for an informational node that cannot fail.
         detail: one line of evidence or of what is missing.
         location: ``file:line`` of the evidence, when there is one.
-        children: nested checks (the chain continues into held classes).
+        children: nested checks (the chain continues into held classes), a tuple; a list given to the
+            constructor is made a tuple.
         kind: a stable name for code that looks for one check (e.g.
             :data:`patchkit.vllm.chain.kinds.FINAL_LAYER_CAPTURED`), None for most; the label is for people.
     """
@@ -234,8 +235,13 @@ class Check:
     ok: bool | None
     detail: str = ""
     location: str | None = None
-    children: list["Check"] = field(default_factory=list)
+    children: tuple["Check", ...] = ()
     kind: str | None = None
+
+    def __post_init__(self) -> None:
+        """Make ``children`` a tuple when it was given as a list (or any other iterable)."""
+        if not isinstance(self.children, tuple):
+            object.__setattr__(self, "children", tuple(self.children))
 
     def failures(self) -> list["Check"]:
         """The failing checks in this subtree that are failures themselves, not only through a child."""

@@ -284,7 +284,7 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
     """
     from patchkit.plan.request import Request
     from patchkit.vllm.checkpoints.config import CheckpointConfig
-    from patchkit.checks.doctor import _in_effect_check, _target_facts
+    from patchkit.checks.doctor_target import in_effect_check, target_facts
     from patchkit.results import Outcome
     from patchkit.checks.verify import verify
 
@@ -315,8 +315,8 @@ def _agreement(sp: Path, ckpt: Path) -> dict[str, tuple]:
             else f"other {sorted(o.value for o in outcomes)}"
         )
         assert not applied.written
-        facts = _target_facts(CheckpointConfig(ckpt / "config.json", {"architectures": [arch]}), tree, registry)
-        effect, _ = _in_effect_check(facts, tree, registry, contract, install, [], ())
+        facts = target_facts(CheckpointConfig(ckpt / "config.json", {"architectures": [arch]}), tree, registry)
+        effect, _ = in_effect_check(facts, tree, registry, contract, install, [], ())
         backend = row.group == "_TRANSFORMERS_SUPPORTED_MODELS"  # vLLM's Transformers backend serves it
         state = "native (backend)" if backend and row.state == "native" else row.state
         if state == "patchable" and row.lossless is not None and not row.lossless.startswith("lossless"):

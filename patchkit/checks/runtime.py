@@ -124,16 +124,16 @@ def run_probe(python: Path, spec: dict) -> Check:
     Raises:
         InterpreterError: the interpreter cannot be started, or cannot import vLLM and torch.
     """
-    node = Check(
-        f"runtime: vLLM's own code, run by {python}",
-        True,
+    label = f"runtime: vLLM's own code, run by {python}"
+    detail = (
         "a fresh subprocess; patchkit imports neither vLLM nor torch; checks marked "
         f"'{STAND_IN}' run the installed code on stand-ins built on patchkit's own reading of the "
         "layer contract: they show the written code consistent with it, not that it is right; "
-        f"model runner {spec.get('runner', '?')}",
+        f"model runner {spec.get('runner', '?')}"
     )
+    children: list[Check] = []
     if spec.get("loader") is None:  # the runner's draft loader is not in the install: that check cannot run
-        node.children.append(Check("vLLM's draft loading", False, spec.get("runner") or "not checked: no draft loader"))
+        children.append(Check("vLLM's draft loading", False, spec.get("runner") or "not checked: no draft loader"))
         spec = {**spec, "skip_loading": True}
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")
     try:
@@ -150,13 +150,11 @@ def run_probe(python: Path, spec: dict) -> Check:
             f"--python {python} could not be run: {exc}", "give the serving environment's python"
         ) from exc
     except subprocess.TimeoutExpired:
-        node.ok, node.detail = False, f"the probe did not finish in {TIMEOUT_S} s"
-        return node
+        return Check(label, False, f"the probe did not finish in {TIMEOUT_S} s", children=children)
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith(SENTINEL)), None)
     if line is None:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        node.ok, node.detail = False, f"the probe exited {proc.returncode} without a report: {tail}"
-        return node
+        return Check(label, False, f"the probe exited {proc.returncode} without a report: {tail}", children=children)
     report = json.loads(line[len(SENTINEL) :])
     if "fatal" in report:
         raise InterpreterError(
@@ -166,6 +164,6 @@ def run_probe(python: Path, spec: dict) -> Check:
     for item in report["checks"]:
         ok = None if item["ok"] is None else bool(item["ok"])  # None: a check the probe could not run
         kind = STAND_IN_KIND if item.get("basis") == "stand-in" else None
-        node.children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
-    node.ok = all(c.ok is not False for c in node.children) and any(c.ok for c in node.children)
-    return node
+        children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
+    ok = all(c.ok is not False for c in children) and any(c.ok for c in children)
+    return Check(label, ok, detail, children=children)

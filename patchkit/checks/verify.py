@@ -9,6 +9,7 @@ start-up allow-list. Each node carries ``file:line`` evidence.
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
 from patchkit.results import Check
@@ -88,23 +89,25 @@ def verify(
             continue
         fault = loadpath.bare_language_model(tree, registry, resolution.cls) if not contract.native else None
         if fault is not None:  # patchkit does not patch it here (apply: not applicable); say why
-            node = Check(arch, None, f"not supported on this release: {fault.reason()}", fault.proposer_at)
+            reason = f"not supported on this release: {fault.reason()}"
             if arch in requested:  # asked for: it cannot work here; the broken link says where
-                node.ok, node.children = False, [link_check(tree, registry, resolution.cls, derivation)]
-            checks.append(node)
+                broken = link_check(tree, registry, resolution.cls, derivation)
+                checks.append(Check(arch, False, reason, fault.proposer_at, children=(broken,)))
+            else:
+                checks.append(Check(arch, None, reason, fault.proposer_at))
             continue
-        node = architecture_chain(tree, registry, contract, resolution, derivation)
+        chain = architecture_chain(tree, registry, contract, resolution, derivation)
         shape = classify(tree, registry, contract, arch)
-        settle(node, shape)
+        node = settle(chain, shape)
         for lossless in (
             hybrid_check(tree, registry, arch, shape),
             runner_shown_check(tree, pristine, contract, arch, shape),
         ):
             if lossless is not None:
-                node.children.append(lossless)
-                node.ok = not any(c.failures() for c in node.children)
-        node.label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
-        checks.append(node)
+                children = (*node.children, lossless)
+                node = replace(node, children=children, ok=not any(c.failures() for c in children))
+        label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
+        checks.append(replace(node, label=label))
     checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
     return checks
 
@@ -157,48 +160,48 @@ def settle(node: Check, shape: ArchShape) -> Check:
     """Give one architecture's chain check the classifier's verdict, so verify and doctor say what scan and apply say.
 
     Args:
-        node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`), changed in place.
+        node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`); not changed.
         shape: :func:`patchkit.vllm.shapes.classify.classify` of the same architecture (an ``ArchShape``).
     Returns:
-        ``node``: when the verdict is patchable, an informational first child (ok None) says so: it is
+        ``node`` settled, a new :class:`Check`: when the verdict is patchable, an informational first child (ok None) says so: it is
         what apply can fix, not one more problem, and the failed links under ``node`` are the problems; when
         it is otherwise not native (not patchable, declared but broken, or patchable with no failed link),
         a failed first child says so with the classifier's reason; when it is native, a link patchkit could not
         follow (:data:`NOT_FOLLOWED`) is shown as not checked (None), not failed: the classifier calls no
-        class broken on a link it cannot read. ``node.ok`` is recomputed.
+        class broken on a link it cannot read. Its ``ok`` is recomputed.
     """
+    children = node.children
     if shape.state is State.PATCHABLE and any(c.failures() for c in node.children):
         # good news, not a problem: the failed links below are what apply writes (issue 32)
-        node.children.insert(
-            0,
-            Check(
-                f"patchkit's verdict: {shape.state.value}",
-                None,
-                f"{shape.reason}; apply writes what is missing below",
-                shape.location,
-            ),
+        verdict = Check(
+            f"patchkit's verdict: {shape.state.value}",
+            None,
+            f"{shape.reason}; apply writes what is missing below",
+            shape.location,
         )
+        children = (verdict, *children)
     elif shape.state is not State.NATIVE:
-        node.children.insert(0, Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location))
+        verdict = Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location)
+        children = (verdict, *children)
     else:
-        _not_followed_unchecked(node)
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+        children = _not_followed_unchecked(node)[0].children
+    return replace(node, children=children, ok=not any(c.failures() for c in children))
 
 
-def _not_followed_unchecked(node: Check) -> bool:
+def _not_followed_unchecked(node: Check) -> tuple[Check, bool]:
     """Show :data:`NOT_FOLLOWED` failures under ``node`` as not checked (None), and a parent that failed only
-    through them as not checked too. Returns True when something under ``node`` changed."""
-    changed = False
-    for child in node.children:
-        changed = _not_followed_unchecked(child) or changed
+    through them as not checked too. Returns ``node`` so shown (a new :class:`Check` when something under it
+    changed, else ``node`` itself) and True when something under ``node`` changed."""
+    settled = [_not_followed_unchecked(child) for child in node.children]
+    changed = any(c for _, c in settled)
+    if changed:
+        node = replace(node, children=tuple(child for child, _ in settled))
     if node.ok is False and node.kind == NOT_FOLLOWED:
-        node.ok = None
-        node.detail += " (patchkit cannot follow this link statically; not checked, not called broken)"
-        return True
+        detail = node.detail + " (patchkit cannot follow this link statically; not checked, not called broken)"
+        return replace(node, ok=None, detail=detail), True
     if changed and node.ok is False and not any(c.failures() for c in node.children):
-        node.ok = None
-    return changed
+        node = replace(node, ok=None)
+    return node, changed
 
 
 def _allow_list(tree: SourceTree, contract: Contract, model_types: tuple[str, ...]) -> Check:

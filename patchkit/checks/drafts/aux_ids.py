@@ -77,19 +77,20 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
         )
 
     same_everywhere = all(sorted(p.ids or []) == sorted(ids) for p in picks)
-    node = Check(f"aux layer ids {ids_text(ids)}", True, _source_detail(source, same_everywhere, n, top_seen, declared))
-    wrong = _runner_checks(node, picks, intended, intended_why, facts)
+    detail = _source_detail(source, same_everywhere, n, top_seen, declared)
+    children: list[Check] = []
+    wrong = _runner_checks(children, picks, intended, intended_why, facts)
     if wrong and intended is not None:
         ctx.actions.append(_ids_action(ctx, declared, top_seen, intended, default))
     if facts.declared_aux_layer_ids is None and source is IdsSource.DEFAULT and fallback is not None:
-        _unrecorded_ids(node, fallback, n, ctx)
+        _unrecorded_ids(children, fallback, n, ctx)
     if n is not None and source is IdsSource.DRAFT_CONFIG and default is not None:
-        _shifted_default(node, ids, default, ctx)
-    _ranges(node, ids, n, ctx)
-    _order(node, facts, ids)
-    _pipeline(node, facts, ids, n, ctx)
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+        _shifted_default(children, ids, default, ctx)
+    _ranges(children, ids, n, ctx)
+    _order(children, facts, ids)
+    _pipeline(children, facts, ids, n, ctx)
+    ok = not any(c.failures() for c in children)
+    return Check(f"aux layer ids {ids_text(ids)}", ok, detail, children=children)
 
 
 def _malformed(
@@ -207,10 +208,10 @@ def _source_detail(
 
 
 def _runner_checks(
-    node: Check, picks: list[_Pick], intended: list[int] | None, intended_why: str, facts: DraftFacts
+    children: list[Check], picks: list[_Pick], intended: list[int] | None, intended_why: str, facts: DraftFacts
 ) -> list[str]:
-    """Does every runner capture the layers the draft was trained on? One child per runner worth a line;
-    returns the runners that do not."""
+    """Does every runner capture the layers the draft was trained on? One child per runner worth a line,
+    appended to ``children``; returns the runners that do not."""
     wrong = []
     for pick in picks:
         right = intended is not None and pick.ids is not None and sorted(pick.ids) == sorted(intended)
@@ -223,7 +224,7 @@ def _runner_checks(
                 f"{pick.how}: {ids_text(pick.ids or [])}; the draft was trained on {ids_text(intended or [])} "
                 f"({intended_why})"
             )
-            node.children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
+            children.append(Check(f"{pick.runner} captures the trained layers", right, detail, pick.location))
         if not right:
             wrong.append(pick.runner)
     return wrong
@@ -263,8 +264,8 @@ def _ids_action(
     )
 
 
-def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: DraftContext) -> None:
-    """Ids that look like vLLM's default minus one, given in vLLM's convention: a warning and a note."""
+def _shifted_default(children: list[Check], ids: list[int], default: list[int], ctx: DraftContext) -> None:
+    """Ids that look like vLLM's default minus one, given in vLLM's convention: a warning, and a note appended to ``children``."""
     if sorted(ids) != [k - 1 for k in default]:
         return
     shifted = [k + 1 for k in sorted(ids)]
@@ -273,7 +274,7 @@ def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: Draft
         f"SpecForge / SGLang / ModelOpt (output of layer k) read in vLLM's convention (stream entering "
         f"layer k) capture one layer early; if the draft was trained with those tools, set {shifted}"
     )
-    node.children.append(
+    children.append(
         Check(
             "ids look like vLLM's default minus one",
             None,
@@ -283,8 +284,9 @@ def _shifted_default(node: Check, ids: list[int], default: list[int], ctx: Draft
     )
 
 
-def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext) -> None:
-    """A draft that records no aux ids: a warning naming the ids vLLM falls back to, and how to set them.
+def _unrecorded_ids(children: list[Check], fallback: DefaultIds, n: int, ctx: DraftContext) -> None:
+    """A draft that records no aux ids: a warning naming the ids vLLM falls back to, and how to set them (and a note
+    appended to ``children``).
 
     vLLM then captures the target's default layers without a word; a draft trained on other layers
     loads, runs and is accepted almost never (vllm#50170: nvidia's Llama-3.3-70B EAGLE-3 head, 1.21%
@@ -322,7 +324,7 @@ def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext
         f"on other layers runs without an error and its drafts are almost never accepted "
         f"(vllm#50170); {how}"
     )
-    node.children.append(
+    children.append(
         Check(
             "the draft records its aux layer ids",
             None,
@@ -332,9 +334,9 @@ def _unrecorded_ids(node: Check, fallback: DefaultIds, n: int, ctx: DraftContext
     )
 
 
-def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> None:
+def _ranges(children: list[Check], ids: list[int], n: int | None, ctx: DraftContext) -> None:
     if n is None:
-        node.children.append(
+        children.append(
             Check("ids in range", False, "the target's text config has no num_hidden_layers: ranges cannot be checked")
         )
         return
@@ -343,16 +345,14 @@ def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> No
     for k in ids:
         if k < 0 or k > n:
             out_of_range.append(k)
-            node.children.append(
-                Check(f"id {k}", False, f"out of range: the target has {n} layers, ids go from 0 to {n}")
-            )
+            children.append(Check(f"id {k}", False, f"out of range: the target has {n} layers, ids go from 0 to {n}"))
         elif k == n:
             if final is None:
-                node.children.append(
+                children.append(
                     Check(f"id {k}", None, "the last layer's output (before the final norm); capture not checked")
                 )
             else:
-                node.children.append(
+                children.append(
                     Check(
                         f"id {k}",
                         final,
@@ -375,7 +375,7 @@ def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> No
                 if k == 0
                 else f"the residual stream entering layer {k}"
             )
-            node.children.append(Check(f"id {k}", True, what))
+            children.append(Check(f"id {k}", True, what))
     if out_of_range:
         ctx.actions.append(
             f"fix the draft's aux layer ids {out_of_range}: the target has {n} layers, so ids must be 0..{n} "
@@ -383,7 +383,7 @@ def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> No
         )
     repeated = sorted({k for k in ids if ids.count(k) > 1})
     if repeated:
-        node.children.append(
+        children.append(
             Check(
                 "ids are distinct",
                 False,
@@ -392,8 +392,8 @@ def _ranges(node: Check, ids: list[int], n: int | None, ctx: DraftContext) -> No
         )
 
 
-def _order(node: Check, facts: DraftFacts, ids: list[int]) -> None:
-    """The states reach the draft in layer order, each layer once.
+def _order(children: list[Check], facts: DraftFacts, ids: list[int]) -> None:
+    """The states reach the draft in layer order, each layer once (a note appended to ``children`` when not given so).
 
     Fact: the capture runs inside the decoder loop, which walks the layers in ascending order
     (vLLM 0.10.2 - 0.33.0 native backbones and patchkit's A1 capture); 0.33.0's
@@ -402,7 +402,7 @@ def _order(node: Check, facts: DraftFacts, ids: list[int]) -> None:
     order = sorted(set(ids))
     facts.capture_order = order
     if order != ids:
-        node.children.append(
+        children.append(
             Check(
                 "order the states reach the draft",
                 None,
@@ -412,19 +412,19 @@ def _order(node: Check, facts: DraftFacts, ids: list[int]) -> None:
         )
 
 
-def _pipeline(node: Check, facts: DraftFacts, ids: list[int], n: int | None, ctx: DraftContext) -> None:
+def _pipeline(children: list[Check], facts: DraftFacts, ids: list[int], n: int | None, ctx: DraftContext) -> None:
     pp = ctx.pipeline_parallel_size
     if pp <= 1 or n is None:
         return
     start = last_stage_start(n, pp)
     transport, why = backbone_transport(ctx.tree, ctx.registry, ctx.target.cls, ctx.reading)
     if transport:
-        node.children.append(Check(f"pipeline parallel size {pp}", True, f"every id reaches the draft: {why}"))
+        children.append(Check(f"pipeline parallel size {pp}", True, f"every id reaches the draft: {why}"))
         return
     lost = sorted(k for k in set(ids) if k < start)
     facts.unreachable_aux_layer_ids = lost
     if not lost:
-        node.children.append(
+        children.append(
             Check(
                 f"pipeline parallel size {pp}",
                 True,
@@ -432,7 +432,7 @@ def _pipeline(node: Check, facts: DraftFacts, ids: list[int], n: int | None, ctx
             )
         )
         return
-    node.children.append(
+    children.append(
         Check(
             f"pipeline parallel size {pp}",
             False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat
@@ -38,7 +39,8 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
     if not facts.architectures:
         ctx.actions.append('the draft\'s config.json must list its architecture ("architectures": [...])')
         return Check("draft architecture", False, "the draft's config.json lists no architectures", facts.config)
-    node = Check("draft architecture " + ", ".join(facts.architectures), False, "")
+    label = "draft architecture " + ", ".join(facts.architectures)
+    children: list[Check] = []
     registered = []
     for arch in facts.architectures:
         name = eagle3_draft_architecture(arch)
@@ -46,7 +48,7 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         entry = ctx.registry.entry(name)
         if entry is not None:
             registered.append(name)
-            node.children.append(
+            children.append(
                 Check(
                     f"{arch} -> {name}",
                     True,
@@ -58,24 +60,20 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
             detail = f"vLLM {ctx.install.version} does not register {name}: it cannot build this draft"
             if name in MLA_DRAFT_ARCHITECTURES:
                 detail += f" (MLA EAGLE-3 drafts are registered from vLLM {MLA_DRAFTS_FROM})"
-            node.children.append(Check(f"{arch} -> {name}", False, detail, ctx.registry.relpath))
-    node.ok = bool(registered)
+            children.append(Check(f"{arch} -> {name}", False, detail, ctx.registry.relpath))
     if registered:
         entry = ctx.registry.entry(registered[0])
         if entry is not None:
             facts.draft_class = f"{entry.module}.{entry.class_name}"
-        node.detail = f"vLLM builds {registered[0]}"
-        for child in node.children:  # one registered name is enough: vLLM uses the first it can build
-            if child.ok is False:
-                child.ok = None
-    else:
-        node.detail = "no EAGLE-3 draft class for it in this release"
-        mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
-        ctx.actions.append(
-            "use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
-            + (f", or vLLM >= {MLA_DRAFTS_FROM}, which registers MLA (DeepSeek-architecture) drafts" if mla else "")
-        )
-    return node
+        # one registered name is enough: vLLM uses the first it can build
+        children = [replace(child, ok=None) if child.ok is False else child for child in children]
+        return Check(label, True, f"vLLM builds {registered[0]}", children=children)
+    mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
+    ctx.actions.append(
+        "use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
+        + (f", or vLLM >= {MLA_DRAFTS_FROM}, which registers MLA (DeepSeek-architecture) drafts" if mla else "")
+    )
+    return Check(label, False, "no EAGLE-3 draft class for it in this release", children=children)
 
 
 def model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:

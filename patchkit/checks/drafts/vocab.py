@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ is left undecided (a padded embedding or added tokens) instead of failing as ano
 
 
 def _judge_vocabulary(
-    node: Check, vocab: int, target_vocab: int, draft_dir: Path, target_dir: Path, ctx: DraftContext
-) -> None:
-    """Which tokenizer the draft was trained for, from the sizes, ``d2t``/``t2d`` and the tokenizers.
+    label: str, vocab: int, target_vocab: int, draft_dir: Path, target_dir: Path, ctx: DraftContext
+) -> Check:
+    """Which tokenizer the draft was trained for, from the sizes, ``d2t``/``t2d`` and the tokenizers: a
+    :class:`Check` named ``label`` with the verdict.
 
     Evidence (:mod:`patchkit.vllm.checkpoints.vocabulary`): the two folders' tokenizers (same vocabulary digest or
     special tokens, or not); the draft's ``t2d`` length (the target vocabulary it was trained against)
@@ -38,7 +40,7 @@ def _judge_vocabulary(
     other: list[str] = []
     produced = _tokenizer_evidence(same, other, target_vocab, draft_dir, target_dir)
     beyond = _map_evidence(same, other, vocab, target_vocab, produced, draft_dir)
-    _decide_vocabulary(node, vocab, target_vocab, produced, same, other, beyond, ctx)
+    return _decide_vocabulary(label, vocab, target_vocab, produced, same, other, beyond, ctx)
 
 
 def _tokenizer_evidence(same: list[str], other: list[str], target_vocab: int, draft_dir: Path, target_dir: Path) -> int:
@@ -92,7 +94,7 @@ def _map_evidence(
 
 
 def _decide_vocabulary(
-    node: Check,
+    label: str,
     vocab: int,
     target_vocab: int,
     produced: int,
@@ -100,11 +102,14 @@ def _decide_vocabulary(
     other: list[str],
     beyond: int | None,
     ctx: DraftContext,
-) -> None:
-    """The verdict on the evidence (see :func:`_judge_vocabulary`), with its action or warning."""
+) -> Check:
+    """The verdict on the evidence (see :func:`_judge_vocabulary`), with its action or warning: a
+    :class:`Check` named ``label``."""
+    ok: bool | None = True
+    children: list[Check] = []
     if other:
-        node.ok = False
-        node.detail = (
+        ok = False
+        detail = (
             f"the draft (vocab_size {vocab}) was trained for another tokenizer than the target's (vocab_size "
             f"{target_vocab}): "
             + "; ".join(other)
@@ -112,17 +117,17 @@ def _decide_vocabulary(
         )
         ctx.actions.append("use a draft trained for this target's tokenizer: " + "; ".join(other))
     elif beyond is not None:
-        node.ok = False
-        node.detail = (
+        ok = False
+        detail = (
             f"the draft's d2t maps a draft id to target id {beyond}, beyond the target's vocab_size {target_vocab}: "
             "the draft proposes a token the target cannot score"
         )
         ctx.actions.append(f"use a draft whose d2t maps into this target's {target_vocab} ids")
     elif vocab == target_vocab:
-        node.detail = f"vocab_size {vocab}, the same as the target's" + (f" ({'; '.join(same)})" if same else "")
+        detail = f"vocab_size {vocab}, the same as the target's" + (f" ({'; '.join(same)})" if same else "")
     elif vocab < produced:
-        node.ok = False
-        node.detail = (
+        ok = False
+        detail = (
             f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids up to "
             f"{produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained for "
             "another tokenizer?)"
@@ -131,9 +136,9 @@ def _decide_vocabulary(
             f"use a draft whose vocabulary covers this target's ({produced} ids); this one has {vocab} rows"
         )
     elif same:
-        node.ok = True
-        node.detail = f"vocab_size {vocab}, the target's {target_vocab}: the same tokenizer (" + "; ".join(same) + ")"
-        node.children.append(
+        ok = True
+        detail = f"vocab_size {vocab}, the target's {target_vocab}: the same tokenizer (" + "; ".join(same) + ")"
+        children.append(
             Check(
                 f"padded embedding (+{vocab - target_vocab} rows)",
                 None,
@@ -142,8 +147,8 @@ def _decide_vocabulary(
             )
         )
     elif vocab - target_vocab <= PADDING_ROWS:
-        node.ok = None
-        node.detail = (
+        ok = None
+        detail = (
             f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): likely a padded "
             "embedding or added tokens, but nothing in the folders says which tokenizer the draft was trained "
             "for (no tokenizer files in both, no d2t/t2d in its weights): not decided"
@@ -154,8 +159,8 @@ def _decide_vocabulary(
             f"d2t/t2d, and run doctor again to tell a padded embedding from another tokenizer"
         )
     else:
-        node.ok = False
-        node.detail = (
+        ok = False
+        detail = (
             f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, more than "
             f"padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same tokenizer: "
             "likely trained for another tokenizer (acceptance near zero)"
@@ -163,6 +168,7 @@ def _decide_vocabulary(
         ctx.actions.append(
             f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}"
         )
+    return Check(label, ok, detail, children=children)
 
 
 def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any], ctx: DraftContext) -> Check:
@@ -184,19 +190,18 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
     facts.vocab_size, facts.draft_vocab_size = vocab, draft_vocab
     target_vocab = ctx.target.vocab_size
     label = "draft vocabulary"
-    node = Check(label, True, "")
     if vocab is None:
-        node.ok, node.detail = None, "the draft's config.json gives no vocab_size: not checked"
+        node = Check(label, None, "the draft's config.json gives no vocab_size: not checked")
     elif target_vocab is None:
-        node.ok, node.detail = (
-            None,
-            f"draft vocab_size {vocab}; the target's text config gives no vocab_size: not compared",
+        node = Check(
+            label, None, f"draft vocab_size {vocab}; the target's text config gives no vocab_size: not compared"
         )
     else:
-        _judge_vocabulary(node, vocab, target_vocab, cfg.path.parent, Path(ctx.target.config).parent, ctx)
+        node = _judge_vocabulary(label, vocab, target_vocab, cfg.path.parent, Path(ctx.target.config).parent, ctx)
+    children = list(node.children)
     if draft_vocab is not None and vocab is not None and draft_vocab != vocab:
         if draft_vocab > vocab:
-            node.children.append(
+            children.append(
                 Check(
                     f"draft_vocab_size {draft_vocab}",
                     False,
@@ -207,7 +212,7 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
         else:
             names = weight_names(cfg.path.parent)
             if names is None:
-                node.children.append(
+                children.append(
                     Check(
                         f"draft_vocab_size {draft_vocab}",
                         None,
@@ -216,7 +221,7 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
                     )
                 )
             elif any(n.split(".")[-1] == DRAFT_TO_TARGET for n in names):
-                node.children.append(
+                children.append(
                     Check(
                         f"draft_vocab_size {draft_vocab}",
                         True,
@@ -224,7 +229,7 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
                     )
                 )
             else:
-                node.children.append(
+                children.append(
                     Check(
                         f"draft_vocab_size {draft_vocab}",
                         False,
@@ -236,9 +241,8 @@ def vocab_check(facts: DraftFacts, cfg: CheckpointConfig, layer: dict[str, Any],
                     f"the draft's weights need its {DRAFT_TO_TARGET} tensor (draft_vocab_size {draft_vocab} "
                     f"< vocab_size {vocab}): download the complete draft checkpoint"
                 )
-    if any(c.ok is False for c in node.children):
-        node.ok = False
-    return node
+    ok = False if any(c.ok is False for c in children) else node.ok
+    return replace(node, ok=ok, children=children)
 
 
 __all__ = ["PADDING_ROWS", "vocab_check"]

@@ -9,6 +9,8 @@ branch of a registry name (:func:`patchkit.vllm.registry.platforms.branches`).
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
+from dataclasses import replace
 
 from patchkit.results import Check
 from patchkit.vllm.chain.capture import capture_checks, expected_stream, mixin_capture_checks, split_capture_checks
@@ -45,10 +47,12 @@ def architecture_chain(
         SourceError: a file on the chain does not parse.
     """
     node = _model(tree, registry, contract, resolution.cls, set())
-    node.children.append(link_check(tree, registry, resolution.cls, derivation))
-    node.children.extend(branch_checks(tree, registry, contract, resolution))
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+    children = (
+        *node.children,
+        link_check(tree, registry, resolution.cls, derivation),
+        *branch_checks(tree, registry, contract, resolution),
+    )
+    return replace(node, children=children, ok=not any(c.failures() for c in children))
 
 
 def model_check(
@@ -77,33 +81,30 @@ def _model(
     seen: set[ClassRef],
     follow_setter: bool = True,
 ) -> Check:
-    node = Check(cls.name, True, "", cls.location)
     if cls in seen:
-        node.ok, node.detail = False, "cycle in what the classes hold"
-        return node
+        return Check(cls.name, False, "cycle in what the classes hold", cls.location)
     seen = seen | {cls}
     mro = tree.mro(cls)
     protocol = contract.protocol
     via = next((c for c in mro if protocol in [b for b in tree.bases(c) if isinstance(b, ClassRef)]), None)
-    node.children.append(
+    children = [
         Check(
             "SupportsEagle3 in its bases",
             via is not None,
             f"through {via.name}" if via else "no class in its MRO derives from SupportsEagle3",
             via.location if via else cls.location,
         )
-    )
+    ]
     setter = _method_check(tree, cls, SETTER, protocol)
     getter = _method_check(tree, cls, contract.getter or "", protocol)
-    node.children += [setter, getter]
+    children += [setter, getter]
 
     found = tree.find_member(cls, SETTER)
     if follow_setter and found is not None and found[0] != protocol:
-        node.children.append(_follow_setter(tree, registry, contract, cls, found, seen))
+        children.append(_follow_setter(tree, registry, contract, cls, found, seen))
     elif follow_setter and found is not None and contract.native:
-        node.children.append(_follow_default(tree, registry, cls, seen))
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+        children.append(_follow_default(tree, registry, cls, seen))
+    return Check(cls.name, not any(c.failures() for c in children), "", cls.location, children=children)
 
 
 def _method_check(tree: SourceTree, cls: ClassRef, name: str, protocol: ClassRef | None) -> Check:
@@ -159,8 +160,7 @@ def _follow_setter(
                 location,
                 kind=NOT_FOLLOWED,
             )
-        child.label = label
-        return child
+        return replace(child, label=label)
     return Check(
         "setter reaches the backbone",
         False,
@@ -197,24 +197,22 @@ def _follow_default(tree: SourceTree, registry: Registry, cls: ClassRef, seen: s
             "default methods reach the backbone", False, f"{how}: .model: {exc}", cls.location, kind=NOT_FOLLOWED
         )
     node = _backbone(tree, backbone.cls, registry)
-    node.label = f"{how}.model holds {backbone.cls.name} ({parent.relpath}:{backbone.lineno})"
+    label = f"{how}.model holds {backbone.cls.name} ({parent.relpath}:{backbone.lineno})"
     mixin = tree.find_class("vllm.model_executor.models.interfaces", MIXIN)
     is_mixin = mixin is not None and mixin in tree.mro(backbone.cls)
-    node.children.insert(
-        0,
+    children = (
         Check(
             f"{backbone.cls.name} is an {MIXIN}",
             is_mixin,
             "" if is_mixin else "vLLM's default setter asserts it and fails at start-up",
             backbone.cls.location,
         ),
+        *node.children,
     )
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+    return replace(node, label=label, children=children, ok=not any(c.failures() for c in children))
 
 
 def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
-    node = Check(cls.name, True, "decoder backbone", cls.location)
     forward = tree.find_member(cls, "forward")
     expected = expected_stream(tree, registry, cls)
     split = split_stream(tree, registry, cls)  # the input norm run apart (0.34.0): its own capture form
@@ -223,9 +221,7 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
         and split is None
         and any(isinstance(n, ast.Attribute) and n.attr == MAYBE_ADD for n in ast.walk(forward[1]))
     ):
-        node.children.extend(mixin_capture_checks(forward[1], forward[0].relpath, expected))
-        node.ok = not any(c.failures() for c in node.children)
-        return node
+        return _backbone_node(cls, mixin_capture_checks(forward[1], forward[0].relpath, expected))
     init = tree.find_member(cls, "__init__")
     # the attribute may be set by any __init__ of the MRO (a subclass's __init__ calls super().__init__)
     inits = [(c, m) for c in tree.mro(cls) if (m := tree.method(c, "__init__")) is not None]
@@ -245,23 +241,27 @@ def _backbone(tree: SourceTree, cls: ClassRef, registry: Registry) -> Check:
     sets_attr = setter_init is not None or tree.find_member(cls, ATTR) is not None
     if setter_init is not None:
         init = setter_init
-    node.children.append(
+    children = [
         Check(
             f"__init__ sets self.{ATTR}",
             sets_attr,
             "" if sets_attr else "the setter's attribute would not exist before the first call",
             f"{init[0].relpath}:{init[1].lineno}" if init else cls.location,
         )
-    )
+    ]
     forward = tree.find_member(cls, "forward")
     if forward is None:
-        node.children.append(Check("forward()", False, "no forward in its MRO", cls.location))
+        children.append(Check("forward()", False, "no forward in its MRO", cls.location))
     elif split is not None:
-        node.children.extend(split_capture_checks(forward[1], f"{forward[0].relpath}", split))
+        children.extend(split_capture_checks(forward[1], f"{forward[0].relpath}", split))
     else:
-        node.children.extend(capture_checks(forward[1], f"{forward[0].relpath}", expected))
-    node.ok = not any(c.failures() for c in node.children)
-    return node
+        children.extend(capture_checks(forward[1], f"{forward[0].relpath}", expected))
+    return _backbone_node(cls, children)
+
+
+def _backbone_node(cls: ClassRef, children: Sequence[Check]) -> Check:
+    """The decoder backbone ``cls``'s node over its checks ``children``; it fails when one of them does."""
+    return Check(cls.name, not any(c.failures() for c in children), "decoder backbone", cls.location, children=children)
 
 
 def branch_checks(
