@@ -7,13 +7,12 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import api_steps, interrupt
-from patchkit.advice import Effect, NextStep, patchkit_argv
-from patchkit.errors import Interrupted, PatchkitError
+from patchkit.advice import Effect, NextStep
+from patchkit.errors import PatchkitError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -33,7 +32,7 @@ from patchkit.results import (
 )
 from patchkit.store import plugin_dist
 from patchkit.store.plugin_dist import Plugin
-from patchkit.store.journal import Journal, journal_for, unfinished_check
+from patchkit.store.journal import journal_for, unfinished_check
 from patchkit.store.preflight import import_problem
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.release.contract import install_info
@@ -56,12 +55,19 @@ if TYPE_CHECKING:
 # of what 'import patchkit.api' costs, measured with -X importtime).
 
 
-def run_checks(tree: SourceTree, registry, contract: contract_mod.Contract,
-               architectures: tuple[str, ...] | None = None,
-               model_types: tuple[str, ...] | None = None, requested: tuple[str, ...] = (),
-               pristine: SourceTree | None = None) -> list[Check]:
+def run_checks(
+    tree: SourceTree,
+    registry,
+    contract: contract_mod.Contract,
+    architectures: tuple[str, ...] | None = None,
+    model_types: tuple[str, ...] | None = None,
+    requested: tuple[str, ...] = (),
+    pristine: SourceTree | None = None,
+) -> list[Check]:
     """The chain check, :func:`patchkit.checks.verify.verify` (``apply``'s last gate runs it through this name)."""
-    from patchkit.checks.verify import verify as chain_check  # lazy: start-up, 'status' and 'revert' load no chain check
+    from patchkit.checks.verify import (
+        verify as chain_check,
+    )  # lazy: start-up, 'status' and 'revert' load no chain check
 
     return chain_check(tree, registry, contract, architectures, model_types, requested, pristine)
 
@@ -81,11 +87,21 @@ def remove_plugin(name: str, install: Install, *, target: str = "vllm", on_wait=
     return plugin_dist.remove_plugin(plugin_named(name), install, target=target, on_wait=on_wait)
 
 
-def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | None = None,
-          target: str = "vllm", force: bool = False, request: Request = Request(),
-          on_wait: Callable[[Path, float], None] | None = None, guard: bool = False,
-          command_options: Sequence[str] | None = None, watch: bool = False, watch_drafts: int | None = None,
-          watch_threshold: float | None = None) -> ApplyReport:
+def apply(
+    install: Install,
+    *,
+    dry_run: bool = False,
+    patch_ids: list[str] | None = None,
+    target: str = "vllm",
+    force: bool = False,
+    request: Request = Request(),
+    on_wait: Callable[[Path, float], None] | None = None,
+    guard: bool = False,
+    command_options: Sequence[str] | None = None,
+    watch: bool = False,
+    watch_drafts: int | None = None,
+    watch_threshold: float | None = None,
+) -> ApplyReport:
     """Apply every patch that applies to this release, all or nothing.
 
     The run is planned in memory; the patched result is verified (the chain check) before any
@@ -131,75 +147,24 @@ def apply(install: Install, *, dry_run: bool = False, patch_ids: list[str] | Non
         Interrupted: SIGINT/SIGTERM while the lock was held; every written file was put back
             (or the message names what is left and how to finish).
     """
-    from patchkit.plan.spec import load_patches, select, unknown_patch_ids  # lazy: start-up, 'status' reads no patch definitions
+    from patchkit.plan.spec import load_patches, select, unknown_patch_ids  # lazy: 'status' reads no patch definitions
 
     everything = load_patches(target)
     unknown_patch_ids(patch_ids, [p.id for p in everything])
     runs = api_steps.plugin_runs(request, target, command_options, guard, watch, watch_drafts, watch_threshold)
     wanted = api_steps.wanted_plugins(PLUGINS, install, runs)
-    patches = select(everything, patch_ids) if not request else None
     journal = journal_for(install, target)
     if dry_run:
-        return _plan_apply(install, journal, wanted, runs, target=target, patch_ids=patch_ids, request=request, force=force)
-    # Plan and write under the lock, from the files as they are once the lock is held: a second,
-    # concurrent run then sees the first one's result ("already applied").
-    with interrupt.deferred(), journal.lock(on_wait=on_wait):
-        journal = journal_for(install, target)
-        unfinished = journal.unfinished()
-        recovered = journal.recover()
-        before = frozenset(pid for e in journal.entries.values() for pid in e.patches)
-        try:
-            report = _apply(install, journal, patches, dry_run=False, requested=set(patch_ids or ()), force=force,
-                            request=request, recovered=recovered, unfinished=unfinished)
-        except Interrupted as exc:
-            if not exc.put_back:
-                raise
-            raise api_steps.apply_interrupted(exc, target, request, force, command_options, patch_ids, guard, watch,
-                                     watch_drafts, watch_threshold) from None
-        if not report.refused:
-            report = api_steps.sync_plugins(PLUGINS, install, journal, report, runs, command_options)
-        journal.remove_if_empty()
-    interrupt.late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
-    return _with_steps(install, report, request, target, force, before)
-
-
-def _plan_apply(install: Install, journal: Journal, wanted: list[Plugin], runs: dict[str, PluginRun], *, target: str,
-                patch_ids: list[str] | None, request: Request, force: bool) -> ApplyReport:
-    """``apply --dry-run``: plan exactly what the real run will, from the files as its rollback will leave them."""
-    from patchkit.plan.run import dry_run as plan_dry_run  # lazy: libcst, imported only by commands that plan
-
-    report = plan_dry_run(install, chain_check=run_checks, target=target, patch_ids=patch_ids, request=request,
-                          force=force)
-    for plugin in wanted if not report.refused else ():
-        report = replace(report, **{plugin.NAME: plugin.would_install(install, report, journal, runs[plugin.NAME])})
-    return _with_steps(install, report, request, target, force)
-
-
-def _with_steps(install: Install, report: ApplyReport, request: Request, target: str, force: bool,
-                before: frozenset[str] = frozenset()) -> ApplyReport:
-    """``report`` with its next steps: after a write, verify and the revert that undoes exactly this
-    write (:func:`patchkit.plan.next_steps.undo`; ``before``: the patch ids journaled before it); after a
-    refusal of one of several ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`)."""
-    if report.written:
-        from patchkit.plan import next_steps  # lazy: only after a write
-
-        undo = next_steps.undo(install, journal_for(install, target), request, before)
-        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo))
-    if report.refused and len(request.architectures) > 1 and request.model is None:
-        from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
-
-        return replace(report, next_steps=next_steps.without_refused(install, request, target, run_checks, force))
-    return report
-
-
-def _apply(install: Install, journal: Journal, patches, *, dry_run: bool, requested: set[str],
-           force: bool, request: Request, overrides: dict[str, bytes] | None = None,
-           recovered: list[str] = (), unfinished=None) -> ApplyReport:
-    """:func:`patchkit.plan.run.plan_run` with verify's chain check (the one planner ``apply``, doctor and verify share)."""
-    from patchkit.plan.run import plan_run  # lazy: start-up, 'status' loads no planning chain
-
-    return plan_run(install, journal, patches, dry_run=dry_run, requested=requested, force=force, request=request,
-                    overrides=overrides, recovered=recovered, unfinished=unfinished, chain_check=run_checks)
+        report = api_steps.plan_apply(
+            install, journal, wanted, runs, run_checks, target=target, patch_ids=patch_ids, request=request, force=force
+        )
+        return api_steps.with_steps(install, report, request, target, force, run_checks)
+    options = api_steps.ApplyOptions(
+        target, patch_ids, request, force, command_options, guard, watch, watch_drafts, watch_threshold
+    )
+    patches = select(everything, patch_ids) if not request else None
+    report, before = api_steps.write_apply(PLUGINS, install, journal, patches, runs, run_checks, on_wait, options)
+    return api_steps.with_steps(install, report, request, target, force, run_checks, before)
 
 
 def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
@@ -219,7 +184,9 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         UsageError: an ``--arch`` name the registry does not hold (:func:`check_requested`).
         SourceError: a file on the chain is missing or does not parse.
     """
-    from patchkit.plan.selection import verify_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+    from patchkit.plan.selection import (
+        verify_scope,
+    )  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
     tree = SourceTree(install.site_packages)
     contract = contract_mod.detect(tree)
@@ -229,11 +196,14 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     check_requested(registry, request, str(install.version))
     journal = journal_for(install)
     archs, types, patched, requested = verify_scope(tree, registry, contract, request, journal)
-    from patchkit.plan.arch_scope import pristine_tree  # lazy: start-up; the shape patchkit wrote, on the bytes before it
+    from patchkit.plan.arch_scope import (
+        pristine_tree,
+    )  # lazy: start-up; the shape patchkit wrote, on the bytes before it
 
     pristine = pristine_tree(install, journal) if journal.entries else tree
-    checks = run_checks(tree, registry, contract, archs, types, requested=tuple(archs) if request else (),
-                        pristine=pristine)
+    checks = run_checks(
+        tree, registry, contract, archs, types, requested=tuple(archs) if request else (), pristine=pristine
+    )
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
@@ -247,7 +217,10 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             checks.insert(1, plugin.check(plugin.state(install, journal)))
     runtime_error = None
     if runtime_python is not None:
-        from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs the probe
+        from patchkit.checks.runtime import (
+            probe_spec,
+            run_probe,
+        )  # lazy: start-up, only 'verify --runtime' runs the probe
 
         try:
             checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
@@ -258,10 +231,20 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     if any(c.failures() for c in checks):
         from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
 
-        steps = ((NextStep((), elsewhere.hint, effect=Effect.EDIT),) if elsewhere is not None else
-                 next_steps.for_verify(info, request, patched, "vllm"))
-    return VerifyReport(info, checks, runtime_error, journaled=patched, next_steps=steps, architectures=tuple(archs),
-                        requested=requested)
+        steps = (
+            (NextStep((), elsewhere.hint, effect=Effect.EDIT),)
+            if elsewhere is not None
+            else next_steps.for_verify(info, request, patched, "vllm")
+        )
+    return VerifyReport(
+        info,
+        checks,
+        runtime_error,
+        journaled=patched,
+        next_steps=steps,
+        architectures=tuple(archs),
+        requested=requested,
+    )
 
 
 def scan(install: Install) -> ScanReport:
@@ -278,8 +261,14 @@ def scan(install: Install) -> ScanReport:
     return classify_all(install)
 
 
-def revert(install: Install, *, target: str = "vllm", force: bool = False,
-           on_wait: Callable[[Path, float], None] | None = None, request: Request = Request()) -> RevertReport:
+def revert(
+    install: Install,
+    *,
+    target: str = "vllm",
+    force: bool = False,
+    on_wait: Callable[[Path, float], None] | None = None,
+    request: Request = Request(),
+) -> RevertReport:
     """Restore every file patchkit changed to its original bytes, all or nothing.
 
     A file edited by hand since patchkit wrote it (or deleted) makes the whole revert refuse,
@@ -332,13 +321,22 @@ def revert(install: Install, *, target: str = "vllm", force: bool = False,
         files = [*files, *done.files]
         restore, rewrites, forget = done.restore, done.rewrites, done.forget
         if done.refused:
-            return RevertReport(info, files, refused=True,
-                                next_steps=run_steps.revert_refused(info, target, request, done.files, edits))
-        api_steps.write_revert(install, journal, narrow, restore, rewrites, forget, target=target, request=request, force=force)
+            return RevertReport(
+                info, files, refused=True, next_steps=run_steps.revert_refused(info, target, request, done.files, edits)
+            )
+        api_steps.write_revert(
+            install, journal, narrow, restore, rewrites, forget, target=target, request=request, force=force
+        )
         # the guard and the watch go with a full revert; after a partial one they follow what stays patched
         refresh = narrow is not None and bool(journal.entries)
-        followed = api_steps.follow_plugins(PLUGINS, install, journal, refresh, target,
-                                   f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)")
+        followed = api_steps.follow_plugins(
+            PLUGINS,
+            install,
+            journal,
+            refresh,
+            target,
+            f"the patches were reverted and committed ({len(restore) + len(rewrites)} file(s) restored)",
+        )
         journal.remove_if_empty()
     interrupt.late_signal(f"restored {len(restore) + len(rewrites)} file(s)")
     return RevertReport(info, files, refused=False, **followed)
@@ -365,7 +363,9 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     architectures = ()
     paths = sorted(journal.entries)
     if request:
-        from patchkit.plan import arch_scope  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+        from patchkit.plan import (
+            arch_scope,
+        )  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
         from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
@@ -377,16 +377,22 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     unfinished = journal.unfinished()
     interrupted = set(unfinished.to_roll_back) if unfinished else set()
     entries = [
-        StatusEntry(path, journal.entries[path].patches, journal.entries[path].vllm_version,
-                    FileState.INTERRUPTED if path in interrupted else file_state(install, journal.entries[path], record),
-                    journal.entries[path].applied_at)
+        StatusEntry(
+            path,
+            journal.entries[path].patches,
+            journal.entries[path].vllm_version,
+            FileState.INTERRUPTED if path in interrupted else file_state(install, journal.entries[path], record),
+            journal.entries[path].applied_at,
+        )
         for path in paths
     ]
     shown = {plugin.NAME: plugin.state(install, journal) for plugin in PLUGINS if plugin.installed(install)}
     replaced = [journal.entries[e.path] for e in entries if e.state in REPLACED]
     reapply: tuple[tuple[str, ...], ...] = ()
     if replaced:
-        from patchkit.plan.selection import reapply_runs  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
+        from patchkit.plan.selection import (
+            reapply_runs,
+        )  # lazy: start-up, 'status' and 'revert' without --arch load no planning chain
 
         from patchkit.vllm.registry.table import Registry  # lazy: start-up, 'status' without --arch reads no registry
 
@@ -397,9 +403,17 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
 
         # the --model the guard's manifest recorded: status names the command the guard's line names
         steps = next_steps.reapply(reapply, target=target, model=guard_mod.recorded_model(install))
-    return StatusReport(info, entries, pending=sorted(item["path"] for item in journal.pending),
-                        unfinished=unfinished, record_missing=not has_record(install), architectures=architectures,
-                        reapply=reapply, next_steps=steps, **shown)
+    return StatusReport(
+        info,
+        entries,
+        pending=sorted(item["path"] for item in journal.pending),
+        unfinished=unfinished,
+        record_missing=not has_record(install),
+        architectures=architectures,
+        reapply=reapply,
+        next_steps=steps,
+        **shown,
+    )
 
 
 def resolve(install: Install, architecture: str) -> "ResolveReport":

