@@ -58,6 +58,7 @@ RESIDUAL_STREAM = "hidden_states if residual is None else hidden_states + residu
 HIDDEN_STREAM = "hidden_states"
 """What id k captures when layers return ``hidden_states`` alone (the residual is inside the layer)."""
 
+
 def _self_attr(node: object) -> bool:
     return tree.is_self_attr(node, ATTR)
 
@@ -72,8 +73,12 @@ def _capture_final(node: cst.CSTNode) -> bool:
     if not isinstance(node, cst.If) or not isinstance(node.test, cst.BooleanOperation):
         return False
     left, right = node.test.left, node.test.right
-    return (isinstance(left, cst.Comparison) and tree.is_self_attr(left.left, "end_layer")
-            and tree.only_comparison(right, cst.In, _self_attr) and tree.is_self_attr(right.left, "end_layer"))
+    return (
+        isinstance(left, cst.Comparison)
+        and tree.is_self_attr(left.left, "end_layer")
+        and tree.only_comparison(right, cst.In, _self_attr)
+        and tree.is_self_attr(right.left, "end_layer")
+    )
 
 
 def _assigns_self_attr(node: cst.CSTNode) -> bool:
@@ -94,8 +99,12 @@ def _return_with_states(node: cst.CSTNode) -> bool:
 
 def _layer_call(node: cst.CSTNode, layer: str, residual: bool) -> bool:
     """``hidden_states, residual = <layer>(...)`` (``hidden_states = <layer>(...)`` without ``residual``)."""
-    if not (isinstance(node, cst.Assign) and len(node.targets) == 1
-            and isinstance(node.value, cst.Call) and tree.is_name(node.value.func, layer)):
+    if not (
+        isinstance(node, cst.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.value, cst.Call)
+        and tree.is_name(node.value.func, layer)
+    ):
         return False
     target = node.targets[0].target
     return tree.names_tuple(target, "hidden_states", "residual") if residual else tree.is_name(target, "hidden_states")
@@ -174,16 +183,22 @@ class CaptureAuxHiddenStates(Codemod):
             parts = {
                 f"{MIXIN} base": any(tree.is_name(a.value, MIXIN) for a in cls.bases),
                 f"{MAYBE_ADD} calls": len(tree.find(tree.walk(forward), _maybe_add_call)) >= 2,
-                "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
+                "(hidden_states, aux_hidden_states) return": bool(
+                    tree.find(tree.statements(forward), _return_with_states)
+                ),
             }
-            mentions = lambda: tree.find(tree.walk(forward), _named(STATES)) or tree.find(tree.walk(forward), _maybe_add_call)  # noqa: E731
+            mentions = lambda: (  # noqa: E731
+                tree.find(tree.walk(forward), _named(STATES)) or tree.find(tree.walk(forward), _maybe_add_call)
+            )
         else:
             init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
             parts = {
                 "__init__ attribute": bool(tree.find(tree.statements(init), _assigns_self_attr)),
                 "capture in the layer loop": bool(tree.find(tree.statements(forward), _capture_in_loop)),
                 "final-layer capture": bool(tree.find(tree.statements(forward), _capture_final)),
-                "(hidden_states, aux_hidden_states) return": bool(tree.find(tree.statements(forward), _return_with_states)),
+                "(hidden_states, aux_hidden_states) return": bool(
+                    tree.find(tree.statements(forward), _return_with_states)
+                ),
             }
             mentions = lambda: tree.find(tree.walk(cls), _named(ATTR, STATES))  # noqa: E731
         if all(parts.values()):
@@ -191,7 +206,10 @@ class CaptureAuxHiddenStates(Codemod):
         if not any(parts.values()) and not mentions():
             return Presence.ABSENT, f"{cls.name.value} does not capture aux hidden states"
         lack = ", ".join(k for k, v in parts.items() if not v)
-        return Presence.PARTIAL, f"{cls.name.value} has an aux hidden state capture patchkit did not write (lacks {lack})"
+        return (
+            Presence.PARTIAL,
+            f"{cls.name.value} has an aux hidden state capture patchkit did not write (lacks {lack})",
+        )
 
     def transform(self, module: cst.Module, site: Site) -> cst.Module:
         cls = top_level_class(module, _class_name(site))
@@ -207,7 +225,8 @@ class CaptureAuxHiddenStates(Codemod):
                 if not cls.bases:
                     raise Refusal(f"class {cls.name.value} has no bases to extend")
                 new_cls = new_cls.with_changes(
-                    bases=insert_into_sequence(cls.bases, len(cls.bases), cst.Arg(value=cst.Name(MIXIN))))
+                    bases=insert_into_sequence(cls.bases, len(cls.bases), cst.Arg(value=cst.Name(MIXIN)))
+                )
             module = replace_top_level(module, cls, new_cls)
             return add_interfaces_import(module, site, MIXIN)
         init = exactly_one(method_of(cls, "__init__"), f"__init__ in {cls.name.value}")
@@ -226,34 +245,94 @@ class CaptureAuxHiddenStates(Codemod):
         if self.residual and not form.returns_residual:
             # the plan (patchkit.vllm.stream.residual.residual_stream, which reads the layer's code too) chose
             # hidden_states + residual, but this loop has no residual stream outside the layer
-            raise Refusal("the decoder-layer loop keeps no residual outside the layer, so the stream is hidden_states "
-                          "alone, not what this patch was planned for")
+            raise Refusal(
+                "the decoder-layer loop keeps no residual outside the layer, so the stream is hidden_states "
+                "alone, not what this patch was planned for"
+            )
         if form.captures:
             raise Refusal(f"{forward.name.value} already captures aux hidden states")
-        at_call = form.call_at
-        returns = [i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
-                   and isinstance(s.body[0], cst.Return) and tree.is_name(s.body[0].value, "hidden_states")]
+        returns = [
+            i
+            for i, s in enumerate(body)
+            if isinstance(s, cst.SimpleStatementLine)
+            and len(s.body) == 1
+            and isinstance(s.body[0], cst.Return)
+            and tree.is_name(s.body[0].value, "hidden_states")
+        ]
         at_return = exactly_one(returns, "top-level 'return hidden_states' in forward")
         at_loop = body.index(loop)
         if at_return < at_loop:
             raise Refusal("the final 'return hidden_states' comes before the decoder-layer loop")
+        new_loop = self._capturing_loop(loop, form).with_changes(leading_lines=[])
+        before = self._before_loop(loop, form)
+        after_loop: list[cst.BaseStatement] = []
+        if self.form is CaptureForm.INLINE:
+            after_loop.append(
+                cst.parse_statement(
+                    f"if self.end_layer == len(self.layers) and self.end_layer in self.{ATTR}:\n"
+                    f"    {STATES}.append({self.stream})\n"
+                )
+            )
+        ret = cst.parse_statement(f"if len({STATES}) > 0:\n    return hidden_states, {STATES}\n")
+        ret = ret.with_changes(leading_lines=body[at_return].leading_lines)
+        last = body[at_return].with_changes(leading_lines=[])
+        return [
+            *body[:at_loop],
+            *before,
+            new_loop,
+            *after_loop,
+            *body[at_loop + 1 : at_return],
+            ret,
+            last,
+            *body[at_return + 1 :],
+        ]
+
+    def _capturing_loop(self, loop: cst.For, form: Loop) -> cst.For:
+        """The decoder-layer loop with the capture written into its body (and a global index in its header).
+
+        Args:
+            loop: the forward's decoder-layer loop; form: what :func:`_read_loop` read of it.
+        Returns:
+            The new loop: the inline form's ``if <index> in self.<attr>: ...append(<stream>)`` first in the
+            body, or the mixin form's ``self.<maybe_add>(...)`` right after the layer call; the header
+            enumerates from ``self.start_layer`` unless the loop already has a global index.
+        Raises:
+            Refusal: the layer call is not a statement line of its own in the loop.
+        """
         index = form.index or INDEX
         loop_body = list(loop.body.body)
+        at_call = form.call_at
         if len(loop_body) <= at_call or not _runs_layer(loop_body[at_call], form.layer, form.tuple_target):
             raise Refusal(f"the layer call '{form.layer}(...)' is not a statement line of its own in the loop")
         if self.form is CaptureForm.INLINE:
-            loop_body.insert(0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n"))
+            loop_body.insert(
+                0, cst.parse_statement(f"if {index} in self.{ATTR}:\n    {STATES}.append({self.stream})\n")
+            )
         else:
             residual = "residual" if self.residual else "None"
-            loop_body.insert(at_call + 1, cst.parse_statement(
-                f"self.{MAYBE_ADD}({STATES}, {index} + 1, hidden_states, {residual})\n"))
+            loop_body.insert(
+                at_call + 1,
+                cst.parse_statement(f"self.{MAYBE_ADD}({STATES}, {index} + 1, hidden_states, {residual})\n"),
+            )
         if form.index is not None:  # the loop already has a global index: keep its header
-            new_loop = loop.with_changes(body=loop.body.with_changes(body=loop_body))
-        else:
-            new_loop = _enumerated_header(loop, loop_body)
-        comment = cst.EmptyLine(comment=cst.Comment(
-            f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
-            "(residual stream entering each requested global layer id)."))
+            return loop.with_changes(body=loop.body.with_changes(body=loop_body))
+        return _enumerated_header(loop, loop_body)
+
+    def _before_loop(self, loop: cst.For, form: Loop) -> list[cst.BaseStatement]:
+        """The statements written before the loop, the first carrying the loop's leading lines and patchkit's comment.
+
+        Args:
+            loop: the forward's decoder-layer loop; form: what :func:`_read_loop` read of it.
+        Returns:
+            The inline form's ``aux_hidden_states = []`` (after ``residual = None`` where the first layer takes
+            ``hidden_states`` alone), or the mixin form's ``aux_hidden_states = self.<maybe_add>([], ...)``.
+        """
+        comment = cst.EmptyLine(
+            comment=cst.Comment(
+                f"# Added by patchkit ({self.patch_id}): EAGLE-3 aux hidden states "
+                "(residual stream entering each requested global layer id)."
+            )
+        )
         before: list[cst.BaseStatement] = []
         if self.form is CaptureForm.INLINE:
             if self.residual and not form.residual_before:  # the first layer takes hidden_states alone
@@ -261,20 +340,11 @@ class CaptureAuxHiddenStates(Codemod):
             before.append(cst.parse_statement(f"{STATES} = []\n"))
         else:
             residual = "residual" if self.residual and form.residual_before else "None"
-            before.append(cst.parse_statement(
-                f"{STATES} = self.{MAYBE_ADD}([], self.start_layer, hidden_states, {residual})\n"))
+            before.append(
+                cst.parse_statement(f"{STATES} = self.{MAYBE_ADD}([], self.start_layer, hidden_states, {residual})\n")
+            )
         before[0] = before[0].with_changes(leading_lines=[*loop.leading_lines, comment])
-        new_loop = new_loop.with_changes(leading_lines=[])
-        after_loop: list[cst.BaseStatement] = []
-        if self.form is CaptureForm.INLINE:
-            after_loop.append(cst.parse_statement(
-                f"if self.end_layer == len(self.layers) and self.end_layer in self.{ATTR}:\n"
-                f"    {STATES}.append({self.stream})\n"
-            ))
-        ret = cst.parse_statement(f"if len({STATES}) > 0:\n    return hidden_states, {STATES}\n")
-        ret = ret.with_changes(leading_lines=body[at_return].leading_lines)
-        last = body[at_return].with_changes(leading_lines=[])
-        return [*body[:at_loop], *before, new_loop, *after_loop, *body[at_loop + 1 : at_return], ret, last, *body[at_return + 1 :]]
+        return before
 
 
 def _enumerated_header(loop: cst.For, loop_body: list[cst.BaseStatement]) -> cst.For:

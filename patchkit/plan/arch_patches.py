@@ -13,26 +13,52 @@ Per era (:mod:`patchkit.vllm.release.contract`):
 - A2/A3 (0.18.0 on): the backbone gets ``EagleModelMixin`` and ``_maybe_add_hidden_state`` calls;
   the class gets ``SupportsEagle3`` and uses the release's default methods; the allow-list
   (0.18 - 0.20.x only) as above.
+
+The patches' ids, and :class:`PatchKind`, are made in :mod:`patchkit.plan.patch_ids`, the alias patches in
+:mod:`patchkit.plan.alias_patches`; both are named here too.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
-from enum import Enum
 
 from patchkit.codemods import CaptureForm, CodemodKind, CodemodRef
+from patchkit.plan.alias_patches import (
+    NoEmbedding,
+    alias_patch,
+    embedding_attribute,
+    embedding_names,
+    head_alias_patch,
+    head_attribute,
+    head_names,
+)
+from patchkit.plan.patch_ids import (
+    PatchKind,
+    alias_id,
+    allowlist_id,
+    capture_id,
+    head_alias_id,
+    interface_id,
+    parse_id,
+)
 from patchkit.plan.request import ModelConfig
 from patchkit.plan.spec import ClassTarget, Family, ModuleTarget, Patch, load_patches, order
 from patchkit.vllm.registry import model_types
-from patchkit.vllm.classes.composition import CompositionError, held_class, self_assignments
-from patchkit.vllm.release.contract import (ALLOW_LIST_MODULES, ALLOW_LIST_NAMES, ALLOW_LIST_RELEASES, EAGLE3_RELEASES, GETTER_A1,
-                                    GETTER_A2, Contract, admits, is_multimodal)
+from patchkit.vllm.classes.composition import CompositionError, held_class
+from patchkit.vllm.release.contract import (
+    ALLOW_LIST_MODULES,
+    ALLOW_LIST_NAMES,
+    ALLOW_LIST_RELEASES,
+    EAGLE3_RELEASES,
+    GETTER_A1,
+    GETTER_A2,
+    Contract,
+    admits,
+    is_multimodal,
+)
 from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.shapes.shown import showing
-from patchkit.vllm.classes.class_attrs import assigned_at
-from patchkit.vllm.runner.draft_reads import derive
 from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.shapes.classify import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.release.source import ClassRef, SourceTree
@@ -63,186 +89,6 @@ class Selection:
     decisions: tuple[ArchDecision, ...]
 
 
-def capture_id(backbone: str) -> str:
-    """Patch id of the capture in backbone class ``backbone``."""
-    return f"eagle3:{backbone}:capture"
-
-
-def interface_id(cls: str) -> str:
-    """Patch id of the interface on class ``cls``."""
-    return f"eagle3:{cls}:interface"
-
-
-def allowlist_id(model_type: str) -> str:
-    """Patch id of the allow-list entry for ``model_type``."""
-    return f"eagle3:allowlist:{model_type}"
-
-
-def alias_id(backbone: str) -> str:
-    """Patch id of the embedding alias on backbone class ``backbone``."""
-    return f"eagle3:{backbone}:embedding-alias"
-
-
-def head_alias_id(cls: str) -> str:
-    """Patch id of the head alias on causal LM class ``cls``."""
-    return f"eagle3:{cls}:head-alias"
-
-
-class PatchKind(str, Enum):
-    """What a per-architecture patch changes; the value is its part of the patch id (:func:`parse_id`),
-    the same word as its codemod's kind (:attr:`codemod`)."""
-
-    CAPTURE = CodemodKind.CAPTURE.value
-    INTERFACE = CodemodKind.INTERFACE.value
-    EMBEDDING_ALIAS = CodemodKind.EMBEDDING_ALIAS.value
-    HEAD_ALIAS = CodemodKind.HEAD_ALIAS.value
-    ALLOWLIST = CodemodKind.ALLOWLIST.value
-
-    __str__ = str.__str__  # printed as its value
-    __format__ = str.__format__
-
-    @property
-    def codemod(self) -> CodemodKind:
-        """The codemod that writes this kind of patch."""
-        return CodemodKind(self.value)
-
-    @property
-    def on_backbone(self) -> bool:
-        """The patch lands in the architecture's decoder backbone (else in its registry class or, for
-        the allow-list, in the speculative config)."""
-        return self in (PatchKind.CAPTURE, PatchKind.EMBEDDING_ALIAS)
-
-    def patch_id(self, name: str) -> str:
-        """The id ``apply`` prints for this kind on class (or model type) ``name``."""
-        return {
-            PatchKind.CAPTURE: capture_id,
-            PatchKind.INTERFACE: interface_id,
-            PatchKind.EMBEDDING_ALIAS: alias_id,
-            PatchKind.HEAD_ALIAS: head_alias_id,
-            PatchKind.ALLOWLIST: allowlist_id,
-        }[self](name)
-
-
-def parse_id(patch_id: str) -> tuple[PatchKind, str] | None:
-    """``(PatchKind.CAPTURE, backbone)``, ``(PatchKind.INTERFACE, cls)``, ``(PatchKind.EMBEDDING_ALIAS, backbone)``,
-    ``(PatchKind.HEAD_ALIAS, cls)`` or ``(PatchKind.ALLOWLIST, model_type)`` for an id made by :func:`capture_id`,
-    :func:`interface_id`, :func:`alias_id`, :func:`head_alias_id` or :func:`allowlist_id`; None for
-    any other id."""
-    parts = patch_id.split(":", 2)
-    if len(parts) != 3 or parts[0] != "eagle3":
-        return None
-    if parts[1] == PatchKind.ALLOWLIST.value:
-        return PatchKind.ALLOWLIST, parts[2]
-    if parts[2] in (PatchKind.CAPTURE.value, PatchKind.INTERFACE.value, PatchKind.EMBEDDING_ALIAS.value,
-                    PatchKind.HEAD_ALIAS.value):
-        return PatchKind(parts[2]), parts[1]
-    return None
-
-
-def embedding_attribute(tree: SourceTree, backbone: ClassRef) -> tuple[ClassRef, str] | None:
-    """The class defining ``backbone``'s ``__init__`` and the attribute holding its embedding, when
-    vLLM's EAGLE proposer would not find it (:func:`embedding_names`); None when it would.
-
-    The embedding is the first ``self.X = <...Embedding>(...)`` of the ``__init__`` chain (vLLM
-    0.33.0 ``bailing_moe.py``: ``self.word_embeddings = VocabParallelEmbedding(...)``).
-
-    Raises:
-        _Refuse: the proposer finds no embedding and the backbone holds none patchkit can name.
-    """
-    names = embedding_names(tree)
-    found = _unnamed(tree, backbone, names, "Embedding")
-    if found is _NAMED:
-        return None
-    if found is None:
-        raise _Refuse(f"{backbone.name} has no {' or '.join(names)}, and no embedding patchkit can name: "
-                      "vLLM's EAGLE proposer raises AttributeError when it loads a draft")
-    return found
-
-
-def head_attribute(tree: SourceTree, cls: ClassRef) -> tuple[ClassRef, str] | None:
-    """The class defining ``cls``'s ``__init__`` and the attribute holding its head (the first
-    ``self.X = <...LMHead>(...)`` of the ``__init__`` chain; vLLM 0.17.1 and 0.33.0
-    ``internlm2.py``: ``self.output = ParallelLMHead(...)``), when vLLM's EAGLE proposer would not
-    find it under :func:`head_names`; None when it would, or when ``cls`` holds no such head."""
-    found = _unnamed(tree, cls, head_names(tree), "LMHead")
-    return None if found is _NAMED else found
-
-
-_NAMED = (None, "")
-
-
-def _unnamed(tree: SourceTree, cls: ClassRef, names: tuple[str, ...], made_by: str):
-    """``_NAMED`` when ``cls`` has one of ``names`` (or none are read); else ``(class defining its
-    __init__, X)`` for the first ``self.X = <...made_by>(...)`` of its ``__init__`` chain, or None."""
-    if not names or any(assigned_at(tree, cls, name) is not None for name in names):
-        return _NAMED
-    found = tree.find_member(cls, "__init__")
-    if found is None:
-        return None
-    # every __init__ of the MRO may assign it (an __init__ that calls super().__init__: 0.33.0 glm4.py)
-    inits = [tree.method(c, "__init__") for c in tree.mro(cls)]
-    for held in (self_assignments(init) for init in inits if init is not None):
-        for attr, nodes in held.items():
-            for node in nodes:
-                func = node.value.func if isinstance(node.value, ast.Call) else None
-                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-                if name.endswith(made_by):
-                    return found[0], attr
-    return None
-
-
-def embedding_names(tree: SourceTree) -> tuple[str, ...]:
-    """The names vLLM's EAGLE proposer requires the target backbone's embedding under, in order
-    (``("embed_tokens", "embedding")``; 0.10.2: ``("embed_tokens",)``), derived from the release's
-    ``load_model`` (:func:`patchkit.vllm.runner.draft_reads.derive`: a required read ``model.<name>``, with
-    its ``hasattr`` alternatives); empty when the proposer requires none."""
-    for read in derive(tree, with_aux=False).reads:
-        if read.required and len(read.path) == 2 and read.path[0] == BACKBONE_ATTR:
-            alternatives = [p[1] for p in read.alternatives if len(p) == 2 and p[0] == BACKBONE_ATTR]
-            return tuple(dict.fromkeys([read.path[1], *alternatives]))
-    return ()
-
-
-def head_names(tree: SourceTree) -> tuple[str, ...]:
-    """The names vLLM's EAGLE proposer reads the target's head under (``("lm_head",)``), derived
-    from the release's ``load_model`` (:func:`patchkit.vllm.runner.draft_reads.derive`: the reads of
-    ``target_language_model.<name>`` other than its backbone)."""
-    return tuple(dict.fromkeys(r.path[0] for r in derive(tree, with_aux=False).reads
-                               if len(r.path) == 1 and r.path[0] != BACKBONE_ATTR))
-
-
-def _head_alias(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
-    return _alias_patch(
-        head_alias_id(cls.name), CodemodKind.HEAD_ALIAS, arch, (), cls, attribute, names,
-        f"vLLM's EAGLE proposer shares the target's {names[0]} with a draft that ships no head of its own, "
-        f"but only if the target has one; {cls.name} calls its head {attribute}, so such a draft would "
-        "keep a head that was never loaded, without an error.")
-
-
-def _alias(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
-    return _alias_patch(
-        alias_id(backbone.name), CodemodKind.EMBEDDING_ALIAS, arch, (BACKBONE_ATTR,), backbone, attribute, names,
-        f"vLLM's EAGLE proposer reads the target backbone's {' or '.join(names)} when it loads any "
-        f"draft and raises AttributeError without one; {backbone.name} calls its embedding {attribute}.")
-
-
-def _alias_patch(pid: str, kind: CodemodKind, arch: str, held: tuple[str, ...], cls: ClassRef, attribute: str,
-                 names: tuple[str, ...], why: str) -> Patch:
-    """A read-only property ``names[0]`` returning ``self.<attribute>`` on ``cls`` (reached from
-    ``arch`` through ``held``, in the class defining its ``__init__``)."""
-    return Patch(
-        id=pid,
-        summary=f"{cls.name}.{names[0]} names its {attribute}",
-        why=why,
-        reference="vLLM v1/spec_decode/eagle.py EagleProposer.load_model, later v1/spec_decode/llm_base_proposer.py "
-                  "_maybe_share_embeddings / _maybe_share_lm_head",
-        vllm=EAGLE3_RELEASES,
-        target=ClassTarget(architecture=arch, held=held, defining="__init__"),
-        codemod=CodemodRef.of(kind, alias=names[0], attribute=attribute, patch_id=pid),
-        architectures=(arch,),
-    )
-
-
 def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, architecture: str) -> tuple[Patch, ...]:
     """The shipped patches (``patches/``) that serve ``architecture``, or ``()``.
 
@@ -254,8 +100,11 @@ def shipped_for(tree: SourceTree, registry: Registry, contract: Contract, archit
     with the shipped one, so these get exactly the shipped patches.
     """
     patches = load_patches()
-    name = architecture if any(architecture in p.architectures for p in patches) else (
-        _shipped_parent(tree, registry, architecture, patches) if contract.patchable else None)
+    name = (
+        architecture
+        if any(architecture in p.architectures for p in patches)
+        else (_shipped_parent(tree, registry, architecture, patches) if contract.patchable else None)
+    )
     return tuple(p for p in patches if name is not None and name in p.architectures)
 
 
@@ -266,23 +115,36 @@ def _shipped_parent(tree: SourceTree, registry: Registry, architecture: str, pat
     mro = tree.mro(resolution.cls)
     for patch in patches:
         target = patch.target
-        if patch.codemod.kind is not CodemodKind.INTERFACE or not isinstance(target, ClassTarget) or target.forwards_to != BACKBONE_ATTR:
+        if (
+            patch.codemod.kind is not CodemodKind.INTERFACE
+            or not isinstance(target, ClassTarget)
+            or target.forwards_to != BACKBONE_ATTR
+        ):
             continue
         parent = registry.resolve(target.architecture)
         if parent is None or parent.cls is None or parent.cls not in mro:
             continue
         try:
-            if held_class(tree, registry, resolution.cls, BACKBONE_ATTR).cls == \
-                    held_class(tree, registry, parent.cls, BACKBONE_ATTR).cls:
+            if (
+                held_class(tree, registry, resolution.cls, BACKBONE_ATTR).cls
+                == held_class(tree, registry, parent.cls, BACKBONE_ATTR).cls
+            ):
                 return target.architecture
         except CompositionError:
             return None
     return None
 
 
-def select_architectures(tree: SourceTree, registry: Registry, contract: Contract, architectures: list[str],
-                         families: tuple[Family, ...], model: ModelConfig | None = None,
-                         allow_list: list[str] | None = None, force: bool = False) -> Selection:
+def select_architectures(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architectures: list[str],
+    families: tuple[Family, ...],
+    model: ModelConfig | None = None,
+    allow_list: list[str] | None = None,
+    force: bool = False,
+) -> Selection:
     """Plan the patches for ``architectures`` in this release (nothing is read or written but files).
 
     Args:
@@ -319,53 +181,43 @@ class _Refuse(Exception):
     pass
 
 
-def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape: ArchShape,
-                 families: tuple[Family, ...], model: ModelConfig | None, allow_list: list[str] | None,
-                 force: bool = False) -> list[Patch]:
+def _patches_for(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    shape: ArchShape,
+    families: tuple[Family, ...],
+    model: ModelConfig | None,
+    allow_list: list[str] | None,
+    force: bool = False,
+) -> list[Patch]:
+    """The patches ``shape``'s architecture needs, each patch's prerequisites before it, the interface last.
+
+    Args:
+        tree, registry, contract, families, model, allow_list, force: as :func:`select_architectures`'s.
+        shape: the architecture's classification in this release.
+    Returns:
+        The patches (empty for a native architecture).
+    Raises:
+        _Refuse: the architecture cannot be patched; the message names it and says why.
+        SourceError: a file on the way does not parse.
+    """
     arch = shape.architecture
     if shape.state is State.NATIVE:
         return []
-    if shape.state is State.NOT_PATCHABLE or shape.shape is None:
-        raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
-    mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
-    if mixers is not None and mixers.lossless is not True and not force:
-        raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
-    shown = showing(serving_runner(tree), shape.shape)
-    if shown is not None and not shown.shown and not force:
-        raise _Refuse(f"{arch}: {shown.detail}")
+    _check_patchable(tree, registry, shape, force)
     assert shape.cls is not None
     a1 = contract.patchable
-    out: list[Patch] = []
-    requires: list[str] = []
-    if shape.backbone is not None and shape.shape is not Shape.WRAPPER_ONLY:
-        try:
-            embedding = embedding_attribute(tree, shape.backbone)
-        except _Refuse as exc:
-            raise _Refuse(f"{arch}: {exc}") from None
-        if embedding is not None:
-            out.append(_alias(arch, *embedding, embedding_names(tree)))
-            requires.append(out[-1].id)
-        head = head_attribute(tree, shape.cls)
-        if head is not None:
-            out.append(_head_alias(arch, *head, head_names(tree)))
-            requires.append(out[-1].id)
+    out, requires = _aliases(tree, shape)
     if shape.state is State.BROKEN:  # the interface is declared; only the capture is missing
         if shape.backbone is None:
             raise _Refuse(f"{arch}: {shape.reason}")
         out.append(_capture(arch, shape, a1))
         return out
     if shape.shape is Shape.WRAPPER_ONLY:
-        if shape.inner is None:
-            raise _Refuse(f"{arch}: the language model it holds is unknown")
-        inner = classify(tree, registry, contract, shape.inner)
-        served = shipped_for(tree, registry, contract, shape.inner) if inner.state is not State.NATIVE else ()
-        if served:  # the shipped patches give the language model EAGLE-3 (0.16.0 kimi_vl.py: DeepSeek-V2)
-            out.extend(served)
-            requires.extend(p.id for p in served if p.codemod.kind is CodemodKind.INTERFACE)
-        elif inner.state is not State.NATIVE:
-            inner_patches = _patches_for(tree, registry, contract, inner, families, None, None, force)
-            out.extend(inner_patches)
-            requires.extend(p.id for p in inner_patches if p.id.endswith(":interface"))
+        inner_patches, inner_requires = _wrapped(tree, registry, contract, shape, families, force)
+        out.extend(inner_patches)
+        requires.extend(inner_requires)
     elif shape.shape in (Shape.STANDARD, Shape.HIDDEN_ONLY):
         cap = _capture(arch, shape, a1)
         out.append(cap)
@@ -374,30 +226,132 @@ def _patches_for(tree: SourceTree, registry: Registry, contract: Contract, shape
         out_allow = _allow_list_patches(arch, families, model, allow_list, tree, shape.cls)
         out.extend(out_allow)
         requires.extend(p.id for p in out_allow)
+    out.append(_interface(tree, registry, contract, shape, tuple(requires)))
+    return out
+
+
+def _check_patchable(tree: SourceTree, registry: Registry, shape: ArchShape, force: bool) -> None:
+    """Refuse an architecture patchkit cannot patch: not patchable, a hybrid that is not lossless on this
+    release, or a shape not shown to keep greedy output under the serving runner (the last two unless ``force``).
+
+    Raises:
+        _Refuse: the architecture and why.
+    """
+    arch = shape.architecture
+    if shape.state is State.NOT_PATCHABLE or shape.shape is None:
+        raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
+    mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
+    if mixers is not None and mixers.lossless is not True and not force:
+        raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
+    shown = showing(serving_runner(tree), shape.shape)
+    if shown is not None and not shown.shown and not force:
+        raise _Refuse(f"{arch}: {shown.detail}")
+
+
+def _aliases(tree: SourceTree, shape: ArchShape) -> tuple[list[Patch], list[str]]:
+    """The alias patches ``shape`` needs so vLLM's EAGLE proposer finds the backbone's embedding and the
+    class's head (:func:`embedding_attribute`, :func:`head_attribute`); none for a wrapper or no backbone.
+
+    Returns:
+        ``(patches, ids)``: the alias patches, and their ids (prerequisites of the interface patch).
+    Raises:
+        _Refuse: the proposer would find no embedding and patchkit can name none.
+    """
+    out: list[Patch] = []
+    requires: list[str] = []
+    if shape.backbone is not None and shape.shape is not Shape.WRAPPER_ONLY:
+        assert shape.cls is not None
+        try:
+            embedding = embedding_attribute(tree, shape.backbone)
+        except NoEmbedding as exc:
+            raise _Refuse(f"{shape.architecture}: {exc}") from None
+        if embedding is not None:
+            out.append(alias_patch(shape.architecture, *embedding, embedding_names(tree)))
+            requires.append(out[-1].id)
+        head = head_attribute(tree, shape.cls)
+        if head is not None:
+            out.append(head_alias_patch(shape.architecture, *head, head_names(tree)))
+            requires.append(out[-1].id)
+    return out, requires
+
+
+def _wrapped(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    shape: ArchShape,
+    families: tuple[Family, ...],
+    force: bool,
+) -> tuple[list[Patch], list[str]]:
+    """The patches a wrapper's language model needs: the shipped ones that serve it (:func:`shipped_for`),
+    else its own (:func:`_patches_for`, without the allow-list), none when it is native.
+
+    Returns:
+        ``(patches, ids)``: the patches, and the ids of the interface patches among them (the wrapper's
+        interface patch requires them).
+    Raises:
+        _Refuse: the language model the wrapper holds is unknown, or cannot be patched.
+    """
+    if shape.inner is None:
+        raise _Refuse(f"{shape.architecture}: the language model it holds is unknown")
+    inner = classify(tree, registry, contract, shape.inner)
+    served = shipped_for(tree, registry, contract, shape.inner) if inner.state is not State.NATIVE else ()
+    if served:  # the shipped patches give the language model EAGLE-3 (0.16.0 kimi_vl.py: DeepSeek-V2)
+        return list(served), [p.id for p in served if p.codemod.kind is CodemodKind.INTERFACE]
+    if inner.state is not State.NATIVE:
+        inner_patches = _patches_for(tree, registry, contract, inner, families, None, None, force)
+        return inner_patches, [p.id for p in inner_patches if p.id.endswith(":interface")]
+    return [], []
+
+
+def _interface(
+    tree: SourceTree, registry: Registry, contract: Contract, shape: ArchShape, requires: tuple[str, ...]
+) -> Patch:
+    """The patch giving ``shape``'s class ``SupportsEagle3``, in the form this release's native classes use.
+
+    Args:
+        shape: the architecture's classification (a class is known).
+        requires: the ids of the patches it needs first.
+    Returns:
+        The interface patch: A1's two methods, or (A2/A3) the release's default methods, or methods that
+        forward or set the attribute where the defaults would not reach an ``EagleModelMixin``.
+    Raises:
+        SourceError: a file on the way does not parse.
+    """
+    assert shape.cls is not None
+    arch = shape.architecture
+    a1 = contract.patchable
     attr = WRAPPER_ATTR if shape.shape is Shape.WRAPPER_ONLY else BACKBONE_ATTR
     methods, getter = a1, GETTER_A1
     if not a1 and shape.shape is Shape.WRAPPER_ONLY and not _mixin_backbone(tree, registry, contract, shape.inner):
         # vLLM's default methods would go past the language model's own ones to .model, which must be an
         # EagleModelMixin; a language model that captures its own way (0.33.0 deepseek_v2.py) gets forwarding.
         methods, getter = True, GETTER_A2
-    if (not a1 and shape.shape is Shape.INTERFACE_ONLY and shape.backbone is not None
-            and (contract.mixin is None or contract.mixin not in tree.mro(shape.backbone))):
+    if (
+        not a1
+        and shape.shape is Shape.INTERFACE_ONLY
+        and shape.backbone is not None
+        and (contract.mixin is None or contract.mixin not in tree.mro(shape.backbone))
+    ):
         # a backbone that captures inline without the mixin (0.18.0 qwen3_next.py): vLLM's default methods
         # would assert it is an EagleModelMixin, so the class gets methods that set its attribute directly
         methods, getter = True, GETTER_A2
-    out.append(Patch(
+    return Patch(
         id=interface_id(shape.cls.name),
         summary=f"{shape.cls.name} implements SupportsEagle3" + (" (set/get aux hidden state layers)" if a1 else ""),
-        why=(f"vLLM's runner asks supports_eagle3(model) and otherwise fails with 'Model does not support EAGLE3 "
-             f"interface'. {arch}: {shape.reason}."),
+        why=(
+            f"vLLM's runner asks supports_eagle3(model) and otherwise fails with 'Model does not support EAGLE3 "
+            f"interface'. {arch}: {shape.reason}."
+        ),
         reference="vLLM's own native EAGLE-3 classes of this release (model_executor/models/interfaces.py)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, forwards_to=attr),
-        codemod=CodemodRef.of(CodemodKind.INTERFACE, patch_id=interface_id(shape.cls.name), methods=methods, getter=getter),
-        requires=tuple(requires),
+        codemod=CodemodRef.of(
+            CodemodKind.INTERFACE, patch_id=interface_id(shape.cls.name), methods=methods, getter=getter
+        ),
+        requires=requires,
         architectures=(arch,),
-    ))
-    return out
+    )
 
 
 def _mixin_backbone(tree: SourceTree, registry: Registry, contract: Contract, architecture: str | None) -> bool:
@@ -417,15 +371,21 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
     return Patch(
         id=pid,
         summary=f"{shape.backbone.name} captures the residual stream entering each requested layer "
-                f"({'inline' if a1 else 'EagleModelMixin'} form)",
-        why=("EAGLE-3 drafts read hidden states from target layers; this backbone's forward returns only the final "
-             "normed state. Id k is the stream entering global layer k; (hidden_states, aux) is returned only when "
-             "ids were requested."),
+        f"({'inline' if a1 else 'EagleModelMixin'} form)",
+        why=(
+            "EAGLE-3 drafts read hidden states from target layers; this backbone's forward returns only the final "
+            "normed state. Id k is the stream entering global layer k; (hidden_states, aux) is returned only when "
+            "ids were requested."
+        ),
         reference="vLLM's own native EAGLE-3 backbones of this release (llama.py, qwen3_moe.py, granite.py)",
         vllm=EAGLE3_RELEASES,
         target=ClassTarget(architecture=arch, held=(BACKBONE_ATTR,), defining="forward"),
-        codemod=CodemodRef.of(CodemodKind.CAPTURE, patch_id=pid, form=(CaptureForm.INLINE if a1 else CaptureForm.MIXIN).value,
-                              residual=residual),
+        codemod=CodemodRef.of(
+            CodemodKind.CAPTURE,
+            patch_id=pid,
+            form=(CaptureForm.INLINE if a1 else CaptureForm.MIXIN).value,
+            residual=residual,
+        ),
         architectures=(arch,),
     )
 
@@ -439,8 +399,10 @@ def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     return Patch(
         id=allowlist_id(model_type),
         summary=f"the EAGLE-3 start-up allow-list admits {model_type}",
-        why=("SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
-             "allow-list's entries: 'Eagle3 is only supported for [...] models'."),
+        why=(
+            "SpeculativeConfig refuses an EAGLE-3 target whose hf_text_config.model_type contains none of the "
+            "allow-list's entries: 'Eagle3 is only supported for [...] models'."
+        ),
         reference=f"vLLM config/speculative.py ({ALLOW_LIST_RELEASES})",
         vllm=EAGLE3_RELEASES,
         target=ModuleTarget(modules=ALLOW_LIST_MODULES),
@@ -449,8 +411,14 @@ def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     )
 
 
-def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelConfig | None,
-                        entries: list[str], tree: SourceTree, cls: ClassRef | None) -> list[Patch]:
+def _allow_list_patches(
+    arch: str,
+    families: tuple[Family, ...],
+    model: ModelConfig | None,
+    entries: list[str],
+    tree: SourceTree,
+    cls: ClassRef | None,
+) -> list[Patch]:
     """The allow-list entries ``arch``'s checkpoints need: their model type from ``--model``'s
     config.json, else the family entry, else the serving environment's transformers and vLLM's
     config registry (:func:`patchkit.vllm.registry.model_types.lookup`, read statically).
@@ -463,14 +431,17 @@ def _allow_list_patches(arch: str, families: tuple[Family, ...], model: ModelCon
     else:
         types, why = architecture_model_types(tree, cls, arch, families)
         if not types:
-            raise _Refuse(f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, and "
-                          f"the serving environment does not settle it ({why}); pass --model DIR "
-                          "(its config.json says it)")
+            raise _Refuse(
+                f"{arch}: this release's start-up allow-list must admit the checkpoint's model_type, and "
+                f"the serving environment does not settle it ({why}); pass --model DIR "
+                "(its config.json says it)"
+            )
     return [allow_list_patch(t, arch) for t in types if not admits(entries, t)]
 
 
-def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
-                             families: tuple[Family, ...]) -> tuple[tuple[str, ...], str]:
+def architecture_model_types(
+    tree: SourceTree, cls: ClassRef | None, arch: str, families: tuple[Family, ...]
+) -> tuple[tuple[str, ...], str]:
     """The ``hf_text_config.model_type`` values of ``arch``'s checkpoints without a ``--model``.
 
     The shipped family entry first (``patches/eagle3_families.py``), else what the serving
@@ -486,3 +457,25 @@ def architecture_model_types(tree: SourceTree, cls: ClassRef | None, arch: str,
         return types, f"the {arch} family entry"
     answer = model_types.lookup(tree, cls, arch, cls is not None and bool(is_multimodal(tree, cls)))
     return answer.types, answer.reason()
+
+
+# the ids and the alias patches' readers are named here too: their users import them from this module
+__all__ = [
+    "ArchDecision",
+    "PatchKind",
+    "Selection",
+    "alias_id",
+    "allow_list_patch",
+    "allowlist_id",
+    "architecture_model_types",
+    "capture_id",
+    "embedding_attribute",
+    "embedding_names",
+    "head_alias_id",
+    "head_attribute",
+    "head_names",
+    "interface_id",
+    "parse_id",
+    "select_architectures",
+    "shipped_for",
+]

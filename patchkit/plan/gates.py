@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit.plan import outcomes
+from patchkit.plan.outcomes import Veto
 from patchkit.results import Check, InstallInfo, Outcome, PatchResult, VerifyReport
 from patchkit.store.files import sha256
 from patchkit.store.preflight import link_on_the_way
@@ -23,13 +24,27 @@ from patchkit.vllm.release.source import SourceTree
 if TYPE_CHECKING:
     from patchkit.plan.engine import Plan  # the engine imports libcst, which 'verify' and 'status' never load
 
-ChainCheck = Callable[[SourceTree, Registry, Contract, "tuple[str, ...] | None", "tuple[str, ...] | None"], "list[Check]"]
+ChainCheck = Callable[
+    [SourceTree, Registry, Contract, "tuple[str, ...] | None", "tuple[str, ...] | None"], "list[Check]"
+]
 """The chain check the last gate runs on the planned bytes (:func:`patchkit.checks.verify.verify`'s signature)."""
 
 
-def gates(install: Install, journal: JournalRecords, planned: Plan, results: Sequence[PatchResult], info: InstallInfo, *,
-          requested: set[str], force: bool, overrides: dict[str, bytes], archs: tuple[str, ...] | None,
-          types: tuple[str, ...] | None, missing_files: list[str], chain_check: ChainCheck):
+def gates(
+    install: Install,
+    journal: JournalRecords,
+    planned: Plan,
+    results: Sequence[PatchResult],
+    info: InstallInfo,
+    *,
+    requested: set[str],
+    force: bool,
+    overrides: dict[str, bytes],
+    archs: tuple[str, ...] | None,
+    types: tuple[str, ...] | None,
+    missing_files: list[str],
+    chain_check: ChainCheck,
+):
     """The gates after planning, in order; the first that vetoes ends them.
 
     In order: a refused result ends the gates; a requested patch that is not applicable
@@ -61,30 +76,121 @@ def gates(install: Install, journal: JournalRecords, planned: Plan, results: Seq
     if vetoes:
         return vetoes, None
     changed = list(planned.changed)
-    links = {p: link for p in changed for link in [link_on_the_way(install.site_packages, p)] if link is not None}
-    if links:
-        def through(hit: str) -> str:
-            link = links[hit.split(", ")[0]]
-            return (f"{link.relative_to(install.site_packages)} is a symbolic link to {link.resolve()}: the bytes live "
-                    "in another folder, which other installs (a uv cache, --link-mode symlink) may share, and patchkit "
-                    "does not write through links; reinstall vLLM into this environment with its own files "
-                    f"(uv: --link-mode copy; pip install --force-reinstall --no-deps vllm=={install.version}), then apply")
-
-        return outcomes.file_gate(results, sorted(links), through), None
-    differ = [] if force else drifted(install, journal, planned.originals, changed)
-    if differ:
-        return outcomes.file_gate(results, differ, lambda hit: (
-            f"{hit} differs from what {install.distribution} {install.version}'s RECORD lists "
-            "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is")), None
-    unvouched = [] if force else unchecked(install, journal, planned.originals, changed)
-    if unvouched:
-        return outcomes.file_gate(results, unvouched, lambda hit: (
-            f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
-            f"so patchkit cannot check that {hit} is the release's file (a hand edit "
-            "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is")), None
+    vetoes = _link_gate(install, results, changed)
+    if vetoes is None:
+        vetoes = _record_gates(install, journal, planned, results, changed, force)
+    if vetoes is not None:
+        return vetoes, None
     if not changed:
         return (), None
-    # Check the chain on the planned bytes before writing anything.
+    return _chain_gate(
+        install,
+        planned,
+        results,
+        info,
+        requested=requested,
+        overrides=overrides,
+        archs=archs,
+        types=types,
+        missing_files=missing_files,
+        chain_check=chain_check,
+    )
+
+
+def _link_gate(install: Install, results: Sequence[PatchResult], changed: list[str]) -> tuple[Veto, ...] | None:
+    """The vetoes for the files about to change that lie behind a symbolic link (empty when none does).
+
+    Args:
+        install: the install whose ``site_packages`` the paths are relative to.
+        results: every patch's planned result.
+        changed: the paths about to change.
+
+    Returns:
+        The :func:`patchkit.plan.outcomes.file_gate` vetoes, or None when no path runs through a link
+        (the gate passes).
+    """
+    links = {p: link for p in changed for link in [link_on_the_way(install.site_packages, p)] if link is not None}
+    if not links:
+        return None
+
+    def through(hit: str) -> str:
+        link = links[hit.split(", ")[0]]
+        return (
+            f"{link.relative_to(install.site_packages)} is a symbolic link to {link.resolve()}: the bytes live "
+            "in another folder, which other installs (a uv cache, --link-mode symlink) may share, and patchkit "
+            "does not write through links; reinstall vLLM into this environment with its own files "
+            f"(uv: --link-mode copy; pip install --force-reinstall --no-deps vllm=={install.version}), then apply"
+        )
+
+    return outcomes.file_gate(results, sorted(links), through)
+
+
+def _record_gates(
+    install: Install,
+    journal: JournalRecords,
+    planned: Plan,
+    results: Sequence[PatchResult],
+    changed: list[str],
+    force: bool,
+) -> tuple[Veto, ...] | None:
+    """The RECORD gates: drift from RECORD (:func:`drifted`), then no RECORD at all (:func:`unchecked`).
+
+    Args:
+        install, journal: the install and its journal.
+        planned: the engine's plan, whose ``originals`` are the bytes checked.
+        results: every patch's planned result.
+        changed: the paths about to change.
+        force: skip both gates (returns None).
+
+    Returns:
+        The :func:`patchkit.plan.outcomes.file_gate` vetoes of the first gate that finds a file, else None
+        (the gates pass).
+    """
+    differ = [] if force else drifted(install, journal, planned.originals, changed)
+    if differ:
+        return outcomes.file_gate(
+            results,
+            differ,
+            lambda hit: (
+                f"{hit} differs from what {install.distribution} {install.version}'s RECORD lists "
+                "(changed by someone else?); reinstall vLLM, or pass --force to patch it as it is"
+            ),
+        )
+    unvouched = [] if force else unchecked(install, journal, planned.originals, changed)
+    if unvouched:
+        return outcomes.file_gate(
+            results,
+            unvouched,
+            lambda hit: (
+                f"vLLM {install.version} has no RECORD ({install.dist_info.name}/RECORD), "
+                f"so patchkit cannot check that {hit} is the release's file (a hand edit "
+                "would go unnoticed); reinstall vLLM, or pass --force to patch it as it is"
+            ),
+        )
+    return None
+
+
+def _chain_gate(
+    install: Install,
+    planned: Plan,
+    results: Sequence[PatchResult],
+    info: InstallInfo,
+    *,
+    requested: set[str],
+    overrides: dict[str, bytes],
+    archs: tuple[str, ...] | None,
+    types: tuple[str, ...] | None,
+    missing_files: list[str],
+    chain_check: ChainCheck,
+):
+    """The last gate: the chain check on the planned bytes, before anything is written.
+
+    Args: as :func:`gates`'s.
+
+    Returns:
+        ``(vetoes, verify_report)``: a whole-run veto when the whole set's planned result would not pass
+        verify (never for a ``--patch`` subset, nor with files missing), and the chain check's report.
+    """
     after = SourceTree(install.site_packages, overrides={**overrides, **planned.changed})
     checked = VerifyReport(info, chain_check(after, Registry(after), contract_mod.detect(after), archs, types))
     # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request, and
@@ -115,5 +221,6 @@ def unchecked(install: Install, journal: JournalRecords, originals: dict[str, by
     """Files about to be patched that no RECORD vouches for (the distribution has none) nor the journal."""
     if has_record(install):
         return []
-    return sorted(p for p in paths
-                  if not (p in journal.entries and sha256(originals[p]) == journal.entries[p].sha256_after))
+    return sorted(
+        p for p in paths if not (p in journal.entries and sha256(originals[p]) == journal.entries[p].sha256_after)
+    )

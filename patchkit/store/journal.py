@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NoReturn
 
 from patchkit import interrupt
 from patchkit.advice import Effect, NextStep, patchkit_argv
@@ -55,8 +55,11 @@ class Journal(JournalRecords):
         except OSError as exc:
             raise StateError(
                 f"cannot create patchkit's state folder {self.dir}: {exc.strerror or exc}",
-                os_hint(exc, self.site_packages,
-                        "run patchkit as the user that owns the vLLM install, or make site-packages writable"),
+                os_hint(
+                    exc,
+                    self.site_packages,
+                    "run patchkit as the user that owns the vLLM install, or make site-packages writable",
+                ),
             ) from exc
 
     @contextlib.contextmanager
@@ -141,7 +144,9 @@ class Journal(JournalRecords):
             raise _Stop()
 
     def _bytecode_folders(self, relpaths: list[str]) -> list[Path]:
-        return sorted({pyc.parent for p in relpaths for pyc in bytecode_of(self.site_packages / p, self.pycache_prefix)})
+        return sorted(
+            {pyc.parent for p in relpaths for pyc in bytecode_of(self.site_packages / p, self.pycache_prefix)}
+        )
 
     def preflight(self, relpaths: list[str]) -> None:
         """Check, before the first write, that every file and folder involved can be written keeping owners.
@@ -149,8 +154,9 @@ class Journal(JournalRecords):
         Raises:
             StateError: one cannot (:mod:`patchkit.store.preflight`); nothing was written.
         """
-        preflight.check([self.site_packages / p for p in relpaths], self._bytecode_folders(relpaths),
-                        self.dir, self.owner)
+        preflight.check(
+            [self.site_packages / p for p in relpaths], self._bytecode_folders(relpaths), self.dir, self.owner
+        )
 
     def sweep(self, leftovers: list[Path] | None = None) -> list[str]:
         """Remove what interrupted runs left (:meth:`leftovers`, or those given); return their paths.
@@ -158,7 +164,7 @@ class Journal(JournalRecords):
         Run under the lock (:meth:`recover` does). Removes the state folder when nothing is journaled.
         """
         removed = []
-        for f in (self.leftovers() if leftovers is None else [*leftovers, *self.leftovers()]):
+        for f in self.leftovers() if leftovers is None else [*leftovers, *self.leftovers()]:
             if not f.exists():
                 continue
             try:
@@ -183,10 +189,14 @@ class Journal(JournalRecords):
         rolled: list[str] = []
         stale = self.leftovers()  # while the pending record still names the folders to look in
         if self._state.pending:
-            todo = [i for i in self._state.pending
-                    if self._current(i["path"]) == i["sha256_after"] and i["sha256_after"] != i["sha256_before"]]
-            data = {i["path"]: (self._stored(i["sha256_before"], i["path"]) if i["sha256_before"] else None)
-                    for i in todo}
+            todo = [
+                i
+                for i in self._state.pending
+                if self._current(i["path"]) == i["sha256_after"] and i["sha256_after"] != i["sha256_before"]
+            ]
+            data = {
+                i["path"]: (self._stored(i["sha256_before"], i["path"]) if i["sha256_before"] else None) for i in todo
+            }
             self.preflight([i["path"] for i in todo])
             for item in todo:
                 self._write_file(item["path"], data[item["path"]])
@@ -214,8 +224,12 @@ class Journal(JournalRecords):
                     self._store(before)
             self._check_stop()
             self._state.pending = [
-                {"path": p, "sha256_before": sha256(b) if b is not None else None,
-                 "sha256_after": sha256(a) if a is not None else None} for p, b, a in changes
+                {
+                    "path": p,
+                    "sha256_before": sha256(b) if b is not None else None,
+                    "sha256_after": sha256(a) if a is not None else None,
+                }
+                for p, b, a in changes
             ]
             self._state.operation = operation
             self._save()
@@ -228,33 +242,72 @@ class Journal(JournalRecords):
             self._state.pending = []
             self._save_or_remove()
         except (OSError, StateError, _Stop) as exc:
-            restored_all = self._put_back(done, saved)
-            signum = interrupt.received()
-            written = ", ".join(p for p, _, _ in done)
-            if isinstance(exc, _Stop) and signum is not None:
-                if restored_all:
-                    raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} during {operation}: "
-                                              + (f"put back {written}; " if done else "")
-                                              + "every file is as it was before this run", "",
-                                      NextStep(patchkit_argv(operation), f"again, to {operation} the patches",
-                                               effect=Effect.PATCHES if operation == "apply" else Effect.RESTORES),
-                                      put_back=True) from None
-                raise Interrupted(signum, f"interrupted by {interrupt.name(signum)} during {operation}: wrote {written} "
-                                          "and could not put every file back", "",
-                                  NextStep(patchkit_argv("revert"), "it puts them back first, then restores the originals",
-                                           effect=Effect.RESTORES)) from None
-            if isinstance(exc, StateError):
-                problem, hint = exc.message, exc.hint or (
-                    "check that you may write the vLLM install (its owner and permissions), then run the command again")
-            else:
-                problem = f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}"
-                hint = os_hint(exc, self.site_packages,
-                               "check that you may write the vLLM install (its owner and permissions), then run the command again")
-            raise StateError(
-                f"{problem}; "
-                + ("every file was put back" if restored_all else "the next patchkit command will put the rest back"),
-                hint, cause=problem,
-            ) from exc
+            self._fail(operation, exc, done, saved)
+
+    def _fail(
+        self, operation: str, exc: BaseException, done: list[tuple[str, bytes | None, bytes | None]], saved
+    ) -> NoReturn:
+        """After an error or a signal before :meth:`_run`'s commit point: put back the files written so far
+        (:meth:`_put_back`), then raise what says so. Called from :meth:`_run`'s ``except`` block only.
+
+        Args:
+            operation: ``"apply"`` or ``"revert"``, for the message and the next step.
+            exc: what stopped the run (an ``OSError``, a :class:`StateError`, or a signal's ``_Stop``).
+            done: the changes written so far, in order; saved: the journal's state before the run.
+        Raises:
+            Interrupted: a signal stopped the run (``put_back`` when every file went back).
+            StateError: a file or the journal could not be written (chained from ``exc``).
+        """
+        restored_all = self._put_back(done, saved)
+        signum = interrupt.received()
+        written = ", ".join(p for p, _, _ in done)
+        if isinstance(exc, _Stop) and signum is not None:
+            if restored_all:
+                raise Interrupted(
+                    signum,
+                    f"interrupted by {interrupt.name(signum)} during {operation}: "
+                    + (f"put back {written}; " if done else "")
+                    + "every file is as it was before this run",
+                    "",
+                    NextStep(
+                        patchkit_argv(operation),
+                        f"again, to {operation} the patches",
+                        effect=Effect.PATCHES if operation == "apply" else Effect.RESTORES,
+                    ),
+                    put_back=True,
+                ) from None
+            raise Interrupted(
+                signum,
+                f"interrupted by {interrupt.name(signum)} during {operation}: wrote {written} "
+                "and could not put every file back",
+                "",
+                NextStep(
+                    patchkit_argv("revert"),
+                    "it puts them back first, then restores the originals",
+                    effect=Effect.RESTORES,
+                ),
+            ) from None
+        if isinstance(exc, StateError):
+            problem, hint = (
+                exc.message,
+                exc.hint
+                or (
+                    "check that you may write the vLLM install (its owner and permissions), then run the command again"
+                ),
+            )
+        else:
+            problem = f"could not write {getattr(exc, 'filename', None) or 'a file'}: {exc.strerror or exc}"
+            hint = os_hint(
+                exc,
+                self.site_packages,
+                "check that you may write the vLLM install (its owner and permissions), then run the command again",
+            )
+        raise StateError(
+            f"{problem}; "
+            + ("every file was put back" if restored_all else "the next patchkit command will put the rest back"),
+            hint,
+            cause=problem,
+        ) from exc
 
     def _put_back(self, done: list[tuple[str, bytes | None, bytes | None]], saved) -> bool:
         """Give the files written so far their bytes back; restore the journal as it was. True if all went back."""
@@ -323,8 +376,14 @@ class Journal(JournalRecords):
         """
         self.narrow(list(paths), {}, {}, "", forget)
 
-    def narrow(self, restore: list[str], rewrite: dict[str, bytes], keep: dict[str, list[str]],
-               vllm_version: str, forget: list[str] = ()) -> None:
+    def narrow(
+        self,
+        restore: list[str],
+        rewrite: dict[str, bytes],
+        keep: dict[str, list[str]],
+        vllm_version: str,
+        forget: list[str] = (),
+    ) -> None:
         """A partial revert (``revert --arch``), all or none: some files get their originals back,
         others new bytes that hold only the patches that stay.
 
@@ -343,7 +402,9 @@ class Journal(JournalRecords):
         data.update(rewrite)
         paths = sorted(data)
         self.preflight(paths)
-        current = {p: (self.site_packages / p).read_bytes() if (self.site_packages / p).is_file() else None for p in paths}
+        current = {
+            p: (self.site_packages / p).read_bytes() if (self.site_packages / p).is_file() else None for p in paths
+        }
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
         def finish() -> None:
@@ -351,8 +412,14 @@ class Journal(JournalRecords):
                 self._state.entries.pop(p, None)
             for p, after in rewrite.items():
                 entry = self._state.entries[p]
-                self._state.entries[p] = Entry(path=p, sha256_before=entry.sha256_before, sha256_after=sha256(after),
-                                               patches=sorted(keep[p]), vllm_version=vllm_version, applied_at=now)
+                self._state.entries[p] = Entry(
+                    path=p,
+                    sha256_before=entry.sha256_before,
+                    sha256_after=sha256(after),
+                    patches=sorted(keep[p]),
+                    vllm_version=vllm_version,
+                    applied_at=now,
+                )
 
         if not paths:
             finish()
@@ -410,8 +477,13 @@ class Journal(JournalRecords):
 
 def journal_for(install: Install, target: str = "vllm") -> Journal:
     """The journal of ``install`` for ``target``, knowing where its interpreter keeps bytecode."""
-    return Journal(install.site_packages, target, install.pycache_prefix, install.spellings,
-                   (install.distribution, str(install.version)))
+    return Journal(
+        install.site_packages,
+        target,
+        install.pycache_prefix,
+        install.spellings,
+        (install.distribution, str(install.version)),
+    )
 
 
 def unfinished_check(journal: JournalRecords) -> Check | None:

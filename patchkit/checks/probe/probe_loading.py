@@ -118,13 +118,18 @@ def check_load_model(classes, chains, results, loader=None):
     for arch, cls in classes.items():
         # V1's label is the one earlier reports carry; V2's names its runner (the run's header names it too)
         runner = "" if loader["runner"] == "V1" else f" ({loader['runner']} runner)"
-        label = (f"{arch}: vLLM's {name}{runner} loads a draft and shares embeddings and head "
-                 "(consistency check on stand-ins)")
+        label = (
+            f"{arch}: vLLM's {name}{runner} loads a draft and shares embeddings and head "
+            "(consistency check on stand-ins)"
+        )
         draft = Draft()
         own_embed, own_head = draft.model.embed_tokens, draft.lm_head
         single_stage = types.SimpleNamespace(world_size=1, is_first_rank=True, is_last_rank=True, rank_in_group=0)
-        patches = {"get_model": lambda *a, **k: draft, "get_layers_from_vllm_config": lambda *a, **k: {},
-                   "get_pp_group": lambda: single_stage}
+        patches = {
+            "get_model": lambda *a, **k: draft,
+            "get_layers_from_vllm_config": lambda *a, **k: {},
+            "get_pp_group": lambda: single_stage,
+        }
         run = _loader_call(proposer_cls, function, draft, patches)
         present = {n for n in patches if n in module.__dict__}
         saved = {n: module.__dict__[n] for n in present}
@@ -139,13 +144,22 @@ def check_load_model(classes, chains, results, loader=None):
                 module.__dict__.update(saved)
         except Exception as exc:  # noqa: BLE001 - what vLLM raised is the finding
             frames = traceback.extract_tb(exc.__traceback__)
-            results.append({"label": label, "ok": False,
-                            "detail": f"{loader['name']} raised {one_line(exc)} at {vllm_site(frames)}"})
+            results.append(
+                {
+                    "label": label,
+                    "ok": False,
+                    "detail": f"{loader['name']} raised {one_line(exc)} at {vllm_site(frames)}",
+                }
+            )
             continue
         problems, shared = _sharing(draft, own_embed, own_head, placed, holders)
         heads = placed["head"]
-        detail = (f"{where}: {loader['name']} ran through; the draft (no embeddings or head of its own) now uses the "
-                  "target's " + " and ".join(shared) + ("" if heads else " (the target has no lm_head: the draft keeps its own)"))
+        detail = (
+            f"{where}: {loader['name']} ran through; the draft (no embeddings or head of its own) now uses the "
+            "target's "
+            + " and ".join(shared)
+            + ("" if heads else " (the target has no lm_head: the draft keeps its own)")
+        )
         results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or detail})
 
 
@@ -173,6 +187,7 @@ def _loader_call(proposer_cls, function, draft, patches: dict):
     import torch  # lazy: torch exists only in the target environment
 
     if proposer_cls is not None:
+
         class Proposer(proposer_cls):
             def __getattr__(self, name):  # proposer state __init__ would set: falsy stand-ins
                 if name.startswith("__"):
@@ -191,8 +206,12 @@ def _loader_call(proposer_cls, function, draft, patches: dict):
     speculative = types.SimpleNamespace(draft_model_config=types.SimpleNamespace(), draft_lm_head_quantization=None)
     vllm_config = types.SimpleNamespace(speculative_config=speculative, load_config=load_config)
     speculative.apply_draft_overrides = lambda config: config
-    patches.update({"get_draft_load_config": lambda config: config.load_config,
-                    "get_pp_safe_draft_load_config": lambda config: config})
+    patches.update(
+        {
+            "get_draft_load_config": lambda config: config.load_config,
+            "get_pp_safe_draft_load_config": lambda config: config,
+        }
+    )
     return lambda target: function(target, vllm_config)
 
 
@@ -214,8 +233,10 @@ def _sharing(draft, own_embed, own_head, placed: dict, holders: list) -> tuple[l
     if heads and any(got_head is part for _, part in heads):
         shared.append("lm_head")
     elif heads:
-        problems.append("the draft has no lm_head of its own but kept its unloaded one (the target's "
-                        f"head on {type(holders[heads[-1][0]]).__name__} was not shared)")
+        problems.append(
+            "the draft has no lm_head of its own but kept its unloaded one (the target's "
+            f"head on {type(holders[heads[-1][0]]).__name__} was not shared)"
+        )
     elif got_head is not own_head:
         problems.append(f"the target has no lm_head, yet the draft's became {type(got_head).__name__}")
     return problems, shared
@@ -240,53 +261,103 @@ def check_wrapper_forward(classes, chains, results):
         aux = {k: torch.full((3, 4), float(k)) for k in ids}
         calls = []
         try:
-            obj, holders = stand_in_target(cls, chain, fallback=True)
-            backbone = holders[-1]
-            # call forward directly (a compile decorator's __call__ reads state __init__ would set)
-            backbone.__class__ = type(type(backbone).__name__, (type(backbone),),
-                                      {"__call__": lambda self, *a, **k: self.forward(*a, **k)})
-
-            def backbone_forward(*args, backbone=backbone, **kwargs):
-                calls.append(tuple(backbone.aux_hidden_state_layers))
-                requested = sorted(backbone.aux_hidden_state_layers)
-                return (hidden, [aux[k] for k in requested]) if requested else hidden
-
-            backbone.forward = backbone_forward
-            try:
-                getattr(obj, SETTER)(ids)
-            except Exception:  # noqa: BLE001 - whether the setter works is check 2 (run without fallbacks)
-                pass
-            # this check is about forward alone: the ids are on the backbone, however the setter fared
-            backbone.aux_hidden_state_layers = ids
-            modules = {sys.modules[type(h).forward.__module__] for h in holders[:-1]}
-            group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1)
-            saved = {m: m.__dict__.get("get_pp_group") for m in modules}
-            for m in modules:
-                m.get_pp_group = lambda: group
-            try:
-                out = obj.forward(input_ids=torch.zeros(3, dtype=torch.long), positions=torch.arange(3),
-                                  intermediate_tensors=None, inputs_embeds=hidden.clone() * 0)
-            finally:
-                for m, fn in saved.items():
-                    if fn is None:
-                        m.__dict__.pop("get_pp_group", None)
-                    else:
-                        m.get_pp_group = fn
+            out = _wrapper_forward(torch, cls, chain, ids, hidden, aux, calls)
         except Exception as exc:  # noqa: BLE001
             frames = traceback.extract_tb(exc.__traceback__)
             if calls:
-                results.append({"label": label, "ok": False, "detail": f"after the backbone returned its tuple, "
-                                f"forward raised {one_line(exc)} at {vllm_site(frames)}"})
+                results.append(
+                    {
+                        "label": label,
+                        "ok": False,
+                        "detail": f"after the backbone returned its tuple, "
+                        f"forward raised {one_line(exc)} at {vllm_site(frames)}",
+                    }
+                )
             else:
-                results.append({"label": label, "ok": None, "detail": f"not run: the stand-ins cannot drive this forward "
-                                f"({one_line(exc)} at {vllm_site(frames)})"})
+                results.append(
+                    {
+                        "label": label,
+                        "ok": None,
+                        "detail": f"not run: the stand-ins cannot drive this forward "
+                        f"({one_line(exc)} at {vllm_site(frames)})",
+                    }
+                )
             continue
         problems = _passthrough_problems(out, calls, ids, hidden, [aux[k] for k in sorted(ids)])
         path = " -> ".join([cls.__name__] + [q.split(":")[1] for _, q in chain])
-        results.append({"label": label, "ok": not problems, "detail": "; ".join(problems) or
-                        f"{cls.__name__}.forward ({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
-                        f"{path}) "
-                        f"returned the backbone's hidden states and aux states for ids {ids}, in layer order"})
+        results.append(
+            {
+                "label": label,
+                "ok": not problems,
+                "detail": "; ".join(problems)
+                or f"{cls.__name__}.forward ({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
+                f"{path}) "
+                f"returned the backbone's hidden states and aux states for ids {ids}, in layer order",
+            }
+        )
+
+
+def _wrapper_forward(torch, cls, chain, ids, hidden, aux, calls):
+    """Build ``cls`` on stand-ins (:func:`probe_standins.stand_in_target`), its backbone's ``forward`` replaced by
+    one returning ``(hidden, [aux[k] for the requested ids])``, aux ids ``ids`` set, and run ``cls.forward``.
+
+    Args:
+        torch: the target environment's torch module.
+        cls, chain: the class and the chain of holders down to its backbone.
+        ids, hidden, aux: the aux ids requested, the backbone's hidden states, each id's aux state.
+        calls: appended the backbone's requested ids each time the stand-in backbone runs (empty: it never ran).
+    Returns:
+        What ``cls.forward`` returned.
+    Raises:
+        Exception: anything building the stand-ins or running ``forward`` raises.
+    """
+    obj, holders = stand_in_target(cls, chain, fallback=True)
+    backbone = holders[-1]
+    # call forward directly (a compile decorator's __call__ reads state __init__ would set)
+    backbone.__class__ = type(
+        type(backbone).__name__, (type(backbone),), {"__call__": lambda self, *a, **k: self.forward(*a, **k)}
+    )
+
+    def backbone_forward(*args, backbone=backbone, **kwargs):
+        calls.append(tuple(backbone.aux_hidden_state_layers))
+        requested = sorted(backbone.aux_hidden_state_layers)
+        return (hidden, [aux[k] for k in requested]) if requested else hidden
+
+    backbone.forward = backbone_forward
+    try:
+        getattr(obj, SETTER)(ids)
+    except Exception:  # noqa: BLE001 - whether the setter works is check 2 (run without fallbacks)
+        pass
+    # this check is about forward alone: the ids are on the backbone, however the setter fared
+    backbone.aux_hidden_state_layers = ids
+    return _forward_on_one_stage(torch, obj, holders, hidden)
+
+
+def _forward_on_one_stage(torch, obj, holders, hidden):
+    """Run ``obj.forward`` with ``get_pp_group`` of each holder's module (the backbone's excluded) answering
+    one pipeline stage, first and last; each module's own ``get_pp_group`` (or its absence) is put back after.
+
+    Returns:
+        What ``obj.forward`` returned. Raises: anything it raises.
+    """
+    modules = {sys.modules[type(h).forward.__module__] for h in holders[:-1]}
+    group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1)
+    saved = {m: m.__dict__.get("get_pp_group") for m in modules}
+    for m in modules:
+        m.get_pp_group = lambda: group
+    try:
+        return obj.forward(
+            input_ids=torch.zeros(3, dtype=torch.long),
+            positions=torch.arange(3),
+            intermediate_tensors=None,
+            inputs_embeds=hidden.clone() * 0,
+        )
+    finally:
+        for m, fn in saved.items():
+            if fn is None:
+                m.__dict__.pop("get_pp_group", None)
+            else:
+                m.get_pp_group = fn
 
 
 def _passthrough_problems(out, calls: list, ids: tuple, hidden, expected: list) -> list[str]:
@@ -299,14 +370,19 @@ def _passthrough_problems(out, calls: list, ids: tuple, hidden, expected: list) 
     elif calls[0] != ids:
         problems.append(f"the backbone saw aux ids {calls[0]}, not {ids}")
     if not (isinstance(out, tuple) and len(out) == 2):
-        problems.append(f"forward returned {type(out).__name__}, not the (hidden_states, aux_hidden_states) tuple: "
-                        "the aux states were dropped")
+        problems.append(
+            f"forward returned {type(out).__name__}, not the (hidden_states, aux_hidden_states) tuple: "
+            "the aux states were dropped"
+        )
     else:
         got_hidden, got_aux = out
         if not (got_hidden is hidden or (isinstance(got_hidden, torch.Tensor) and torch.equal(got_hidden, hidden))):
             problems.append("the hidden_states came back changed")
         got_aux = list(got_aux) if isinstance(got_aux, (list, tuple)) else None
-        if got_aux is None or len(got_aux) != len(expected) or not all(
-                isinstance(g, torch.Tensor) and (g is e or torch.equal(g, e)) for g, e in zip(got_aux, expected)):
+        if (
+            got_aux is None
+            or len(got_aux) != len(expected)
+            or not all(isinstance(g, torch.Tensor) and (g is e or torch.equal(g, e)) for g, e in zip(got_aux, expected))
+        ):
             problems.append(f"the aux states came back changed or reordered (expected layers {sorted(ids)} in order)")
     return problems
