@@ -385,7 +385,7 @@ RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
 """A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
 RELEASES_AT_HOME = ("vllm/release/contract.py",)
 """Where release boundaries are named (relative to the package folder)."""
-MEASURED_ON = ("rehearse/verdict.py",)
+MEASURED_ON = ("rehearse/tolerances.py",)
 """Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
 0.20.2"): provenance of a measurement, not a boundary any decision rests on."""
 
@@ -706,7 +706,7 @@ def test_rule_release_literals_can_fail(tmp_path):
             **CLEAN,
             "__init__.py": '__version__ = "0.1.0"\n',
             "vllm/release/contract.py": 'NATIVE_FROM = "0.18.0"\n',
-            "rehearse/verdict.py": 'NOTE = "H200, vLLM 0.20.2"\n',
+            "rehearse/tolerances.py": 'NOTE = "H200, vLLM 0.20.2"\n',
             "plan/engine.py": (
                 '"""Native from 0.18.0 (a docstring may cite it)."""\n'
                 'X = Version("0.18.0")\n'

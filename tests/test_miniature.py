@@ -184,7 +184,7 @@ def test_an_architecture_the_registry_does_not_hold_is_refused_before_anything_i
     def started(*_a, **_k):
         raise AssertionError("the rehearsal went on past the registry check")
 
-    monkeypatch.setattr(rehearsal, "_probe_device", started)
+    monkeypatch.setattr(rehearsal, "probe_device", started)
     monkeypatch.setattr(rehearsal.subprocess, "Popen", started)
     monkeypatch.setattr(rehearsal, "shrink", started)
     typo = {**GLM45_AIR, "architectures": ["Glm4MoeForCausalLn"]}

@@ -140,7 +140,7 @@ def test_a_relative_python_starts_the_engine(tmp_path, monkeypatch):
         started.update(argv=argv, cwd=kwargs["cwd"])
         raise Started
 
-    monkeypatch.setattr(rehearsal, "_probe_device", lambda *_a, **_k: {})
+    monkeypatch.setattr(rehearsal, "probe_device", lambda *_a, **_k: {})
     monkeypatch.setattr(rehearsal.subprocess, "Popen", popen)
     model = write_checkpoint(tmp_path / "model", GLM45_AIR)
     draft = write_checkpoint(tmp_path / "draft", GLM45_SPECFORGE_DRAFT)

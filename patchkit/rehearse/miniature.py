@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 from patchkit.errors import RefusedError
 from patchkit.vllm.checkpoints.config import text_config
-from patchkit.vllm.stream.aux_defaults import vllm_default_ids
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
+from patchkit.rehearse.miniature_ids import layer_count, trained_ids
 
 HIDDEN = 64
 HEAD_DIM = 32
@@ -34,7 +34,6 @@ EXPERTS = 4
 VOCAB = 512
 DRAFT_VOCAB = 256
 MAX_POSITIONS = 512
-MAX_LAYERS = 12
 
 _REFUSED_FIELDS = {
     "quantization_config": "a quantized checkpoint: the miniature's random weights would need the same quantization",
@@ -43,12 +42,19 @@ _REFUSED_FIELDS = {
 """Fields patchkit cannot shrink safely, and why (the rehearsal refuses, naming the field)."""
 
 _WIDTH_FIELDS = {
-    "hidden_size": HIDDEN, "n_embd": HIDDEN, "d_model": HIDDEN,
-    "intermediate_size": INTERMEDIATE, "ffn_hidden_size": INTERMEDIATE,
-    "moe_intermediate_size": MOE_INTERMEDIATE, "shared_expert_intermediate_size": MOE_INTERMEDIATE,
+    "hidden_size": HIDDEN,
+    "n_embd": HIDDEN,
+    "d_model": HIDDEN,
+    "intermediate_size": INTERMEDIATE,
+    "ffn_hidden_size": INTERMEDIATE,
+    "moe_intermediate_size": MOE_INTERMEDIATE,
+    "shared_expert_intermediate_size": MOE_INTERMEDIATE,
     "expert_intermediate_size": MOE_INTERMEDIATE,
     # LFM2's convolution blocks (LiquidAI's config.json): block_dim / conv_dim are the hidden width
-    "block_dim": HIDDEN, "conv_dim": HIDDEN, "conv_dim_out": HIDDEN, "block_ff_dim": INTERMEDIATE,
+    "block_dim": HIDDEN,
+    "conv_dim": HIDDEN,
+    "conv_dim_out": HIDDEN,
+    "block_ff_dim": INTERMEDIATE,
 }
 _EXPERT_FIELDS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 _TOPK_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "moe_k")
@@ -85,32 +91,6 @@ class Miniature:
     vocabularies: tuple[Any, Any] = (None, None)
 
 
-def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
-    """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
-
-    The conventions are :mod:`patchkit.vllm.checkpoints.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
-    is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
-    ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
-    """
-    top = draft.get(IDS_FIELD)
-    nested = (draft.get(EAGLE_CONFIG) or {}).get(IDS_FIELD)
-    if isinstance(top, list) and top:
-        return tuple(int(k) for k in top), "top level"
-    if isinstance(nested, list) and nested:
-        return tuple(int(k) + 1 for k in nested), EAGLE_CONFIG
-    return tuple(vllm_default_ids(n)), "none"
-
-
-def _map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
-    """``ids`` of an ``n``-layer target placed proportionally on ``m`` layers, or None when two collide.
-
-    An inner id (0 < k < n) stays inner (1 .. m - 1), so the layers either side of it exist in
-    the miniature too (the shifted-by-one comparison needs them); 0 and n stay 0 and m.
-    """
-    mapped = tuple(k if k in (0,) else m if k == n else min(m - 1, max(1, round(k * m / n))) for k in ids)
-    return mapped if len(set(mapped)) == len(set(ids)) else None
-
-
 def _per_layer(value: Any, n: int, m: int) -> Any:
     """A list with one entry per layer, resampled onto ``m`` layers (the last entry kept last)."""
     if isinstance(value, list) and len(value) == n and n > 0:
@@ -122,8 +102,12 @@ def _per_layer(value: Any, n: int, m: int) -> Any:
 _HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
 _KV_FIELDS = ("num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")
 _HEAD_DIM_FIELDS = ("head_dim", "kv_channels")
-_FAMILY_TOPK = {"n_routed_experts": "num_experts_per_tok", "num_experts": "num_experts_per_tok",
-                "num_local_experts": "num_experts_per_tok", "moe_num_experts": "moe_k"}
+_FAMILY_TOPK = {
+    "n_routed_experts": "num_experts_per_tok",
+    "num_experts": "num_experts_per_tok",
+    "num_local_experts": "num_experts_per_tok",
+    "moe_num_experts": "moe_k",
+}
 """The top-k field each expert-count field's family reads (DeepSeek / GLM, Qwen / OLMoE, Mixtral /
 Granite, ERNIE 4.5: transformers' ``configuration_*.py`` of each)."""
 _GROUPED = "n_routed_experts"
@@ -146,8 +130,9 @@ def _scaled(width: int, heads: int) -> int:
     return width * heads // HEADS
 
 
-def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, head_dim: int = HEAD_DIM,
-                 heads: int = HEADS) -> None:
+def _shrink_text(
+    cfg: dict[str, Any], m: int, changed: list[str], prefix: str, head_dim: int = HEAD_DIM, heads: int = HEADS
+) -> None:
     """Shrink one text config in place (``m`` layers).
 
     Every field the shrunk widths, heads, experts and layers constrain is set explicitly, also when
@@ -179,8 +164,11 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
             if resampled is not value:
                 put(key, resampled)
     if isinstance(cfg.get("layer_types"), list) and len(user["layer_types"]) != n:
-        refuse("layer_types", f"has {len(user['layer_types'])} entries for {n} layers (num_hidden_layers)",
-               "give layer_types one entry per layer, as transformers requires")
+        refuse(
+            "layer_types",
+            f"has {len(user['layer_types'])} entries for {n} layers (num_hidden_layers)",
+            "give layer_types one entry per layer, as transformers requires",
+        )
     put("num_hidden_layers", m)
     widths = [key for key in _WIDTH_FIELDS if isinstance(cfg.get(key), int)]
     for key in widths:
@@ -192,14 +180,24 @@ def _shrink_text(cfg: dict[str, Any], m: int, changed: list[str], prefix: str, h
     cfg["torch_dtype"] = "float32"
 
 
-def _shrink_heads(cfg: dict[str, Any], user: dict[str, Any], widths: list[str], put: Callable[[str, Any], None],
-                  refuse: Callable[[str, str, str], None], head_dim: int, heads: int) -> None:
+def _shrink_heads(
+    cfg: dict[str, Any],
+    user: dict[str, Any],
+    widths: list[str],
+    put: Callable[[str, Any], None],
+    refuse: Callable[[str, str, str], None],
+    head_dim: int,
+    heads: int,
+) -> None:
     """The attention heads, key-value heads and head size (and a rescaled ``mrope_section``)."""
     heads_key = next((k for k in _HEAD_FIELDS if isinstance(cfg.get(k), int)), None)
     if heads_key is None and widths:
-        refuse("num_attention_heads", "is absent: patchkit cannot shrink hidden_size without the head count "
-               "(the class default would not fit the miniature's width)",
-               "add num_attention_heads (and num_key_value_heads) to a copy of config.json, as the checkpoint was trained")
+        refuse(
+            "num_attention_heads",
+            "is absent: patchkit cannot shrink hidden_size without the head count "
+            "(the class default would not fit the miniature's width)",
+            "add num_attention_heads (and num_key_value_heads) to a copy of config.json, as the checkpoint was trained",
+        )
     if heads_key is not None:
         user_heads = int(user[heads_key])
         user_head_dim = next((user[k] for k in _HEAD_DIM_FIELDS if isinstance(user.get(k), int)), None)
@@ -231,7 +229,8 @@ def _shrink_experts(cfg: dict[str, Any], put: Callable[[str, Any], None], heads:
         if not any(isinstance(cfg.get(k), int) for k in _TOPK_FIELDS):
             put(topk, min(2, int(cfg[experts_key])))  # absent: DeepseekV3Config's default is 8 of 256
         if experts_key == _GROUPED and not any(  # OLMoE's experts are intermediate_size wide: not added there
-                isinstance(cfg.get(k), int) for k in ("moe_intermediate_size", "expert_intermediate_size")):
+            isinstance(cfg.get(k), int) for k in ("moe_intermediate_size", "expert_intermediate_size")
+        ):
             put("moe_intermediate_size", _scaled(MOE_INTERMEDIATE, heads))
     if isinstance(cfg.get("n_group"), int) and cfg["n_group"] > 1:
         put("n_group", 2)
@@ -256,8 +255,11 @@ def _shrink_layer_fields(cfg: dict[str, Any], m: int, n: int, put: Callable[[str
             put(key, 1)
     if isinstance(cfg.get("max_window_layers"), int) and cfg["max_window_layers"] < n:
         put("max_window_layers", round(cfg["max_window_layers"] * m / n))
-    if not isinstance(cfg.get("layer_types"), list) and isinstance(cfg.get("sliding_window_pattern"), int) \
-            and cfg["sliding_window_pattern"] > m // 2:
+    if (
+        not isinstance(cfg.get("layer_types"), list)
+        and isinstance(cfg.get("sliding_window_pattern"), int)
+        and cfg["sliding_window_pattern"] > m // 2
+    ):
         put("sliding_window_pattern", 2)  # a pattern longer than the miniature would leave no full-attention layer
 
 
@@ -284,8 +286,13 @@ def _shrink_sizes(cfg: dict[str, Any], put: Callable[[str, Any], None]) -> None:
             put(key, [v if v < VOCAB else VOCAB - 2 for v in value if isinstance(v, int)])
 
 
-def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable[[str, Any], None],
-                   refuse: Callable[[str, str, str], None], head_dim: int = HEAD_DIM) -> None:
+def _rescale_mrope(
+    cfg: dict[str, Any],
+    user_head_dim: int | None,
+    put: Callable[[str, Any], None],
+    refuse: Callable[[str, str, str], None],
+    head_dim: int = HEAD_DIM,
+) -> None:
     """Rescale ``rope_scaling`` / ``rope_parameters`` ``mrope_section`` (its sum is the rotary half
     of the user's head size) onto :data:`HEAD_DIM`, or refuse naming it."""
     for holder in ("rope_scaling", "rope_parameters"):
@@ -295,34 +302,53 @@ def _rescale_mrope(cfg: dict[str, Any], user_head_dim: int | None, put: Callable
             continue
         total = sum(int(s) for s in section)
         if not user_head_dim or (total * head_dim) % user_head_dim:
-            refuse(f"{holder}.mrope_section", f"{section} cannot be rescaled from head size {user_head_dim} to {head_dim}",
-                   "rehearse a checkpoint whose mrope_section sums to half its rotary head size")
+            refuse(
+                f"{holder}.mrope_section",
+                f"{section} cannot be rescaled from head size {user_head_dim} to {head_dim}",
+                "rehearse a checkpoint whose mrope_section sums to half its rotary head size",
+            )
         want = total * head_dim // user_head_dim
         scaled = [max(1, round(int(s) * want / total)) for s in section]
         scaled[-1] += want - sum(scaled)
         if scaled[-1] < 1:
-            refuse(f"{holder}.mrope_section", f"{section} has more sections than the miniature's head size holds",
-                   "rehearse a checkpoint with fewer rope sections")
+            refuse(
+                f"{holder}.mrope_section",
+                f"{section} has more sections than the miniature's head size holds",
+                "rehearse a checkpoint with fewer rope sections",
+            )
         put(holder, {**rope, "mrope_section": scaled})
 
 
-def _shrink_draft(draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: str,
-                  ids: tuple[int, ...]) -> dict[str, Any]:
+def _shrink_draft(
+    draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: str, ids: tuple[int, ...]
+) -> dict[str, Any]:
     """The miniature draft: the target's width and ``heads`` heads (one KV head), its vocabulary
     rules kept (same as the target's or not, a smaller draft vocabulary or not), ``ids`` written
     where the draft keeps its ids (``field``), in its own convention."""
-    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    draft_layer = (
+        draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    )
     hidden = _scaled(HIDDEN, heads)
     d = copy.deepcopy(draft)
     layer = d.get("transformer_layer_config") if isinstance(d.get("transformer_layer_config"), dict) else d
-    layer.update({"hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": 1, "head_dim": head_dim,
-                  "intermediate_size": _scaled(INTERMEDIATE, heads), "max_position_embeddings": MAX_POSITIONS,
-                  "torch_dtype": "float32"})
+    layer.update(
+        {
+            "hidden_size": hidden,
+            "num_attention_heads": heads,
+            "num_key_value_heads": 1,
+            "head_dim": head_dim,
+            "intermediate_size": _scaled(INTERMEDIATE, heads),
+            "max_position_embeddings": MAX_POSITIONS,
+            "torch_dtype": "float32",
+        }
+    )
     if d.get("target_hidden_size") is not None:
         d["target_hidden_size"] = hidden
     layer["vocab_size"] = VOCAB if same_vocab else VOCAB + 128
     user_draft_vocab = draft.get("draft_vocab_size")
-    d["draft_vocab_size"] = layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
+    d["draft_vocab_size"] = (
+        layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
+    )
     if field == "top level":
         d[IDS_FIELD] = list(ids)
     elif field == EAGLE_CONFIG:
@@ -330,8 +356,9 @@ def _shrink_draft(draft: dict[str, Any], heads: int, head_dim: int, same_vocab: 
     return d
 
 
-def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM,
-           tensor_parallel_size: int = 1) -> Miniature:
+def shrink(
+    target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEAD_DIM, tensor_parallel_size: int = 1
+) -> Miniature:
     """Shrink the user's target and draft configs (nothing is written; the inputs are not changed).
 
     Args:
@@ -346,58 +373,88 @@ def shrink(target: dict[str, Any], draft: dict[str, Any], *, head_dim: int = HEA
     Raises:
         RefusedError: a field patchkit cannot shrink safely (named), or the target's text config
             has no ``num_hidden_layers``, or the draft's ids cannot be mapped onto at most
-            :data:`MAX_LAYERS` layers.
+            :data:`~patchkit.rehearse.miniature_ids.MAX_LAYERS` layers.
     """
-    for key, why in _REFUSED_FIELDS.items():
-        for where, cfg in (("the target's", target), ("the target's text_config", text_config(target)[0]), ("the draft's", draft)):
-            if key in cfg:
-                raise RefusedError(f"{where} config.json has {key}: {why}",
-                                   f"rehearse the unquantized checkpoint of the same architecture (remove {key} from a copy of config.json)")
+    _refuse_fields(target, draft)
     text = text_config(target)[0]
     n = text.get("num_hidden_layers")
     if not isinstance(n, int) or n < 1:
-        raise RefusedError("the target's config.json has no num_hidden_layers (an integer)",
-                           "give the checkpoint folder of a decoder model")
+        raise RefusedError(
+            "the target's config.json has no num_hidden_layers (an integer)",
+            "give the checkpoint folder of a decoder model",
+        )
     user_ids, field = trained_ids(draft, n)
     if max(user_ids) > n or min(user_ids) < 0:
-        raise RefusedError(f"the draft's aux ids {list(user_ids)} are outside the target's 0..{n} layers",
-                           "the draft was trained for another target (num_hidden_layers)")
-    m = ids = None
-    for size in range(4, MAX_LAYERS + 1):
-        if size > n:
-            break
-        if field == "none":
-            mapped = tuple(vllm_default_ids(size))
-            ok = len(set(mapped)) == len(mapped)
-        else:
-            mapped = _map_ids(user_ids, n, size)
-            ok = mapped is not None
-        if ok:
-            m, ids = size, mapped
-            break
-    if m is None:
-        m, ids = n, user_ids  # a small target already: kept as it is
+        raise RefusedError(
+            f"the draft's aux ids {list(user_ids)} are outside the target's 0..{n} layers",
+            "the draft was trained for another target (num_hidden_layers)",
+        )
+    m, ids = layer_count(user_ids, field, n)
     changed: list[str] = []
     heads = heads_for(tensor_parallel_size)
-    hidden = _scaled(HIDDEN, heads)
     mini = copy.deepcopy(target)
     inner = text_config(mini)[0]
     _shrink_text(inner, m, changed, "text_config." if inner is not mini else "", head_dim, heads)
     if inner is not mini:
-        vision = mini.get("vision_config")
-        if isinstance(vision, dict):
-            for key, small in (("hidden_size", hidden), ("intermediate_size", _scaled(INTERMEDIATE, heads)),
-                               ("num_hidden_layers", 1), ("depth", 1), ("num_attention_heads", heads)):
-                if isinstance(vision.get(key), int):
-                    changed.append(f"vision_config.{key}: {vision[key]} -> {small}")
-                    vision[key] = small
-        mini["torch_dtype"] = "float32"
+        _shrink_vision(mini, heads, changed)
     user_vocab = text.get("vocab_size")
-    draft_layer = draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    draft_layer = (
+        draft.get("transformer_layer_config") if isinstance(draft.get("transformer_layer_config"), dict) else draft
+    )
     same_vocab = draft_layer.get("vocab_size") in (None, user_vocab)
     d = _shrink_draft(draft, heads, head_dim, same_vocab, field, ids)
-    return Miniature(mini, d, (n, m), user_ids, tuple(ids), field, same_vocab, tuple(changed),
-                     (user_vocab, draft_layer.get("vocab_size")))
+    return Miniature(
+        mini,
+        d,
+        (n, m),
+        user_ids,
+        tuple(ids),
+        field,
+        same_vocab,
+        tuple(changed),
+        (user_vocab, draft_layer.get("vocab_size")),
+    )
+
+
+def _refuse_fields(target: dict[str, Any], draft: dict[str, Any]) -> None:
+    """Refuse a target or draft config that has a field patchkit cannot shrink safely.
+
+    Args: the target's and the draft's ``config.json``. Returns nothing.
+    Raises:
+        RefusedError: a field of :data:`_REFUSED_FIELDS` in the target, its text config or the draft (named).
+    """
+    for key, why in _REFUSED_FIELDS.items():
+        for where, cfg in (
+            ("the target's", target),
+            ("the target's text_config", text_config(target)[0]),
+            ("the draft's", draft),
+        ):
+            if key in cfg:
+                raise RefusedError(
+                    f"{where} config.json has {key}: {why}",
+                    f"rehearse the unquantized checkpoint of the same architecture (remove {key} from a copy of config.json)",
+                )
+
+
+def _shrink_vision(mini: dict[str, Any], heads: int, changed: list[str]) -> None:
+    """Shrink a multimodal target's ``vision_config`` in place (one layer, the miniature's widths) and set fp32.
+
+    Args: the copied target config, the miniature's head count, the list of changes (appended to).
+    Returns nothing; raises nothing.
+    """
+    vision = mini.get("vision_config")
+    if isinstance(vision, dict):
+        for key, small in (
+            ("hidden_size", _scaled(HIDDEN, heads)),
+            ("intermediate_size", _scaled(INTERMEDIATE, heads)),
+            ("num_hidden_layers", 1),
+            ("depth", 1),
+            ("num_attention_heads", heads),
+        ):
+            if isinstance(vision.get(key), int):
+                changed.append(f"vision_config.{key}: {vision[key]} -> {small}")
+                vision[key] = small
+    mini["torch_dtype"] = "float32"
 
 
 __all__ = ["Miniature", "heads_for", "shrink", "trained_ids"]

