@@ -1,6 +1,10 @@
 """A backbone ``forward``'s capture of the aux hidden states, checked against vLLM's own capture semantics
 (:mod:`patchkit.codemods.capture`) and against the residual stream the release's code implies
 (:mod:`patchkit.vllm.stream.residual`). Part of the chain check (:mod:`patchkit.vllm.chain`).
+
+The capture ``if`` forms are checked here (:func:`capture_checks`, :func:`split_capture_checks`); the
+``EagleModelMixin`` calls by :mod:`patchkit.vllm.chain.mixin_capture`, whose
+:func:`~patchkit.vllm.chain.mixin_capture.mixin_capture_checks` this module hands on (``__all__``).
 """
 
 from __future__ import annotations
@@ -9,8 +13,9 @@ import ast
 
 from patchkit.results import Check
 from patchkit.vllm.chain.kinds import FINAL_LAYER_CAPTURED, FINAL_LAYER_CHECK, FINAL_LAYER_MISSED, NOT_FOLLOWED
+from patchkit.vllm.chain.mixin_capture import mixin_capture_checks
 from patchkit.vllm.classes.composition import is_layer_loop
-from patchkit.vllm.release.contract import ATTR, MAYBE_ADD
+from patchkit.vllm.release.contract import ATTR
 from patchkit.vllm.classes.loops import Loop, decoder_loop
 from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.release.source import ClassRef, SourceTree
@@ -57,8 +62,15 @@ def capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str
         if stmt is test:
             capture = (i, stmt)
     if capture is None:
-        checks.append(Check("captures the residual stream entering each layer", False,
-                            f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED))
+        checks.append(
+            Check(
+                "captures the residual stream entering each layer",
+                False,
+                f"no 'if {index_name} in self.{ATTR}' in the decoder-layer loop",
+                at,
+                kind=NOT_FOLLOWED,
+            )
+        )
         return checks
     i, stmt = capture
     before_layer = form.call_at is not None and i < form.call_at
@@ -72,38 +84,78 @@ def _capture_site(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str)
     form = decoder_loop(forward)
     loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
     if not isinstance(form, Loop) or len(loops) != 1:
-        return [Check("forward captures aux hidden states", False,
-                      form if isinstance(form, str) else "expected 1 decoder-layer loop", where, kind=NOT_FOLLOWED)]
+        return [
+            Check(
+                "forward captures aux hidden states",
+                False,
+                form if isinstance(form, str) else "expected 1 decoder-layer loop",
+                where,
+                kind=NOT_FOLLOWED,
+            )
+        ]
     loop = loops[0]
     at = f"{relpath}:{loop.lineno}"
-    tests = [s for s in loop.body if isinstance(s, ast.If) and isinstance(s.test, ast.Compare)
-             and len(s.test.ops) == 1 and isinstance(s.test.ops[0], ast.In) and _mentions_self(s.test.comparators[0], ATTR)]
+    tests = [
+        s
+        for s in loop.body
+        if isinstance(s, ast.If)
+        and isinstance(s.test, ast.Compare)
+        and len(s.test.ops) == 1
+        and isinstance(s.test.ops[0], ast.In)
+        and _mentions_self(s.test.comparators[0], ATTR)
+    ]
     if not tests:
-        return [Check("captures the residual stream entering each layer", False,
-                      f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop", at, kind=NOT_FOLLOWED)]
+        return [
+            Check(
+                "captures the residual stream entering each layer",
+                False,
+                f"no 'if <layer id> in self.{ATTR}' in the decoder-layer loop",
+                at,
+                kind=NOT_FOLLOWED,
+            )
+        ]
     if form.index is None:
-        return [Check("forward captures aux hidden states", False, "the decoder-layer loop has no layer index", at,
-                      kind=NOT_FOLLOWED)]
+        return [
+            Check(
+                "forward captures aux hidden states",
+                False,
+                "the decoder-layer loop has no layer index",
+                at,
+                kind=NOT_FOLLOWED,
+            )
+        ]
     return form, loop, tests[0]
 
 
 def _ids_check(index_name: str, form: Loop, at: str) -> Check:
     """Whether the capture's ids are global layer indices (right under pipeline parallelism)."""
     global_ids = index_name == form.index
-    return Check("ids are global layer indices", True if global_ids else None,
-                 f"{index_name} is the global layer id" if global_ids else
-                 f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
-                 "pipeline parallelism only (upstream's own form in some releases)", at)
+    return Check(
+        "ids are global layer indices",
+        True if global_ids else None,
+        f"{index_name} is the global layer id"
+        if global_ids
+        else f"{index_name} counts from 0 on each stage (the global id is {form.index}): right without "
+        "pipeline parallelism only (upstream's own form in some releases)",
+        at,
+    )
 
 
 def _captured_value(stmt: ast.stmt) -> ast.expr | None:
     """The tensor a capture ``if`` appends (through a local it assigns, if so), or None."""
-    appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args]
+    appended = [
+        c.args[0]
+        for c in ast.walk(stmt)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args
+    ]
     # an 'if residual is None: append(hidden_states) else: append(hidden_states + residual)' capture counts as one
     value = next((a for a in appended if _is_residual_stream(a)), appended[0] if appended else None)
     if isinstance(value, ast.Name):  # captured through a local: aux = hidden_states + residual; ...append(aux)
-        assigned = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+        assigned = [
+            n.value
+            for n in ast.walk(stmt)
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
+        ]
         value = assigned[0] if assigned else value
     return value
 
@@ -115,7 +167,11 @@ def _stream_check(value: ast.expr | None, expected, form: Loop, before_layer: bo
         stream = Stream.SUM if form.returns_residual else Stream.HIDDEN
     if stream is Stream.HIDDEN:  # where every layer returns None as the residual, the sum is the same tensor
         right = (isinstance(value, ast.Name) and value.id == "hidden_states") or (
-            isinstance(expected, StreamVerdict) and expected.residual_none and value is not None and _is_residual_stream(value))
+            isinstance(expected, StreamVerdict)
+            and expected.residual_none
+            and value is not None
+            and _is_residual_stream(value)
+        )
     else:
         right = value is not None and _is_residual_stream(value)
     ok = value is not None and right and before_layer
@@ -132,20 +188,42 @@ def _stream_check(value: ast.expr | None, expected, form: Loop, before_layer: bo
     return Check("captures the residual stream entering each layer", ok, detail, location)
 
 
-def _leaving_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, relpath: str,
-                    where: str) -> list[Check]:
+def _leaving_checks(
+    forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, relpath: str, where: str
+) -> list[Check]:
     """Whether the captured states leave ``forward`` (the tuple return), and (informational) the final-layer capture."""
     states = appended_list_name(stmt)
-    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
-               and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
-    final = [n for n in ast.walk(forward) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)]
-    return [Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
-                  "" if returns else "the captured states never leave forward",
-                  f"{relpath}:{returns[0].lineno}" if returns else where),
-            Check(FINAL_LAYER_CHECK, None,
-                  "after the loop, before the norm" if final else "not captured: a draft that asks for id n gets fewer states",
-                  f"{relpath}:{final[0].lineno}" if final else None,
-                  kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED)]
+    returns = [
+        r
+        for r in ast.walk(forward)
+        if isinstance(r, ast.Return)
+        and isinstance(r.value, ast.Tuple)
+        and len(r.value.elts) == 2
+        and isinstance(r.value.elts[1], ast.Name)
+        and r.value.elts[1].id == states
+    ]
+    final = [
+        n
+        for n in ast.walk(forward)
+        if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)
+    ]
+    return [
+        Check(
+            "returns (hidden_states, aux states) when ids were requested",
+            bool(returns),
+            "" if returns else "the captured states never leave forward",
+            f"{relpath}:{returns[0].lineno}" if returns else where,
+        ),
+        Check(
+            FINAL_LAYER_CHECK,
+            None,
+            "after the loop, before the norm"
+            if final
+            else "not captured: a draft that asks for id n gets fewer states",
+            f"{relpath}:{final[0].lineno}" if final else None,
+            kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED,
+        ),
+    ]
 
 
 def _capture_test(stmt: ast.stmt) -> ast.Compare | None:
@@ -153,15 +231,31 @@ def _capture_test(stmt: ast.stmt) -> ast.Compare | None:
     ``and``: 0.34.0 ``MiniMaxM3Model.forward`` adds a pipeline-stage condition), else None."""
     if not isinstance(stmt, ast.If):
         return None
-    operands = stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.And) else [stmt.test]
-    return next((t for t in operands if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.In)
-                 and _mentions_self(t.comparators[0], ATTR)), None)
+    operands = (
+        stmt.test.values if isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.And) else [stmt.test]
+    )
+    return next(
+        (
+            t
+            for t in operands
+            if isinstance(t, ast.Compare)
+            and len(t.ops) == 1
+            and isinstance(t.ops[0], ast.In)
+            and _mentions_self(t.comparators[0], ATTR)
+        ),
+        None,
+    )
 
 
 def _is_residual(value: ast.expr | None) -> bool:
     """``residual`` or ``residual.clone()``."""
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "clone" \
-            and not value.args and not value.keywords:
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "clone"
+        and not value.args
+        and not value.keywords
+    ):
         value = value.func.value
     return isinstance(value, ast.Name) and value.id == "residual"
 
@@ -185,139 +279,174 @@ def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpat
     """
     where = f"{relpath}:{forward.lineno}"
     if not isinstance(verdict, SplitVerdict):
-        return [Check("captures the residual stream entering each layer", None,
-                      f"not checked: the loop runs the layer's input norm apart, and {verdict.reason}",
-                      verdict.location, kind=NOT_FOLLOWED)]
+        return [
+            Check(
+                "captures the residual stream entering each layer",
+                None,
+                f"not checked: the loop runs the layer's input norm apart, and {verdict.reason}",
+                verdict.location,
+                kind=NOT_FOLLOWED,
+            )
+        ]
     split = verdict.split
     body = split.loop.body
     at = f"{relpath}:{split.loop.lineno}"
     captures = [(i, stmt, _capture_test(stmt)) for i, stmt in enumerate(body) if _capture_test(stmt) is not None]
     if len(captures) != 1:
-        return [Check("captures the residual stream entering each layer", False,
-                      f"{len(captures)} 'if <layer id> in self.{ATTR}' in the decoder-layer loop, expected 1", at,
-                      kind=NOT_FOLLOWED)]
+        return [
+            Check(
+                "captures the residual stream entering each layer",
+                False,
+                f"{len(captures)} 'if <layer id> in self.{ATTR}' in the decoder-layer loop, expected 1",
+                at,
+                kind=NOT_FOLLOWED,
+            )
+        ]
     i, stmt, test = captures[0]
     index_name = ast.unparse(test.left)
     global_ids = split.index is not None and index_name == split.index
-    checks = [Check("ids are global layer indices", True if global_ids else None,
-                    f"{index_name} is the global layer id" if global_ids else
-                    f"{index_name} is not the loop's global layer id ({split.index}): right without pipeline "
-                    "parallelism only", at)]
-    appended = [c.args[0] for c in ast.walk(stmt) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                and c.func.attr == "append" and c.args]
+    checks = [
+        Check(
+            "ids are global layer indices",
+            True if global_ids else None,
+            f"{index_name} is the global layer id"
+            if global_ids
+            else f"{index_name} is not the loop's global layer id ({split.index}): right without pipeline "
+            "parallelism only",
+            at,
+        )
+    ]
+    checks.append(_split_stream_check(stmt, i, verdict, relpath))
+    return checks + _split_leaving_checks(forward, stmt, split, relpath, where)
+
+
+def _split_stream_check(stmt: ast.stmt, i: int, verdict: SplitVerdict, relpath: str) -> Check:
+    """Whether the capture ``stmt`` (the ``i``-th statement of the loop) appends ``residual``, after the
+    layer's input norm and before the rest of the layer (:func:`split_capture_checks`)."""
+    split = verdict.split
+    appended = [
+        c.args[0]
+        for c in ast.walk(stmt)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args
+    ]
     value = appended[0] if len(appended) == 1 else None
     norm = f"layer.{split.norm}(hidden_states, residual)"
     rest = f"layer.{split.rest}(...)" if split.rest else "layer(...)"
     if value is None:
         ok, detail = False, f"{len(appended)} appends in the capture, expected 1"
     elif not _is_residual(value):
-        ok, detail = False, (f"{ast.unparse(value)} is not the residual stream: after {norm} the stream entering "
-                             f"the layer is residual ({verdict.evidence})")
+        ok, detail = (
+            False,
+            (
+                f"{ast.unparse(value)} is not the residual stream: after {norm} the stream entering "
+                f"the layer is residual ({verdict.evidence})"
+            ),
+        )
     elif i < split.norm_at:
-        ok, detail = False, (f"{ast.unparse(value)} is taken before {norm} adds the previous layer's output: "
-                             "that is not yet the stream entering the layer")
+        ok, detail = (
+            False,
+            (
+                f"{ast.unparse(value)} is taken before {norm} adds the previous layer's output: "
+                "that is not yet the stream entering the layer"
+            ),
+        )
     elif i > split.rest_at:
         ok, detail = False, f"{ast.unparse(value)} is taken after {rest} runs: that is the next layer's input"
     else:
         ok, detail = True, f"{ast.unparse(value)} after {norm}, before {rest}: {verdict.evidence}"
-    checks.append(Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}"))
+    return Check("captures the residual stream entering each layer", ok, detail, f"{relpath}:{stmt.lineno}")
+
+
+def _split_leaving_checks(
+    forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, split, relpath: str, where: str
+) -> list[Check]:
+    """Whether the states captured by ``stmt`` leave ``forward`` (the tuple return), and (informational)
+    the capture of ``residual`` after the final fused norm, after ``split``'s loop."""
     states = appended_list_name(stmt)
-    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
-               and len(r.value.elts) == 2 and isinstance(r.value.elts[1], ast.Name) and r.value.elts[1].id == states]
-    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
-                        "" if returns else "the captured states never leave forward",
-                        f"{relpath}:{returns[0].lineno}" if returns else where))
-    after = forward.body[forward.body.index(split.loop) + 1:]
-    final = [n for s_ in after for n in ast.walk(s_) if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer")
-             and _mentions_self(n.test, ATTR) and any(_is_residual(c.args[0]) for c in ast.walk(n) if isinstance(c, ast.Call)
-                                                      and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args)]
-    checks.append(Check(FINAL_LAYER_CHECK, None,
-                        "residual after the final fused norm" if final else "not captured: a draft that asks for id n gets fewer states",
-                        f"{relpath}:{final[0].lineno}" if final else None,
-                        kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED))
-    return checks
-
-
-def mixin_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, expected=None) -> list[Check]:
-    """Check a backbone ``forward`` that captures through ``EagleModelMixin._maybe_add_hidden_state``.
-
-    Fact (vLLM 0.18.0 - 0.33.0, e.g. ``qwen3_moe.py``): one call before the decoder-layer loop for
-    id ``start_layer`` and one after each layer for id ``layer_idx + 1``, with the loop enumerating
-    from ``start_layer``; ``forward`` returns ``(hidden_states, aux)`` when something was captured.
-    Some native classes count from 0 (safe only without pipeline parallelism): shown as information.
-    ``expected`` is as for :func:`capture_checks`: where the stream is ``hidden_states`` alone and
-    the layers hand on a residual that is not None, the calls must pass ``None`` as the residual
-    (0.33.0 ``muse_glimmer.py`` does), else they capture ``hidden_states + residual``, no stream.
-    """
-    where = f"{relpath}:{forward.lineno}"
-    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == MAYBE_ADD and len(n.args) >= 2]
-    loops = [n for n in forward.body if isinstance(n, ast.For) and is_layer_loop(n)]
-    if len(loops) != 1:
-        return [Check("forward captures aux hidden states", False, f"expected 1 decoder-layer loop, found {len(loops)}", where,
-                      kind=NOT_FOLLOWED)]
-    loop = loops[0]
-    in_loop = [c for c in calls if any(c is n for n in ast.walk(loop))]
-    before = [c for c in calls if c not in in_loop]
-    form = decoder_loop(forward)
-    index = in_loop[0].args[1] if in_loop and isinstance(in_loop[0].args[1], ast.BinOp) else None
-    global_ids = isinstance(form, Loop) and form.index is not None and index is not None \
-        and ast.unparse(index.left) == form.index
-    checks = [Check("ids are global layer indices", True if global_ids else None,
-                    "enumerate(..., start=self.start_layer)" if global_ids else
-                    "counts from 0 on each stage (upstream's own form; vLLM refuses EAGLE-3 with pipeline parallelism "
-                    "for such classes)", f"{relpath}:{loop.lineno}")]
-    checks.append(Check("captures the stream entering the stage's first layer", bool(before),
-                        ast.unparse(before[0]) if before else f"no {MAYBE_ADD} call before the loop",
-                        f"{relpath}:{before[0].lineno}" if before else where))
-    after_ok = bool(in_loop) and isinstance(in_loop[0].args[1], ast.BinOp)
-    checks.append(Check("captures the stream after each layer (id layer_idx + 1)", after_ok,
-                        ast.unparse(in_loop[0]) if in_loop else f"no {MAYBE_ADD} call in the loop",
-                        f"{relpath}:{in_loop[0].lineno}" if in_loop else where))
-    if isinstance(expected, StreamVerdict) and expected.stream is Stream.HIDDEN and not expected.residual_none:
-        summed = [c for c in calls if len(c.args) >= 4 and not (isinstance(c.args[3], ast.Constant) and c.args[3].value is None)]
-        checks.append(Check("captures the residual stream (hidden_states alone)", not summed,
-                            f"{ast.unparse(summed[0])} adds the residual, which is not part of the stream: "
-                            f"{expected.evidence}" if summed else "passes None as the residual",
-                            f"{relpath}:{summed[0].lineno}" if summed else where))
-    elif isinstance(expected, StreamVerdict) and expected.stream is Stream.SUM:
-        # after a fused layer, hidden_states alone is the layer's delta: the call must add the residual
-        alone = [c for c in in_loop if len(c.args) >= 4 and isinstance(c.args[3], ast.Constant) and c.args[3].value is None]
-        checks.append(Check("captures the residual stream (hidden_states + residual)", not alone,
-                            f"{ast.unparse(alone[0])} leaves the residual out: after a fused layer hidden_states is "
-                            f"its delta, not the stream: {expected.evidence}" if alone else "passes the residual",
-                            f"{relpath}:{alone[0].lineno}" if alone else where))
-    returns = [r for r in ast.walk(forward) if isinstance(r, ast.Return) and isinstance(r.value, ast.Tuple)
-               and len(r.value.elts) == 2]
-    checks.append(Check("returns (hidden_states, aux states) when ids were requested", bool(returns),
-                        "" if returns else "the captured states never leave forward",
-                        f"{relpath}:{returns[0].lineno}" if returns else where))
-    checks.append(Check(FINAL_LAYER_CHECK, None, "the last layer's call captures id end_layer", None,
-                        kind=FINAL_LAYER_CAPTURED))
-    return checks
+    returns = [
+        r
+        for r in ast.walk(forward)
+        if isinstance(r, ast.Return)
+        and isinstance(r.value, ast.Tuple)
+        and len(r.value.elts) == 2
+        and isinstance(r.value.elts[1], ast.Name)
+        and r.value.elts[1].id == states
+    ]
+    after = forward.body[forward.body.index(split.loop) + 1 :]
+    final = [
+        n
+        for s_ in after
+        for n in ast.walk(s_)
+        if isinstance(n, ast.If)
+        and _mentions_self(n.test, "end_layer")
+        and _mentions_self(n.test, ATTR)
+        and any(
+            _is_residual(c.args[0])
+            for c in ast.walk(n)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args
+        )
+    ]
+    return [
+        Check(
+            "returns (hidden_states, aux states) when ids were requested",
+            bool(returns),
+            "" if returns else "the captured states never leave forward",
+            f"{relpath}:{returns[0].lineno}" if returns else where,
+        ),
+        Check(
+            FINAL_LAYER_CHECK,
+            None,
+            "residual after the final fused norm"
+            if final
+            else "not captured: a draft that asks for id n gets fewer states",
+            f"{relpath}:{final[0].lineno}" if final else None,
+            kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED,
+        ),
+    ]
 
 
 def appended_list_name(stmt: ast.stmt) -> str | None:
     """The name of the list a capture ``if`` appends to (``aux_hidden_states``)."""
     for c in ast.walk(stmt):
-        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and isinstance(c.func.value, ast.Name):
+        if (
+            isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr == "append"
+            and isinstance(c.func.value, ast.Name)
+        ):
             return c.func.value.id
     return None
 
 
 def _mentions_self(node: ast.AST, attr: str) -> bool:
-    return any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self" for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name) and n.value.id == "self"
+        for n in ast.walk(node)
+    )
 
 
 def _is_membership(test: ast.expr, index_name: str) -> bool:
-    return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == index_name
-            and len(test.ops) == 1 and isinstance(test.ops[0], ast.In) and _mentions_self(test.comparators[0], ATTR))
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == index_name
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.In)
+        and _mentions_self(test.comparators[0], ATTR)
+    )
 
 
 def _is_residual_stream(value: ast.expr) -> bool:
     def is_sum(e: ast.expr) -> bool:
-        return (isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add)
-                and {getattr(e.left, "id", None), getattr(e.right, "id", None)} == {"hidden_states", "residual"})
+        return (
+            isinstance(e, ast.BinOp)
+            and isinstance(e.op, ast.Add)
+            and {getattr(e.left, "id", None), getattr(e.right, "id", None)} == {"hidden_states", "residual"}
+        )
+
     if is_sum(value):
         return True
     return isinstance(value, ast.IfExp) and (is_sum(value.orelse) or is_sum(value.body))
+
+
+__all__ = ["appended_list_name", "capture_checks", "expected_stream", "mixin_capture_checks", "split_capture_checks"]

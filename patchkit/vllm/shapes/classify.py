@@ -100,9 +100,14 @@ class ArchShape:
     stream: StreamVerdict | None = None
 
 
-
-def classify(tree: SourceTree, registry: Registry, contract: Contract, architecture: str,
-             text_architecture: str | None = None, _depth: int = 0) -> ArchShape:
+def classify(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architecture: str,
+    text_architecture: str | None = None,
+    _depth: int = 0,
+) -> ArchShape:
     """Classify ``architecture`` of this release (see :class:`State` and :class:`Shape`).
 
     Args:
@@ -118,16 +123,33 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
     group = registry.group_of(architecture, TARGET_GROUPS) or registry.group_of(architecture)
     resolution = registry.resolve(architecture)
     if resolution is None:
-        return ArchShape(architecture, None, State.NOT_PATCHABLE, None,
-                         "not in this release's model registry (vLLM would load it through its Transformers backend)")
+        return ArchShape(
+            architecture,
+            None,
+            State.NOT_PATCHABLE,
+            None,
+            "not in this release's model registry (vLLM would load it through its Transformers backend)",
+        )
     route = backend_route(tree, contract, resolution)
     if route is not None and route.declares:  # vLLM's Transformers backend serves it: a route, not a patch
-        return ArchShape(architecture, group, State.NOT_PATCHABLE if route.usable is False else State.NATIVE, None,
-                         route.reason(), route.cls, location=route.location)
+        return ArchShape(
+            architecture,
+            group,
+            State.NOT_PATCHABLE if route.usable is False else State.NATIVE,
+            None,
+            route.reason(),
+            route.cls,
+            location=route.location,
+        )
     if resolution.transformers_backend or resolution.cls is None:
-        return ArchShape(architecture, group, State.NOT_PATCHABLE, None,
-                         f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
-                         "which is not a native model file patchkit can find")
+        return ArchShape(
+            architecture,
+            group,
+            State.NOT_PATCHABLE,
+            None,
+            f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
+            "which is not a native model file patchkit can find",
+        )
     cls = resolution.cls
     if contract.protocol is None:
         return ArchShape(architecture, group, State.NOT_PATCHABLE, None, no_protocol(), cls)
@@ -141,22 +163,33 @@ def classify(tree: SourceTree, registry: Registry, contract: Contract, architect
         # else the backbone lacks, so this reason comes first
         fault = bare_language_model(tree, registry, cls)
         if fault is not None:
-            return ArchShape(architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls,
-                             location=fault.proposer_at)
+            return ArchShape(
+                architecture, group, State.NOT_PATCHABLE, None, fault.reason(), cls, location=fault.proposer_at
+            )
     return shape
 
 
-def _declared(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
-              cls: ClassRef) -> ArchShape:
+def _declared(
+    tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None, cls: ClassRef
+) -> ArchShape:
     """A class with ``SupportsEagle3`` in its MRO: native, unless a link is positively broken.
 
     Broken links: the A1 Protocol's stub methods not overridden (they return None), or a backbone
     whose ``forward`` captures nothing. A link patchkit cannot follow statically is not called broken.
     """
+
     def broken(reason: str, where: str | None, repair: _Repair | None = None) -> ArchShape:
-        return ArchShape(architecture, group, State.BROKEN, repair.shape if repair else None,
-                         f"declares SupportsEagle3 but {reason}", cls, repair.backbone if repair else None,
-                         location=where, stream=repair.stream if repair else None)
+        return ArchShape(
+            architecture,
+            group,
+            State.BROKEN,
+            repair.shape if repair else None,
+            f"declares SupportsEagle3 but {reason}",
+            cls,
+            repair.backbone if repair else None,
+            location=where,
+            stream=repair.stream if repair else None,
+        )
 
     if contract.getter:
         for name in (SETTER, contract.getter):
@@ -164,8 +197,15 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
             if found is None:
                 return broken(f"{name}() is not defined", cls.location)
             owner, stmt = found
-            if owner == contract.protocol and contract.patchable and isinstance(stmt, ast.FunctionDef) and is_stub(stmt):
-                return broken(f"{name}() is only the Protocol's stub, which returns None", f"{owner.relpath}:{stmt.lineno}")
+            if (
+                owner == contract.protocol
+                and contract.patchable
+                and isinstance(stmt, ast.FunctionDef)
+                and is_stub(stmt)
+            ):
+                return broken(
+                    f"{name}() is only the Protocol's stub, which returns None", f"{owner.relpath}:{stmt.lineno}"
+                )
     holder = cls
     built = registry_built(tree, cls, WRAPPER_ATTR)
     if built is not None and built[1] is not None:
@@ -180,8 +220,11 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
         if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
             loop = decoder_loop(found[1])
             if isinstance(loop, Loop) and not loop.captures:
-                return broken(f"its backbone {backbone.name}.forward captures no aux hidden states",
-                              f"{found[0].relpath}:{found[1].lineno}", _repairable(tree, registry, contract, holder))
+                return broken(
+                    f"its backbone {backbone.name}.forward captures no aux hidden states",
+                    f"{found[0].relpath}:{found[1].lineno}",
+                    _repairable(tree, registry, contract, holder),
+                )
     # every other link, as verify checks it (one reader: scan, apply, verify and doctor share this verdict);
     # 0.33.0 cohere_compass.py: CohereCompassTextModel is no EagleModelMixin, vLLM's default setter asserts it
     resolution = registry.resolve(architecture)
@@ -193,8 +236,16 @@ def _declared(tree: SourceTree, registry: Registry, contract: Contract, architec
             where = f"{link.label}: " if link is not leaf else ""
             detail = f" ({leaf.detail})" if leaf.detail else ""
             return broken(f"fails {where}'{leaf.label}'{detail}", leaf.location or cls.location)
-    return ArchShape(architecture, group, State.NATIVE, None, "supports EAGLE-3 in this release", cls,
-                     backbone, location=cls.location)
+    return ArchShape(
+        architecture,
+        group,
+        State.NATIVE,
+        None,
+        "supports EAGLE-3 in this release",
+        cls,
+        backbone,
+        location=cls.location,
+    )
 
 
 def _first_failure(check):
@@ -212,24 +263,68 @@ def _builds_another_class(new: ast.stmt) -> bool:
     """``__new__`` returns a call other than ``...__new__(...)``: it builds the instance as another class
     (0.16.0 ``grok1.py`` and ``minicpmv.py``: ``return instance_cls(vllm_config=..., prefix=...)``),
     unlike ``SupportsQuant.__new__`` (``instance = super().__new__(cls); ...; return instance``)."""
-    return any(isinstance(r, ast.Return) and isinstance(r.value, ast.Call)
-               and not (isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__")
-               for r in ast.walk(new))
+    return any(
+        isinstance(r, ast.Return)
+        and isinstance(r.value, ast.Call)
+        and not (isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__")
+        for r in ast.walk(new)
+    )
 
 
-def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None,
-             cls: ClassRef, text_architecture: str | None, depth: int) -> ArchShape:
-    """Classify a class without ``SupportsEagle3``: which shape would give it support, or why none."""
-    def no(reason: str, where: str | None = None) -> ArchShape:
-        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, reason, cls, location=where or cls.location)
+def _lacking(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architecture: str,
+    group: str | None,
+    cls: ClassRef,
+    text_architecture: str | None,
+    depth: int,
+) -> ArchShape:
+    """Classify a class without ``SupportsEagle3``: which shape would give it support, or why none.
 
+    In turn: a ``__new__`` factory (never patchable), a multimodal wrapper (:func:`_as_wrapper`), a
+    causal LM holding a decoder backbone (:func:`_as_decoder`).
+    """
+    no = _refuser(architecture, group, cls)
     factory = tree.find_member(cls, "__new__")
     if factory is not None and _builds_another_class(factory[1]):
         # 0.16.0 grok1.py: GrokForCausalLM.__new__ returns a Grok1ForCausalLM or Grok2ForCausalLM, which do
         # not derive from it: the model vLLM's runner asks supports_eagle3 about is not of this class
-        return no(f"{factory[0].name}.__new__ builds the model as another class (a factory), so the class vLLM's "
-                  f"runner checks is not {cls.name}", f"{factory[0].relpath}:{factory[1].lineno}")
-    # A multimodal wrapper: its language model is built through the registry.
+        return no(
+            f"{factory[0].name}.__new__ builds the model as another class (a factory), so the class vLLM's "
+            f"runner checks is not {cls.name}",
+            f"{factory[0].relpath}:{factory[1].lineno}",
+        )
+    wrapped = _as_wrapper(tree, registry, contract, architecture, group, cls, text_architecture, depth)
+    if wrapped is not None:
+        return wrapped
+    return _as_decoder(tree, registry, contract, architecture, group, cls)
+
+
+def _refuser(architecture: str, group: str | None, cls: ClassRef):
+    """``no(reason, where=None)``: the :class:`ArchShape` saying ``cls`` is not patchable, and why
+    (located at ``where``, else at the class)."""
+
+    def no(reason: str, where: str | None = None) -> ArchShape:
+        return ArchShape(architecture, group, State.NOT_PATCHABLE, None, reason, cls, location=where or cls.location)
+
+    return no
+
+
+def _as_wrapper(
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    architecture: str,
+    group: str | None,
+    cls: ClassRef,
+    text_architecture: str | None,
+    depth: int,
+) -> ArchShape | None:
+    """A multimodal wrapper (its language model in ``self.language_model``, built through the registry):
+    its shape from the held architecture's, or why none; None when ``cls`` is no such wrapper."""
+    no = _refuser(architecture, group, cls)
     built = registry_built(tree, cls, WRAPPER_ATTR)
     try:
         held = held_class(tree, registry, cls, WRAPPER_ATTR)
@@ -237,8 +332,11 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
         held = None
         if built is not None and built[1] is None:  # architecture chosen from text_config at run time
             if text_architecture is None:
-                return no(f"builds self.{WRAPPER_ATTR} from the checkpoint's text_config at run time; pass --model DIR "
-                          "so patchkit knows which language model it is", f"{cls.relpath}:{built[0]}")
+                return no(
+                    f"builds self.{WRAPPER_ATTR} from the checkpoint's text_config at run time; pass --model DIR "
+                    "so patchkit knows which language model it is",
+                    f"{cls.relpath}:{built[0]}",
+                )
             resolution = registry.resolve(text_architecture)
             if resolution is None or resolution.cls is None:
                 return no(f"its text_config names {text_architecture}, which is not a native model of this release")
@@ -247,29 +345,54 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
             return no(f"self.{WRAPPER_ATTR}: {exc}", f"{cls.relpath}:{built[0]}")
     if held is not None:
         if held.via != "registry" or held.architecture is None:
-            return no(f"self.{WRAPPER_ATTR} holds {held.cls.name} built directly, not a causal LM built through the "
-                      "registry: vLLM's proposer reads get_language_model().model, which a bare backbone lacks")
+            return no(
+                f"self.{WRAPPER_ATTR} holds {held.cls.name} built directly, not a causal LM built through the "
+                "registry: vLLM's proposer reads get_language_model().model, which a bare backbone lacks"
+            )
         if depth > 2:
             return no("wrappers nested too deeply")
         inner = classify(tree, registry, contract, held.architecture, None, depth + 1)
         if inner.state is State.NATIVE or (inner.state is State.PATCHABLE and inner.shape is not Shape.WRAPPER_ONLY):
             how = "native" if inner.state is State.NATIVE else f"patchable ({inner.shape.value})"
-            return ArchShape(architecture, group, State.PATCHABLE, Shape.WRAPPER_ONLY,
-                             f"self.{WRAPPER_ATTR} is {held.architecture} ({how}); the wrapper lacks SupportsEagle3",
-                             cls, inner.backbone, held.architecture, f"{cls.relpath}:{held.lineno}")
+            return ArchShape(
+                architecture,
+                group,
+                State.PATCHABLE,
+                Shape.WRAPPER_ONLY,
+                f"self.{WRAPPER_ATTR} is {held.architecture} ({how}); the wrapper lacks SupportsEagle3",
+                cls,
+                inner.backbone,
+                held.architecture,
+                f"{cls.relpath}:{held.lineno}",
+            )
         return no(f"its language model {held.architecture} is {inner.state.value}: {inner.reason}")
+    return None
+
+
+def _as_decoder(
+    tree: SourceTree, registry: Registry, contract: Contract, architecture: str, group: str | None, cls: ClassRef
+) -> ArchShape:
+    """A causal LM whose decoder backbone is ``self.model``: the shape its backbone's ``forward`` reads
+    as (:func:`_backbone_shape`), or why it has none."""
+    no = _refuser(architecture, group, cls)
     try:
         backbone = held_class(tree, registry, cls, BACKBONE_ATTR)
     except CompositionError as exc:
         getter = language_model_attr(tree, cls)
         if getter is not None and getter[0] not in (WRAPPER_ATTR, BACKBONE_ATTR):
             # 0.33.0 ovis.py: self.llm = init_vllm_registered_model(...) under _mark_language_model
-            return no(f"its language model is self.{getter[0]} (what get_language_model() returns), which patchkit "
-                      f"does not follow: it reads a wrapper's self.{WRAPPER_ATTR}", getter[1])
+            return no(
+                f"its language model is self.{getter[0]} (what get_language_model() returns), which patchkit "
+                f"does not follow: it reads a wrapper's self.{WRAPPER_ATTR}",
+                getter[1],
+            )
         return no(f"no decoder backbone in self.{BACKBONE_ATTR} ({exc}); vLLM's proposer reads .{BACKBONE_ATTR}")
     if kind_of(tree, backbone.cls) != "backbone":
-        return no(f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "
-                  "(no forward looping over self.layers)", backbone.cls.location)
+        return no(
+            f"self.{BACKBONE_ATTR} holds {backbone.cls.name}, which is not a decoder backbone "
+            "(no forward looping over self.layers)",
+            backbone.cls.location,
+        )
     read = _backbone_shape(tree, registry, contract, backbone.cls)
     if isinstance(read, str):
         return no(f"{backbone.cls.name}: {read}", backbone.cls.location)
@@ -285,9 +408,17 @@ def _lacking(tree: SourceTree, registry: Registry, contract: Contract, architect
     if shape is Shape.HIDDEN_ONLY and stream is not None and _loop_returns_residual(tree, owner):
         # the surprising case: a residual is passed around, but it is not part of the stream (0.33.0 exaone4.py)
         reason += f" (the layer keeps its own residual: {stream.location})"
-    return ArchShape(architecture, group, State.PATCHABLE, shape, reason, cls,
-                     owner if shape is not Shape.INTERFACE_ONLY else backbone.cls, location=backbone.cls.location,
-                     stream=stream)
+    return ArchShape(
+        architecture,
+        group,
+        State.PATCHABLE,
+        shape,
+        reason,
+        cls,
+        owner if shape is not Shape.INTERFACE_ONLY else backbone.cls,
+        location=backbone.cls.location,
+        stream=stream,
+    )
 
 
 @dataclass(frozen=True)
@@ -321,8 +452,9 @@ def forward_owner(tree: SourceTree, backbone: ClassRef) -> ClassRef:
     return found[0] if found is not None else backbone
 
 
-def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
-                    backbone: ClassRef) -> tuple[Shape, StreamVerdict | None] | str:
+def _backbone_shape(
+    tree: SourceTree, registry: Registry, contract: Contract, backbone: ClassRef
+) -> tuple[Shape, StreamVerdict | None] | str:
     """The shape of a backbone's ``forward`` and, for a capture patchkit writes, the stream it captures.
 
     Returns:
@@ -340,8 +472,10 @@ def _backbone_shape(tree: SourceTree, registry: Registry, contract: Contract,
     if loop.captures:
         return Shape.INTERFACE_ONLY, None
     if split_layer(forward) is not None:  # 0.34.0's form: the stream exists only after the layer's own norm
-        return ("its loop runs each layer's input norm apart from the rest of the layer (a split layer): "
-                "patchkit writes no capture into that form")
+        return (
+            "its loop runs each layer's input norm apart from the rest of the layer (a split layer): "
+            "patchkit writes no capture into that form"
+        )
     if final_return_count(forward) != 1:
         return f"forward has {final_return_count(forward)} top-level 'return hidden_states', expected 1"
     # an inherited forward is patched where it is defined (0.33.0 longcat_flash_ngram.py: FlashModel.forward)
