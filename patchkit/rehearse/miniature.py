@@ -23,7 +23,7 @@ from typing import Any, Callable
 from patchkit.errors import RefusedError
 from patchkit.vllm.checkpoints.config import text_config
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
-from patchkit.rehearse.miniature_ids import layer_count, trained_ids
+from patchkit.rehearse.miniature_ids import IdField, layer_count, trained_ids
 
 HIDDEN = 64
 HEAD_DIM = 32
@@ -74,7 +74,7 @@ class Miniature:
         user_ids: the draft's aux ids as trained, in vLLM's convention (the stream entering layer k).
         ids: those ids mapped onto the miniature's layers (same convention): the transformers
             ``hidden_states`` indices the draft is fitted on and compared against.
-        id_field: where the draft keeps its ids: ``"top level"``, ``"eagle_config"`` or ``"none"``.
+        id_field: where the draft keeps its ids (:class:`IdField`).
         same_vocabulary: the user's draft and target share a vocabulary (``vocab_size``).
         vocabularies: the user's (target, draft) ``vocab_size``.
         changed: ``field: old -> new`` for every field changed, for the report.
@@ -85,7 +85,7 @@ class Miniature:
     layers: tuple[int, int]
     user_ids: tuple[int, ...]
     ids: tuple[int, ...]
-    id_field: str
+    id_field: IdField
     same_vocabulary: bool
     changed: tuple[str, ...]
     vocabularies: tuple[Any, Any] = (None, None)
@@ -320,7 +320,7 @@ def _rescale_mrope(
 
 
 def _shrink_draft(
-    draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: str, ids: tuple[int, ...]
+    draft: dict[str, Any], heads: int, head_dim: int, same_vocab: bool, field: IdField, ids: tuple[int, ...]
 ) -> dict[str, Any]:
     """The miniature draft: the target's width and ``heads`` heads (one KV head), its vocabulary
     rules kept (same as the target's or not, a smaller draft vocabulary or not), ``ids`` written
@@ -349,9 +349,9 @@ def _shrink_draft(
     d["draft_vocab_size"] = (
         layer["vocab_size"] if user_draft_vocab in (None, draft_layer.get("vocab_size")) else DRAFT_VOCAB
     )
-    if field == "top level":
+    if field is IdField.TOP_LEVEL:
         d[IDS_FIELD] = list(ids)
-    elif field == EAGLE_CONFIG:
+    elif field is IdField.EAGLE_CONFIG:
         d[EAGLE_CONFIG] = {**d[EAGLE_CONFIG], IDS_FIELD: [k - 1 for k in ids]}
     return d
 

@@ -7,6 +7,7 @@ layers (4 to :data:`MAX_LAYERS`) the ids map onto distinctly (:func:`map_ids`). 
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
@@ -15,7 +16,19 @@ from patchkit.vllm.stream.aux_defaults import vllm_default_ids
 MAX_LAYERS = 12
 
 
-def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
+class IdField(str, Enum):
+    """Where the draft keeps its aux ids (:func:`trained_ids`); the value is what ``rehearse --json`` prints as
+    ``id_field``. The field names are :mod:`patchkit.vllm.checkpoints.drafts`'s."""
+
+    TOP_LEVEL = "top level"  # a top-level eagle_aux_hidden_state_layer_ids: vLLM's convention, verbatim
+    EAGLE_CONFIG = EAGLE_CONFIG  # eagle_config's ids: they count a layer's output (+ 1)
+    NONE = "none"  # no ids: the target's default layers
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], IdField]:
     """The layers the draft was trained on, in vLLM's convention, and where its ids are kept.
 
     The conventions are :mod:`patchkit.vllm.checkpoints.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
@@ -25,10 +38,10 @@ def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], str]:
     top = draft.get(IDS_FIELD)
     nested = (draft.get(EAGLE_CONFIG) or {}).get(IDS_FIELD)
     if isinstance(top, list) and top:
-        return tuple(int(k) for k in top), "top level"
+        return tuple(int(k) for k in top), IdField.TOP_LEVEL
     if isinstance(nested, list) and nested:
-        return tuple(int(k) + 1 for k in nested), EAGLE_CONFIG
-    return tuple(vllm_default_ids(n)), "none"
+        return tuple(int(k) + 1 for k in nested), IdField.EAGLE_CONFIG
+    return tuple(vllm_default_ids(n)), IdField.NONE
 
 
 def map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
@@ -41,17 +54,17 @@ def map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
     return mapped if len(set(mapped)) == len(set(ids)) else None
 
 
-def layer_count(user_ids: tuple[int, ...], field: str, n: int) -> tuple[int, tuple[int, ...]]:
+def layer_count(user_ids: tuple[int, ...], field: IdField, n: int) -> tuple[int, tuple[int, ...]]:
     """The miniature's layer count and the draft's aux ids on it.
 
-    Args: the draft's ids on the target's ``n`` layers and the field they came from (``"none"``: vLLM's default).
+    Args: the draft's ids on the target's ``n`` layers and the field they came from (:attr:`IdField.NONE`: vLLM's default).
     Returns: ``(m, ids)``: the fewest layers from 4 to :data:`MAX_LAYERS` the ids map onto distinctly, else
     ``(n, user_ids)`` (a small target is kept as it is). Raises nothing.
     """
     for size in range(4, MAX_LAYERS + 1):
         if size > n:
             break
-        if field == "none":
+        if field is IdField.NONE:
             mapped = tuple(vllm_default_ids(size))
             ok = len(set(mapped)) == len(mapped)
         else:

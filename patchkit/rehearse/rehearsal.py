@@ -28,6 +28,7 @@ from patchkit.errors import Interrupted, UsageError
 from patchkit.vllm.release.install import Install
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
+from patchkit.rehearse.miniature_ids import IdField
 from patchkit.rehearse import verdict
 from patchkit.rehearse.engine_steps import Step
 from patchkit.rehearse.device_probe import device_of, probe_device, unimportable
@@ -67,9 +68,9 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
         )
     reading = drafts.read_release(SourceTree(install.site_packages), install)
     readers = reading.readers
-    if mini.id_field == "top level":
+    if mini.id_field is IdField.TOP_LEVEL:
         wrong = [r for r in readers if not r.top_level]
-    elif mini.id_field == drafts.EAGLE_CONFIG:
+    elif mini.id_field is IdField.EAGLE_CONFIG:
         wrong = [r for r in readers if not r.nested or r.nested_offset != 1]
     else:
         wrong = []
@@ -82,7 +83,7 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
                 else f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), but they count a layer's output "
                 f"(SpecForge / SGLang / ModelOpt): every capture is one layer early"
             )
-            if mini.id_field == drafts.EAGLE_CONFIG
+            if mini.id_field is IdField.EAGLE_CONFIG
             else "reads no top-level ids"
         )
         checks.append(
@@ -98,7 +99,7 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
                 f"ids {list(mini.user_ids)} (vLLM's convention; "
                 + (
                     f"the draft's {mini.id_field} field)"
-                    if mini.id_field != "none"
+                    if mini.id_field is not IdField.NONE
                     else "no ids in the draft: the target's default layers)"
                 ),
                 readers[0].location if readers else None,

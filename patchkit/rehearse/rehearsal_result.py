@@ -56,7 +56,7 @@ class RehearsalReport:
         architecture: the target's architecture.
         layers: (the user's target layers, the miniature's).
         user_ids: the draft's trained ids in vLLM's convention; ``ids``: mapped onto the miniature.
-        id_field: where the draft keeps its ids (``top level``, ``eagle_config``, ``none``).
+        id_field: where the draft keeps its ids (:class:`~patchkit.rehearse.miniature_ids.IdField`; its value in JSON).
         checks: every check, in order.
         seconds: wall time of the rehearsal (engine runs included).
         changed_fields: the config fields the miniature changed (``field: old -> new``).

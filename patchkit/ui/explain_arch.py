@@ -374,7 +374,7 @@ def _form(kind: PatchKind, patch: Patch, shape: ArchShape, contract: contract_mo
             Decision(
                 "alias",
                 f"{opts.get('alias')} -> self.{opts.get('attribute')}",
-                "patchkit/plan/arch_patches.py embedding_attribute / head_attribute, from the proposer's "
+                "patchkit/plan/alias_patches.py embedding_attribute / head_attribute, from the proposer's "
                 "reads (patchkit/vllm/runner/draft_reads.py derive)",
             )
         )
