@@ -38,6 +38,14 @@ from patchkit.vllm.registry.transformers_backend import BackendRoute
 
 
 def target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) -> TargetFacts:
+    """What the target's ``config.json`` says, with the registry's class for it.
+
+    In: the target's config, the install's source tree and its model registry (read statically,
+    :mod:`patchkit.vllm.registry`). Out: :class:`TargetFacts` (architecture and resolution: the first
+    listed architecture the registry maps to a native class, as vLLM tries them in order; else the first
+    it knows at all). Raises :class:`~patchkit.errors.ConfigError` when the layer count is not a positive
+    integer.
+    """
     data = cfg.data
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
@@ -83,6 +91,14 @@ def target_check(
     route: BackendRoute | None,
     options: Sequence[str],
 ) -> Check:
+    """The "target architecture" check: is the target a native vLLM model patchkit can reach.
+
+    In: the facts, the install, the patch set's distribution, the list of next steps (appended to when
+    the target is an architecture patchkit patches only in another release), the Transformers-backend
+    route (``None`` when the install has none) and the command's options. Out: the check (failed for an
+    unregistered, backend-only or missing class; passed for a native class or a backend that declares
+    ``SupportsEagle3``). Raises nothing.
+    """
     if not facts.architectures:
         actions.append('the target\'s config.json must list its architecture ("architectures": [...])')
         return Check("target architecture", False, "config.json lists no architectures", facts.config)
@@ -142,6 +158,12 @@ def target_check(
 
 
 def allow_list_check(facts: TargetFacts, tree: SourceTree, contract: Contract) -> Check:
+    """The start-up allow-list check: does vLLM's EAGLE-3 allow-list admit the target's text model type.
+
+    The list and its substring rule are read from the install (:func:`read_allow_list`, :func:`admits`);
+    a release without a list is judged by the contract (:class:`NoAllowList`). Out: the check; raises
+    nothing.
+    """
     mt = facts.text_model_type
     where = "text_config.model_type" if facts.text_config else "model_type"
     if mt is None:
@@ -297,6 +319,13 @@ def _with_child(node: Check, child: Check) -> Check:
 
 
 def proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) -> Check:
+    """The EAGLE proposer's image-token mapping for a multimodal target.
+
+    In: the facts, the install's source tree and the target's config dict. The proposer's branches and
+    its fallback field are read from the install (:func:`derive`'s ``image_token``). Out: the check (not
+    checked for a non-native or text-only target; failed when the fallback field is missing from the
+    config, where loading the draft raises AttributeError). Raises nothing.
+    """
     label = "EAGLE proposer with a multimodal target"
     cls = facts.cls
     if cls is None or facts.multimodal is None:

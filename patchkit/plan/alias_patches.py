@@ -104,6 +104,8 @@ def head_names(tree: SourceTree) -> tuple[str, ...]:
 
 
 def head_alias_patch(arch: str, cls: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
+    """The patch that gives ``cls`` (which calls its head ``attribute``) the head names the proposer reads
+    (``names``, from :func:`head_attribute`). Out: a :class:`Patch` of kind ``HEAD_ALIAS``; raises nothing."""
     return _alias_patch(
         head_alias_id(cls.name),
         CodemodKind.HEAD_ALIAS,
@@ -119,6 +121,9 @@ def head_alias_patch(arch: str, cls: ClassRef, attribute: str, names: tuple[str,
 
 
 def alias_patch(arch: str, backbone: ClassRef, attribute: str, names: tuple[str, ...]) -> Patch:
+    """The patch that gives ``backbone`` (which calls its embedding ``attribute``) the embedding names the
+    proposer reads (``names``, from :func:`embedding_attribute`). Out: a :class:`Patch` of kind
+    ``EMBEDDING_ALIAS``; raises nothing."""
     return _alias_patch(
         alias_id(backbone.name),
         CodemodKind.EMBEDDING_ALIAS,
