@@ -217,6 +217,15 @@ def watch_line(writer: Writer, watch: PluginReport) -> None:
         writer.line(("watch problem:", "red"), f" {problem}; run '{watch.install_command}'", indent="  ")
 
 
+def plugin_lines(writer: Writer, report) -> None:
+    """The guard's and the watch's lines after apply, revert or status: one per plugin the command
+    touched (``report.guard`` / ``report.watch``, None when it did not)."""
+    if report.guard is not None:
+        guard_line(writer, report.guard)
+    if report.watch is not None:
+        watch_line(writer, report.watch)
+
+
 def output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> int:
     """Standard output could not take the report: Python's recipe, then one line on stderr; exit 141.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from patchkit.advice import reinstall
 from patchkit.errors import PatchkitError
 from patchkit.ui import hints
-from patchkit.ui.console import error, failing_lines, guard_line, header, next_lines, out, print_checks, watch_line
+from patchkit.ui.console import error, failing_lines, header, next_lines, out, plugin_lines, print_checks
 from patchkit.ui.render import MARKS
 
 
@@ -37,10 +37,7 @@ def show_apply(report, dry_run: bool) -> None:
         w.raw(report.diff)
     if report.verify is not None and not report.verify.ok:
         print_checks(w, report.verify.checks)
-    if report.guard is not None:
-        guard_line(w, report.guard)
-    if report.watch is not None:
-        watch_line(w, report.watch)
+    plugin_lines(w, report)
     if report.refused:
         w.line(("refused:", "red"), " nothing was written")
         next_lines(w, report.next_steps)
@@ -161,10 +158,7 @@ def show_revert(report) -> None:
     for f in report.files:
         mark = MARKS[True if f.restored else (False if f.blocking else None)]
         w.line(mark, " ", f.path, "  ", (f.reason, "dim"))
-    if report.guard is not None:
-        guard_line(w, report.guard)
-    if report.watch is not None:
-        watch_line(w, report.watch)
+    plugin_lines(w, report)
     if report.refused:
         w.line(("refused:", "red"), " nothing was reverted")
         next_lines(w, report.next_steps)
@@ -205,10 +199,7 @@ def show_status(report) -> None:
             else f"needs {', '.join(a.missing)}"
         )
         w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
-    if report.guard is not None:
-        guard_line(w, report.guard)
-    if report.watch is not None:
-        watch_line(w, report.watch)
+    plugin_lines(w, report)
     if not report.entries and not report.pending:
         w.line(
             "no patchkit changes in this install"

@@ -192,38 +192,12 @@ def _leaving_checks(
     forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, relpath: str, where: str
 ) -> list[Check]:
     """Whether the captured states leave ``forward`` (the tuple return), and (informational) the final-layer capture."""
-    states = appended_list_name(stmt)
-    returns = [
-        r
-        for r in ast.walk(forward)
-        if isinstance(r, ast.Return)
-        and isinstance(r.value, ast.Tuple)
-        and len(r.value.elts) == 2
-        and isinstance(r.value.elts[1], ast.Name)
-        and r.value.elts[1].id == states
-    ]
     final = [
         n
         for n in ast.walk(forward)
         if isinstance(n, ast.If) and _mentions_self(n.test, "end_layer") and _mentions_self(n.test, ATTR)
     ]
-    return [
-        Check(
-            "returns (hidden_states, aux states) when ids were requested",
-            bool(returns),
-            "" if returns else "the captured states never leave forward",
-            f"{relpath}:{returns[0].lineno}" if returns else where,
-        ),
-        Check(
-            FINAL_LAYER_CHECK,
-            None,
-            "after the loop, before the norm"
-            if final
-            else "not captured: a draft that asks for id n gets fewer states",
-            f"{relpath}:{final[0].lineno}" if final else None,
-            kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED,
-        ),
-    ]
+    return _leaving(forward, stmt, relpath, where, final, "after the loop, before the norm")
 
 
 def _capture_test(stmt: ast.stmt) -> ast.Compare | None:
@@ -362,16 +336,6 @@ def _split_leaving_checks(
 ) -> list[Check]:
     """Whether the states captured by ``stmt`` leave ``forward`` (the tuple return), and (informational)
     the capture of ``residual`` after the final fused norm, after ``split``'s loop."""
-    states = appended_list_name(stmt)
-    returns = [
-        r
-        for r in ast.walk(forward)
-        if isinstance(r, ast.Return)
-        and isinstance(r.value, ast.Tuple)
-        and len(r.value.elts) == 2
-        and isinstance(r.value.elts[1], ast.Name)
-        and r.value.elts[1].id == states
-    ]
     after = forward.body[forward.body.index(split.loop) + 1 :]
     final = [
         n
@@ -386,6 +350,24 @@ def _split_leaving_checks(
             if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "append" and c.args
         )
     ]
+    return _leaving(forward, stmt, relpath, where, final, "residual after the final fused norm")
+
+
+def _leaving(
+    forward: ast.FunctionDef | ast.AsyncFunctionDef, stmt: ast.stmt, relpath: str, where: str, final: list, found: str
+) -> list[Check]:
+    """The two checks on the captured states leaving ``forward``: the tuple return of the list ``stmt``
+    appends to, and (informational) the final-layer capture ``final`` found (described as ``found``)."""
+    states = appended_list_name(stmt)
+    returns = [
+        r
+        for r in ast.walk(forward)
+        if isinstance(r, ast.Return)
+        and isinstance(r.value, ast.Tuple)
+        and len(r.value.elts) == 2
+        and isinstance(r.value.elts[1], ast.Name)
+        and r.value.elts[1].id == states
+    ]
     return [
         Check(
             "returns (hidden_states, aux states) when ids were requested",
@@ -396,9 +378,7 @@ def _split_leaving_checks(
         Check(
             FINAL_LAYER_CHECK,
             None,
-            "residual after the final fused norm"
-            if final
-            else "not captured: a draft that asks for id n gets fewer states",
+            found if final else "not captured: a draft that asks for id n gets fewer states",
             f"{relpath}:{final[0].lineno}" if final else None,
             kind=FINAL_LAYER_CAPTURED if final else FINAL_LAYER_MISSED,
         ),
