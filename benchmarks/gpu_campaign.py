@@ -16,7 +16,7 @@ time keeps what it did; the next call with the same ``--state`` carries on), and
 ``--finish``, every environment is reverted and its ``vllm/**/*.py`` compared with RECORD.
 
     python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --deadline 540 [--jobs 8] [--finish]
-    python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --only fp32-and-gemma3-eager   # a plan (PLANS)
+    python benchmarks/gpu_campaign.py --state /root/campaign --out "$OUT" --only fp32-and-gemma3-eager  # a plan (PLANS)
 
 Each environment is prepared for exactly the cases a call asks for: ``STATE/prepared-ENV.json``
 records the cases it was patched (and made wrong) for, a later call prepares only the cases it adds,

@@ -13,7 +13,10 @@ PATCH = Patch(
         "takes hidden_states + residual entering layer k (global ids, from start_layer), the final layer "
         "output for id n, and returns (hidden_states, aux_hidden_states) only when ids were requested."
     ),
-    reference=f"vllm-project/vllm, native from v{NATIVE_FROM} (model_executor/models/deepseek_v2.py); final-layer capture: #46788",
+    reference=(
+        f"vllm-project/vllm, native from v{NATIVE_FROM} (model_executor/models/deepseek_v2.py); "
+        "final-layer capture: #46788"
+    ),
     vllm=A1_RELEASES,
     upstream_from=NATIVE_FROM,
     architectures=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),

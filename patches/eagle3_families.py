@@ -2,8 +2,8 @@
 
 patchkit reads how to patch an architecture from the release's own files; an entry here adds only
 what those files cannot tell: the ``model_type`` its checkpoints report, which the speculative
-config's start-up allow-list (:data:`patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`) must admit. Adding a family is one entry.
-The model types are those of the families' published ``config.json`` files (``text_config`` for
+config's start-up allow-list (:data:`patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`) must admit. Adding a family is
+one entry. The model types are those of the families' published ``config.json`` files (``text_config`` for
 multimodal checkpoints).
 """
 

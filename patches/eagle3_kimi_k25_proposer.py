@@ -12,7 +12,10 @@ PATCH = Patch(
         "target_model.config.image_token_index; Kimi-K2.5's config has media_placeholder_token_id "
         "instead, so loading the draft fails with an AttributeError."
     ),
-    reference=f"vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v{NATIVE_FROM} (v1/spec_decode/eagle.py)",
+    reference=(
+        f"vllm-project/vllm, KimiK25ForConditionalGeneration branch native from v{NATIVE_FROM} "
+        "(v1/spec_decode/eagle.py)"
+    ),
     vllm=KIMI_K25_RELEASES,
     upstream_from=NATIVE_FROM,
     architectures=("KimiK25ForConditionalGeneration",),

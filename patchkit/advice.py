@@ -35,7 +35,8 @@ class Effect(str, Enum):
     REINSTALLS = "reinstalls"
     """``pip install --force-reinstall``: replaces vLLM's files with the release's, outside patchkit's journal."""
     UPGRADE = "upgrade"
-    """Install another vLLM release (the step's ``argv`` shows what patchkit knows of them); nothing of this install is kept."""
+    """Install another vLLM release (the step's ``argv`` shows what patchkit knows of them); nothing of this install is
+    kept."""
     SHOWS = "shows"
     """Reads only: prints what the step's ``why`` refers to; changes nothing."""
     EDIT = "edit"

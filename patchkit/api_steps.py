@@ -1,6 +1,7 @@
 """The named steps of :func:`patchkit.api.apply` and :func:`patchkit.api.revert` (the API's writing
 commands): what each asks of the plugins, apply's plan, write and next steps, how a signal during a
-write is reported, and the revert's scope and writes. The plugins are passed in (:data:`patchkit.api.PLUGINS`); nothing here prints.
+write is reported, and the revert's scope and writes. The plugins are passed in (:data:`patchkit.api.PLUGINS`); nothing
+here prints.
 """
 
 from __future__ import annotations

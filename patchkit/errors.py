@@ -25,7 +25,8 @@ class ExitCode(IntEnum):
     USAGE = 2
     """Bad command line (unknown option, unknown ``--target``, ``--patch`` or ``--arch``)."""
     REFUSED = 3
-    """``apply``/``revert`` refused (also: the interpreter imports another ``vllm``, a linked or cached install); nothing on disk was changed."""
+    """``apply``/``revert`` refused (also: the interpreter imports another ``vllm``, a linked or cached install);
+    nothing on disk was changed."""
     ENVIRONMENT = 4
     """No usable vLLM install, bad ``--python``, unreadable or unwritable files, a missing target file."""
     INTERRUPTED = 130

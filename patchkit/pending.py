@@ -1,4 +1,5 @@
-"""An ``apply`` or ``revert`` that stopped while writing, as the journal records it (a result type of ``status`` and ``apply``)."""
+"""An ``apply`` or ``revert`` that stopped while writing, as the journal records it (a result type of ``status`` and
+``apply``)."""
 
 from __future__ import annotations
 

@@ -261,7 +261,8 @@ class VerifyReport:
     """Without ``--arch``/``--model``: the architectures the journal says an ``--arch``/``--model`` run
     patched (checked with the default set; ``apply`` patches them again only with ``--arch``)."""
     next_steps: tuple[NextStep, ...] = ()
-    """When EAGLE-3 is not in effect: what to run (apply's dry run in its scope, not planned here: :func:`patchkit.plan.next_steps.for_verify`)."""
+    """When EAGLE-3 is not in effect: what to run (apply's dry run in its scope, not planned here:
+    :func:`patchkit.plan.next_steps.for_verify`)."""
     architectures: tuple[str, ...] = ()
     """The registry architectures checked: the ``--arch``/``--model`` ones, or the default set's and
     :attr:`journaled`."""

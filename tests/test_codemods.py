@@ -255,8 +255,8 @@ def test_capture_patches_loop_init_and_return():
     code = apply_twice(CaptureAuxHiddenStates("p"), parse(BACKBONE), CAPTURE_SITE)
     assert "self.aux_hidden_state_layers: tuple[int, ...] = ()\n" in code
     assert (
-        "for layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):"
-        in code
+        "for layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), "
+        "start=self.start_layer):" in code
     )
     # the capture comes first in the loop body, before the layer runs
     loop_body = code.split("start=self.start_layer):\n", 1)[1]
@@ -286,7 +286,9 @@ def test_capture_old_slice_loop():
 def test_capture_refuses_two_loops():
     two = BACKBONE.replace(
         "        if not get_pp_group()",
-        "        for layer in self.layers:\n            hidden_states, residual = layer(positions, hidden_states, residual)\n\n        if not get_pp_group()",
+        "        for layer in self.layers:\n"
+        "            hidden_states, residual = layer(positions, hidden_states, residual)\n\n"
+        "        if not get_pp_group()",
         1,
     )
     with pytest.raises(Refusal, match="expected exactly 1 decoder-layer loop"):
@@ -375,8 +377,8 @@ def test_interface_adds_its_own_import_where_the_module_has_none():
     site = Site("m.py", f"{MODELS}.m", "Model", BACKBONE_HOLDER)
     out = AddEagle3Interface("p").transform(parse(no_import), site).code
     assert (
-        "from .other import SupportsLoRA, SupportsPP\nfrom vllm.model_executor.models.interfaces import SupportsEagle3\n"
-        in out
+        "from .other import SupportsLoRA, SupportsPP\n"
+        "from vllm.model_executor.models.interfaces import SupportsEagle3\n" in out
     )
     assert AddEagle3Interface("p").check(parse(out), site)[0] is Presence.PRESENT
 
@@ -419,7 +421,8 @@ def test_allow_list_one_per_line_with_trailing_comma():
     src = 'def f(self):\n    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n    ]\n'
     code = apply_twice(ALLOW, parse(src), Site("c.py", "c"))
     assert code.endswith(
-        '    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n        "deepseek_v3",\n        "kimi_k2",\n    ]\n'
+        '    aux_hidden_states_supported = [\n        "llama",\n        "qwen",\n'
+        '        "deepseek_v3",\n        "kimi_k2",\n    ]\n'
     )
 
 

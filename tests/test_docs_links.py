@@ -40,7 +40,8 @@ def _prose(text: str):
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading's text (``Every node of a Ray cluster (`--ray`)`` -> ``every-node-of-a-ray-cluster---ray``)."""
+    """GitHub's anchor for a heading's text (``Every node of a Ray cluster (`--ray`)`` ->
+    ``every-node-of-a-ray-cluster---ray``)."""
     text = heading.strip().lower().replace("`", "")
     text = "".join(c for c in text if c.isalnum() or c in " -_")
     return text.replace(" ", "-")

@@ -357,7 +357,8 @@ def test_nested_eagle_config_ids_depend_on_the_runner(release, cli, tmp_path):
     assert child(ids, "model runner V2 captures the trained layers")["ok"] is True
     assert [a for a in report["actions"] if "eagle_aux_hidden_state_layer_ids" in a] == [
         'add "eagle_aux_hidden_state_layer_ids": [2, 30, 58] at the top level of the draft\'s config.json '
-        "(eagle_config's [1, 29, 57] + 1: vLLM counts the stream entering layer k; do not copy eagle_config's ids unchanged)"
+        "(eagle_config's [1, 29, 57] + 1: vLLM counts the stream entering layer k; "
+        "do not copy eagle_config's ids unchanged)"
     ]
 
 

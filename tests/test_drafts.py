@@ -310,8 +310,8 @@ def test_kimi_k25_model_type_needs_transformers_5_outside_the_registry(release, 
     mt = check(report, "draft model type kimi_k25")
     assert mt["ok"] is False
     assert (
-        "no transformers release this release allows (transformers<5,>=4.56.0) registers it (none before 5.0; 5.20.2 does)"
-        in mt["detail"]
+        "no transformers release this release allows (transformers<5,>=4.56.0) registers it "
+        "(none before 5.0; 5.20.2 does)" in mt["detail"]
     )
 
 

@@ -160,7 +160,8 @@ def _uv_install(release, tmp_path: Path, link_mode: str) -> tuple[Path, Path, Pa
 
 
 def test_uv_cache_is_refused_and_never_advised(release, cli, tmp_path):
-    """uv --link-mode symlink: the venv's files link into uv's cache; apply refuses both, never pointing at the cache."""
+    """uv --link-mode symlink: the venv's files link into uv's cache; apply refuses both, never pointing at the
+    cache."""
     python, site, entry = _uv_install(release, tmp_path, "symlink")
     assert (site / DEEPSEEK).is_symlink() and (site / DEEPSEEK).resolve() == (entry / DEEPSEEK).resolve()
     before = snapshot(entry)
@@ -176,7 +177,8 @@ def test_uv_cache_is_refused_and_never_advised(release, cli, tmp_path):
 
 
 def test_hardlinked_uv_venv_never_changes_the_cache(release, cli, tmp_path):
-    """uv's default on Linux (--link-mode hardlink): patchkit replaces files (a new inode), so the cache keeps its bytes."""
+    """uv's default on Linux (--link-mode hardlink): patchkit replaces files (a new inode), so the cache keeps its
+    bytes."""
     python, site, entry = _uv_install(release, tmp_path, "hardlink")
     assert (site / DEEPSEEK).stat().st_ino == (entry / DEEPSEEK).stat().st_ino
     before = snapshot(entry)

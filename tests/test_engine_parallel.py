@@ -6,8 +6,8 @@ rehearsal plus the ranks check (both ranks' drafts received the same aux states)
 ``--json``. 178 s on 2 cores at load 8 to 10 (docs/engine.md, "Under tensor and pipeline parallelism").
 
 The per-architecture campaign (``PATCHKIT_PARALLEL_CAMPAIGN=1``; otherwise deselected, not skipped, as it is
-outside CI's budget): the layouts and architectures of :data:`CAMPAIGN`, each with the outcome recorded on this machine: every check passed,
-or vLLM's own error (message and ``file:line``) at the step where it stopped.
+outside CI's budget): the layouts and architectures of :data:`CAMPAIGN`, each with the outcome recorded on this machine:
+every check passed, or vLLM's own error (message and ``file:line``) at the step where it stopped.
 """
 
 from __future__ import annotations

@@ -74,7 +74,8 @@ def test_full_run_is_refused_when_the_patched_result_would_not_verify(release, m
 
 def test_read_only_commands_do_not_import_libcst_vllm_or_torch():
     code = (
-        "import sys, patchkit.ui.cli, patchkit.api, patchkit.checks.verify, patchkit.checks.runtime, patchkit.checks.doctor;"
+        "import sys, patchkit.ui.cli, patchkit.api, patchkit.checks.verify, patchkit.checks.runtime, "
+        "patchkit.checks.doctor;"
         "bad = [m for m in ('libcst', 'vllm', 'torch') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

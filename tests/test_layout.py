@@ -580,7 +580,9 @@ CLEAN = {
     "codemods/tree.py": "import ast\n",
     "plan/spec.py": "from ..codemods import base\nfrom ..store.journal import x\n",
     "store/journal.py": "from patchkit.vllm.release import contract\n",
-    "api.py": "from patchkit.vllm.release import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n",
+    "api.py": (
+        "from patchkit.vllm.release import contract\n\n\ndef f():\n    from patchkit.plan import spec  # lazy: a test\n"
+    ),
     "ui/cli.py": (
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.top import x\n"
         "from patchkit import api\n\n\ndef g():\n    import json  # lazy: json is slow\n"
@@ -625,8 +627,8 @@ def test_rule_upward_can_fail(tmp_path):
     assert len(found) == 3, found
     assert "patchkit/api.py:2: patchkit.api (rank 6, api) imports patchkit.ui.cli (rank 7, ui), a higher layer" in found
     assert (
-        "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports patchkit.plan.spec (rank 3, plan), a higher layer"
-        in found
+        "patchkit/vllm/shapes/classify.py:2: patchkit.vllm.shapes.classify (rank 1, vllm) imports "
+        "patchkit.plan.spec (rank 3, plan), a higher layer" in found
     )
     assert (
         "patchkit/errors.py:1: patchkit.errors (rank 0, base) imports patchkit.api (rank 6, api), a higher layer"
@@ -645,8 +647,10 @@ def test_rule_siblings_can_fail(tmp_path):
         },
     )
     assert sibling_imports(root) == [
-        "patchkit/guard/guard.py:2: patchkit.guard.guard (guard) imports patchkit.rehearse.engine (rehearse), a sibling of the same rank 5",
-        "patchkit/store/journal.py:1: patchkit.store.journal (store) imports patchkit.codemods.base (codemods), a sibling of the same rank 2",
+        "patchkit/guard/guard.py:2: patchkit.guard.guard (guard) imports patchkit.rehearse.engine (rehearse), "
+        "a sibling of the same rank 5",
+        "patchkit/store/journal.py:1: patchkit.store.journal (store) imports patchkit.codemods.base (codemods), "
+        "a sibling of the same rank 2",
     ]
 
 
@@ -688,7 +692,9 @@ def test_rule_own_package_can_fail(tmp_path):
                 "def f():\n    from patchkit.codemods import CATALOGUE  # lazy: a test\n"
             ),
             "codemods/deep/x.py": "from .. import y\n",
-            "codemods/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n",
+            "codemods/typed.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from patchkit.codemods import K\n"
+            ),
         },
     )
     assert own_package_imports(root) == [
@@ -716,10 +722,14 @@ def test_rule_release_literals_can_fail(tmp_path):
         },
     )
     assert release_literals(root) == [
-        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; name it in vllm/release/contract.py and use the name",
-        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:2: release 0.18.0 written as a literal; "
+        "name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.18.0 written as a literal; "
+        "name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release 0.20.x written as a literal; "
+        "name it in vllm/release/contract.py and use the name",
+        "patchkit/plan/engine.py:5: release v0.18.0 written as a literal; "
+        "name it in vllm/release/contract.py and use the name",
     ]
 
 
@@ -751,7 +761,8 @@ def test_rule_lazy_comment_can_fail(tmp_path):
         "patchkit/checks/verify.py:3: 'import json' inside a function without a trailing '# lazy: <why>'",
         "patchkit/checks/verify.py:10: 'import ast' inside a function without a trailing '# lazy: <why>'",
         "patchkit/checks/verify.py:11: 'import re' inside a function without a trailing '# lazy: <why>'",
-        "patchkit/checks/verify.py:15: 'from patchkit import errors' inside a function without a trailing '# lazy: <why>'",
+        "patchkit/checks/verify.py:15: 'from patchkit import errors' inside a function "
+        "without a trailing '# lazy: <why>'",
     ]
 
 
@@ -817,7 +828,10 @@ def test_rule_long_functions_can_fail(tmp_path):
     fits = "def fits():\n" + body * (MAX_FUNCTION_LINES - 1)
     over = "@decorated\ndef over():\n" + body * (MAX_FUNCTION_LINES - 1)
     root = _package(tmp_path, {**CLEAN, "ui/cli.py": fits, "ui/render.py": over, "vllm/source.py": over})
-    want = f"patchkit/ui/render.py:1: over is {MAX_FUNCTION_LINES + 1} lines (over {MAX_FUNCTION_LINES}): split it into named steps"
+    want = (
+        f"patchkit/ui/render.py:1: over is {MAX_FUNCTION_LINES + 1} lines (over {MAX_FUNCTION_LINES}): "
+        "split it into named steps"
+    )
     assert long_functions(root, ("vllm",)) == [want]
     assert sorted(long_functions(root)) == [want, want.replace("ui/render.py", "vllm/source.py")]
 

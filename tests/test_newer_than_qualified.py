@@ -21,7 +21,10 @@ from vllm_release import fresh_copy
 
 pytestmark = pytest.mark.release
 NEWER = f"{Version(NEWEST_QUALIFIED).major}.{Version(NEWEST_QUALIFIED).minor + 1}.0"
-NOTE = f"newer than any release patchkit was qualified on: {NEWEST_QUALIFIED}; verdicts rest only on the facts found in this install"
+NOTE = (
+    f"newer than any release patchkit was qualified on: {NEWEST_QUALIFIED}; "
+    "verdicts rest only on the facts found in this install"
+)
 
 
 def newer_release(dest: Path) -> Path:

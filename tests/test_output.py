@@ -208,7 +208,8 @@ def test_error_lines_keep_paths_whole_at_60_columns(tmp_path):
 @pytest.mark.parametrize("version", ["0.17.1", "0.34.0"])
 def test_widest_line_at_80_columns(tmp_path, version):
     """Issue 32, measured: on an 80-column terminal no line of verify, doctor, scan, status or apply
-    is wider than 80 (a dry run's diff is the files' own lines), except a single word (a path, a command) that cannot be broken."""
+    is wider than 80 (a dry run's diff is the files' own lines), except a single word (a path, a command) that cannot be
+    broken."""
     from vllm_release import fresh_copy
 
     sp = fresh_copy(version, tmp_path / "sp")

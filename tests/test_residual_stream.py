@@ -106,7 +106,8 @@ def _backbone(tail: str) -> tuple[ast.FunctionDef, ast.For]:
         ("    hidden_states = hidden_states + residual\n", Tail.SUM),
         ("    hidden_states = self.norm(hidden_states)\n", Tail.ALONE),
         (
-            "    if not last:\n        return IntermediateTensors({'hidden_states': hidden_states, 'residual': residual})\n"
+            "    if not last:\n"
+            "        return IntermediateTensors({'hidden_states': hidden_states, 'residual': residual})\n"
             "    hidden_states = self.norm(hidden_states)\n",
             Tail.ALONE,
         ),

@@ -111,11 +111,13 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
         "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)",
         *[
-            f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
+            f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
+            "(consistency check on stand-ins)"
             for arch in DEFAULT_ARCHS
         ],
         *[
-            f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
+            f"{arch}: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head "
+            "(consistency check on stand-ins)"
             for arch in DEFAULT_ARCHS
         ],
     ]
@@ -141,8 +143,10 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
 # Deliberately wrong captures, written into a copy of the patched file (then put back).
 WRONG_CAPTURES = {
     "normed value": (
-        "aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n            hidden_states, residual = layer(",
-        "aux_hidden_states.append(self.norm(hidden_states, residual)[0] if residual is not None else hidden_states)\n            hidden_states, residual = layer(",
+        "aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n"
+        "            hidden_states, residual = layer(",
+        "aux_hidden_states.append(self.norm(hidden_states, residual)[0] if residual is not None else hidden_states)\n"
+        "            hidden_states, residual = layer(",
         "not the residual stream entering that layer",
     ),
     "ids counted from 0 on a later stage": (
@@ -200,7 +204,10 @@ def test_wrong_captures_are_caught(cli, vllm_python):
 
 KIMI = "vllm/model_executor/models/kimi_k25.py"
 PROPOSER = "vllm/v1/spec_decode/eagle.py"
-KIMI_LOADING = "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head (consistency check on stand-ins)"
+KIMI_LOADING = (
+    "KimiK25ForConditionalGeneration: vLLM's EagleProposer.load_model loads a draft and shares embeddings and head "
+    "(consistency check on stand-ins)"
+)
 KIMI_FORWARD = (
     "KimiK25ForConditionalGeneration.forward passes the backbone's (hidden_states, aux_hidden_states) "
     "through unchanged (consistency check on stand-ins)"

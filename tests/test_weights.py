@@ -1,5 +1,6 @@
-"""Weight files read without a tensor library (patchkit/vllm/checkpoints/weights.py, patchkit/vllm/checkpoints/vocabulary.py), and the
-mapping-literal reader both model-type sources share (patchkit/vllm/registry/model_types.py). Offline: files written here."""
+"""Weight files read without a tensor library (patchkit/vllm/checkpoints/weights.py,
+patchkit/vllm/checkpoints/vocabulary.py), and the mapping-literal reader both model-type sources share
+(patchkit/vllm/registry/model_types.py). Offline: files written here."""
 
 from __future__ import annotations
 

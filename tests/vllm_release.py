@@ -1,9 +1,9 @@
 """Fetch real vLLM release files for tests: the ``.py`` files and ``.dist-info`` of a wheel.
 
 A release is downloaded once with ``pip download --no-deps`` (the x86-64 manylinux wheel: the
-tests run on real release files, never on vLLM source kept in this repository), its ``vllm/**/*.py`` files and ``vllm-X.Y.Z.dist-info/``
-are extracted into a cache directory outside the repository, and the wheel is deleted. Each test
-gets a fresh copy of that pristine tree, so tests can write to it.
+tests run on real release files, never on vLLM source kept in this repository), its ``vllm/**/*.py`` files and
+``vllm-X.Y.Z.dist-info/`` are extracted into a cache directory outside the repository, and the wheel is deleted. Each
+test gets a fresh copy of that pristine tree, so tests can write to it.
 
 The cache lives in ``$PATCHKIT_TEST_CACHE`` (default ``~/.cache/patchkit-tests``).
 Run as a script to warm the cache: ``python tests/vllm_release.py 0.16.0 0.17.1``.
@@ -356,7 +356,8 @@ def fresh_copy(version: str, dest: Path) -> Path:
 
 
 def prefetch(workers: int = 4) -> None:
-    """Fetch ``releases.PREFETCHED`` (``workers`` downloads at a time), then build ``releases.VENVS`` (both declared in ``tests/releases.py``).
+    """Fetch ``releases.PREFETCHED`` (``workers`` downloads at a time), then build ``releases.VENVS`` (both declared in
+    ``tests/releases.py``).
 
     ``.ci/run`` starts it in the background beside pytest: each fetch and build takes the same lock a
     test takes, so a test that needs one waits for it instead of starting it again, and on a cold

@@ -25,8 +25,8 @@ them against the installed vLLM's files, read statically:
 It returns a :class:`DoctorReport` (checks as :class:`~patchkit.results.Check` trees, a verdict,
 next steps as :class:`~patchkit.advice.NextStep` values and warnings) and never prints.
 
-Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.checkpoints.drafts` for the
-vLLM facts behind each):
+Decisions (see the docstrings below, in :mod:`patchkit.checks.drafts` and in :mod:`patchkit.vllm.checkpoints.drafts` for
+the vLLM facts behind each):
 
 - An id is in range when ``0 <= id <= n`` (``n`` = the target's ``num_hidden_layers``): id ``k``
   is the residual stream entering layer ``k``, id ``n`` the last layer's output.

@@ -360,7 +360,8 @@ def proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) -
 def draft_load_check(
     facts: TargetFacts, tree: SourceTree, registry: Registry, contract: Contract, install: Install, actions: list[str]
 ) -> Check | None:
-    """The proposer's draft loading through this target (see :mod:`patchkit.vllm.classes.loadpath`); None: nothing to say."""
+    """The proposer's draft loading through this target (see :mod:`patchkit.vllm.classes.loadpath`); None: nothing to
+    say."""
     cls = facts.cls
     if cls is None or not facts.multimodal or contract.protocol is None:
         return None
@@ -382,7 +383,8 @@ def draft_load_check(
 def backend_check(
     facts: TargetFacts, route: BackendRoute, install: Install, pipeline_parallel_size: int, actions: list
 ) -> Check:
-    """EAGLE-3 through vLLM's Transformers backend (:mod:`patchkit.vllm.registry.transformers_backend`): its own support, and its limits."""
+    """EAGLE-3 through vLLM's Transformers backend (:mod:`patchkit.vllm.registry.transformers_backend`): its own
+    support, and its limits."""
     label = f"EAGLE-3 in effect for {facts.architecture} (vLLM's Transformers backend)"
     if route.usable is False:
         actions.append(

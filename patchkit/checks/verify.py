@@ -83,7 +83,8 @@ def verify(
                 Check(
                     arch,
                     False,
-                    f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, which patchkit cannot find",
+                    f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
+                    "which patchkit cannot find",
                 )
             )
             continue
@@ -163,9 +164,9 @@ def settle(node: Check, shape: ArchShape) -> Check:
         node: the architecture's chain check (:func:`architecture_chain` or :func:`model_check`); not changed.
         shape: :func:`patchkit.vllm.shapes.classify.classify` of the same architecture (an ``ArchShape``).
     Returns:
-        ``node`` settled, a new :class:`Check`: when the verdict is patchable, an informational first child (ok None) says so: it is
-        what apply can fix, not one more problem, and the failed links under ``node`` are the problems; when
-        it is otherwise not native (not patchable, declared but broken, or patchable with no failed link),
+        ``node`` settled, a new :class:`Check`: when the verdict is patchable, an informational first child (ok None)
+        says so: it is what apply can fix, not one more problem, and the failed links under ``node`` are the problems;
+        when it is otherwise not native (not patchable, declared but broken, or patchable with no failed link),
         a failed first child says so with the classifier's reason; when it is native, a link patchkit could not
         follow (:data:`NOT_FOLLOWED`) is shown as not checked (None), not failed: the classifier calls no
         class broken on a link it cannot read. Its ``ok`` is recomputed.

@@ -47,8 +47,8 @@ def _capture_expects(o: dict[str, Any]) -> str:
         return (
             "the backbone class exactly once at module level, with exactly one forward; forward holds exactly one "
             f"top-level 'for <layer> in ...self.layers...' loop whose body has exactly one {layer} and exactly one "
-            "top-level 'return hidden_states'; the module imports from vllm.model_executor.models.interfaces; the names "
-            "layer_idx and aux_hidden_states are unused"
+            "top-level 'return hidden_states'; the module imports from vllm.model_executor.models.interfaces; "
+            "the names layer_idx and aux_hidden_states are unused"
         )
     return (
         "the target class exactly once at module level, with exactly one __init__ and one forward; "

@@ -126,8 +126,9 @@ def _named(*names: str):
 
 
 def _read_loop(forward: cst.FunctionDef):
-    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by :func:`patchkit.vllm.classes.loops.decoder_loop`
-    on the same code, so the classifier and this codemod agree on every loop form."""
+    """The decoder-layer loop of ``forward`` (libcst node) and its form, read by
+    :func:`patchkit.vllm.classes.loops.decoder_loop` on the same code, so the classifier and this codemod agree on every
+    loop form."""
     body = list(forward.body.body)
     loops = []
     for stmt in body:

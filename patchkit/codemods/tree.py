@@ -3,9 +3,9 @@
 libcst's matcher searches (``libcst.matchers.findall``) and ``with_deep_changes`` run a visitor
 over the whole module, rebuilding every node they pass; on ``v1/spec_decode/eagle.py`` and
 ``config/speculative.py`` that was most of ``apply``'s time (about 5 of 10 s under a profiler),
-and importing ``libcst.matchers`` alone cost 0.24 s (one ``python -X importtime`` run, load 1.5). The helpers here read the nodes' dataclass fields directly and, where
-the wanted node is a statement, descend only through statements (a statement never sits inside
-an expression), so they find the same nodes a full search finds.
+and importing ``libcst.matchers`` alone cost 0.24 s (one ``python -X importtime`` run, load 1.5). The helpers here read
+the nodes' dataclass fields directly and, where the wanted node is a statement, descend only through statements (a
+statement never sits inside an expression), so they find the same nodes a full search finds.
 """
 
 from __future__ import annotations

@@ -250,7 +250,8 @@ def _read_manifest(install: Install) -> dict | None:
 
 
 def recorded_model(install: Install) -> str | None:
-    """The ``--model`` folder the installed guard's manifest repeats in its ``patchkit apply`` (None: none, or no guard)."""
+    """The ``--model`` folder the installed guard's manifest repeats in its ``patchkit apply`` (None: none, or no
+    guard)."""
     model = (_read_manifest(install) or {}).get("model")
     return model if isinstance(model, str) and model else None
 

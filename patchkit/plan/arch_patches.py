@@ -393,8 +393,8 @@ def _capture(arch: str, shape: ArchShape, a1: bool) -> Patch:
 def allow_list_patch(model_type: str, arch: str | None = None) -> Patch:
     """The patch that puts ``model_type`` on the start-up allow-list, for ``arch``.
 
-    Fact: ``SpeculativeConfig`` (``config/speculative.py``, :data:`~patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`) refuses an EAGLE-3
-    target whose ``hf_text_config.model_type`` contains none of the list's entries.
+    Fact: ``SpeculativeConfig`` (``config/speculative.py``, :data:`~patchkit.vllm.release.contract.ALLOW_LIST_RELEASES`)
+    refuses an EAGLE-3 target whose ``hf_text_config.model_type`` contains none of the list's entries.
     """
     return Patch(
         id=allowlist_id(model_type),

@@ -59,7 +59,8 @@ class ModelConfig:
 
 
 def read_model_config(model_dir: Path) -> ModelConfig:
-    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader (:func:`patchkit.vllm.checkpoints.config.read_config`).
+    """Read ``model_dir/config.json`` (a BOM is allowed) with doctor's reader
+    (:func:`patchkit.vllm.checkpoints.config.read_config`).
 
     Raises:
         ConfigError: the folder or file is missing, unreadable, not JSON, not an object, or names

@@ -194,7 +194,8 @@ def dry_run(
     Args:
         install: the vLLM install.
         chain_check: verify's chain check (:func:`patchkit.checks.verify.verify`).
-        target, patch_ids, request, force: as ``apply``'s ``--target``, ``--patch``, ``--arch``/``--model``, ``--force``.
+        target, patch_ids, request, force: as ``apply``'s ``--target``, ``--patch``, ``--arch``/``--model``,
+            ``--force``.
     Returns:
         The dry run's :class:`ApplyReport` (planned from the bytes an unfinished run's rollback leaves).
     Raises:

@@ -106,7 +106,8 @@ def follow(proc: subprocess.Popen, say: Callable[[str], None]) -> list[str]:
 
 
 def stop(proc: subprocess.Popen | None) -> None:
-    """Stop the driver's process group (SIGTERM, then SIGKILL after 20 s); nothing when it has exited. Raises nothing."""
+    """Stop the driver's process group (SIGTERM, then SIGKILL after 20 s); nothing when it has exited. Raises
+    nothing."""
     if proc is None or proc.poll() is not None:
         return
     try:

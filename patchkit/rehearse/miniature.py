@@ -432,7 +432,8 @@ def _refuse_fields(target: dict[str, Any], draft: dict[str, Any]) -> None:
             if key in cfg:
                 raise RefusedError(
                     f"{where} config.json has {key}: {why}",
-                    f"rehearse the unquantized checkpoint of the same architecture (remove {key} from a copy of config.json)",
+                    f"rehearse the unquantized checkpoint of the same architecture "
+                    f"(remove {key} from a copy of config.json)",
                 )
 
 

@@ -57,7 +57,8 @@ def map_ids(ids: tuple[int, ...], n: int, m: int) -> tuple[int, ...] | None:
 def layer_count(user_ids: tuple[int, ...], field: IdField, n: int) -> tuple[int, tuple[int, ...]]:
     """The miniature's layer count and the draft's aux ids on it.
 
-    Args: the draft's ids on the target's ``n`` layers and the field they came from (:attr:`IdField.NONE`: vLLM's default).
+    Args: the draft's ids on the target's ``n`` layers and the field they came from (:attr:`IdField.NONE`: vLLM's
+    default).
     Returns: ``(m, ids)``: the fewest layers from 4 to :data:`MAX_LAYERS` the ids map onto distinctly, else
     ``(n, user_ids)`` (a small target is kept as it is). Raises nothing.
     """

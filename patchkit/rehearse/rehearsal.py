@@ -80,7 +80,8 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
             (
                 "ignores eagle_config's ids"
                 if not r.nested
-                else f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), but they count a layer's output "
+                else f"reads eagle_config.{drafts.IDS_FIELD} verbatim (vLLM's convention), "
+                "but they count a layer's output "
                 f"(SpecForge / SGLang / ModelOpt): every capture is one layer early"
             )
             if mini.id_field is IdField.EAGLE_CONFIG

@@ -25,8 +25,8 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    (each tensor-parallel rank of the last pipeline stage) received the same prefill aux states: the
    same shape (a capture sharded along the sequence would not) and within the aux tolerance.
 
-The tolerances (:data:`~patchkit.rehearse.tolerances.TOLERANCES`) were measured per device and dtype; docs/engine.md ("Right on
-the GPU") gives the figures, their spread and the commands.
+The tolerances (:data:`~patchkit.rehearse.tolerances.TOLERANCES`) were measured per device and dtype; docs/engine.md
+("Right on the GPU") gives the figures, their spread and the commands.
 """
 
 from __future__ import annotations

@@ -35,7 +35,10 @@ def os_hint(exc: OSError, folder: Path, otherwise: str) -> str:
     if exc.errno == errno.ENOSPC:
         return f"the file system holding {folder} is full: free some space, then run the command again"
     if exc.errno == errno.EDQUOT:
-        return f"your disk quota on the file system holding {folder} is used up: free some space, then run the command again"
+        return (
+            f"your disk quota on the file system holding {folder} is used up: "
+            "free some space, then run the command again"
+        )
     if exc.errno == errno.EROFS:
         return read_only_hint(folder)
     return otherwise

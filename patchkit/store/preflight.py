@@ -121,7 +121,8 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
 
 
 def import_problem(install: Install) -> RefusedError | None:
-    """Why the interpreter would not run the files patchkit changes (:func:`patchkit.vllm.release.install.imports_elsewhere`), or None.
+    """Why the interpreter would not run the files patchkit changes
+    (:func:`patchkit.vllm.release.install.imports_elsewhere`), or None.
 
     ``apply`` raises it (exit 3, nothing written); ``verify`` shows it as a failing check (exit 1).
     """

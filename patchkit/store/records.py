@@ -141,7 +141,8 @@ class JournalRecords:
             if fmt != FORMAT:
                 newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
                 raise StateError(
-                    f"cannot read patchkit's journal {self.path}: it has format {fmt!r}; this patchkit reads format {FORMAT}",
+                    f"cannot read patchkit's journal {self.path}: it has format {fmt!r}; "
+                    f"this patchkit reads format {FORMAT}",
                     "use the patchkit that wrote it (a newer one)"
                     if newer
                     else "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",

@@ -62,7 +62,8 @@ def error(exc: PatchkitError, as_json: bool) -> None:
 
 
 def next_lines(writer: Writer, steps, label: str = "hint:") -> None:
-    """One ``hint: run 'COMMAND' (why)`` line per next step, with the run's options (:func:`patchkit.ui.hints.steps`)."""
+    """One ``hint: run 'COMMAND' (why)`` line per next step, with the run's options
+    (:func:`patchkit.ui.hints.steps`)."""
     for step in hints.steps(steps):
         writer.line((label, "dim"), " ", step.line())
 

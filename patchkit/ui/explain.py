@@ -102,8 +102,8 @@ class ExplainReport:
 
 
 def needs_install(patch_id: str, distribution: str = "vllm") -> bool:
-    """True when ``patch_id`` is an ``eagle3:`` id of a known form (:data:`patchkit.ui.explain_arch.ID_FORMS`), read on a release;
-    False for a shipped patch id or an unknown one (no install is looked for).
+    """True when ``patch_id`` is an ``eagle3:`` id of a known form (:data:`patchkit.ui.explain_arch.ID_FORMS`), read on
+    a release; False for a shipped patch id or an unknown one (no install is looked for).
 
     Raises:
         UsageError: unknown ``distribution``.
@@ -121,7 +121,8 @@ def explain(
     """Describe one patch: a shipped one from its definition, an ``eagle3:`` one on ``install``'s release.
 
     Args:
-        patch_id: a patch id as ``patchkit list`` shows it, or an ``eagle3:<...>`` id (:data:`patchkit.ui.explain_arch.ID_FORMS`).
+        patch_id: a patch id as ``patchkit list`` shows it, or an ``eagle3:<...>`` id
+            (:data:`patchkit.ui.explain_arch.ID_FORMS`).
         distribution: the ``--target`` (``"vllm"``).
         install: the release an ``eagle3:`` id is read on (not used for a shipped id); None: the
             id is a shipped one or unknown.

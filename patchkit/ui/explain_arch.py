@@ -102,7 +102,8 @@ class ArchExplainReport:
 
     @property
     def newer_than_qualified(self) -> str | None:
-        """The note for a release newer than any patchkit was qualified on (:func:`patchkit.vllm.release.contract.beyond_qualified`)."""
+        """The note for a release newer than any patchkit was qualified on
+        (:func:`patchkit.vllm.release.contract.beyond_qualified`)."""
         return contract_mod.beyond_qualified(self.version)
 
     def rows(self) -> list[tuple[str, str]]:

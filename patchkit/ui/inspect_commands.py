@@ -248,7 +248,7 @@ def rehearse_cmd(
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
     Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
-    """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence
+    """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence  # noqa: E501
 
     def body() -> int:
         from patchkit.rehearse import rehearsal  # lazy: the rehearsal, only when rehearse runs
@@ -301,7 +301,8 @@ def _show_rehearsal(report) -> None:
     w = out()
     w.line(
         f"rehearsal of {report.architecture} with its draft on {report.vllm} ({report.device}, {report.dtype}, "
-        f"{report.path}, {rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "
+        f"{report.path}, "
+        f"{rehearsal.Layout(report.layout['tensor_parallel_size'], report.layout['pipeline_parallel_size']).described()}), "  # noqa: E501
         f"{report.layers[1]} of {report.layers[0]} layers, aux ids {list(report.user_ids)} -> {list(report.ids)}"
     )
     marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}

@@ -41,7 +41,8 @@ def apply(
     force: bool = typer.Option(
         False,
         "--force",
-        help="Patch files that differ from the distribution's RECORD, and hybrids whose mixers lose losslessness under speculation on this release (docs/hybrids.md).",
+        help="Patch files that differ from the distribution's RECORD, and hybrids whose mixers lose losslessness "
+        "under speculation on this release (docs/hybrids.md).",
     ),
     arch: Optional[list[str]] = ArchOpt,
     model: Optional[Path] = ModelOpt,

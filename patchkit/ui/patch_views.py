@@ -82,7 +82,10 @@ def apply_code(report, dry_run: bool, as_json: bool) -> int:
                 if report.not_shipped
                 else ""
             )
-            message = f"{', '.join(report.missing_files)} missing from this install; the patches that need {them} were not run{others}"
+            message = (
+                f"{', '.join(report.missing_files)} missing from this install; "
+                f"the patches that need {them} were not run{others}"
+            )
             error(
                 PatchkitError(
                     message,

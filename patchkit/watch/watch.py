@@ -259,7 +259,9 @@ def files(content: dict) -> dict[str, bytes]:
     """The watch's files, ``{path relative to site-packages: bytes}``, in the order they are written."""
     return DIST.files(
         {
-            f"{PACKAGE}/__init__.py": b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n',
+            f"{PACKAGE}/__init__.py": (
+                b'"""patchkit\'s acceptance watch (written by patchkit; its code is in watch.py)."""\n'
+            ),
             module_path(): Path(__file__).with_name("watch_plugin.py").read_bytes(),
             f"{PACKAGE}/plugin_file.py": plugin_file_bytes(),
             data_path(): (json.dumps(content, indent=2, sort_keys=True) + "\n").encode(),

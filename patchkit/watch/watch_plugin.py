@@ -1,4 +1,5 @@
-"""patchkit's acceptance watch: the ``vllm.stat_logger_plugins`` entry point patchkit installs into a serving environment.
+"""patchkit's acceptance watch: the ``vllm.stat_logger_plugins`` entry point patchkit installs into a serving
+environment.
 
 This file is copied, byte for byte, into the serving environment as ``patchkit_watch/watch.py``
 (:mod:`patchkit.watch.watch` writes it, with ``watch.json`` beside it and a

@@ -154,7 +154,8 @@ def _picks(
 
 
 def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None) -> _Pick:
-    """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none) picks."""
+    """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none)
+    picks."""
     top, nested, layer_ids, target_ids = declared
     if r is not None and top_seen is not None and r.top_level:
         return _Pick(
@@ -265,7 +266,8 @@ def _ids_action(
 
 
 def _shifted_default(children: list[Check], ids: list[int], default: list[int], ctx: DraftContext) -> None:
-    """Ids that look like vLLM's default minus one, given in vLLM's convention: a warning, and a note appended to ``children``."""
+    """Ids that look like vLLM's default minus one, given in vLLM's convention: a warning, and a note appended to
+    ``children``."""
     if sorted(ids) != [k - 1 for k in default]:
         return
     shifted = [k + 1 for k in sorted(ids)]
@@ -387,7 +389,8 @@ def _ranges(children: list[Check], ids: list[int], n: int | None, ctx: DraftCont
             Check(
                 "ids are distinct",
                 False,
-                f"{repeated} repeat: the backbone captures each layer once, so the draft gets fewer states than it expects",
+                f"{repeated} repeat: the backbone captures each layer once, so the draft gets fewer states "
+                "than it expects",
             )
         )
 

@@ -86,7 +86,8 @@ def _map_evidence(
     if maps is not None and maps.highest_target_id is not None:
         if maps.highest_target_id < target_vocab:
             same.append(
-                f"its d2t maps every draft id to a target id below {target_vocab} (the highest is {maps.highest_target_id})"
+                f"its d2t maps every draft id to a target id below {target_vocab} "
+                f"(the highest is {maps.highest_target_id})"
             )
         else:
             beyond = maps.highest_target_id
@@ -128,9 +129,9 @@ def _decide_vocabulary(
     elif vocab < produced:
         ok = False
         detail = (
-            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids up to "
-            f"{produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained for "
-            "another tokenizer?)"
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: the target's tokenizer produces ids "
+            f"up to {produced - 1}, and ids {vocab}..{produced - 1} have no row in the draft's embedding (trained "
+            "for another tokenizer?)"
         )
         ctx.actions.append(
             f"use a draft whose vocabulary covers this target's ({produced} ids); this one has {vocab} rows"
@@ -149,9 +150,9 @@ def _decide_vocabulary(
     elif vocab - target_vocab <= PADDING_ROWS:
         ok = None
         detail = (
-            f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): likely a padded "
-            "embedding or added tokens, but nothing in the folders says which tokenizer the draft was trained "
-            "for (no tokenizer files in both, no d2t/t2d in its weights): not decided"
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab} (+{vocab - target_vocab}): "
+            "likely a padded embedding or added tokens, but nothing in the folders says which tokenizer the draft "
+            "was trained for (no tokenizer files in both, no d2t/t2d in its weights): not decided"
         )
         ctx.warnings.append(
             f"the draft's vocab_size {vocab} is the target's {target_vocab} + {vocab - target_vocab}: put the draft's "
@@ -161,9 +162,9 @@ def _decide_vocabulary(
     else:
         ok = False
         detail = (
-            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, more than "
-            f"padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same tokenizer: "
-            "likely trained for another tokenizer (acceptance near zero)"
+            f"the draft's vocab_size is {vocab}, the target's {target_vocab}: {vocab - target_vocab} rows apart, "
+            f"more than padding ({PADDING_ROWS}), and no tokenizer files or d2t/t2d in the folders show the same "
+            "tokenizer: likely trained for another tokenizer (acceptance near zero)"
         )
         ctx.actions.append(
             f"use a draft trained for this target's tokenizer (vocab_size {target_vocab}); this one has {vocab}"

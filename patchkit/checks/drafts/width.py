@@ -20,7 +20,8 @@ def _fc_states(
     if reads_count is False:
         return (
             FC_STATES,
-            f"{FC_STATES} states (fixed in {facts.draft_class.rpartition('.')[2] if facts.draft_class else 'the draft class'})",
+            f"{FC_STATES} states "
+            f"(fixed in {facts.draft_class.rpartition('.')[2] if facts.draft_class else 'the draft class'})",
         )
     if declared is not None:
         return declared, f"{FC_COUNT_FIELD} {declared}"

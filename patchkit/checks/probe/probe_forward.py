@@ -78,7 +78,8 @@ def check_forward(backbone_name, results, residual_layers=True, pair=True, pp_fl
             "label": label,
             "ok": not problems,
             "detail": "; ".join(problems)
-            or f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, a non-last stage, the first stage",
+            or f"{cls.__name__}.forward from {module.__file__}: ids (2, 5, n) on stage [2, {n}), no ids, "
+            "a non-last stage, the first stage",
         }
     )
 
@@ -97,7 +98,8 @@ def _check_stages(run, torch, n: int, transport: bool, written: bool, problems: 
     out, streams = run(2, n, False, True, ids)
     if not (isinstance(out, tuple) and len(out) == 2):
         problems.append(
-            f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, not (hidden_states, aux_hidden_states)"
+            f"with ids {ids} on stage [2, {n}) forward returned {type(out).__name__}, "
+            "not (hidden_states, aux_hidden_states)"
         )
     else:
         hidden, aux = out

@@ -255,7 +255,10 @@ def check_wrapper_forward(classes, chains, results):
         chain = chains.get(arch, [])
         if not chain:
             continue  # the registered class is the backbone: its forward is check 4
-        label = f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged (consistency check on stand-ins)"
+        label = (
+            f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
+            "(consistency check on stand-ins)"
+        )
         ids = (2, NUM_LAYERS // 2, NUM_LAYERS - 3)
         hidden = torch.arange(12, dtype=torch.float32).reshape(3, 4)
         aux = {k: torch.full((3, 4), float(k)) for k in ids}
@@ -290,7 +293,8 @@ def check_wrapper_forward(classes, chains, results):
                 "label": label,
                 "ok": not problems,
                 "detail": "; ".join(problems)
-                or f"{cls.__name__}.forward ({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
+                or f"{cls.__name__}.forward "
+                f"({short(cls.forward.__code__.co_filename, cls.forward.__code__.co_firstlineno)}, "
                 f"{path}) "
                 f"returned the backbone's hidden states and aux states for ids {ids}, in layer order",
             }

@@ -25,8 +25,8 @@ from patchkit.vllm.stream.split import SplitVerdict
 
 def expected_stream(tree: SourceTree, registry: Registry, backbone: ClassRef):
     """Which tensor is the residual stream entering each layer of ``backbone``, from the release's code
-    (:func:`patchkit.vllm.stream.residual.residual_stream`), or a :class:`patchkit.vllm.stream.residual.StreamRefusal` saying why
-    the code does not tell. The capture checks compare what a ``forward`` captures with it."""
+    (:func:`patchkit.vllm.stream.residual.residual_stream`), or a :class:`patchkit.vllm.stream.residual.StreamRefusal`
+    saying why the code does not tell. The capture checks compare what a ``forward`` captures with it."""
     found = tree.find_member(backbone, "forward")
     if found is None or not isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
         return StreamRefusal(f"{backbone.name} has no forward", backbone.location)
@@ -235,7 +235,8 @@ def _is_residual(value: ast.expr | None) -> bool:
 
 
 def split_capture_checks(forward: ast.FunctionDef | ast.AsyncFunctionDef, relpath: str, verdict) -> list[Check]:
-    """Check a backbone ``forward`` whose loop runs each layer's input norm apart (:class:`patchkit.vllm.classes.loops.SplitLayer`).
+    """Check a backbone ``forward`` whose loop runs each layer's input norm apart
+    (:class:`patchkit.vllm.classes.loops.SplitLayer`).
 
     Fact (vLLM 0.34.0 ``models/mistral/mistral_large4/nvidia/model.py`` ``MistralLarge4Model.forward``,
     ``models/minimax_m3/nvidia/model.py`` ``MiniMaxM3Model.forward``): the capture of id ``idx`` is

@@ -93,12 +93,12 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
         cls: the target class (a registry architecture's class).
         derivation: :func:`patchkit.vllm.runner.draft_reads.derive` of ``tree`` (computed when None).
     Returns:
-        A :class:`Check` ``"load path (runner and proposer) for <class>"`` (:data:`LABEL`); it fails when a link is broken: a
-        required read of an attribute the class does not have (a ``hasattr``-guarded one that is
-        absent is shown, not failed: the proposer skips that sharing), a missing aux-id getter, or an image-token field the target's config class lacks.
-        It also fails when nothing could be derived from the release (so it never passes silently), and
-        says "not checked: <what is missing, where patchkit looked>" (failed, never passed) when the
-        install lacks a fact of the runner it follows (:mod:`patchkit.vllm.runner.generations`: the
+        A :class:`Check` ``"load path (runner and proposer) for <class>"`` (:data:`LABEL`); it fails when a link is
+        broken: a required read of an attribute the class does not have (a ``hasattr``-guarded one that is
+        absent is shown, not failed: the proposer skips that sharing), a missing aux-id getter, or an image-token field
+        the target's config class lacks. It also fails when nothing could be derived from the release (so it never
+        passes silently), and says "not checked: <what is missing, where patchkit looked>" (failed, never passed) when
+        the install lacks a fact of the runner it follows (:mod:`patchkit.vllm.runner.generations`: the
         runner, its draft loader, its aux-id setter). Its detail names the runner followed.
     Raises:
         SourceError: a file on the way does not parse.

@@ -377,8 +377,9 @@ def backbone_transport(
         cls: the target's resolved class (None: not a native model).
         reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.release.contract.PP_FLAG` exists).
     Returns:
-        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets :data:`patchkit.vllm.release.contract.PP_FLAG`
-        to (False when unset or absent from the release); ``why`` says what was found, with ``file:line``.
+        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets
+        :data:`patchkit.vllm.release.contract.PP_FLAG` to (False when unset or absent from the release); ``why`` says
+        what was found, with ``file:line``.
     Raises:
         SourceError: a file read does not parse.
     """

@@ -36,7 +36,10 @@ def layer_classes(tree: SourceTree, backbone: ClassRef) -> list[ClassRef] | str:
             elif isinstance(node, ast.Name) and node.id in search.nested:
                 search.candidates(node, owner.module)
     if not search.out:
-        return f"no decoder-layer class found in what {owner.name} assigns to self.layers ({owner.relpath}:{assigns[0].lineno})"
+        return (
+            f"no decoder-layer class found in what {owner.name} assigns to self.layers "
+            f"({owner.relpath}:{assigns[0].lineno})"
+        )
     return search.out
 
 

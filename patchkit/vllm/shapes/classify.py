@@ -399,7 +399,9 @@ def _as_decoder(
     shape, stream = read
     reason = {
         Shape.STANDARD: "standard decoder loop; lacks SupportsEagle3 and the capture",
-        Shape.HIDDEN_ONLY: "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture",
+        Shape.HIDDEN_ONLY: (
+            "the layer's hidden_states output is the residual stream; lacks SupportsEagle3 and the capture"
+        ),
         Shape.INTERFACE_ONLY: f"{backbone.cls.name} already captures; only SupportsEagle3 is missing",
     }[shape]
     owner = forward_owner(tree, backbone.cls)
