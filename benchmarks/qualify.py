@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import releases as declared  # noqa: E402
-from vllm_release import fresh_copy, runtime_venv  # noqa: E402
+from vllm_release import fresh_copy, pristine_site_packages, runtime_venv  # noqa: E402
 
 from patchkit import api  # noqa: E402
 from patchkit.checks.verify import RUNNER_SHOWN_CHECK  # noqa: E402
@@ -390,6 +390,10 @@ def qualify(version: str, previous: str | None, with_runtime: bool) -> dict:
 
         t = time.monotonic()
         report["facts"] = declared_facts(site)
+        report["units"] = record_prints(version, site)
+        patched = patched_default(version, tmp / "patched")
+        if patched is not None:
+            record_prints(version, patched, again=True)
         timings["facts"] = time.monotonic() - t
     t = time.monotonic()
     report["runtime"] = runtime(version) if with_runtime else None
@@ -399,6 +403,64 @@ def qualify(version: str, previous: str | None, with_runtime: bool) -> dict:
     ok, reasons = verdict(report)
     report["qualified"], report["reasons"] = ok, reasons
     return report
+
+
+def record_prints(version: str, site: Path, again: bool = False) -> dict[str, str]:
+    """Record the fingerprints of the declared units (:mod:`patchkit.vllm.runner.units`) on ``version``'s
+    files in ``patchkit/vllm/runner/unit_prints.json``: the code patchkit was qualified on (issue 39).
+    With ``again``, ``site`` holds the same release as patched by patchkit's default ``apply`` (the Kimi-K2.5
+    proposer branch is written into the V1 draft loader), added beside the pristine fingerprints.
+
+    Returns:
+        ``{unit key: "file:line" or "absent"}`` for the report.
+    """
+    from patchkit.vllm.release.source import SourceTree  # lazy: after sys.path holds the checkout
+    from patchkit.vllm.runner import pins as pins_mod  # lazy: as above
+
+    data = json.loads(pins_mod.PRINTS_FILE.read_text()) if pins_mod.PRINTS_FILE.exists() else {"units": {}}
+    units = data.setdefault("units", {})
+    files = data.setdefault("files", {})
+    pins_mod._RECORDED.clear()
+    pins_mod._RECORDED.update(units={}, files={})  # compute every fingerprint afresh
+    tree = SourceTree(site)
+    for u in pins_mod.UNITS:
+        for relpath in dict.fromkeys(p for p, _ in u.places):
+            if (site / relpath).is_file():
+                source = tree.read_bytes(relpath)
+                hit = pins_mod.place_hit(u, relpath, source)
+                files.setdefault(pins_mod.file_hash(source), {})[u.key] = list(hit) if hit else None
+    for per in units.values() if not again else ():  # a release recorded again replaces its earlier prints
+        for releases in per.values():
+            if version in releases:
+                releases.remove(version)
+    out: dict[str, str] = {}
+    for found in pins_mod.pins(tree, version).found:
+        out[found.unit.key] = found.location if found.relpath else "absent"
+        if found.relpath:
+            units.setdefault(found.unit.key, {}).setdefault(found.print, []).append(version)
+    for key, per in list(units.items()):
+        units[key] = {p: sorted(set(r), key=_vkey) for p, r in sorted(per.items()) if r}
+    data["about"] = (
+        "Fingerprints of the vLLM units patchkit's verdicts rest on (patchkit/vllm/runner/units.py), per "
+        "qualified release; written by benchmarks/qualify.py, never by hand."
+    )
+    data["files"] = dict(sorted(files.items()))
+    pins_mod.PRINTS_FILE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    pins_mod._RECORDED.clear()
+    return out
+
+
+def patched_default(version: str, tmp: Path) -> Path | None:
+    """A copy of ``version``'s files with patchkit's default ``apply`` written, or None when it writes nothing."""
+    site = fresh_copy(version, tmp / "sp")
+    run = subprocess.run(
+        [sys.executable, "-m", "patchkit", "apply", "--target", "vllm", "--site-packages", str(site), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    applied = run.returncode == 0 and any(p.get("outcome") == "applied" for p in json.loads(run.stdout)["patches"])
+    return site if applied else None
 
 
 def section(r: dict) -> str:
@@ -548,6 +610,15 @@ def main(argv: list[str]) -> int:
             return 2
         previous = argv[i + 1]
         args = [a for a in args if a != previous]
+    if argv[:1] == ["--prints"]:  # only the fingerprints, for every given release (or every declared one)
+        for version in argv[1:] or declared.PREFETCHED:
+            found = record_prints(version, pristine_site_packages(version))  # read only
+            print(version, sum(v != "absent" for v in found.values()), "units found")
+            with tempfile.TemporaryDirectory(prefix="qualify-") as tmp_name:
+                patched = patched_default(version, Path(tmp_name))
+                if patched is not None:
+                    record_prints(version, patched, again=True)
+        return 0
     unknown = [a for a in argv if a.startswith("--") and a not in ("--previous", "--no-runtime")]
     if len(args) != 1 or unknown or not all(p.isdigit() for p in args[0].split(".")):
         print(

@@ -18,9 +18,14 @@ from patchkit.store.journal import Journal
 from patchkit.vllm.registry.table import TARGET_GROUPS, Registry
 from patchkit.results import InstallInfo
 from patchkit.vllm.release.contract import install_info
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.shapes.classify import State, classify
 from patchkit.vllm.release.source import SourceTree
 
+NOT_CHECKED = "not checked"
+"""A row's state when its verdict rests on vLLM code changed since the qualified releases
+(:mod:`patchkit.vllm.runner.pins`): neither native, broken nor patchable."""
 GROUPS = TARGET_GROUPS
 """The registry dicts scanned (:data:`patchkit.vllm.registry.table.TARGET_GROUPS`)."""
 
@@ -78,6 +83,7 @@ def scan(install: Install) -> ScanReport:
     ids = [parse_id(pid) for e in journal.entries.values() for pid in e.patches]
     patched = {name for kind, name in filter(None, ids) if kind is PatchKind.INTERFACE}
     rows = []
+    capture = pins(tree, str(install.version)).not_checked(Concern.CAPTURE)
     for arch in registry.entries:
         group = registry.group_of(arch, GROUPS)  # a name also in a pooling dict is still a target
         if group is None:
@@ -94,12 +100,15 @@ def scan(install: Install) -> ScanReport:
                 if state is not State.NATIVE:
                     refuses = "; apply refuses it without --force" if reading.lossless is not True else ""
                     reason = f"hybrid, {lossless}{refuses}; {reason}"
+        shown_state = state.value
+        if capture is not None and state in (State.NATIVE, State.BROKEN, State.PATCHABLE, State.PATCHED):
+            shown_state, reason = NOT_CHECKED, f"{capture} (statically: {state.value})"
         rows.append(
             ScanRow(
                 arch,
                 group,
                 shape.cls.name if shape.cls else None,
-                state.value,
+                shown_state,
                 shape.shape.value if shape.shape else None,
                 reason,
                 shape.location,

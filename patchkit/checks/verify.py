@@ -18,7 +18,9 @@ from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.shapes.shown import RECORD, showing
-from patchkit.vllm.chain.kinds import NOT_FOLLOWED
+from patchkit.vllm.chain.kinds import NOT_FOLLOWED, UNPINNED
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.chain.load_path import link_check
 from patchkit.vllm.release.contract import Contract, Era, NoAllowList, admits, read_allow_list
@@ -69,6 +71,8 @@ def verify(
     if contract.protocol is None:
         return checks
     derivation = draft_reads.derive(tree)
+    pinned = pins(pristine or tree)
+    capture = pinned.not_checked(Concern.CAPTURE)
     for arch in architectures or default_architectures():
         resolution = registry.resolve(arch)
         if resolution is None:
@@ -107,10 +111,39 @@ def verify(
             if lossless is not None:
                 children = (*node.children, lossless)
                 node = replace(node, children=children, ok=not any(c.failures() for c in children))
+        if capture is not None:
+            node = unpinned(node, capture)
         label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(replace(node, label=label))
-    checks.append(_allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types))
+    allow = _allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types)
+    allow_changed = pinned.not_checked(Concern.ALLOW_LIST)
+    checks.append(unpinned(allow, allow_changed) if allow_changed and allow.ok is not None else allow)
     return checks
+
+
+def unpinned(node: Check, changed: str) -> Check:
+    """``node`` when its verdict rests on vLLM code changed since the qualified releases: failed, "not
+    checked" (a first child of kind :data:`UNPINNED` saying which unit and what patchkit assumes of it), and
+    every failure below it shown as not decided (None): nothing is called broken on code patchkit cannot
+    vouch for, and nothing passes.
+
+    Args:
+        node: a settled check (an architecture's, or the allow-list's); not changed.
+        changed: :meth:`patchkit.vllm.runner.pins.Pins.not_checked`'s line.
+    """
+    first = Check(
+        "vLLM code this verdict rests on",
+        False,
+        f"{changed}; next: `patchkit verify --runtime` runs that code in the serving environment, "
+        "or qualify this release (benchmarks/qualify.py)",
+        kind=UNPINNED,
+    )
+    return replace(node, ok=False, children=(first, *(_undecided(c) for c in node.children)))
+
+
+def _undecided(node: Check) -> Check:
+    """``node`` with every failure in its subtree shown as not decided (None)."""
+    return replace(node, ok=None if node.ok is False else node.ok, children=tuple(_undecided(c) for c in node.children))
 
 
 def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchShape) -> Check | None:

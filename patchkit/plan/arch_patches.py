@@ -60,6 +60,8 @@ from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.shapes.shown import showing
 from patchkit.vllm.registry.table import Registry
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.shapes.classify import BACKBONE_ATTR, WRAPPER_ATTR, ArchShape, Shape, State, classify
 from patchkit.vllm.release.source import ClassRef, SourceTree
 
@@ -243,9 +245,16 @@ def _check_patchable(tree: SourceTree, registry: Registry, shape: ArchShape, for
     mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
     if mixers is not None and mixers.lossless is not True and not force:
         raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
-    shown = showing(serving_runner(tree), shape.shape)
+    choice = serving_runner(tree)
+    shown = showing(choice, shape.shape)
     if shown is not None and not shown.shown and not force:
         raise _Refuse(f"{arch}: {shown.detail}")
+    changed = pins(tree).not_checked(Concern.CAPTURE, Concern.RUNNER, Concern.ALLOW_LIST, generation=choice.name)
+    if changed is not None and not force:
+        raise _Refuse(
+            f"{arch}: {changed}; apply writes nothing that rests on it (--force writes it anyway; "
+            "then `patchkit verify --runtime` decides)"
+        )
 
 
 def _aliases(tree: SourceTree, shape: ArchShape) -> tuple[list[Patch], list[str]]:

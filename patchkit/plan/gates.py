@@ -15,6 +15,7 @@ from patchkit.store.files import sha256
 from patchkit.store.preflight import link_on_the_way
 from patchkit.store.records import JournalRecords
 from patchkit.vllm.release import contract as contract_mod
+from patchkit.vllm.chain.kinds import UNPINNED
 from patchkit.vllm.stream import hybrids
 from patchkit.vllm.release.contract import Contract
 from patchkit.vllm.release.install import Install, has_record, record_sha256
@@ -94,6 +95,7 @@ def gates(
         types=types,
         missing_files=missing_files,
         chain_check=chain_check,
+        force=force,
     )
 
 
@@ -182,10 +184,12 @@ def _chain_gate(
     types: tuple[str, ...] | None,
     missing_files: list[str],
     chain_check: ChainCheck,
+    force: bool = False,
 ):
     """The last gate: the chain check on the planned bytes, before anything is written.
 
-    Args: as :func:`gates`'s.
+    Args: as :func:`gates`'s. With ``force``, a verdict resting on vLLM code changed since the qualified
+    releases (:data:`patchkit.vllm.chain.kinds.UNPINNED`) does not veto: ``verify --runtime`` decides then.
 
     Returns:
         ``(vetoes, verify_report)``: a whole-run veto when the whole set's planned result would not pass
@@ -196,7 +200,8 @@ def _chain_gate(
     # The whole set must leave EAGLE-3 in effect; a --patch subset is partial by request, and
     # the chain through a missing file cannot hold.
     # a hybrid's lossless check is not the chain: the selection refused such a hybrid already, or --force accepted it
-    failing = [c for top in checked.checks for c in top.failures() if c.kind != hybrids.HYBRID_CHECK]
+    waived = {hybrids.HYBRID_CHECK, UNPINNED} if force else {hybrids.HYBRID_CHECK}
+    failing = [c for top in checked.checks for c in top.failures() if c.kind not in waived]
     if failing and not requested and not missing_files:
         failures = "; ".join(f"{c.label}: {c.detail}" for c in failing)
         return outcomes.whole_run(results, f"the patched result would not pass verify ({failures})"), checked

@@ -14,3 +14,6 @@ not read): never evidence that a class is broken (:func:`patchkit.vllm.shapes.cl
 :func:`patchkit.checks.verify.settle`)."""
 BRANCH_LABEL = "platform branch "
 """Prefix of a platform branch node's label; the rest is the branch's ``module.Class``."""
+UNPINNED = "unpinned"
+"""``Check.kind`` of the node saying a verdict rests on vLLM code changed since the qualified releases
+(:mod:`patchkit.vllm.runner.pins`): "not checked", never broken; ``apply --force`` writes past it."""

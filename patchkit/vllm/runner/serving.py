@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from patchkit.vllm.runner.generations import GENERATIONS, SELECTOR, SELECTOR_FILE, V1, V2, Fact, Generation
+from patchkit.vllm.runner.pins import Pins, pins
+from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.release.source import SourceTree
 
 _TRUE = {"1", "true", "yes"}
@@ -42,12 +44,16 @@ class RunnerChoice:
         present: the names of the generations whose runner file the install holds.
         reason: one line: why this one (shown next to every check that follows it).
         missing: the chosen generation's declared facts the install lacks (empty: all found).
+        pinned: the install's declared units against the qualified releases' code
+            (:func:`patchkit.vllm.runner.pins.pins`): a changed unit of the runner (and, for a caller that
+            needs every fact, of the draft ids' readers) is "not checked" too.
     """
 
     generation: Generation | None
     present: tuple[str, ...]
     reason: str
     missing: tuple[Fact, ...] = ()
+    pinned: Pins | None = None
 
     @property
     def name(self) -> str:
@@ -65,11 +71,14 @@ class RunnerChoice:
             looked = " and ".join(g.runner for g in GENERATIONS)
             return f"not checked: no vLLM model runner found (patchkit looked for {looked})"
         lacking = [f for f in self.missing if not needed or f.what in needed]
+        concerns = (Concern.RUNNER,) if needed else (Concern.RUNNER, Concern.IDS)
+        changed = self.pinned.not_checked(*concerns, generation=self.name) if self.pinned else None
         if not lacking:
-            return None
-        return "not checked: " + "; ".join(
+            return changed
+        missing = "not checked: " + "; ".join(
             f"{f.what} of the {self.name} runner is missing (patchkit looked for {f.where})" for f in lacking
         )
+        return missing if changed is None else f"{missing}; {changed[len('not checked: '):]}"
 
 
 def declared_flag(tree: SourceTree) -> tuple[bool, str | None]:
@@ -192,5 +201,6 @@ def serving_runner(tree: SourceTree, environ: Mapping[str, str] | None = None) -
             )
     if choice.generation is not None:
         choice = RunnerChoice(choice.generation, choice.present, choice.reason, missing_facts(tree, choice.generation))
+    choice = RunnerChoice(choice.generation, choice.present, choice.reason, choice.missing, pins(tree))
     cache[flag] = choice
     return choice
