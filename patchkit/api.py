@@ -19,6 +19,7 @@ from patchkit.plan import run_steps
 from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_check
 from patchkit.plan.request import Request, check_requested
 from patchkit.plan.revert_plan import plan_revert
+from patchkit.vllm.chain.kinds import UNPINNED
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -228,7 +229,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
             runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
     info = install_info(install, contract)
     steps: tuple[NextStep, ...] = ()
-    if any(c.failures() for c in checks):
+    failures = [f for c in checks for f in c.failures()]
+    if failures and not all(f.kind == UNPINNED for f in failures):  # no apply for code patchkit cannot vouch for
         from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
 
         steps = (

@@ -61,6 +61,7 @@ from patchkit.errors import ConfigError, UsageError
 from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.request import Request, not_registered
 from patchkit.plan.spec import ClassTarget, check_target, load_patches
+from patchkit.vllm.chain import kinds
 from patchkit.results import Check, InstallInfo, Outcome
 from patchkit.store.journal import journal_for, unfinished_check
 from patchkit.vllm.release import contract as contract_mod
@@ -135,7 +136,8 @@ def doctor(
         and at.contract.protocol is not None
         and load_check is None
         and any(c.failures() for c in vllm_side)
-    ):
+        and not all(f.kind == kinds.UNPINNED for c in vllm_side for f in c.failures())
+    ):  # an apply is advised only for a failure patchkit established, not for code it cannot vouch for
         _suggest_apply(report, install, distribution, at.options, model_dir)
     return report
 
@@ -303,7 +305,7 @@ def _runner_check(tree: SourceTree) -> Check:
     label = f"model runner {choice.name}"
     missing = choice.not_checked()
     if missing is not None:
-        return Check(label, False, f"{missing}; {choice.reason}")
+        return Check(label, False, f"{missing}; {choice.reason}", kind=kinds.UNPINNED)
     return Check(label, True, choice.reason, choice.generation.runner if choice.generation else None)
 
 

@@ -16,6 +16,8 @@ from patchkit.errors import ConfigError
 from patchkit.plan import next_steps
 from patchkit.plan.spec import ClassTarget, default_architectures, load_patches
 from patchkit.results import Check
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.classes import loadpath
 from patchkit.vllm.registry import platforms
@@ -283,6 +285,9 @@ def _settled(
     children when they apply; their advice goes to ``actions``. Returns the new :class:`Check`."""
     shape = classify(tree, registry, contract, arch)
     chain = verify_mod.settle(chain, shape)
+    changed = pins(tree, str(install.version)).not_checked(Concern.CAPTURE)
+    if changed is not None:  # nothing here is decided on code patchkit cannot vouch for
+        chain = kinds.unpinned(chain, changed)
     shown = verify_mod.runner_shown_check(tree, None, contract, arch, shape)  # the serve's runner
     if shown is not None:
         chain = _with_child(chain, shown)

@@ -18,7 +18,7 @@ from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.shapes.shown import RECORD, showing
-from patchkit.vllm.chain.kinds import NOT_FOLLOWED, UNPINNED
+from patchkit.vllm.chain.kinds import NOT_FOLLOWED, unpinned
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.chain.links import architecture_chain
@@ -103,16 +103,7 @@ def verify(
             continue
         chain = architecture_chain(tree, registry, contract, resolution, derivation)
         shape = classify(tree, registry, contract, arch)
-        node = settle(chain, shape)
-        for lossless in (
-            hybrid_check(tree, registry, arch, shape),
-            runner_shown_check(tree, pristine, contract, arch, shape),
-        ):
-            if lossless is not None:
-                children = (*node.children, lossless)
-                node = replace(node, children=children, ok=not any(c.failures() for c in children))
-        if capture is not None:
-            node = unpinned(node, capture)
+        node = _finished(settle(chain, shape), tree, registry, contract, shape, pristine, capture)
         label = f"{arch} -> {node.label}" if arch != resolution.cls.name else node.label
         checks.append(replace(node, label=label))
     allow = _allow_list(tree, contract, TEXT_MODEL_TYPES if model_types is None else model_types)
@@ -121,29 +112,26 @@ def verify(
     return checks
 
 
-def unpinned(node: Check, changed: str) -> Check:
-    """``node`` when its verdict rests on vLLM code changed since the qualified releases: failed, "not
-    checked" (a first child of kind :data:`UNPINNED` saying which unit and what patchkit assumes of it), and
-    every failure below it shown as not decided (None): nothing is called broken on code patchkit cannot
-    vouch for, and nothing passes.
-
-    Args:
-        node: a settled check (an architecture's, or the allow-list's); not changed.
-        changed: :meth:`patchkit.vllm.runner.pins.Pins.not_checked`'s line.
-    """
-    first = Check(
-        "vLLM code this verdict rests on",
-        False,
-        f"{changed}; next: `patchkit verify --runtime` runs that code in the serving environment, "
-        "or qualify this release (benchmarks/qualify.py)",
-        kind=UNPINNED,
-    )
-    return replace(node, ok=False, children=(first, *(_undecided(c) for c in node.children)))
-
-
-def _undecided(node: Check) -> Check:
-    """``node`` with every failure in its subtree shown as not decided (None)."""
-    return replace(node, ok=None if node.ok is False else node.ok, children=tuple(_undecided(c) for c in node.children))
+def _finished(
+    node: Check,
+    tree: SourceTree,
+    registry: Registry,
+    contract: Contract,
+    shape: ArchShape,
+    pristine: SourceTree | None,
+    capture: str | None,
+) -> Check:
+    """One architecture's settled ``node`` with its hybrid and runner-shown checks as children, and "not
+    checked" (:func:`patchkit.vllm.chain.kinds.unpinned`) when ``capture`` says the capture's vLLM code changed."""
+    arch = shape.architecture
+    for lossless in (
+        hybrid_check(tree, registry, arch, shape),
+        runner_shown_check(tree, pristine, contract, arch, shape),
+    ):
+        if lossless is not None:
+            children = (*node.children, lossless)
+            node = replace(node, children=children, ok=not any(c.failures() for c in children))
+    return unpinned(node, capture) if capture is not None else node
 
 
 def hybrid_check(tree: SourceTree, registry: Registry, arch: str, shape: ArchShape) -> Check | None:

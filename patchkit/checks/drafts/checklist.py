@@ -11,6 +11,9 @@ from patchkit.results import Check
 from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoints.config import CheckpointConfig
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.serving import serving_runner
+from patchkit.vllm.runner.units import Concern
 
 
 def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, list[Check]]:
@@ -47,7 +50,9 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
             )
         )
         return facts, checks
-    checks.append(aux_ids_check(facts, data, eagle_config, ctx))
+    ids = aux_ids_check(facts, data, eagle_config, ctx)
+    changed = pins(ctx.tree).not_checked(Concern.IDS, generation=serving_runner(ctx.tree).name)
+    checks.append(kinds.unpinned(ids, changed) if changed is not None else ids)
     checks.append(width_check(facts, data, layer, eagle_config, ctx))
     return facts, checks
 

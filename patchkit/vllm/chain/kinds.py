@@ -3,6 +3,10 @@ classifier (:mod:`patchkit.vllm.shapes.classify`), verify, doctor and the draft 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from patchkit.results import Check
+
 FINAL_LAYER_CHECK = "captures the final layer output (id n)"
 """Label of the informational capture check for id n; its ``location`` is set only when the capture exists."""
 FINAL_LAYER_CAPTURED = "final-layer-captured"
@@ -17,3 +21,28 @@ BRANCH_LABEL = "platform branch "
 UNPINNED = "unpinned"
 """``Check.kind`` of the node saying a verdict rests on vLLM code changed since the qualified releases
 (:mod:`patchkit.vllm.runner.pins`): "not checked", never broken; ``apply --force`` writes past it."""
+
+
+def unpinned(node: Check, changed: str) -> Check:
+    """``node`` when its verdict rests on vLLM code changed since the qualified releases: failed, "not
+    checked" (a first child of kind :data:`UNPINNED` saying which unit and what patchkit assumes of it), and
+    every failure below it shown as not decided (None): nothing is called broken on code patchkit cannot
+    vouch for, and nothing passes.
+
+    Args:
+        node: a settled check (an architecture's, or the allow-list's); not changed.
+        changed: :meth:`patchkit.vllm.runner.pins.Pins.not_checked`'s line.
+    """
+    first = Check(
+        "not checked: vLLM code this verdict rests on changed",
+        False,
+        f"{changed}; patchkit decides nothing on that code: `patchkit rehearse` runs it in vLLM's own engine "
+        "against transformers, and qualifying the release (benchmarks/qualify.py) pins it",
+        kind=UNPINNED,
+    )
+    return replace(node, ok=False, children=(first, *(_undecided(c) for c in node.children)))
+
+
+def _undecided(node: Check) -> Check:
+    """``node`` with every failure in its subtree shown as not decided (None)."""
+    return replace(node, ok=None if node.ok is False else node.ok, children=tuple(_undecided(c) for c in node.children))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from patchkit.results import Check
+from patchkit.vllm.chain.kinds import UNPINNED
 from patchkit.vllm.classes import composition
 from patchkit.vllm.classes.class_attrs import assigned_at, config_class, language_model_attr
 from patchkit.vllm.release.contract import is_multimodal
@@ -106,7 +107,7 @@ def link_check(tree: SourceTree, registry: Registry, cls: ClassRef, derivation: 
     d = derivation if derivation is not None else derive(tree)
     label_node = f"{LABEL} for {cls.name}"
     if d.not_checked is not None:
-        return Check(label_node, False, f"{d.not_checked} (runner {d.runner_reason})", d.loader)
+        return Check(label_node, False, f"{d.not_checked} (runner {d.runner_reason})", d.loader, kind=UNPINNED)
     if d.empty:
         return Check(
             label_node, False, "patchkit found no path the runner or the proposer takes through the target", d.loader

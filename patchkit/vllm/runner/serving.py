@@ -78,7 +78,7 @@ class RunnerChoice:
         missing = "not checked: " + "; ".join(
             f"{f.what} of the {self.name} runner is missing (patchkit looked for {f.where})" for f in lacking
         )
-        return missing if changed is None else f"{missing}; {changed[len('not checked: '):]}"
+        return missing if changed is None else f"{missing}; {changed[len('not checked: ') :]}"
 
 
 def declared_flag(tree: SourceTree) -> tuple[bool, str | None]:

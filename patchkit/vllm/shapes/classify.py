@@ -30,7 +30,7 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
-from patchkit.vllm.chain.kinds import NOT_FOLLOWED
+from patchkit.vllm.chain.kinds import NOT_FOLLOWED, UNPINNED
 from patchkit.vllm.chain.links import architecture_chain
 from patchkit.vllm.classes.class_attrs import language_model_attr
 from patchkit.vllm.classes.composition import CompositionError, HeldClass, held_class, kind_of, registry_built
@@ -253,7 +253,7 @@ def _first_failure(check):
     link (not one patchkit could not follow, :data:`patchkit.vllm.chain.kinds.NOT_FOLLOWED`) and the top-level child
     it is under (a held class, the load path, a platform branch), or None."""
     for link in check.children:
-        found = next((f for f in link.failures() if f.kind != NOT_FOLLOWED), None)
+        found = next((f for f in link.failures() if f.kind not in (NOT_FOLLOWED, UNPINNED)), None)
         if found is not None:
             return link, found
     return None
