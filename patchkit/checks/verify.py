@@ -18,7 +18,7 @@ from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.shapes.shown import RECORD, showing
-from patchkit.vllm.chain.kinds import NOT_FOLLOWED, unpinned
+from patchkit.vllm.chain.kinds import NOT_FOLLOWED, VERDICT, unpinned
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.chain.links import architecture_chain
@@ -200,10 +200,11 @@ def settle(node: Check, shape: ArchShape) -> Check:
             None,
             f"{shape.reason}; apply writes what is missing below",
             shape.location,
+            kind=VERDICT,
         )
         children = (verdict, *children)
     elif shape.state is not State.NATIVE:
-        verdict = Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location)
+        verdict = Check(f"patchkit's verdict: {shape.state.value}", False, shape.reason, shape.location, kind=VERDICT)
         children = (verdict, *children)
     else:
         children = _not_followed_unchecked(node)[0].children

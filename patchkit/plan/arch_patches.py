@@ -233,8 +233,9 @@ def _patches_for(
 
 
 def _check_patchable(tree: SourceTree, registry: Registry, shape: ArchShape, force: bool) -> None:
-    """Refuse an architecture patchkit cannot patch: not patchable, a hybrid that is not lossless on this
-    release, or a shape not shown to keep greedy output under the serving runner (the last two unless ``force``).
+    """Refuse an architecture patchkit cannot patch: not patchable, resting on vLLM code changed since the
+    qualified releases (:mod:`patchkit.vllm.runner.pins`), a hybrid that is not lossless on this release, or a
+    shape not shown to keep greedy output under the serving runner (the last three unless ``force``).
 
     Raises:
         _Refuse: the architecture and why.
@@ -242,19 +243,19 @@ def _check_patchable(tree: SourceTree, registry: Registry, shape: ArchShape, for
     arch = shape.architecture
     if shape.state is State.NOT_PATCHABLE or shape.shape is None:
         raise _Refuse(f"{arch}: {shape.state.value}: {shape.reason}")
+    choice = serving_runner(tree)
+    changed = pins(tree).not_checked(Concern.CAPTURE, Concern.RUNNER, Concern.ALLOW_LIST, generation=choice.name)
+    if changed is not None and not force:  # first: nothing else is decided on code patchkit cannot vouch for
+        raise _Refuse(
+            f"{arch}: {changed}; apply writes nothing that rests on it (--force writes it anyway; "
+            "then `patchkit rehearse` decides)"
+        )
     mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
     if mixers is not None and mixers.lossless is not True and not force:
         raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
-    choice = serving_runner(tree)
     shown = showing(choice, shape.shape)
     if shown is not None and not shown.shown and not force:
         raise _Refuse(f"{arch}: {shown.detail}")
-    changed = pins(tree).not_checked(Concern.CAPTURE, Concern.RUNNER, Concern.ALLOW_LIST, generation=choice.name)
-    if changed is not None and not force:
-        raise _Refuse(
-            f"{arch}: {changed}; apply writes nothing that rests on it (--force writes it anyway; "
-            "then `patchkit verify --runtime` decides)"
-        )
 
 
 def _aliases(tree: SourceTree, shape: ArchShape) -> tuple[list[Patch], list[str]]:

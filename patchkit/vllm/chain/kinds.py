@@ -18,6 +18,8 @@ not read): never evidence that a class is broken (:func:`patchkit.vllm.shapes.cl
 :func:`patchkit.checks.verify.settle`)."""
 BRANCH_LABEL = "platform branch "
 """Prefix of a platform branch node's label; the rest is the branch's ``module.Class``."""
+VERDICT = "verdict"
+"""``Check.kind`` of the classifier's verdict under an architecture's node (:func:`patchkit.checks.verify.settle`)."""
 UNPINNED = "unpinned"
 """``Check.kind`` of the node saying a verdict rests on vLLM code changed since the qualified releases
 (:mod:`patchkit.vllm.runner.pins`): "not checked", never broken; ``apply --force`` writes past it."""
@@ -26,8 +28,8 @@ UNPINNED = "unpinned"
 def unpinned(node: Check, changed: str) -> Check:
     """``node`` when its verdict rests on vLLM code changed since the qualified releases: failed, "not
     checked" (a first child of kind :data:`UNPINNED` saying which unit and what patchkit assumes of it), and
-    every failure below it shown as not decided (None): nothing is called broken on code patchkit cannot
-    vouch for, and nothing passes.
+    every failure below it shown as not decided (None); the classifier's verdict (:data:`VERDICT`) is left
+    out: nothing is called broken or patchable on code patchkit cannot vouch for, and nothing passes.
 
     Args:
         node: a settled check (an architecture's, or the allow-list's); not changed.
@@ -40,7 +42,8 @@ def unpinned(node: Check, changed: str) -> Check:
         "against transformers, and qualifying the release (benchmarks/qualify.py) pins it",
         kind=UNPINNED,
     )
-    return replace(node, ok=False, children=(first, *(_undecided(c) for c in node.children)))
+    kept = (_undecided(c) for c in node.children if c.kind != VERDICT)
+    return replace(node, ok=False, children=(first, *kept))
 
 
 def _undecided(node: Check) -> Check:
