@@ -409,8 +409,8 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
                 CheckName.BUILD,
                 True,
                 "random weights (fp32, safetensors, run in "
-                f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
-                f"(train accuracy {fit:.2f})"
+                f"{kind.value}){_separation_said(figures['draft_fit'])}; the draft fitted to the target's greedy "
+                f"choices at its layers (train accuracy {fit:.2f})"
                 + (
                     f" and to a token the target never emits at the layers one off ({apart:.2f})"
                     if apart is not None
@@ -421,6 +421,19 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
             ),
         )
     return checks
+
+
+def _separation_said(fit: dict) -> str:
+    """The build's layer separation for the build check's text (issue 41): every two layers at least so far
+    apart in transformers, per dtype, against the margin; "" for a driver that did not measure it."""
+    reached = fit.get("layer_separation") or {}
+    if not reached:
+        return ""
+    margin = fit.get("layer_margin")
+    low = margin is not None and min(reached.values()) < margin
+    said = ", ".join(f"{v:.2f} in {k}" for k, v in reached.items())
+    against = f" (margin {margin:g}{': not reached' if low else ''})" if margin is not None else ""
+    return f", every two layers at least {said} apart{against}"
 
 
 def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:

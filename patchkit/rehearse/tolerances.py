@@ -82,6 +82,15 @@ class Undecided(str, Enum):
     (:func:`patchkit.rehearse.verdict.decide_greedy`)."""
 
 
+LAYER_MARGIN = max(t.separation * t.aux + t.aux for t in TOLERANCES.values())
+"""How far apart (relative, median over the prompt's tokens) every two layers of the miniature target are
+built to stand, in transformers on the CPU, in float32 and in the rehearsal's dtype (issue 41;
+:func:`patchkit.rehearse.engine_checkpoints.separate_layers`): 0.4, the largest ``separation x aux`` over the
+devices and dtypes (bf16: 3 x 1e-1) plus that tolerance, so a state the aux check accepts as its layer's is
+still ``separation`` tolerances from every other layer on every device and dtype rehearse supports. The
+build aims at 1.25 times it."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures, and
@@ -104,4 +113,4 @@ def fmt(x: float) -> str:
     return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
 
 
-__all__ = ["TOLERANCES", "Device", "Dtype", "Tolerance", "Undecided", "Verdict", "fmt", "tolerance"]
+__all__ = ["LAYER_MARGIN", "TOLERANCES", "Device", "Dtype", "Tolerance", "Undecided", "Verdict", "fmt", "tolerance"]
