@@ -64,3 +64,19 @@ def test_every_miniature_stands_its_layers_apart_in_fp32_and_bf16(tmp_path):
     assert set(before) == WEAK_BEFORE and all(v < LAYER_MARGIN / 2 for v in before.values()), before
     weak = {n: f["offline"] for n, f in got.items() if "offline" in f and f["offline"] < max(MIN_OFFLINE, 0.5)}
     assert {n for n, f in got.items() if "offline" in f} == FIT and not weak, weak
+
+
+def test_the_build_check_names_the_margin_reached():
+    """The driver's ``draft_fit.layer_separation`` is said in the build check, against the margin."""
+    from patchkit.rehearse.rehearsal import _completed
+    from patchkit.rehearse.rehearsal_result import CheckName
+
+    def build(reached: dict) -> str:
+        fit = {"train_accuracy": 1.0, "layer_separation": reached, "layer_margin": LAYER_MARGIN}
+        checks = _completed([], {"timings": {}, "draft_fit": fit}, Dtype.BF16, Layout())
+        return next(c.detail for c in checks if c.name is CheckName.BUILD)
+
+    said = build({"float32": 0.527, "bfloat16": 0.522})
+    assert "every two layers at least 0.53 in float32, 0.52 in bfloat16 apart (margin 0.4)" in said
+    assert "not reached" in build({"float32": 0.059, "bfloat16": 0.059})
+    assert "apart" not in build({})  # a driver that did not measure it
