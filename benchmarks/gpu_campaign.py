@@ -360,9 +360,12 @@ def table(path: Path) -> str:
         checks = {c.name: c for c in decided_checks(rep["raw"], Device(rep["device"]), Dtype(rep["dtype"]))}
         aux, acc = checks[CheckName.AUX], checks[CheckName.ACCEPTANCE]
         failed = [c for c in checks.values() if c.ok is False]
+        undecided = [c.undecided.name.lower().replace("_", " ") for c in checks.values() if c.undecided is not None]
         verdict = (
             "**passes**"
             if not failed and rep["ok"]
+            else "not decided: " + ", ".join(undecided)
+            if not failed and undecided
             else "fails: "
             + ", ".join(
                 f"{c.name.name.lower()} ({c.figures.get('cause', '').lower().replace('_', ' ')})".replace(" ()", "")

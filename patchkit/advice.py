@@ -41,6 +41,9 @@ class Effect(str, Enum):
     """Reads only: prints what the step's ``why`` refers to; changes nothing."""
     EDIT = "edit"
     """A change only the user can make (a checkpoint's ``config.json``, a file put back by hand); ``argv`` is empty."""
+    NO_COMMAND = "none"
+    """No command the user can run decides it: ``why`` says what would (a ``rehearse`` not decided whose
+    miniature no option changes); ``argv`` is empty."""
 
 
 ENVIRONMENT_OPTIONS = ("--python", "--site-packages", "--ray")
@@ -111,7 +114,7 @@ class NextStep:
 
     Attributes:
         argv: the command as arguments (``("patchkit", "apply", "--target", "vllm", ...)``), or
-            ``()`` for :attr:`Effect.EDIT`.
+            ``()`` for :attr:`Effect.EDIT` and :attr:`Effect.NO_COMMAND`.
         why: one clause saying what the step is for ("writes the 3 patches this target needs").
         rests_on: the ``file:line`` (relative to site-packages, or a checkpoint's ``config.json``)
             the advice rests on, or None.
@@ -154,6 +157,7 @@ class NextStep:
             Effect.UPGRADE: "another vLLM release replaces this one",
             Effect.SHOWS: "nothing: it only reads",
             Effect.EDIT: "a file only you can change",
+            Effect.NO_COMMAND: "nothing: there is no command to run",
         }[self.effect]
 
     @property

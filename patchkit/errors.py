@@ -29,6 +29,9 @@ class ExitCode(IntEnum):
     nothing on disk was changed."""
     ENVIRONMENT = 4
     """No usable vLLM install, bad ``--python``, unreadable or unwritable files, a missing target file."""
+    NOT_DECIDED = 5
+    """``rehearse``: no check failed, and one could not tell right from wrong on the miniature it ran (layers
+    too alike, a draft that agrees too rarely, a MoE routing near-tie); the next step names what would decide it."""
     INTERRUPTED = 130
     """SIGINT (Ctrl-C) stopped ``apply``/``revert``: what it had written was put back (128 + 2)."""
     TERMINATED = 143

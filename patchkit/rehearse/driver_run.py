@@ -17,7 +17,7 @@ from typing import Callable
 
 from patchkit.rehearse.layout import Layout
 from patchkit.rehearse.miniature import Miniature
-from patchkit.rehearse.tolerances import Device, Dtype
+from patchkit.rehearse.tolerances import LAYER_MARGIN, Device, Dtype
 from patchkit.vllm.runner.generations import GENERATIONS
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
@@ -63,6 +63,7 @@ def driver_spec(
         "dtype": kind.value,
         "eager": eager,
         "init_scale": 5.0,
+        "layer_margin": LAYER_MARGIN,
         "phases": ["plain", "eagle3"],
         "save_aux": save_aux,
         "runners": [g.for_driver() for g in GENERATIONS],

@@ -75,6 +75,7 @@ if __package__:
         layer_config,
         layer_states,
         save_draft,
+        separation_reached,
         torch_dtype,
         train_draft,
     )
@@ -90,6 +91,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
         layer_config,
         layer_states,
         save_draft,
+        separation_reached,
         torch_dtype,
         train_draft,
     )
@@ -363,6 +365,8 @@ def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
         "train_accuracy": trained["fit"],
         "pairs": trained["pairs"],
         "shifted_to_sink": trained["shifted_to_sink"],
+        "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32")),
+        "layer_margin": spec.get("layer_margin"),
     }
     # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
     model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))

@@ -43,7 +43,8 @@ from patchkit.rehearse.driver_run import (
     start_driver,
     stop,
 )
-from patchkit.rehearse.rehearsal_result import CheckName, RehearsalCheck, RehearsalReport
+from patchkit.rehearse.rehearsal_result import CheckName, Outcome, RehearsalCheck, RehearsalReport
+from patchkit.rehearse.deciders import deciding_steps
 from patchkit.rehearse.verdict import Device, Dtype
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.plan.request import Request, not_registered
@@ -161,15 +162,17 @@ def decided_checks(
     out = []
     if "aux" in raw:
         v = verdict.decide_aux(raw["aux"], tol, f"{device.value} {dtype.value}")
-        out.append(RehearsalCheck(CheckName.AUX, v.ok, v.detail, None, {**v.figures, "cause": v.cause.name}))
+        figures = {**v.figures, "cause": v.cause.name}
+        out.append(RehearsalCheck(CheckName.AUX, v.ok, v.detail, None, figures, v.undecided))
     if "counters" in raw:
         v = verdict.decide_acceptance(raw["counters"], raw.get("offline"))
-        out.append(RehearsalCheck(CheckName.ACCEPTANCE, v.ok, v.detail, None, {**v.figures, "cause": v.cause.name}))
+        figures = {**v.figures, "cause": v.cause.name}
+        out.append(RehearsalCheck(CheckName.ACCEPTANCE, v.ok, v.detail, None, figures, v.undecided))
     if "greedy" in raw:
         mixers = hybrid if hybrid is not None and hybrid.hybrid else None
         v = verdict.decide_greedy(raw["greedy"], tol, _mixers_said(mixers) if mixers is not None else None)
         where = next((m.evidence for m in mixers.lossy), None) if mixers is not None and v.ok is False else None
-        out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, where, v.figures))
+        out.append(RehearsalCheck(CheckName.GREEDY, v.ok, v.detail, where, v.figures, v.undecided))
     if (raw.get("ranks") or {}).get("world", 1) > 1:
         v = verdict.decide_ranks(raw["ranks"], tol, f"{device.value} {dtype.value}")
         out.append(RehearsalCheck(CheckName.RANKS, v.ok, v.detail, None, v.figures))
@@ -233,7 +236,8 @@ def rehearse(
             tensor- and pipeline-parallel sizes); the miniature's heads are shrunk so the tensor-parallel
             size divides them.
     Returns:
-        A :class:`RehearsalReport`; ``report.ok`` only when every check passed.
+        A :class:`RehearsalReport`; ``report.ok`` only when every check passed; ``report.outcome`` passed,
+        failed or not decided (its next steps then name what would decide it).
     Raises:
         ConfigError: a ``config.json`` cannot be read.
         UsageError: the target's ``architectures`` names nothing in this vLLM's registry, or an
@@ -268,6 +272,8 @@ def rehearse(
     checks = _completed(checks + found_checks, figures, kind, layout)
     seconds = round(time.monotonic() - started, 1)
     report = _report(install, str(python), device, arch, mini, checks, seconds, kind, eager, raw, layout)
+    if report.outcome is Outcome.NOT_DECIDED:  # what would decide it, never an apply: nothing was shown wrong
+        return replace(report, next_steps=deciding_steps(report, model, draft))
     return replace(report, next_steps=next_steps(install, report))
 
 
@@ -403,8 +409,8 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
                 CheckName.BUILD,
                 True,
                 "random weights (fp32, safetensors, run in "
-                f"{kind.value}); the draft fitted to the target's greedy choices at its layers "
-                f"(train accuracy {fit:.2f})"
+                f"{kind.value}){_separation_said(figures['draft_fit'])}; the draft fitted to the target's greedy "
+                f"choices at its layers (train accuracy {fit:.2f})"
                 + (
                     f" and to a token the target never emits at the layers one off ({apart:.2f})"
                     if apart is not None
@@ -417,17 +423,32 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
     return checks
 
 
+def _separation_said(fit: dict) -> str:
+    """The build's layer separation for the build check's text (issue 41): every two layers at least so far
+    apart in transformers, per dtype, against the margin; "" for a driver that did not measure it."""
+    reached = fit.get("layer_separation") or {}
+    if not reached:
+        return ""
+    margin = fit.get("layer_margin")
+    low = margin is not None and min(reached.values()) < margin
+    said = ", ".join(f"{v:.2f} in {k}" for k, v in reached.items())
+    against = f" (margin {margin:g}{': not reached' if low else ''})" if margin is not None else ""
+    return f", every two layers at least {said} apart{against}"
+
+
 def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:
     """What to run after ``report``: for a failed rehearsal, the ``patchkit apply --arch ARCH`` of its
     target as a dry run plans it on ``install`` (:func:`patchkit.plan.next_steps.after_dry_run`: the
     apply when it would write patches, its ``--dry-run`` when it would refuse); decided on the plan's
     outcomes, never on vLLM's message (an unpatched target fails at "engine started with EAGLE-3",
-    where vLLM refuses it). ``()`` for a passed rehearsal, or when apply would write nothing.
+    where vLLM refuses it). ``()`` for a passed or not decided rehearsal (for that one
+    :func:`patchkit.rehearse.deciders.deciding_steps` names what would decide it), or when apply would write
+    nothing.
 
     Raises:
         SourceError: a file the plan reads does not parse. StateError: the journal cannot be read.
     """
-    if report.ok:
+    if report.outcome is not Outcome.FAILED:
         return ()
     from patchkit.checks.verify import verify  # lazy: the chain check, only after a failed rehearsal
     from patchkit.plan.next_steps import after_dry_run  # lazy: libcst, only after a failed rehearsal

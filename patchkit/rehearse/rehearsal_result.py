@@ -7,6 +7,28 @@ from enum import Enum
 from typing import Any
 
 from patchkit.advice import NextStep
+from patchkit.errors import ExitCode
+from patchkit.rehearse.tolerances import Undecided
+
+
+class Outcome(str, Enum):
+    """A rehearsal's outcome, and its exit code (:attr:`exit_code`)."""
+
+    PASSED = "passed"
+    """Every check ran and passed (exit 0)."""
+    FAILED = "failed"
+    """A check failed, or did not run (exit 1): something was shown wrong, or the rehearsal could not show it right."""
+    NOT_DECIDED = "not decided"
+    """No check failed, and one could not tell right from wrong on this miniature (an :class:`Undecided`;
+    exit 5). Its next steps name what would decide it (:mod:`patchkit.rehearse.deciders`)."""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            Outcome.PASSED: ExitCode.OK,
+            Outcome.FAILED: ExitCode.NOT_IN_EFFECT,
+            Outcome.NOT_DECIDED: ExitCode.NOT_DECIDED,
+        }[self]
 
 
 class CheckName(str, Enum):
@@ -32,10 +54,11 @@ class RehearsalCheck:
 
     Attributes:
         name: which check.
-        ok: True passed, False failed, None not run (an earlier step failed).
+        ok: True passed, False failed, None not run (an earlier step failed) or not decided (``undecided``).
         detail: one line of text (figures, vLLM's error).
         where: ``vllm/...py:line`` where vLLM raised, or the release's file that decides, or None.
         figures: numbers behind the verdict (distances, counters, tokens), JSON-ready.
+        undecided: with ``ok`` None, why this miniature could not tell right from wrong (JSON: its name).
     """
 
     name: CheckName
@@ -43,6 +66,7 @@ class RehearsalCheck:
     detail: str
     where: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    undecided: Undecided | None = None
 
 
 @dataclass(frozen=True)
@@ -93,15 +117,33 @@ class RehearsalReport:
         """Every check ran and passed."""
         return bool(self.checks) and all(c.ok is True for c in self.checks)
 
+    @property
+    def outcome(self) -> Outcome:
+        """Passed when every check passed; failed when one failed or did not run; else not decided (every
+        check that did not pass is an :class:`Undecided` one: nothing was shown wrong, nor right)."""
+        if self.ok:
+            return Outcome.PASSED
+        if not self.checks or any(c.ok is False or (c.ok is None and c.undecided is None) for c in self.checks):
+            return Outcome.FAILED
+        return Outcome.NOT_DECIDED
+
+    @property
+    def undecided(self) -> tuple[Undecided, ...]:
+        """The causes of the checks not decided, in check order, each once."""
+        return tuple(dict.fromkeys(c.undecided for c in self.checks if c.ok is None and c.undecided is not None))
+
     def check(self, name: CheckName) -> RehearsalCheck | None:
         """The check called ``name``, or None when it was not part of this rehearsal."""
         return next((c for c in self.checks if c.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        """The report as a JSON-ready dict (``ok`` included; check names as text)."""
+        """The report as a JSON-ready dict (``ok`` and ``outcome`` included; check names as text, a check's
+        ``undecided`` as its :class:`Undecided` name or null)."""
         data = asdict(self)
         data["ok"] = self.ok
+        data["outcome"] = self.outcome.value
         data["next_steps"] = [s.to_dict() for s in self.next_steps]
         for c in data["checks"]:
             c["name"] = c["name"].value
+            c["undecided"] = c["undecided"].name if c["undecided"] is not None else None
         return data

@@ -2,7 +2,8 @@
 
 :func:`tolerance` gives the measured :class:`Tolerance` of a :class:`Device` and :class:`Dtype`
 (docs/engine.md, "Right on the GPU"); :class:`Verdict` is what each of :mod:`patchkit.rehearse.verdict`'s
-deciders returns. Plain data, no torch.
+deciders returns, and :class:`Undecided` why one could not tell right from wrong on the miniature it
+had (the rehearsal's outcome "not decided"). Plain data, no torch.
 """
 
 from __future__ import annotations
@@ -62,14 +63,44 @@ TOLERANCES: dict[tuple[Device, Dtype], Tolerance] = {
 """Per (device, dtype): the :class:`Tolerance` (docs/engine.md, "Right on the GPU")."""
 
 
+class Undecided(str, Enum):
+    """Why a check could not tell a right capture from a wrong one on the miniature it ran (issue 41).
+
+    A check with one of these is neither passed nor failed: ``ok`` is None and the rehearsal's outcome
+    is "not decided" (exit 5) unless another check failed. What would decide it:
+    :mod:`patchkit.rehearse.deciders`.
+    """
+
+    LAYERS_ALIKE = "the miniature's layers are too alike to tell a shifted capture apart"
+    """The aux states are within the tolerance of the draft's layers, and another layer within
+    ``separation`` tolerances too (:func:`patchkit.rehearse.verdict.decide_aux`)."""
+    DRAFT_TOO_WEAK = "the fitted draft agrees with the target too rarely offline to compare acceptance"
+    """The same draft replayed offline accepts at position 1 below
+    :data:`patchkit.rehearse.verdict.MIN_OFFLINE` (:func:`patchkit.rehearse.verdict.decide_acceptance`)."""
+    ROUTER_TIE = "a MoE router chose its experts on a near-tie before greedy outputs differ"
+    """Greedy outputs differ after a token whose routing was a near-tie in transformers
+    (:func:`patchkit.rehearse.verdict.decide_greedy`)."""
+
+
+LAYER_MARGIN = max(t.separation * t.aux + t.aux for t in TOLERANCES.values())
+"""How far apart (relative, median over the prompt's tokens) every two layers of the miniature target are
+built to stand, in transformers on the CPU, in float32 and in the rehearsal's dtype (issue 41;
+:func:`patchkit.rehearse.engine_checkpoints.separate_layers`): 0.4, the largest ``separation x aux`` over the
+devices and dtypes (bf16: 3 x 1e-1) plus that tolerance, so a state the aux check accepts as its layer's is
+still ``separation`` tolerances from every other layer on every device and dtype rehearse supports. The
+build aims at 1.25 times it."""
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures."""
+    """One decided check: ``ok``, the cause (an enum where there is one), a line of text, figures, and
+    (``ok`` None) why it is not decided: an :class:`Undecided`, or None for a check that did not run."""
 
     ok: bool | None
     detail: str
     cause: Enum | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    undecided: Undecided | None = None
 
 
 def tolerance(device: Device, dtype: Dtype) -> Tolerance:
@@ -82,4 +113,4 @@ def fmt(x: float) -> str:
     return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
 
 
-__all__ = ["TOLERANCES", "Device", "Dtype", "Tolerance", "Verdict", "fmt", "tolerance"]
+__all__ = ["LAYER_MARGIN", "TOLERANCES", "Device", "Dtype", "Tolerance", "Undecided", "Verdict", "fmt", "tolerance"]

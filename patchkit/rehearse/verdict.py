@@ -10,6 +10,8 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    few tokens whose MoE router flipped an expert on a near-tie (on a GPU's kernels) do not decide.
    The draft receives the right tensor when, for every id, the distance at that id is within the
    device and dtype's tolerance and every other layer is at least ``separation`` tolerances away.
+   Within the tolerance but with another layer nearer than that, the miniature cannot tell a shifted
+   capture apart: not decided (:class:`~patchkit.rehearse.tolerances.Undecided`), never failed.
    Otherwise the cause is named from the whole matrix: the nearest layers are the ids shifted by one
    (early or late), another layer, or no layer at all (another tensor than the residual stream).
    The first prompt position attends only to itself, so its states depend on no other position:
@@ -18,9 +20,11 @@ decisions run on the figures a GPU recorded (``tests/gpu_records/``) on a machin
    (seen on the H200: compiled bf16 OLMoE, with and without speculation), which is named as such.
 2. **Acceptance** (:func:`decide_acceptance`). vLLM's own counters, per draft position, against the
    same fitted draft replayed offline on transformers' hidden states along vLLM's tokens. A right
-   capture gives a ratio of about 1 at position 1; the check fails below :data:`MIN_RATIO`.
+   capture gives a ratio of about 1 at position 1; the check fails below :data:`MIN_RATIO`, and is not
+   decided where the draft agrees offline at position 1 below :data:`MIN_OFFLINE` (too rarely to compare).
 3. **Greedy output** (:func:`decide_greedy`). Identical with and without speculation, or different
-   only from a token where transformers' logits of the two chosen tokens are a near-tie.
+   only from a token where transformers' logits of the two chosen tokens are a near-tie; not decided
+   where, before that token, a MoE router chose its experts on a near-tie.
 4. **Ranks** (:func:`decide_ranks`, only under a parallel layout). Every rank that holds the draft
    (each tensor-parallel rank of the last pipeline stage) received the same prefill aux states: the
    same shape (a capture sharded along the sequence would not) and within the aux tolerance.
@@ -36,7 +40,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from patchkit.rehearse.tolerances import TOLERANCES, Device, Dtype, Tolerance, Verdict, fmt, tolerance
+from patchkit.rehearse.tolerances import TOLERANCES, Device, Dtype, Tolerance, Undecided, Verdict, fmt, tolerance
 
 
 MIN_RATIO = 0.5
@@ -137,12 +141,13 @@ def decide_aux(aux: dict[str, Any] | None, tol: Tolerance, where: str) -> Verdic
         )
     if near:
         return Verdict(
-            False,
-            f"{head}: within {tol.aux:.0e} of the draft's layers, but another layer is only "
+            None,
+            f"not decided: {head}: within {tol.aux:.0e} of the draft's layers, but another layer is only "
             f"{fmt(figures['nearest_other'])} away (needs {tol.separation:g} x the tolerance): this "
             f"miniature's layers are too alike on {where} to tell a shifted capture apart",
             AuxCause.AMBIGUOUS,
             figures,
+            Undecided.LAYERS_ALIKE,
         )
     return _mismatch(aux, matches, figures, head, tol, where)
 
@@ -320,11 +325,12 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
         )
     if off_rates[0] < MIN_OFFLINE:
         return Verdict(
-            False,
-            f"{text}: the fitted draft agrees with the target at position 1 only {off_rates[0]:.2f} "
-            "of the time offline, too rarely to compare",
+            None,
+            f"not decided: {text}: the fitted draft agrees with the target at position 1 only "
+            f"{off_rates[0]:.2f} of the time offline (below {MIN_OFFLINE:g}), too rarely to compare",
             AcceptanceCause.DRAFT_TOO_WEAK,
             figures,
+            Undecided.DRAFT_TOO_WEAK,
         )
     if ratios[0] is None or ratios[0] < MIN_RATIO:
         return Verdict(
@@ -379,9 +385,10 @@ def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | N
             f"not decided: identical up to token {i}; before it transformers' {router.get('router')} "
             f"chose its experts by {margin:.1e} relative (a routing near-tie, tolerance "
             f"{tol.router_tie:.0e}), so a correct engine may route that token otherwise with or without "
-            "speculation: rehearse --dtype fp32, or compare --eager",
+            "speculation",
             None,
             figures,
+            Undecided.ROUTER_TIE,
         )
     text = f"first difference at token {i}" + (
         f" (transformers' logits of the two tokens {gap:.1e} apart relative: no near-tie)" if gap is not None else ""
@@ -444,6 +451,7 @@ __all__ = [
     "MIN_RATIO",
     "TOLERANCES",
     "Tolerance",
+    "Undecided",
     "Verdict",
     "decide_acceptance",
     "decide_aux",

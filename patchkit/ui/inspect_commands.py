@@ -247,7 +247,7 @@ def rehearse_cmd(
 ) -> None:
     """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 5 when none fails but one cannot tell right from wrong on this miniature ("not decided": layers too alike, a fitted draft that agrees too rarely, a MoE routing near-tie; the next step names what would decide it: another --dtype, --eager, or what no option changes), 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
     """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence  # noqa: E501
 
     def body() -> int:
@@ -286,9 +286,9 @@ def rehearse_cmd(
                     "newer_than_qualified": newer,
                 }
             )
-            return verdict(report.ok)
+            return int(report.outcome.exit_code)
         _show_rehearsal(report)
-        return verdict(report.ok)
+        return int(report.outcome.exit_code)  # 0 passed, 1 failed, 5 not decided
 
     run(as_json, body, None, python)  # the next steps name the --python rehearsed on
 
@@ -307,9 +307,16 @@ def _show_rehearsal(report) -> None:
     )
     marks = {True: ("ok  ", "green"), False: ("FAIL", "red"), None: ("--  ", "dim")}
     for c in report.checks:
-        w.line(marks[c.ok], f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
-    said = ("verdict: rehearsal passed", "green") if report.ok else ("verdict: rehearsal failed", "red")
-    w.line(said, f" in {report.seconds:.0f} s")
+        mark = ("??  ", "yellow") if c.ok is None and c.undecided is not None else marks[c.ok]
+        w.line(mark, f" {c.name.value}: {c.detail}", (f"  ({c.where})", "dim") if c.where else "")
+    outcome = report.outcome
+    style = {outcome.PASSED: "green", outcome.FAILED: "red", outcome.NOT_DECIDED: "yellow"}[outcome]
+    why = (
+        f" (nothing was shown wrong, nor right: {'; '.join(u.value for u in report.undecided)})"
+        if outcome is outcome.NOT_DECIDED
+        else ""
+    )
+    w.line((f"verdict: rehearsal {outcome.value}", style), f" in {report.seconds:.0f} s{why}")
     next_lines(w, report.next_steps, "next:")
 
 

