@@ -20,6 +20,7 @@ from patchkit.plan.file_states import REPLACED, FileState, file_state, journal_c
 from patchkit.plan.request import Request, check_requested
 from patchkit.plan.revert_plan import plan_revert
 from patchkit.vllm.chain.kinds import UNPINNED
+from patchkit.vllm.runner.pins import exercised
 from patchkit.results import (
     ApplyReport,
     Check,
@@ -168,6 +169,28 @@ def apply(
     return api_steps.with_steps(install, report, request, target, force, run_checks, before)
 
 
+def _runtime(runtime_python, tree, registry, contract, archs, types) -> tuple[Check | None, Problem | None]:
+    """``verify --runtime``'s probe (:mod:`patchkit.checks.runtime`), run before the static checks so the units
+    it exercised settle theirs; ``(None, None)`` without ``runtime_python``, ``(None, problem)`` when it
+    cannot run."""
+    if runtime_python is None:
+        return None, None
+    from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs it
+
+    try:
+        return run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)), None
+    except PatchkitError as exc:
+        return None, Problem(exc.message, exc.hint, int(exc.exit_code))
+
+
+def exercised_units(probe: Check) -> dict[str, bool | None]:
+    """The units the probe exercised (:func:`patchkit.checks.runtime.exercised_units`), without importing it
+    at start-up."""
+    from patchkit.checks.runtime import exercised_units as of_probe  # lazy: start-up
+
+    return of_probe(probe)
+
+
 def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
@@ -202,9 +225,12 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     )  # lazy: start-up; the shape patchkit wrote, on the bytes before it
 
     pristine = pristine_tree(install, journal) if journal.entries else tree
-    checks = run_checks(
-        tree, registry, contract, archs, types, requested=tuple(archs) if request else (), pristine=pristine
-    )
+    probe, runtime_error = _runtime(runtime_python, tree, registry, contract, archs, types)
+    settled = [key for key, ok in exercised_units(probe).items() if ok] if probe is not None else []
+    with exercised(settled):  # a unit the serving environment ran as patchkit assumes is no longer "not checked"
+        checks = run_checks(
+            tree, registry, contract, archs, types, requested=tuple(archs) if request else (), pristine=pristine
+        )
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
@@ -216,17 +242,8 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     for plugin in PLUGINS:
         if plugin.installed(install):
             checks.insert(1, plugin.check(plugin.state(install, journal)))
-    runtime_error = None
-    if runtime_python is not None:
-        from patchkit.checks.runtime import (
-            probe_spec,
-            run_probe,
-        )  # lazy: start-up, only 'verify --runtime' runs the probe
-
-        try:
-            checks.append(run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)))
-        except PatchkitError as exc:
-            runtime_error = Problem(exc.message, exc.hint, int(exc.exit_code))
+    if probe is not None:
+        checks.append(probe)
     info = install_info(install, contract)
     steps: tuple[NextStep, ...] = ()
     failures = [f for c in checks for f in c.failures()]

@@ -10,6 +10,8 @@ reads ``target_language_model.model`` unguarded.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from vllm_release import runtime_venv
@@ -73,3 +75,58 @@ def test_a_patched_class_passes_through_v2s_loader(cli, python):
     code, report = cli.json("verify", "--runtime", "--python", str(python), "--arch", "MixtralForCausalLM")
     assert code == 0, report.get("missing")
     assert loading(report, "MixtralForCausalLM")["ok"] is True
+
+
+# -- issue 39: a changed unit is settled by what it does in the serving environment -------------------------
+
+INTERFACES = "vllm/model_executor/models/interfaces.py"
+HELPER_SAME = (  # the same behaviour, written otherwise: the fingerprint changes, what it does does not
+    "            value = hidden_states + residual if residual is not None else hidden_states\n"
+    "            aux_hidden_states.append(value)\n",
+    "            aux_hidden_states.append(\n"
+    "                hidden_states if residual is None else hidden_states + residual\n"
+    "            )\n",
+)
+HELPER_NONE = (  # the issue's first example: the capture helper returns nothing
+    "            aux_hidden_states.append(value)\n        return aux_hidden_states\n",
+    "            aux_hidden_states.append(value)\n",
+)
+
+
+@contextmanager
+def edited(python, old: str, new: str):
+    """The venv's ``interfaces.py`` with ``old`` replaced by ``new``, put back byte for byte after."""
+    from patchkit.vllm.release.install import from_python
+
+    path = from_python(python).site_packages / INTERFACES
+    before = path.read_bytes()
+    assert old.encode() in before
+    path.write_bytes(before.replace(old.encode(), new.encode(), 1))
+    try:
+        yield
+    finally:
+        path.write_bytes(before)
+
+
+def _unit(report: dict, key: str) -> dict:
+    found = [c for c in walk(report["checks"]) if c.get("kind") == f"unit-exercised:{key}"]
+    assert len(found) == 1, [c["label"] for c in walk(report["checks"])]
+    return found[0]
+
+
+def test_runtime_settles_a_changed_unit_that_does_what_patchkit_assumes(cli, python):
+    with edited(python, *HELPER_SAME):
+        code, report = cli.json("verify", "--python", str(python))
+        assert code == 1 and any("not checked" in m and "_maybe_add_hidden_state" in m for m in report["missing"])
+        code, report = cli.json("verify", "--runtime", "--python", str(python))
+        assert code == 0, report["missing"]
+        assert _unit(report, "capture-helper")["ok"] is True
+
+
+def test_runtime_fails_a_changed_unit_from_what_it_did(cli, python):
+    with edited(python, *HELPER_NONE):
+        code, report = cli.json("verify", "--runtime", "--python", str(python))
+        assert code == 1
+        unit = _unit(report, "capture-helper")
+        assert unit["ok"] is False and "returned None" in unit["detail"], unit
+        assert any("not checked" in m for m in report["missing"])

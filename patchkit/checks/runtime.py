@@ -22,7 +22,9 @@ from patchkit.vllm.classes.composition import chain
 from patchkit.vllm.release.contract import PP_FLAG, Contract, read_allow_list
 from patchkit.vllm.classes.loops import decoder_loop
 from patchkit.vllm.registry.table import Registry
-from patchkit.vllm.runner.serving import serving_runner
+from patchkit.vllm.runner.generations import SELECTOR
+from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.serving import declared_flag, serving_runner
 from patchkit.vllm.release.source import SourceTree
 from patchkit.vllm.stream.residual import Stream, StreamVerdict
 
@@ -104,6 +106,7 @@ def probe_spec(
         }
     )
     return {
+        "units": unit_facts(tree),
         "architectures": archs,
         "chains": chains,
         "backbones": backbones,
@@ -113,6 +116,32 @@ def probe_spec(
         "loader": loader,
         "runner": missing or choice.reason,
     }
+
+
+UNIT_KIND = "unit-exercised"
+"""``Check.kind`` prefix of a declared unit the probe exercised: ``unit-exercised:<key>``."""
+
+
+def unit_facts(tree: SourceTree) -> dict[str, dict]:
+    """The declared units (:mod:`patchkit.vllm.runner.units`) the install holds, with what the probe needs to
+    exercise them: the flag's name and its declared default for the selector."""
+    out: dict[str, dict] = {}
+    for found in pins(tree).found:
+        if found.relpath is None:
+            continue
+        facts: dict = {}
+        if found.unit.key == "selector-default":
+            declared, default = declared_flag(tree)
+            if not declared or default is None:
+                continue
+            facts = {"flag": SELECTOR, "default": default}
+        out[found.unit.key] = facts
+    return out
+
+
+def exercised_units(check: Check) -> dict[str, bool | None]:
+    """The units ``check`` (:func:`run_probe`'s) exercised, by key, with their results."""
+    return {c.kind.split(":", 1)[1]: c.ok for c in check.children if c.kind and c.kind.startswith(f"{UNIT_KIND}:")}
 
 
 def run_probe(python: Path, spec: dict) -> Check:
@@ -164,6 +193,7 @@ def run_probe(python: Path, spec: dict) -> Check:
     for item in report["checks"]:
         ok = None if item["ok"] is None else bool(item["ok"])  # None: a check the probe could not run
         kind = STAND_IN_KIND if item.get("basis") == "stand-in" else None
+        kind = f"{UNIT_KIND}:{item['unit']}" if item.get("unit") else kind
         children.append(Check(item["label"], ok, item.get("detail", ""), kind=kind))
     ok = all(c.ok is not False for c in children) and any(c.ok for c in children)
     return Check(label, ok, detail, children=children)

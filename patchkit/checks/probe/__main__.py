@@ -9,6 +9,7 @@ from probe_forward import check_forward
 from probe_interface import check_methods, check_registry, check_speculative_config
 from probe_loading import check_load_model, check_wrapper_forward
 from probe_standins import GETTER, SENTINEL, STAND_IN
+from probe_units import check_units
 
 
 def main() -> None:
@@ -33,6 +34,7 @@ def main() -> None:
             ),
         ),
         ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
+        ("the declared vLLM units", lambda: check_units(spec.get("units", {}), results)),
     ]
     for name, facts in spec.get("backbones", {}).items():
         steps.append(

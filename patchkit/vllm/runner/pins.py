@@ -16,9 +16,12 @@ Nothing here raises for a missing or unparsable file: it is absent.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import json
 import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +82,7 @@ class Pins:
             f
             for f in self.found
             if f.changed
+            and f.unit.key not in _EXERCISED
             and (not concerns or f.unit.concern in concerns)
             and (generation is None or f.unit.generation in ("", generation))
         )
@@ -94,8 +98,27 @@ class Pins:
         return f"not checked: {release} changed {units} since the releases patchkit was qualified on"
 
 
+_EXERCISED: set[str] = set()
+"""Units the serving environment ran and found doing what patchkit assumes (:func:`exercised`)."""
+
+
+@contextmanager
+def exercised(keys: Iterable[str]) -> Iterator[None]:
+    """Within the block, the units ``keys`` count as settled: ``verify --runtime`` ran each in the serving
+    environment and it did what patchkit assumes (:mod:`patchkit.checks.probe`'s ``probe_units``), so a
+    changed fingerprint of theirs is no longer "not checked". The runtime report says which verdict rests
+    on the exercise."""
+    before = set(_EXERCISED)
+    _EXERCISED.update(keys)
+    try:
+        yield
+    finally:
+        _EXERCISED.clear()
+        _EXERCISED.update(before)
+
+
 def fingerprint(
-    source: bytes, name: str, anchors: tuple[str, ...] = (), entries_free: bool = False
+    source: bytes, name: str, anchors: tuple[str, ...] = (), entries_free: bool = False, without: tuple[str, ...] = ()
 ) -> tuple[str, int] | None:
     """The fingerprint of the unit ``name`` in one file's ``source``, and its line; None when absent.
 
@@ -105,6 +128,7 @@ def fingerprint(
             (:attr:`patchkit.vllm.runner.units.Unit.places`).
         anchors: when given, only the statements of the unit that read one of these names count.
         entries_free: leave out the strings of list and tuple literals (a list of entries ``apply`` extends).
+        without: the members of a class left out (units of their own).
     Returns:
         ``(sha256 hex of the normalised code, first line)``; None when the file does not parse, the name is
         not in it, or (with ``anchors``) no statement of it reads them.
@@ -118,6 +142,8 @@ def fingerprint(
         nodes = [s for n in nodes for s in _anchored(n, anchors)]
     if not nodes:
         return None
+    if without:
+        nodes = [_without(n, without) for n in nodes]
     text = "\n".join(_serial(_undocumented(n), entries_free) for n in nodes)
     return hashlib.sha256(text.encode()).hexdigest()[:20], getattr(nodes[0], "lineno", 0)
 
@@ -147,7 +173,7 @@ def place_hit(u: Unit, relpath: str, source: bytes) -> tuple[str, int] | None:
         return (hit[0], hit[1]) if hit else None
     for place, name in u.places:
         if place == relpath:
-            hit = fingerprint(source, name, u.anchors, u.entries_free)
+            hit = fingerprint(source, name, u.anchors, u.entries_free, u.without)
             if hit is not None:
                 return hit
     return None
@@ -228,6 +254,16 @@ def _locate(module: ast.Module, name: str) -> list[ast.AST]:
         classes = [c for c in found if isinstance(c, ast.ClassDef)]
         return [s for c in classes for s in c.body if isinstance(s, defs) and s.name == member]
     return found or [s for s in top if isinstance(s, ast.AnnAssign) and _assigns(s, head)]
+
+
+def _without(node: ast.AST, members: tuple[str, ...]) -> ast.AST:
+    """A class ``node`` without its methods named in ``members`` (a copy; any other node unchanged)."""
+    if not isinstance(node, ast.ClassDef):
+        return node
+    kept = [s for s in node.body if not (isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name in members)]
+    out = copy.copy(node)
+    out.body = kept or [ast.Pass()]
+    return out
 
 
 def _assigns(stmt: ast.stmt, var: str) -> bool:

@@ -79,6 +79,8 @@ class Unit:
             runner class changes with every release; the statements EAGLE-3 depends on seldom do).
         entries_free: the strings in list and tuple literals do not count (the allow-list's entries, which
             ``apply`` extends: the unit pinned is the rule that matches them).
+        without: members of a class unit left out of it, being units of their own (a change to one is
+            named once, and settled by its own exercise).
     """
 
     key: str
@@ -89,6 +91,7 @@ class Unit:
     generation: str = ""
     anchors: tuple[str, ...] = ()
     entries_free: bool = False
+    without: tuple[str, ...] = ()
 
 
 UNITS: tuple[Unit, ...] = (
@@ -113,6 +116,7 @@ UNITS: tuple[Unit, ...] = (
         ((INTERFACES, MIXIN),),
         f"keeps the aux layer ids in aux_hidden_state_layers, set by {SETTER}, read by {MAYBE_ADD}",
         Concern.CAPTURE,
+        without=(MAYBE_ADD,),
     ),
     Unit(
         "capture-helper",
