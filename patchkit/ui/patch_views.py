@@ -8,7 +8,7 @@ to the console (:mod:`patchkit.ui.console`); the result types are imported when 
 
 from __future__ import annotations
 
-from patchkit.advice import reinstall
+from patchkit.advice import Effect
 from patchkit.errors import PatchkitError
 from patchkit.ui import hints
 from patchkit.ui.console import error, failing_lines, header, next_lines, out, plugin_lines, print_checks
@@ -90,11 +90,7 @@ def apply_code(report, dry_run: bool, as_json: bool) -> int:
                 PatchkitError(
                     message,
                     note,
-                    reinstall(
-                        report.install.distribution,
-                        report.install.version,
-                        "the release's own files back, then apply again",
-                    ),
+                    next((s for s in report.next_steps if s.effect is Effect.REINSTALLS), None),
                 ),
                 False,
             )
