@@ -109,9 +109,7 @@ def _malformed(
     return None
 
 
-def _declared_out_of_range(
-    facts: DraftFacts, declared: _Declared, n: int | None, ctx: DraftContext
-) -> Check | None:
+def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None, ctx: DraftContext) -> Check | None:
     """The failing check of declared ids outside their field's own range (and the action to fix them), or None.
 
     Each field is held to its own convention before any id is converted or advised (issue 42, finding
