@@ -6,13 +6,11 @@ Split from :mod:`patchkit.checks.doctor`, which runs them in order (see its docs
 
 from __future__ import annotations
 
-import json as _json
 from dataclasses import replace
 from typing import Any, Sequence
 
 from patchkit.advice import Effect, NextStep
 from patchkit.checks import verify as verify_mod
-from patchkit.errors import ConfigError
 from patchkit.plan import next_steps
 from patchkit.plan.spec import ClassTarget, default_architectures, load_patches
 from patchkit.results import Check
@@ -43,20 +41,14 @@ def target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) ->
     In: the target's config, the install's source tree and its model registry (read statically,
     :mod:`patchkit.vllm.registry`). Out: :class:`TargetFacts` (architecture and resolution: the first
     listed architecture the registry maps to a native class, as vLLM tries them in order; else the first
-    it knows at all). Raises :class:`~patchkit.errors.ConfigError` when the layer count is not a positive
-    integer.
+    it knows at all). The layer count was checked when the config was read
+    (:func:`patchkit.vllm.checkpoints.config.check_layer_count`).
     """
     data = cfg.data
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     text, nested = text_config(data)
-    layers = text.get("num_hidden_layers")
-    if layers is not None and (as_int(layers) is None or layers < 1):
-        where = "text_config.num_hidden_layers" if nested else "num_hidden_layers"
-        raise ConfigError(
-            f"{cfg.path}: {where} is {_json.dumps(layers)}, not a positive layer count",
-            "the target's config.json is damaged or was edited; download the checkpoint's config.json again",
-        )
+    # the layer count was checked when the config was read (checkpoints.config.check_layer_count)
     facts = TargetFacts(
         config=str(cfg.path),
         architectures=architectures,

@@ -86,7 +86,38 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
             f"{file} holds a JSON {type(data).__name__}, not an object",
             f"{option} must point at a Hugging Face model config.json",
         )
+    check_layer_count(file, data)
     return CheckpointConfig(file, data)
+
+
+MAX_LAYER_COUNT = 10_000
+"""More layers than any model config holds (the largest have a few hundred): a larger count is damage."""
+
+
+def check_layer_count(file: Path, data: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` (exit 4) when the config's layer count is not an integer from 1 to
+    :data:`MAX_LAYER_COUNT`: ``32.0``, ``true``, ``NaN``, ``"61"``, ``0``, ``1e30``, ``10**30``.
+
+    The one check of the layer count, at the boundary: :func:`read_config` runs it, so ``doctor``,
+    ``rehearse`` and ``--model`` on every command refuse the same config the same way (issue 42,
+    finding 7: ``apply --model`` took ``32.0`` and rehearse kept building a miniature of 10**30 layers).
+    Both the top level and the nested ``text_config`` are checked (vLLM reads the text config's).
+    """
+    for where, part in (("num_hidden_layers", data), ("text_config.num_hidden_layers", data.get("text_config"))):
+        layers = part.get("num_hidden_layers") if isinstance(part, dict) else None
+        if layers is None or (as_int(layers) is not None and 1 <= layers <= MAX_LAYER_COUNT):
+            continue
+        raise ConfigError(
+            f"{file}: {where} is {_shown(layers)}, not a positive layer count"
+            + (f" (at most {MAX_LAYER_COUNT:,})" if as_int(layers) is not None and layers > 1 else ""),
+            "the checkpoint's config.json is damaged or was edited; download its config.json again",
+        )
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON (``NaN`` as Python's json writes it), cut to 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def text_config(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
