@@ -63,3 +63,56 @@ def test_apply_model_and_rehearse_refuse_it_as_doctor_does(release, cli, tmp_pat
         code, report = cli.json(*args)
         assert code == 4, (name, report)
         assert "num_hidden_layers is" in report["error"] and "not a positive layer count" in report["error"], name
+
+
+# -- the draft's eagle_config and ids (findings 2 and 10) ---------------------------------------------
+
+KIMI_DRAFT = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 5120,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 40,
+}
+BAD_DRAFTS = {
+    "eagle_config-list": {"eagle_config": [1, 29, 57]},
+    "eagle_config-string": {"eagle_config": "use_aux_hidden_state"},
+    "string-ids": {"eagle_aux_hidden_state_layer_ids": ["2", "46", "89"]},
+    "nested-string-ids": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ["1", "45", "88"]}},
+}
+
+
+@pytest.mark.parametrize("extra", BAD_DRAFTS.values(), ids=list(BAD_DRAFTS))
+def test_rehearse_refuses_a_draft_no_release_reads(extra):
+    """Failed before: an AttributeError traceback for eagle_config as a list or a string, and string ids
+    turned into integers (doctor rejects them)."""
+    from patchkit.errors import RefusedError
+    from patchkit.rehearse.miniature_ids import trained_ids
+
+    with pytest.raises(RefusedError) as caught:
+        trained_ids({**KIMI_DRAFT, **extra}, 92)
+    assert (
+        caught.value.message.startswith("the draft's eagle_config") or "not a list of integers" in caught.value.message
+    )
+
+
+def test_an_empty_eagle_config_is_ignored_as_vllm_ignores_it():
+    from patchkit.rehearse.miniature_ids import IdField, trained_ids
+
+    assert trained_ids({**KIMI_DRAFT, "eagle_config": []}, 92) == ((2, 46, 89), IdField.NONE)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("name", ["eagle_config-list", "eagle_config-string", "string-ids"])
+def test_doctor_does_not_call_it_ready_and_rehearse_refuses_it(release, cli, tmp_path, monkeypatch, name):
+    sp = release("0.34.0")
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({**KIMI_DRAFT, **BAD_DRAFTS[name]}))
+    code, report = cli.json("doctor", "--model", str(GLM), "--draft", str(draft), "--site-packages", str(sp))
+    assert code == 1 and report["ready"] is False, report
+    ids = [c for c in report["checks"] if c["label"] == "aux layer ids"]
+    assert ids and ids[0]["ok"] is False, [c["label"] for c in report["checks"]]
+    monkeypatch.setenv("PYTHONPATH", str(sp))
+    code, refused = cli.json("rehearse", "--model", str(GLM), "--draft", str(draft), "--python", sys.executable)
+    assert code == 3 and refused["error"] == ids[0]["detail"], refused

@@ -56,9 +56,6 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     n = ctx.target.num_hidden_layers
     fallback = default_ids(ctx.tree, ctx.target.cls, n) if n is not None else None
     default = fallback.ids if fallback is not None else None
-    malformed = _malformed(facts, data, eagle_config, ctx)
-    if malformed is not None:
-        return malformed
     declared = _declared(data, eagle_config)
     beyond = _declared_out_of_range(facts, declared, n, ctx)
     if beyond is not None:
@@ -94,19 +91,6 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     _pipeline(children, facts, ids, n, ctx)
     ok = not any(c.failures() for c in children)
     return Check(f"aux layer ids {ids_text(ids)}", ok, detail, children=children)
-
-
-def _malformed(
-    facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext
-) -> Check | None:
-    """The failing check of an ids field that is not a list of integers (and the action to fix it), or None."""
-    for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
-        if value is not None and as_int_list(value) is None:
-            ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
-            return Check(
-                "aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config
-            )
-    return None
 
 
 def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None, ctx: DraftContext) -> Check | None:
