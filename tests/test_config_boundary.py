@@ -116,3 +116,20 @@ def test_doctor_does_not_call_it_ready_and_rehearse_refuses_it(release, cli, tmp
     monkeypatch.setenv("PYTHONPATH", str(sp))
     code, refused = cli.json("rehearse", "--model", str(GLM), "--draft", str(draft), "--python", sys.executable)
     assert code == 3 and refused["error"] == ids[0]["detail"], refused
+
+
+# -- what stands where config.json should be (finding 10) ---------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "fifo-given-as-the-file"])
+def test_a_config_json_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind):
+    """Failed before: a directory or a FIFO named config.json was 'has no config.json' (a FIFO given
+    itself: 'does not exist'). Never opened: reading a FIFO would wait for a writer."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    made = folder / "config.json"
+    made.mkdir() if kind == "directory" else os.mkfifo(made)
+    with pytest.raises(ConfigError) as caught:
+        read_config(made if kind == "fifo-given-as-the-file" else folder, "--model")
+    what = "a directory" if kind == "directory" else "a FIFO (named pipe)"
+    assert caught.value.message == f"--model {made} is {what}, not a file"

@@ -6,6 +6,8 @@ Reads local files only; never downloads and never imports vLLM or transformers.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,8 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
     location = Path(location).expanduser()
     if location.is_dir():
         file = location / CONFIG_FILE
-    elif location.is_file():
-        file = location
+    elif location.is_file() or os.path.lexists(location):
+        file = location  # a FIFO or a device given as the file: named below as what it is
     else:
         text = str(location)
         looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
@@ -59,6 +61,11 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
             else f"give the local checkpoint folder that holds {CONFIG_FILE}"
         )
         raise ConfigError(f"{option} {location} does not exist", hint)
+    if not file.is_file() and os.path.lexists(file):  # issue 42, finding 10: not "has no config.json"
+        raise ConfigError(
+            f"{option} {file} is {_file_kind(file)}, not a file",
+            f"{CONFIG_FILE} must be the checkpoint's JSON file itself",
+        )
     if not file.is_file():
         raise ConfigError(
             f"{option} {location} has no {CONFIG_FILE}",
@@ -88,6 +95,17 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
         )
     check_layer_count(file, data)
     return CheckpointConfig(file, data)
+
+
+def _file_kind(path: Path) -> str:
+    """What ``path`` is when it is not a regular file, in words (``a directory``, ``a FIFO``, ...)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a broken symbolic link"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 MAX_LAYER_COUNT = 10_000
