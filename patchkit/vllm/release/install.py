@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -387,19 +388,7 @@ def from_python(interpreter: Path | str) -> Install:
         InstallNotFound: that interpreter's environment has no vLLM.
     """
     interpreter = interpreter_path(interpreter)
-    try:
-        proc = subprocess.run(
-            [str(interpreter), "-c", _PROBE],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise InterpreterError(
-            f"--python {interpreter} could not be run: {exc}",
-            "give the python executable of the serving environment",
-        ) from exc
+    proc = _run_probe(interpreter)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)), None)
     try:  # a sitecustomize may print banners: read only the sentinel line
         sys_path = json.loads(line[len(_SENTINEL) :]) if proc.returncode == 0 and line else None
@@ -431,6 +420,60 @@ def from_python(interpreter: Path | str) -> Install:
     if imports_line is not None:  # JSON null: the interpreter cannot import vllm
         found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
     return replace(found, python=interpreter)
+
+
+PROBE_TIMEOUT = 15.0
+"""Seconds the interpreter probe may take: it prints its import path and starts nothing (a Python starts in well
+under a second, a loaded one in a few); a stuck interpreter fails after this, not after a minute."""
+
+
+def _run_probe(interpreter: Path) -> subprocess.CompletedProcess:
+    """Run :data:`_PROBE` in ``interpreter``, in a session of its own so that nothing it starts outlives it.
+
+    Raises:
+        InterpreterError: it cannot be started, or it does not finish within :data:`PROBE_TIMEOUT`
+            (its whole process group is killed; the message names neither the script nor its output:
+            issue 42, finding 10).
+    """
+    try:
+        child = subprocess.Popen(
+            [str(interpreter), "-c", _PROBE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+    except (OSError, ValueError) as exc:
+        raise InterpreterError(
+            f"--python {interpreter} could not be run: {getattr(exc, 'strerror', None) or exc}",
+            "give the python executable of the serving environment",
+        ) from exc
+    try:
+        out, err = child.communicate(timeout=PROBE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        raise InterpreterError(
+            f"--python {interpreter} did not answer within {PROBE_TIMEOUT:g} s (it was stopped)",
+            "check that it starts: run it with -c pass (a sitecustomize or .pth file that waits, "
+            "or a wrapper script that is not Python?)",
+        ) from None
+    finally:
+        if child.poll() is None:  # an interrupt while waiting: nothing is left running
+            _kill_group(child)
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """Kill ``child``'s process group (its own session: only what it started) and reap ``child``."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        child.kill()
+    child.wait()
+    for stream in (child.stdout, child.stderr):  # not read: a process that left the group may hold them
+        if stream is not None:
+            stream.close()
 
 
 def from_current_environment() -> Install:
