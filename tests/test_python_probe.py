@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import InterpreterError
-from patchkit.vllm.release import install
+from patchkit.vllm.release import install, interpreter
 
 
 def _alive(pid: int) -> bool:
@@ -26,7 +26,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_hanging_interpreter_is_stopped_with_what_it_started(tmp_path, monkeypatch):
-    monkeypatch.setattr(install, "PROBE_TIMEOUT", 1.0)
+    monkeypatch.setattr(interpreter, "PROBE_TIMEOUT", 1.0)
     pids = tmp_path / "pids"
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pids}\nsleep 300\n")
@@ -49,4 +49,4 @@ def test_a_hanging_interpreter_is_stopped_with_what_it_started(tmp_path, monkeyp
 
 
 def test_the_probe_timeout_is_well_under_a_minute():
-    assert install.PROBE_TIMEOUT <= 20
+    assert interpreter.PROBE_TIMEOUT <= 20
