@@ -180,11 +180,15 @@ class Narrowing:
         keep: journaled patch ids that stay (they serve architectures that stay patched, or no
             requested one).
         files: journaled files holding a patch that goes.
+        kept: ``{path: why}`` of the journaled files that hold the requested architectures' patches
+            and keep them all, since other patched architectures need them too (issue 42, finding 9:
+            a scoped revert restored 2 of 4 files and did not say why the other two stayed).
     """
 
     remove: frozenset[str]
     keep: frozenset[str]
     files: tuple[str, ...]
+    kept: tuple[tuple[str, str], ...] = ()
 
 
 def same_class(registry: Registry, architectures: tuple[str, ...]) -> frozenset[str]:
@@ -215,7 +219,8 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
     registry = Registry(tree)
     same = same_class(registry, found.architectures)
     others = [a for a in patched_architectures(install, journal, registry) if a not in same]
-    rest = scope(install, journal, _requested(others), tree).all_ids if others else frozenset()
+    staying = scope(install, journal, _requested(others), tree) if others else Scope((), {})
+    rest = staying.all_ids
     remove = (found.all_ids & held) - rest
     if not remove:
         patched = ", ".join(others) or "nothing"
@@ -226,7 +231,26 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
             NextStep(patchkit_argv("status"), "it lists the files and patches"),
         )
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
-    return Narrowing(frozenset(remove), frozenset(held - remove), files)
+    return Narrowing(frozenset(remove), frozenset(held - remove), files, _kept(journal, found, staying, files))
+
+
+def _kept(journal: Journal, found: Scope, staying: Scope, files: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(path, why)`` of each journaled file outside ``files`` that holds a requested architecture's patch,
+    naming the patched architectures that need what it holds (:attr:`Narrowing.kept`)."""
+    out = []
+    for path, entry in sorted(journal.entries.items()):
+        shared = set(entry.patches) & found.all_ids
+        if path in files or not shared:
+            continue
+        users = [a for a, ids in staying.ids.items() if ids & shared] or ["other patched architectures"]
+        out.append(
+            (
+                path,
+                f"kept: {', '.join(sorted(shared))} also serve{'s' if len(shared) == 1 else ''} {', '.join(users)}, "
+                "which stay patched; the plain 'revert' takes it out with the rest",
+            )
+        )
+    return tuple(out)
 
 
 def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str, bytes]:
