@@ -11,9 +11,10 @@ from typing import Any, Sequence
 
 from patchkit.advice import Effect, NextStep
 from patchkit.checks import verify as verify_mod
-from patchkit.plan import next_steps
+from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.spec import ClassTarget, default_architectures, load_patches
 from patchkit.results import Check
+from patchkit.store.journal import journal_for
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.classes import loadpath
 from patchkit.vllm.registry import platforms
@@ -230,7 +231,10 @@ def in_effect_check(
     if (
         facts.architecture is not None
     ):  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify.classify)
-        chain = _settled(chain, facts.architecture, tree, registry, contract, install, actions)
+        # a patched class is held to the shape apply wrote, classified on the bytes before patchkit, as verify
+        # does (issue 42, finding 1: a forced Gemma 3 on 0.34.0 was "ready natively" here, failed by verify)
+        pristine = arch_scope.pristine_tree(install, journal_for(install)) if patched else None
+        chain = _settled(chain, facts.architecture, tree, registry, contract, install, actions, pristine)
     ok, children, detail = chain.ok, chain.children, _in_effect_detail(chain, contract, patched)
     branches = links.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
@@ -269,13 +273,16 @@ def _settled(
     contract: Contract,
     install: Install,
     actions: list[str],
+    pristine: SourceTree | None = None,
 ) -> Check:
     """``chain`` (the target class's chain check; ``arch`` its registry name) with the classifier's verdict
     (:func:`patchkit.checks.verify.settle`), and with the serve's runner showing and a hybrid's mixers as
-    children when they apply; their advice goes to ``actions``. Returns the new :class:`Check`."""
+    children when they apply; their advice goes to ``actions``. ``pristine``: the install before patchkit
+    (:func:`patchkit.plan.arch_scope.pristine_tree`) when patchkit patched ``arch``, else None. Returns the new
+    :class:`Check`."""
     shape = classify(tree, registry, contract, arch)
     chain = verify_mod.settle(chain, shape)
-    shown = verify_mod.runner_shown_check(tree, None, contract, arch, shape)  # the serve's runner
+    shown = verify_mod.runner_shown_check(tree, pristine, contract, arch, shape)  # the serve's runner
     if shown is not None:
         chain = _with_child(chain, shown)
         if shown.ok is not True:

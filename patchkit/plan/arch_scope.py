@@ -19,7 +19,7 @@ from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
 from patchkit.plan.request import Request
 from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
-from patchkit.results import Coverage
+from patchkit.results import Coverage, Outcome
 from patchkit.store.journal import Journal
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.release.install import Install
@@ -120,17 +120,33 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
     if contract.protocol is None:  # before 0.10.2: apply writes nothing for any architecture
         return Scope(request.architectures, {a: frozenset() for a in request.architectures})
     _, _, archs, _ = arch_selection(tree, registry, contract, request)
-    ids = {}
-    for arch in archs:
-        patches, _, _, _ = arch_selection(tree, registry, contract, Request((arch,)))
-        ids[arch] = frozenset(p.id for p in patches)
+    held = journaled_ids(journal)
+    ids = {arch: _needed(tree, registry, contract, Request((arch,)), held) for arch in archs}
     if request.model is not None:
         # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
-        patches, _, _, _ = arch_selection(tree, registry, contract, request)
-        extra = frozenset(p.id for p in patches) - frozenset().union(*ids.values())
+        extra = _needed(tree, registry, contract, request, held) - frozenset().union(*ids.values())
         for arch in archs:
             ids[arch] = ids[arch] | extra
     return Scope(archs, ids)
+
+
+def _needed(
+    tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request, held: frozenset[str]
+) -> frozenset[str]:
+    """The patch ids ``apply`` plans for ``request``; for one it refuses without ``--force`` (a hybrid, a shape
+    not shown under the serve's runner) whose forced patches the journal holds, the ids ``apply --force`` wrote.
+
+    One reading of a forced patch for every command (issue 42, finding 1): ``status`` called a forced Gemma 3
+    on 0.34.0 "nothing to patch", a scoped ``revert`` denied it had any patch, and ``doctor`` called it native,
+    while ``verify`` failed it.
+    """
+    patches, decided, _, _ = arch_selection(tree, registry, contract, request)
+    ids = frozenset(p.id for p in patches)
+    if any(d.outcome is Outcome.REFUSED for d in decided):
+        forced = frozenset(p.id for p in arch_selection(tree, registry, contract, request, force=True)[0])
+        if forced & held:
+            return ids | forced
+    return ids
 
 
 def _requested(archs) -> Request:
