@@ -29,7 +29,10 @@ def test_a_forced_patch_reads_the_same_in_status_verify_doctor_and_revert(releas
     assert code == 0 and applied["written"], applied
 
     code, status = cli.json("status", *where)
-    assert [(a["architecture"], a["state"]) for a in status["architectures"]] == [(WRAPPER, "patched")], status
+    assert [(a["architecture"], a["state"], a["forced"]) for a in status["architectures"]] == [
+        (WRAPPER, "patched", True)
+    ], status
+    assert "forced (apply --force)" in " ".join(cli("status", *where).stdout.split())
     code, verify = cli.json("verify", *where)
     assert code == 1
     code, doctor = cli.json("doctor", *where)

@@ -37,12 +37,16 @@ class ArchState:
             ``not patched``, or ``nothing to patch`` (native, or refused: apply would write nothing for it).
         journaled: ids of its patches the journal holds.
         missing: ids of its patches the journal does not hold.
+        forced: its patches were written with ``apply --force``: apply refuses it without (a hybrid that is
+            not lossless here, a shape not shown under the serve's runner), and ``verify`` and ``doctor``
+            fail it for that reason (issue 42, finding 1).
     """
 
     architecture: str
     state: Coverage
     journaled: tuple[str, ...]
     missing: tuple[str, ...]
+    forced: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Scope:
 
     architectures: tuple[str, ...]
     ids: dict[str, frozenset[str]]
+    forced: frozenset[str] = frozenset()
+    """The architectures whose ids are those ``apply --force`` wrote (:func:`_needed`)."""
 
     @property
     def all_ids(self) -> frozenset[str]:
@@ -121,20 +127,23 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
         return Scope(request.architectures, {a: frozenset() for a in request.architectures})
     _, _, archs, _ = arch_selection(tree, registry, contract, request)
     held = journaled_ids(journal)
-    ids = {arch: _needed(tree, registry, contract, Request((arch,)), held) for arch in archs}
+    needed = {arch: _needed(tree, registry, contract, Request((arch,)), held) for arch in archs}
+    ids = {arch: found for arch, (found, _) in needed.items()}
+    forced = frozenset(arch for arch, (_, was_forced) in needed.items() if was_forced)
     if request.model is not None:
         # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
-        extra = _needed(tree, registry, contract, request, held) - frozenset().union(*ids.values())
+        extra = _needed(tree, registry, contract, request, held)[0] - frozenset().union(*ids.values())
         for arch in archs:
             ids[arch] = ids[arch] | extra
-    return Scope(archs, ids)
+    return Scope(archs, ids, forced)
 
 
 def _needed(
     tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request, held: frozenset[str]
-) -> frozenset[str]:
+) -> tuple[frozenset[str], bool]:
     """The patch ids ``apply`` plans for ``request``; for one it refuses without ``--force`` (a hybrid, a shape
-    not shown under the serve's runner) whose forced patches the journal holds, the ids ``apply --force`` wrote.
+    not shown under the serve's runner) whose forced patches the journal holds, the ids ``apply --force`` wrote
+    (then the second value is True).
 
     One reading of a forced patch for every command (issue 42, finding 1): ``status`` called a forced Gemma 3
     on 0.34.0 "nothing to patch", a scoped ``revert`` denied it had any patch, and ``doctor`` called it native,
@@ -145,8 +154,8 @@ def _needed(
     if any(d.outcome is Outcome.REFUSED for d in decided):
         forced = frozenset(p.id for p in arch_selection(tree, registry, contract, request, force=True)[0])
         if forced & held:
-            return ids | forced
-    return ids
+            return ids | forced, True
+    return ids, False
 
 
 def _requested(archs) -> Request:
@@ -175,7 +184,7 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
             if have
             else Coverage.NOT_PATCHED
         )
-        out.append(ArchState(arch, state, have, lack))
+        out.append(ArchState(arch, state, have, lack, arch in found.forced))
     return tuple(out)
 
 

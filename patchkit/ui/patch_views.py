@@ -197,6 +197,8 @@ def show_status(report) -> None:
             if a.state is Coverage.NOTHING_TO_PATCH
             else f"needs {', '.join(a.missing)}"
         )
+        if a.forced:  # as verify and doctor read it (issue 42, finding 1)
+            detail = f"forced (apply --force): apply refuses it without, and verify fails it; {detail}"
         w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
     plugin_lines(w, report)
     if not report.entries and not report.pending:
