@@ -70,6 +70,9 @@ class RunOptions:
     scope: tuple[str, ...] = ()
     guard: bool = False
     program: tuple[str, ...] = ("patchkit",)
+    pip: tuple[str, ...] = ("pip",)
+    """The words that run pip in the serving environment: ``("/venv/bin/python", "-m", "pip")`` with
+    ``--python`` (a bare ``pip`` may belong to another Python: issue 42, finding 5), else ``("pip",)``."""
 
 
 def patchkit_argv(
@@ -184,8 +187,11 @@ class NextStep:
         A ``patchkit`` step gets the environment options unless its argv has one of
         :data:`ENVIRONMENT_OPTIONS`; a step of :data:`SCOPED` gets the run's ``--arch``/``--model``
         unless it has one of :data:`SCOPE_OPTIONS` or is :attr:`whole`; an ``apply`` gets ``--guard``;
-        ``patchkit`` becomes :attr:`RunOptions.program`. Decided on the argument tuple, never on text.
+        ``patchkit`` becomes :attr:`RunOptions.program`; a ``pip`` step runs
+        :attr:`RunOptions.pip`. Decided on the argument tuple, never on text.
         """
+        if self.argv[:1] == ("pip",) and options.pip != ("pip",):
+            return replace(self, argv=(*options.pip, *self.argv[1:]))
         if not self.is_patchkit or len(self.argv) < 2:
             return self
         argv = list(self.argv)

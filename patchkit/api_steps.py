@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from patchkit import interrupt
-from patchkit.advice import NextStep, patchkit_argv
+from patchkit.advice import NextStep, patchkit_argv, reinstall
 from patchkit.errors import Interrupted, StateError
 from patchkit.guard import guard as guard_mod
 from patchkit.plan import run_steps
@@ -401,12 +401,21 @@ def with_steps(
     """``report`` with its next steps: after a write, verify and the revert that undoes exactly this
     write (:func:`patchkit.plan.next_steps.undo`; ``before``: the patch ids journaled before it); after a
     refusal of one of several ``--arch``, the apply of the rest (:func:`patchkit.plan.next_steps.without_refused`,
-    planned with ``chain_check``)."""
+    planned with ``chain_check``); with target files missing that the release ships, last, the reinstall
+    that brings them back."""
+    deleted = [f for f in report.missing_files if f not in report.not_shipped]
+    fetch = (
+        (reinstall(install.distribution, str(install.version), "the release's own files back, then apply again"),)
+        if deleted and not report.refused
+        else ()
+    )
     if report.written:
         from patchkit.plan import next_steps  # lazy: only after a write
 
         undo = next_steps.undo(install, journal_for(install, target), request, before)
-        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo))
+        return replace(report, next_steps=(NextStep(patchkit_argv("verify"), "shows the chain"), undo, *fetch))
+    if fetch:  # missing files the release ships: the reinstall is a step, in --json too (issue 42, finding 5)
+        return replace(report, next_steps=(*report.next_steps, *fetch))
     if report.refused and len(request.architectures) > 1 and request.model is None:
         from patchkit.plan import next_steps  # lazy: only after a refused apply of several --arch
 

@@ -327,6 +327,8 @@ REVERT_ACTIONS = {
     "forgotten": "a reinstall or an upgrade had replaced it already; the journal entry was dropped",
     "blocking": "edited or deleted since patchkit wrote it: the revert was refused because of it",
     "held back": "would have been restored, but the revert was refused",
+    "kept": "holds the requested architectures' patches, which other patched architectures need too; not touched "
+    "(revert --arch/--model)",
 }
 """What ``revert`` does with a file (:attr:`RevertedFile.action`)."""
 

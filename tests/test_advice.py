@@ -320,3 +320,21 @@ def test_help_says_any_registered_architecture_is_patched_with_arch_or_model(cli
         text = " ".join(result.stdout.split())
         assert "--arch" in text and "--model" in text, args
         assert "any architecture" in text or "any registered architecture" in text, args
+
+
+def test_a_pip_step_runs_the_serving_interpreters_pip(tmp_path):
+    """Issue 42, finding 5: with ``--python``, ``pip`` becomes ``PYTHON -m pip`` (a venv folder: its
+    ``bin/python``); without it the step is left as it is."""
+    from patchkit.advice import RunOptions, reinstall
+    from patchkit.ui.hints import pip_words
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    step = reinstall("vllm", "0.34.0", "the release's own files back")
+    tail = ("install", "--force-reinstall", "--no-deps", "vllm==0.34.0")
+    assert pip_words(venv) == (str(venv / "bin" / "python"), "-m", "pip")
+    ran = step.for_run(RunOptions(("--python", str(venv)), pip=pip_words(venv)))
+    assert ran.argv == (str(venv / "bin" / "python"), "-m", "pip", *tail)
+    assert ran.for_run(RunOptions(pip=pip_words(venv))).argv == ran.argv  # applied once only
+    assert step.for_run(RunOptions()).argv == ("pip", *tail)

@@ -77,10 +77,14 @@ def test_revert_arch_of_the_default_set_keeps_what_other_architectures_share(rel
     code, data = cli.json("revert", "--arch", KIMI, "--site-packages", str(sp))
     assert code == 0, data
     # Kimi's own files go back; DeepSeek's backbone (DeepseekV3 stays patched) and the allow-list stay
-    assert sorted(f["path"] for f in data["files"]) == [
+    assert sorted(f["path"] for f in data["files"] if f["action"] != "kept") == [
         "vllm/model_executor/models/kimi_k25.py",
         "vllm/v1/spec_decode/eagle.py",
     ]
+    # ... and the files that stay are named, with why (issue 42, finding 9: they were not mentioned)
+    kept = {f["path"]: f["reason"] for f in data["files"] if f["action"] == "kept"}
+    assert sorted(kept) == ["vllm/config/speculative.py", "vllm/model_executor/models/deepseek_v2.py"], data["files"]
+    assert all("DeepseekV3ForCausalLM" in why and "which stay patched" in why for why in kept.values()), kept
     now = digest(sp)
     assert now["vllm/model_executor/models/deepseek_v2.py"] == default["vllm/model_executor/models/deepseek_v2.py"]
     assert api.verify(install, request=Request(("DeepseekV3ForCausalLM", GLM))).ok

@@ -114,6 +114,24 @@ def test_a_deleted_file_the_record_lists_is_advised_a_reinstall_with_the_version
     code, applied = cli.json("apply", "--site-packages", str(sp), "--dry-run")
     assert (code, applied["missing_files"], applied["not_shipped"]) == (4, [KIMI], [])
     assert "RECORD lists it" in {p["id"]: p["reason"] for p in applied["patches"]}["eagle3-kimi-k25-interface"]
+    # the reinstall is a next step in --json too (issue 42, finding 5: it was only in the text's hint)
+    assert [s["argv"] for s in applied["next_steps"] if s["effect"] == "reinstalls"] == [
+        ["pip", "install", "--force-reinstall", "--no-deps", "vllm==0.17.1"]
+    ]
+
+
+def test_a_reinstall_step_names_the_serving_interpreter_given_with_python(release, cli, monkeypatch):
+    """With ``--python``, the reinstall runs that interpreter's pip (issue 42, finding 5: a bare ``pip``
+    may belong to another Python). Failed before: the hint and the JSON named bare ``pip``."""
+    sp = release("0.17.1")
+    (sp / KIMI).unlink()
+    monkeypatch.setenv("PYTHONPATH", str(sp))  # patchkit's own interpreter, seeing this copy
+    python = os.path.abspath(sys.executable)
+    code, applied = cli.json("apply", "--python", python, "--dry-run")
+    want = [python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "vllm==0.17.1"]
+    assert code == 4 and [s["argv"] for s in applied["next_steps"] if s["effect"] == "reinstalls"] == [want]
+    said = " ".join(cli("apply", "--python", python, "--dry-run").stderr.split())
+    assert f"run '{' '.join(want)}'" in said and "run 'pip " not in said
 
 
 def test_a_file_the_release_does_not_ship_is_not_advised_a_reinstall(release, cli):

@@ -491,3 +491,27 @@ def test_patchable_is_good_news_not_a_problem(release, cli):
     text = cli("doctor", "--model", str(model), "--site-packages", str(sp)).stdout
     assert "✗ patchkit's verdict" not in text and f"not ready ({len(report['missing'])} problems" in text, text
     assert "  - patchkit's verdict" not in text
+
+
+@pytest.mark.parametrize(
+    "nested,bad",
+    [([1, 29, 500], [500]), ([1, 29, 61], [61]), ([-1, 29, 57], [-1]), ([1, 29, 10**30], [10**30])],
+    ids=["500", "n", "minus-one", "huge"],
+)
+def test_eagle_config_ids_out_of_range_are_named_not_advised(release, cli, tmp_path, nested, bad):
+    """Issue 42, finding 6: doctor advised ``[2, 30, 501]`` for eagle_config's ``[1, 29, 500]`` on a 61-layer
+    target (the next run: 501 out of range), and -1 became 0 without a word. eagle_config's ids count the
+    output of layer k, so they go from 0 to 60 here; an id outside is named, and no id is advised."""
+    sp = release("0.33.0")
+    model = checkpoint(tmp_path, "kimi-k2.5", KIMI_K25)
+    eagle = {"eagle_aux_hidden_state_layer_ids": nested, "use_aux_hidden_state": True}
+    draft = checkpoint(tmp_path, "draft", llama_draft(eagle_config=eagle))
+    code, report = doctor(cli, sp, model, draft)
+    assert code == 1
+    ids = check(report, "aux layer ids")
+    assert ids["ok"] is False and f"holds {bad}, outside 0..60" in ids["detail"], ids["detail"]
+    assert not any(a.startswith("add ") for a in report["actions"]), report["actions"]
+    assert any(
+        a.startswith(f"fix the draft's eagle_config.eagle_aux_hidden_state_layer_ids {nested}")
+        for a in report["actions"]
+    )

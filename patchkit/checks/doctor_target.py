@@ -6,16 +6,15 @@ Split from :mod:`patchkit.checks.doctor`, which runs them in order (see its docs
 
 from __future__ import annotations
 
-import json as _json
 from dataclasses import replace
 from typing import Any, Sequence
 
 from patchkit.advice import Effect, NextStep
 from patchkit.checks import verify as verify_mod
-from patchkit.errors import ConfigError
-from patchkit.plan import next_steps
+from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.spec import ClassTarget, default_architectures, load_patches
 from patchkit.results import Check
+from patchkit.store.journal import journal_for
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.release import contract as contract_mod
@@ -45,20 +44,14 @@ def target_facts(cfg: CheckpointConfig, tree: SourceTree, registry: Registry) ->
     In: the target's config, the install's source tree and its model registry (read statically,
     :mod:`patchkit.vllm.registry`). Out: :class:`TargetFacts` (architecture and resolution: the first
     listed architecture the registry maps to a native class, as vLLM tries them in order; else the first
-    it knows at all). Raises :class:`~patchkit.errors.ConfigError` when the layer count is not a positive
-    integer.
+    it knows at all). The layer count was checked when the config was read
+    (:func:`patchkit.vllm.checkpoints.config.check_layer_count`).
     """
     data = cfg.data
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     text, nested = text_config(data)
-    layers = text.get("num_hidden_layers")
-    if layers is not None and (as_int(layers) is None or layers < 1):
-        where = "text_config.num_hidden_layers" if nested else "num_hidden_layers"
-        raise ConfigError(
-            f"{cfg.path}: {where} is {_json.dumps(layers)}, not a positive layer count",
-            "the target's config.json is damaged or was edited; download the checkpoint's config.json again",
-        )
+    # the layer count was checked when the config was read (checkpoints.config.check_layer_count)
     facts = TargetFacts(
         config=str(cfg.path),
         architectures=architectures,
@@ -240,7 +233,10 @@ def in_effect_check(
     if (
         facts.architecture is not None
     ):  # the verdict scan, apply and verify give (patchkit.vllm.shapes.classify.classify)
-        chain = _settled(chain, facts.architecture, tree, registry, contract, install, actions)
+        # a patched class is held to the shape apply wrote, classified on the bytes before patchkit, as verify
+        # does (issue 42, finding 1: a forced Gemma 3 on 0.34.0 was "ready natively" here, failed by verify)
+        pristine = arch_scope.pristine_tree(install, journal_for(install)) if patched else None
+        chain = _settled(chain, facts.architecture, tree, registry, contract, install, actions, pristine)
     ok, children, detail = chain.ok, chain.children, _in_effect_detail(chain, contract, patched)
     branches = links.branch_checks(tree, registry, contract, facts.resolution, in_scope)
     if branches:
@@ -279,16 +275,16 @@ def _settled(
     contract: Contract,
     install: Install,
     actions: list[str],
+    pristine: SourceTree | None = None,
 ) -> Check:
     """``chain`` (the target class's chain check; ``arch`` its registry name) with the classifier's verdict
     (:func:`patchkit.checks.verify.settle`), and with the serve's runner showing and a hybrid's mixers as
-    children when they apply; their advice goes to ``actions``. Returns the new :class:`Check`."""
+    children when they apply; their advice goes to ``actions``. ``pristine``: the install before patchkit
+    (:func:`patchkit.plan.arch_scope.pristine_tree`) when patchkit patched ``arch``, else None. Returns the new
+    :class:`Check`."""
     shape = classify(tree, registry, contract, arch)
     chain = verify_mod.settle(chain, shape)
-    changed = pins(tree, str(install.version)).not_checked(Concern.CAPTURE)
-    if changed is not None:  # nothing here is decided on code patchkit cannot vouch for
-        chain = kinds.unpinned(chain, changed)
-    shown = verify_mod.runner_shown_check(tree, None, contract, arch, shape)  # the serve's runner
+    shown = verify_mod.runner_shown_check(tree, pristine, contract, arch, shape)  # the serve's runner
     if shown is not None:
         chain = _with_child(chain, shown)
         if shown.ok is not True:
@@ -302,7 +298,8 @@ def _settled(
                 f"on vLLM {install.version} ({lossless.detail.split(': ')[0]}: {lossless.location}): serve it "
                 "without speculation, or on a release whose mixers read the accepted count"
             )
-    return chain
+    changed = pins(tree, str(install.version)).not_checked(Concern.CAPTURE)
+    return kinds.unpinned(chain, changed) if changed is not None else chain  # nothing decided on unvouched code
 
 
 def _in_effect_detail(chain: Check, contract: Contract, patched: tuple[str, ...]) -> str:

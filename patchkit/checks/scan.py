@@ -19,8 +19,10 @@ from patchkit.vllm.registry.table import TARGET_GROUPS, Registry
 from patchkit.results import InstallInfo
 from patchkit.vllm.release.contract import install_info
 from patchkit.vllm.runner.pins import pins
+from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.shapes.classify import State, classify
+from patchkit.vllm.shapes.shown import showing
 from patchkit.vllm.release.source import SourceTree
 
 NOT_CHECKED = "not checked"
@@ -44,6 +46,9 @@ class ScanRow:
     lossless: str | None = None
     """For a hybrid: :meth:`patchkit.vllm.stream.hybrids.HybridReading.verdict` (``lossless: ...``, ``not
     lossless: <mixer> (<file:line>)``, ``not checked: ...``); None for an architecture that is not one."""
+    needs_force: bool = False
+    """``apply`` refuses it without ``--force`` (a hybrid whose mixers are not lossless here, or a shape not
+    shown to keep greedy output under the serve's runner): the gates of :mod:`patchkit.plan.arch_patches`."""
 
 
 @dataclass(frozen=True)
@@ -86,33 +91,55 @@ def scan(install: Install) -> ScanReport:
     capture = pins(tree, str(install.version)).not_checked(Concern.CAPTURE)
     for arch in registry.entries:
         group = registry.group_of(arch, GROUPS)  # a name also in a pooling dict is still a target
-        if group is None:
-            continue
-        shape = classify(tree, registry, contract, arch)
-        state = shape.state
-        if state is State.NATIVE and shape.cls is not None and shape.cls.name in patched:
-            state = State.PATCHED
-        reason, lossless = shape.reason, None
-        if state in (State.PATCHABLE, State.PATCHED, State.NATIVE, State.BROKEN):
-            reading = hybrids.read_architecture(tree, registry, arch, shape.inner)
-            if reading is not None and reading.hybrid:
-                lossless = reading.verdict()
-                if state is not State.NATIVE:
-                    refuses = "; apply refuses it without --force" if reading.lossless is not True else ""
-                    reason = f"hybrid, {lossless}{refuses}; {reason}"
-        shown_state = state.value
-        if capture is not None and state in (State.NATIVE, State.BROKEN, State.PATCHABLE, State.PATCHED):
-            shown_state, reason = NOT_CHECKED, f"{capture} (statically: {state.value})"
-        rows.append(
-            ScanRow(
-                arch,
-                group,
-                shape.cls.name if shape.cls else None,
-                shown_state,
-                shape.shape.value if shape.shape else None,
-                reason,
-                shape.location,
-                lossless,
-            )
-        )
+        if group is not None:
+            rows.append(scan_row(tree, registry, contract, arch, group, patched, capture))
     return ScanReport(install_info(install, contract), tuple(rows))
+
+
+def scan_row(
+    tree: SourceTree,
+    registry: Registry,
+    contract: contract_mod.Contract,
+    arch: str,
+    group: str,
+    patched: set[str],
+    capture: str | None = None,
+) -> ScanRow:
+    """One architecture's row: its classification, a hybrid's verdict, and whether ``apply`` refuses it
+    without ``--force`` (``patched``: the class names the journal's interface patches name; ``capture``: the
+    "not checked" line when the capture's vLLM code changed since the qualified releases, which makes a
+    native, broken, patchable or patched row :data:`NOT_CHECKED`)."""
+    runner = serving_runner(tree)  # cached per tree
+    shape = classify(tree, registry, contract, arch)
+    state = shape.state
+    if state is State.NATIVE and shape.cls is not None and shape.cls.name in patched:
+        state = State.PATCHED
+    reason, lossless, forced = shape.reason, None, False
+    if state in (State.PATCHABLE, State.PATCHED, State.NATIVE, State.BROKEN):
+        reading = hybrids.read_architecture(tree, registry, arch, shape.inner)
+        if reading is not None and reading.hybrid:
+            lossless = reading.verdict()
+            if state is not State.NATIVE:
+                forced = reading.lossless is not True
+                refuses = "; apply refuses it without --force" if forced else ""
+                reason = f"hybrid, {lossless}{refuses}; {reason}"
+    shown = showing(runner, shape.shape) if state is State.PATCHABLE else None
+    if shown is not None and not shown.shown:  # apply's own gate (issue 42, finding 3)
+        if not forced:
+            reason = f"apply refuses it without --force: not shown under vLLM's {shown.runner} runner; {reason}"
+        forced = True
+    shown_state = state.value
+    if capture is not None and state in (State.NATIVE, State.BROKEN, State.PATCHABLE, State.PATCHED):
+        shown_state, reason = NOT_CHECKED, f"{capture} (statically: {state.value})"
+        forced = state is State.PATCHABLE
+    return ScanRow(
+        arch,
+        group,
+        shape.cls.name if shape.cls else None,
+        shown_state,
+        shape.shape.value if shape.shape else None,
+        reason,
+        shape.location,
+        lossless,
+        forced,
+    )

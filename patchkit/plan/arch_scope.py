@@ -19,7 +19,7 @@ from patchkit.plan.arch_patches import PatchKind, allow_list_patch, parse_id
 from patchkit.plan.request import Request
 from patchkit.plan.selection import arch_selection, journaled_architectures
 from patchkit.plan.spec import load_patches
-from patchkit.results import Coverage
+from patchkit.results import Coverage, Outcome
 from patchkit.store.journal import Journal
 from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.release.install import Install
@@ -37,12 +37,16 @@ class ArchState:
             ``not patched``, or ``nothing to patch`` (native, or refused: apply would write nothing for it).
         journaled: ids of its patches the journal holds.
         missing: ids of its patches the journal does not hold.
+        forced: its patches were written with ``apply --force``: apply refuses it without (a hybrid that is
+            not lossless here, a shape not shown under the serve's runner), and ``verify`` and ``doctor``
+            fail it for that reason (issue 42, finding 1).
     """
 
     architecture: str
     state: Coverage
     journaled: tuple[str, ...]
     missing: tuple[str, ...]
+    forced: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Scope:
 
     architectures: tuple[str, ...]
     ids: dict[str, frozenset[str]]
+    forced: frozenset[str] = frozenset()
+    """The architectures whose ids are those ``apply --force`` wrote (:func:`_needed`)."""
 
     @property
     def all_ids(self) -> frozenset[str]:
@@ -120,17 +126,36 @@ def scope(install: Install, journal: Journal, request: Request, tree: SourceTree
     if contract.protocol is None:  # before 0.10.2: apply writes nothing for any architecture
         return Scope(request.architectures, {a: frozenset() for a in request.architectures})
     _, _, archs, _ = arch_selection(tree, registry, contract, request)
-    ids = {}
-    for arch in archs:
-        patches, _, _, _ = arch_selection(tree, registry, contract, Request((arch,)))
-        ids[arch] = frozenset(p.id for p in patches)
+    held = journaled_ids(journal)
+    needed = {arch: _needed(tree, registry, contract, Request((arch,)), held) for arch in archs}
+    ids = {arch: found for arch, (found, _) in needed.items()}
+    forced = frozenset(arch for arch, (_, was_forced) in needed.items() if was_forced)
     if request.model is not None:
         # the checkpoint's own model type (an allow-list entry --model adds) belongs to its architectures
-        patches, _, _, _ = arch_selection(tree, registry, contract, request)
-        extra = frozenset(p.id for p in patches) - frozenset().union(*ids.values())
+        extra = _needed(tree, registry, contract, request, held)[0] - frozenset().union(*ids.values())
         for arch in archs:
             ids[arch] = ids[arch] | extra
-    return Scope(archs, ids)
+    return Scope(archs, ids, forced)
+
+
+def _needed(
+    tree: SourceTree, registry: Registry, contract: contract_mod.Contract, request: Request, held: frozenset[str]
+) -> tuple[frozenset[str], bool]:
+    """The patch ids ``apply`` plans for ``request``; for one it refuses without ``--force`` (a hybrid, a shape
+    not shown under the serve's runner) whose forced patches the journal holds, the ids ``apply --force`` wrote
+    (then the second value is True).
+
+    One reading of a forced patch for every command (issue 42, finding 1): ``status`` called a forced Gemma 3
+    on 0.34.0 "nothing to patch", a scoped ``revert`` denied it had any patch, and ``doctor`` called it native,
+    while ``verify`` failed it.
+    """
+    patches, decided, _, _ = arch_selection(tree, registry, contract, request)
+    ids = frozenset(p.id for p in patches)
+    if any(d.outcome is Outcome.REFUSED for d in decided):
+        forced = frozenset(p.id for p in arch_selection(tree, registry, contract, request, force=True)[0])
+        if forced & held:
+            return ids | forced, True
+    return ids, False
 
 
 def _requested(archs) -> Request:
@@ -159,7 +184,7 @@ def states(found: Scope, journal: Journal) -> tuple[ArchState, ...]:
             if have
             else Coverage.NOT_PATCHED
         )
-        out.append(ArchState(arch, state, have, lack))
+        out.append(ArchState(arch, state, have, lack, arch in found.forced))
     return tuple(out)
 
 
@@ -180,11 +205,15 @@ class Narrowing:
         keep: journaled patch ids that stay (they serve architectures that stay patched, or no
             requested one).
         files: journaled files holding a patch that goes.
+        kept: ``{path: why}`` of the journaled files that hold the requested architectures' patches
+            and keep them all, since other patched architectures need them too (issue 42, finding 9:
+            a scoped revert restored 2 of 4 files and did not say why the other two stayed).
     """
 
     remove: frozenset[str]
     keep: frozenset[str]
     files: tuple[str, ...]
+    kept: tuple[tuple[str, str], ...] = ()
 
 
 def same_class(registry: Registry, architectures: tuple[str, ...]) -> frozenset[str]:
@@ -215,7 +244,8 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
     registry = Registry(tree)
     same = same_class(registry, found.architectures)
     others = [a for a in patched_architectures(install, journal, registry) if a not in same]
-    rest = scope(install, journal, _requested(others), tree).all_ids if others else frozenset()
+    staying = scope(install, journal, _requested(others), tree) if others else Scope((), {})
+    rest = staying.all_ids
     remove = (found.all_ids & held) - rest
     if not remove:
         patched = ", ".join(others) or "nothing"
@@ -226,7 +256,26 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
             NextStep(patchkit_argv("status"), "it lists the files and patches"),
         )
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
-    return Narrowing(frozenset(remove), frozenset(held - remove), files)
+    return Narrowing(frozenset(remove), frozenset(held - remove), files, _kept(journal, found, staying, files))
+
+
+def _kept(journal: Journal, found: Scope, staying: Scope, files: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``(path, why)`` of each journaled file outside ``files`` that holds a requested architecture's patch,
+    naming the patched architectures that need what it holds (:attr:`Narrowing.kept`)."""
+    out = []
+    for path, entry in sorted(journal.entries.items()):
+        shared = set(entry.patches) & found.all_ids
+        if path in files or not shared:
+            continue
+        users = [a for a, ids in staying.ids.items() if ids & shared] or ["other patched architectures"]
+        out.append(
+            (
+                path,
+                f"kept: {', '.join(sorted(shared))} also serve{'s' if len(shared) == 1 else ''} {', '.join(users)}, "
+                "which stay patched; the plain 'revert' takes it out with the rest",
+            )
+        )
+    return tuple(out)
 
 
 def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str, bytes]:

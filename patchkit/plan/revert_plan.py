@@ -113,4 +113,6 @@ def plan_revert(
                 f" (--force; the file was {state.value})" if state is not FileState.PATCHED else ""
             )
             files.append(RevertedFile(path, True, how, patches, "restored"))
+    for path, why in narrow.kept if narrow is not None else ():  # named, never written (issue 42, finding 9)
+        files.append(RevertedFile(path, False, why, journal.entries[path].patches, "kept"))
     return RevertPlan(restore, rewrites, forget, sorted(files, key=lambda f: f.path), refused)

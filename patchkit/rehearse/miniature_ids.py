@@ -10,7 +10,8 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD
+from patchkit.errors import RefusedError
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, IDS_FIELD, draft_shape_problem
 from patchkit.vllm.stream.aux_defaults import vllm_default_ids
 
 MAX_LAYERS = 12
@@ -34,13 +35,20 @@ def trained_ids(draft: dict[str, Any], n: int) -> tuple[tuple[int, ...], IdField
     The conventions are :mod:`patchkit.vllm.checkpoints.drafts`'s: a top-level ``eagle_aux_hidden_state_layer_ids``
     is vLLM's (verbatim); ``eagle_config``'s ids count a layer's output (SpecForge / SGLang /
     ModelOpt: + 1); no ids means the default layers ``(2, n // 2, n - 3)``.
+
+    Raises:
+        RefusedError: what :func:`~patchkit.vllm.checkpoints.drafts.draft_shape_problem` names (an
+            ``eagle_config`` that is not an object, ids that are not integers), exit 3.
     """
+    problem = draft_shape_problem(draft)
+    if problem is not None:  # doctor's own check: no string id becomes an integer here (issue 42, finding 10)
+        raise RefusedError(problem, "fix the draft's config.json; 'patchkit doctor' names what vLLM reads there")
     top = draft.get(IDS_FIELD)
     nested = (draft.get(EAGLE_CONFIG) or {}).get(IDS_FIELD)
-    if isinstance(top, list) and top:
-        return tuple(int(k) for k in top), IdField.TOP_LEVEL
-    if isinstance(nested, list) and nested:
-        return tuple(int(k) + 1 for k in nested), IdField.EAGLE_CONFIG
+    if top:
+        return tuple(top), IdField.TOP_LEVEL
+    if nested:
+        return tuple(k + 1 for k in nested), IdField.EAGLE_CONFIG
     return tuple(vllm_default_ids(n)), IdField.NONE
 
 

@@ -30,13 +30,36 @@ def begin(
 ) -> None:
     """Record the options of the command that starts now (for :func:`run_options`)."""
     given.update(
-        environment=tuple(options_as_given(site_packages, python) or ()), scope=scope_argv(arch, model), guard=guard
+        environment=tuple(options_as_given(site_packages, python) or ()),
+        scope=scope_argv(arch, model),
+        guard=guard,
+        pip=pip_words(python),
     )
 
 
 def run_options() -> RunOptions:
     """The running command's options, for :meth:`NextStep.for_run`."""
-    return RunOptions(tuple(given["environment"]), tuple(given["scope"]), bool(given["guard"]), program())
+    return RunOptions(
+        tuple(given["environment"]),
+        tuple(given["scope"]),
+        bool(given["guard"]),
+        program(),
+        tuple(given.get("pip") or ("pip",)),
+    )
+
+
+def pip_words(python: Optional[Path]) -> tuple[str, ...]:
+    """``(PYTHON, "-m", "pip")`` for the interpreter ``--python`` names, absolute (a venv folder: its
+    ``bin/python``; a name on ``PATH``: where ``PATH`` finds it); ``("pip",)`` without ``--python``."""
+    if python is None:
+        return ("pip",)
+    path = Path(python)
+    if path.is_dir():
+        path = next((path / n for n in ("bin/python", "bin/python3") if (path / n).exists()), path / "bin/python")
+    elif os.sep not in str(python):
+        found = shutil.which(str(python))
+        path = Path(found) if found else path
+    return (os.path.abspath(path), "-m", "pip")
 
 
 def program(argv0: str | None = None) -> tuple[str, ...]:

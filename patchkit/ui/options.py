@@ -72,7 +72,45 @@ class Command(TyperCommand):
                     "--json" in args,
                 )
                 raise typer.Exit(int(ExitCode.USAGE))
+        repeated = _repeated_single(self.params, args)
+        if repeated is not None:
+            error(repeated, "--json" in args)
+            raise typer.Exit(int(ExitCode.USAGE))
         return super().parse_args(ctx, args)
+
+
+def _repeated_single(params, args: list[str]) -> UsageError | None:
+    """The error for an option that takes one value given more than once (``--model A --model B``), else None.
+
+    Click keeps the last value of such an option and drops the others without a word (issue 42,
+    finding 8: ``apply --model A --model B`` patched B alone). The repeatable options (``--arch``,
+    ``--patch``: ``multiple``) and flags are left to Click.
+    """
+    single = {
+        opt: p.opts[-1]
+        for p in params
+        if p.param_type_name == "option" and not p.multiple and not p.is_flag and p.nargs == 1
+        for opt in (*p.opts, *p.secondary_opts)
+    }
+    seen: dict[str, int] = {}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name = arg.partition("=")[0] if arg.startswith("--") else arg
+        if name in single and not (i > 0 and args[i - 1] in single and "=" not in args[i - 1]):
+            seen[single[name]] = seen.get(single[name], 0) + 1
+    for name, count in seen.items():
+        if count > 1:
+            more = (
+                "; to check several architectures give --arch once per architecture"
+                if name == "--model" and "--arch" in {o for p in params for o in getattr(p, "opts", ())}
+                else ""
+            )
+            return UsageError(
+                f"{name} was given {count} times; it takes one value",
+                f"give {name} once (run the command once per value{more})",
+            )
+    return None
 
 
 class RayCommand(Command):

@@ -8,7 +8,7 @@ to the console (:mod:`patchkit.ui.console`); the result types are imported when 
 
 from __future__ import annotations
 
-from patchkit.advice import reinstall
+from patchkit.advice import Effect
 from patchkit.errors import PatchkitError
 from patchkit.ui import hints
 from patchkit.ui.console import error, failing_lines, header, next_lines, out, plugin_lines, print_checks
@@ -90,11 +90,7 @@ def apply_code(report, dry_run: bool, as_json: bool) -> int:
                 PatchkitError(
                     message,
                     note,
-                    reinstall(
-                        report.install.distribution,
-                        report.install.version,
-                        "the release's own files back, then apply again",
-                    ),
+                    next((s for s in report.next_steps if s.effect is Effect.REINSTALLS), None),
                 ),
                 False,
             )
@@ -201,6 +197,8 @@ def show_status(report) -> None:
             if a.state is Coverage.NOTHING_TO_PATCH
             else f"needs {', '.join(a.missing)}"
         )
+        if a.forced:  # as verify and doctor read it (issue 42, finding 1)
+            detail = f"forced (apply --force): apply refuses it without, and verify fails it; {detail}"
         w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
     plugin_lines(w, report)
     if not report.entries and not report.pending:

@@ -2,7 +2,9 @@
 
 Rules (issue 11):
 
-- A line is broken only at a space. An identifier, path, ``file:line``, patch id or timestamp
+- A line is broken only at a space, and never inside a quoted span: an advised command
+  (``run 'patchkit apply ...'``) is one word, so a paste from a narrow terminal runs it whole (issue 42,
+  finding 4). An identifier, path, ``file:line``, patch id or timestamp
   never contains one, so it is never split; a single word wider than the terminal is written
   whole on its own line (the terminal may fold it on screen, the bytes stay whole).
 - On a terminal, lines are fitted to its width (``shutil.get_terminal_size``, which honours
@@ -41,13 +43,39 @@ class _Word:
     """The spaces before the word on its line (dropped when the word starts a new line)."""
 
 
+_QUOTES = ("'", '"')
+_AFTER_QUOTE = ").,;:"
+"""What may follow a closing quote in the same word (``'patchkit verify'),``)."""
+
+
+def _quoted(chunks: list[str]) -> list[str]:
+    """``chunks`` with each quoted span (``'patchkit apply --model DIR'``) joined back into one chunk.
+
+    A span opens at a chunk that starts with a quote and closes at the first chunk that ends with the
+    same quote (before ``)``, ``,``, ``;``, ``.`` or ``:``); a quote that never closes opens nothing.
+    An advised command is quoted (:meth:`patchkit.advice.NextStep.line`), so it is never broken by a
+    real newline: pasted from an 80-column terminal it stays one command (issue 42, finding 4).
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(chunks):
+        chunk, end = chunks[i], i
+        quote = chunk[:1]
+        if quote in _QUOTES and not (len(chunk) > 1 and chunk.rstrip(_AFTER_QUOTE).endswith(quote)):
+            end = next((j for j in range(i + 1, len(chunks)) if chunks[j].rstrip(_AFTER_QUOTE).endswith(quote)), i)
+        out.append(" ".join(chunks[i : end + 1]))
+        i = end + 1
+    return out
+
+
 def _words(pieces: Iterable[Piece]) -> list[_Word]:
-    """Split styled pieces at spaces; each word keeps the spaces that preceded it."""
+    """Split styled pieces at spaces outside quotes (:func:`_quoted`); each word keeps the spaces that
+    preceded it."""
     words: list[_Word] = []
     gap = ""
     for piece in pieces:
         text, style = (piece, None) if isinstance(piece, str) else piece
-        for i, chunk in enumerate(text.split(" ")):
+        for i, chunk in enumerate(_quoted(text.split(" "))):
             if i:
                 gap += " "
             if chunk:

@@ -56,10 +56,10 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     n = ctx.target.num_hidden_layers
     fallback = default_ids(ctx.tree, ctx.target.cls, n) if n is not None else None
     default = fallback.ids if fallback is not None else None
-    malformed = _malformed(facts, data, eagle_config, ctx)
-    if malformed is not None:
-        return malformed
     declared = _declared(data, eagle_config)
+    beyond = _declared_out_of_range(facts, declared, n, ctx)
+    if beyond is not None:
+        return beyond
     facts.declared_aux_layer_ids = declared.top or declared.nested or declared.target_ids or declared.layer_ids
     # the top-level ids of a speculators config reach vLLM only through a converter that forwards them
     top_seen = declared.top if (facts.kind is not DraftFormat.SPECULATORS or ctx.reading.speculators_ids) else None
@@ -93,16 +93,42 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     return Check(f"aux layer ids {ids_text(ids)}", ok, detail, children=children)
 
 
-def _malformed(
-    facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext
-) -> Check | None:
-    """The failing check of an ids field that is not a list of integers (and the action to fix it), or None."""
-    for name, value in ((IDS_FIELD, data.get(IDS_FIELD)), (f"{EAGLE_CONFIG}.{IDS_FIELD}", eagle_config.get(IDS_FIELD))):
-        if value is not None and as_int_list(value) is None:
-            ctx.actions.append(f"fix {name} in the draft's config.json: a list of layer ids (integers)")
-            return Check(
-                "aux layer ids", False, f"the draft's {name} is {value!r}, not a list of integers", facts.config
-            )
+def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None, ctx: DraftContext) -> Check | None:
+    """The failing check of declared ids outside their field's own range (and the action to fix them), or None.
+
+    Each field is held to its own convention before any id is converted or advised (issue 42, finding
+    6: ``eagle_config`` ids ``[1, 29, 500]`` on a 61-layer target were advised as ``[2, 30, 501]``, which
+    the next run called out of range, and ``-1`` became ``0`` without a word): vLLM's convention
+    (``eagle_config``'s :data:`LAYER_IDS`; the top-level :data:`IDS_FIELD` is checked id by id in
+    ``_ranges``) counts the stream entering layer k, ``0..n``;
+    the output convention (``eagle_config``'s :data:`IDS_FIELD`, :data:`TARGET_LAYER_IDS`) counts the
+    output of layer k, ``0..n - 1``. A negative id is wrong in both.
+    """
+    fields = (  # the top-level ids are checked id by id where the runner reads them (_ranges)
+        (f"{EAGLE_CONFIG}.{IDS_FIELD}", declared.nested, 1),
+        (TARGET_LAYER_IDS, declared.target_ids, 1),
+        (f"{EAGLE_CONFIG}.{LAYER_IDS}", declared.layer_ids, 0),
+    )
+    for name, ids, shift in fields:
+        top = None if n is None else n - shift
+        bad = [k for k in ids or () if k < 0 or (top is not None and k > top)]
+        if not bad:
+            continue
+        span = f"0..{top}" if top is not None else "0 or more"
+        counts = "the output of layer k" if shift else "the stream entering layer k"
+        layers = f"the target has {n} layers, so " if n is not None else ""
+        ctx.actions.append(
+            f"fix the draft's {name} {ids}: {layers}its ids ({counts}) go from {span}; {bad} cannot be "
+            "captured (was the draft trained for another target?)"
+        )
+        return Check(
+            "aux layer ids",
+            False,
+            f"the draft's {name} {ids} holds {bad}, outside {span} ({counts}"
+            + (f", {n} layers" if n is not None else "")
+            + ")",
+            facts.config,
+        )
     return None
 
 

@@ -10,7 +10,7 @@ from patchkit.checks.drafts.width import width_check
 from patchkit.results import Check
 from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoints.config import CheckpointConfig
-from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG
+from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, draft_shape_problem
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.runner.units import Concern
@@ -40,7 +40,12 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
         vocab_check(facts, cfg, layer, ctx),
     ]
 
-    eagle_config = data.get(EAGLE_CONFIG) if isinstance(data.get(EAGLE_CONFIG), dict) else {}
+    problem = draft_shape_problem(data)
+    if problem is not None:  # what no release reads: never "ready" (issue 42, finding 2)
+        ctx.actions.append(f"fix the draft's config.json: {problem}")
+        checks.append(Check("aux layer ids", False, problem, facts.config))
+        return facts, checks
+    eagle_config = data.get(EAGLE_CONFIG) or {}
     if eagle_config.get("use_aux_hidden_state") is False:
         checks.append(
             Check(

@@ -35,8 +35,7 @@ def _capture_helper(facts):
     """``EagleModelMixin._maybe_add_hidden_state``: appends hidden + residual (hidden alone without a
     residual) for an aux layer, nothing otherwise, and returns the list it was given."""
     import torch  # lazy: torch exists only in the target environment
-
-    from vllm.model_executor.models import interfaces
+    from vllm.model_executor.models import interfaces  # lazy: vLLM exists only in the target environment
 
     class Backbone(interfaces.EagleModelMixin):
         start_layer = 0
@@ -70,7 +69,7 @@ def _config(**fields):
 
 def _v2_reader(facts):
     """``get_eagle3_aux_layers_from_config`` returns the draft's top-level ids unchanged."""
-    from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils
+    from vllm.v1.worker.gpu.spec_decode.eagle import eagle3_utils  # lazy: vLLM exists only in the target environment
 
     got = eagle3_utils.get_eagle3_aux_layers_from_config(_config(eagle_aux_hidden_state_layer_ids=list(IDS)))
     return _same_ids(got)
@@ -78,7 +77,7 @@ def _v2_reader(facts):
 
 def _v1_reader(facts):
     """``GPUModelRunner._get_eagle3_aux_layers_from_config`` returns the draft's top-level ids unchanged."""
-    from vllm.v1.worker import gpu_model_runner
+    from vllm.v1.worker import gpu_model_runner  # lazy: vLLM exists only in the target environment
 
     runner = types.SimpleNamespace(speculative_config=_config(eagle_aux_hidden_state_layer_ids=list(IDS)))
     got = gpu_model_runner.GPUModelRunner._get_eagle3_aux_layers_from_config(runner)
@@ -89,7 +88,7 @@ def _selector_default(facts):
     """``VLLM_USE_V2_MODEL_RUNNER`` unset reads as the default patchkit read in ``envs.py``."""
     name = facts["flag"]
     os.environ.pop(name, None)
-    import vllm.envs as envs
+    import vllm.envs as envs  # lazy: vLLM exists only in the target environment
 
     got = getattr(envs, name)
     want = facts["default"]

@@ -6,6 +6,8 @@ Reads local files only; never downloads and never imports vLLM or transformers.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,8 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
     location = Path(location).expanduser()
     if location.is_dir():
         file = location / CONFIG_FILE
-    elif location.is_file():
-        file = location
+    elif location.is_file() or os.path.lexists(location):
+        file = location  # a FIFO or a device given as the file: named below as what it is
     else:
         text = str(location)
         looks_like_repo = text.count("/") == 1 and not text.startswith((".", "/", "~"))
@@ -59,6 +61,11 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
             else f"give the local checkpoint folder that holds {CONFIG_FILE}"
         )
         raise ConfigError(f"{option} {location} does not exist", hint)
+    if not file.is_file() and os.path.lexists(file):  # issue 42, finding 10: not "has no config.json"
+        raise ConfigError(
+            f"{option} {file} is {_file_kind(file)}, not a file",
+            f"{CONFIG_FILE} must be the checkpoint's JSON file itself",
+        )
     if not file.is_file():
         raise ConfigError(
             f"{option} {location} has no {CONFIG_FILE}",
@@ -86,7 +93,49 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
             f"{file} holds a JSON {type(data).__name__}, not an object",
             f"{option} must point at a Hugging Face model config.json",
         )
+    check_layer_count(file, data)
     return CheckpointConfig(file, data)
+
+
+def _file_kind(path: Path) -> str:
+    """What ``path`` is when it is not a regular file, in words (``a directory``, ``a FIFO``, ...)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "a broken symbolic link"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+    kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+MAX_LAYER_COUNT = 10_000
+"""More layers than any model config holds (the largest have a few hundred): a larger count is damage."""
+
+
+def check_layer_count(file: Path, data: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` (exit 4) when the config's layer count is not an integer from 1 to
+    :data:`MAX_LAYER_COUNT`: ``32.0``, ``true``, ``NaN``, ``"61"``, ``0``, ``1e30``, ``10**30``.
+
+    The one check of the layer count, at the boundary: :func:`read_config` runs it, so ``doctor``,
+    ``rehearse`` and ``--model`` on every command refuse the same config the same way (issue 42,
+    finding 7: ``apply --model`` took ``32.0`` and rehearse kept building a miniature of 10**30 layers).
+    Both the top level and the nested ``text_config`` are checked (vLLM reads the text config's).
+    """
+    for where, part in (("num_hidden_layers", data), ("text_config.num_hidden_layers", data.get("text_config"))):
+        layers = part.get("num_hidden_layers") if isinstance(part, dict) else None
+        if layers is None or (as_int(layers) is not None and 1 <= layers <= MAX_LAYER_COUNT):
+            continue
+        raise ConfigError(
+            f"{file}: {where} is {_shown(layers)}, not a positive layer count"
+            + (f" (at most {MAX_LAYER_COUNT:,})" if as_int(layers) is not None and layers > 1 else ""),
+            "the checkpoint's config.json is damaged or was edited; download its config.json again",
+        )
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON (``NaN`` as Python's json writes it), cut to 40 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def text_config(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -36,6 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.classes import composition
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.release.install import Install
@@ -288,6 +289,38 @@ def draft_kind(data: dict[str, Any]) -> str:
     return "plain"
 
 
+def draft_shape_problem(data: dict[str, Any]) -> str | None:
+    """What in a draft config no release can read, in words, or None: the one check of the draft's
+    ``eagle_config`` and ids, shared by ``doctor`` (a failing check) and ``rehearse`` (a refusal; issue 42,
+    findings 2 and 10).
+
+    - ``eagle_config`` set and not an object (a list, a string): vLLM's EAGLE-3 drafts read it as
+      ``getattr(config, "eagle_config", None) or {}`` and call ``.get()`` on it (0.34.0
+      ``model_executor/models/llama_eagle3.py``, ``qwen3_eagle3.py``, ``deepseek_eagle3.py``), so an
+      empty one is ignored and any other raises ``AttributeError`` when the draft is built.
+    - :data:`IDS_FIELD` at the top level or in ``eagle_config`` that is not a list of JSON integers
+      (``["2", "30"]``, ``true``): the runner indexes layers with them as they are, never as text.
+    """
+    nested = data.get(EAGLE_CONFIG)
+    if nested and not isinstance(nested, dict):
+        return (
+            f"the draft's {EAGLE_CONFIG} is a JSON {_json_kind(nested)}, not an object: vLLM's EAGLE-3 draft "
+            f"calls .get() on it and fails while it is built"
+        )
+    for name, value in (
+        (IDS_FIELD, data.get(IDS_FIELD)),
+        (f"{EAGLE_CONFIG}.{IDS_FIELD}", (nested or {}).get(IDS_FIELD)),
+    ):
+        if value is not None and as_int_list(value) is None:
+            return f"the draft's {name} is {value!r}, not a list of integers"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON type name of a parsed value (``list`` -> array, ``str`` -> string)."""
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "value")
+
+
 def eagle3_draft_architecture(arch: str) -> str:
     """The architecture vLLM looks up for an EAGLE-3 draft that lists ``arch``.
 
@@ -434,6 +467,7 @@ __all__ = [
     "ReleaseReading",
     "backbone_transport",
     "draft_kind",
+    "draft_shape_problem",
     "eagle3_draft_architecture",
     "last_stage_start",
     "read_release",

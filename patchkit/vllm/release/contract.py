@@ -6,12 +6,12 @@ Facts (read from release wheels, ``vllm/model_executor/models/interfaces.py``):
 - A1 (0.10.2 - 0.17.1): ``SupportsEagle3`` with stub methods ``set_aux_hidden_state_layers`` and
   ``get_eagle3_aux_hidden_state_layers``; A1a (0.10.2 - 0.11.0) derives only from ``Protocol``,
   A1b (0.11.2 - 0.17.1) also from ``SupportsEagleBase``.
-- A2 (0.18.0 - 0.32.x): the getter is ``get_eagle3_default_aux_hidden_state_layers`` with default
+- A2 (0.18.0 - 0.28.0 read; not 0.32.0): the getter is ``get_eagle3_default_aux_hidden_state_layers`` with default
   method bodies that find the backbone through ``get_language_model()`` / ``language_model`` /
   ``self``, then ``.model``, which must be an ``EagleModelMixin`` (``_maybe_add_hidden_state``);
   DeepSeek-V2/V3 and Kimi-K2.5 support EAGLE-3 natively.
-- A3 (0.33.0): A2 plus the mixin's pipeline-parallel transport of aux states
-  (``pack_local_aux_hidden_states`` / ``collect_remote_aux_hidden_states``).
+- A3 (0.32.0 - 0.34.0 read; 0.29 - 0.31 were not): A2 plus the mixin's pipeline-parallel transport of aux
+  states (``pack_local_aux_hidden_states`` / ``collect_remote_aux_hidden_states``).
 
 This module is the one home of patchkit's EAGLE-3 facts: the era (:class:`Era`), the names of the
 Protocol, its methods, the mixin, the backbone attribute and the pipeline-parallel flag, the
@@ -196,8 +196,8 @@ class Contract:
             Era.A0: "no SupportsEagle3 Protocol (vLLM <= 0.10.1)",
             Era.A1A: "SupportsEagle3 Protocol with stub methods (vLLM 0.10.2 - 0.11.x)",
             Era.A1B: "SupportsEagle3(SupportsEagleBase) with stub methods (vLLM 0.11.2 - 0.17.1)",
-            Era.A2: "SupportsEagle3 with default methods and EagleModelMixin (vLLM 0.18.0 - 0.32.x)",
-            Era.A3: "SupportsEagle3, EagleModelMixin and pipeline-parallel aux transport (vLLM >= 0.33.0)",
+            Era.A2: "SupportsEagle3 with default methods and EagleModelMixin (vLLM 0.18.0 - 0.28.x)",
+            Era.A3: "SupportsEagle3, EagleModelMixin and pipeline-parallel aux transport (vLLM >= 0.32.0)",
         }[self.era]
 
 

@@ -22,8 +22,6 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,24 +31,10 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.advice import reinstall
 from patchkit.errors import InstallNotFound, InterpreterError
+from patchkit.vllm.release.interpreter import IMPORTS, PREFIX, SENTINEL, interpreter_path, run_probe
 
 DISTRIBUTION = "vllm"
 """The distribution name patchkit patches (``--target vllm``)."""
-
-# Printed by the target interpreter: its import path, in import order. Standard library only.
-_SENTINEL = "PATCHKIT-SYS-PATH "
-_PREFIX = "PATCHKIT-PYCACHE-PREFIX "
-_IMPORTS = "PATCHKIT-VLLM-FROM "
-# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
-# running it (a top-level name: no parent package is imported either); None when it cannot be imported.
-_PROBE = (
-    f"import json, sys; print({_SENTINEL!r} + json.dumps(sys.path)); "
-    f"print({_PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
-    "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
-    " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
-    "except Exception:\n f = None\n"
-    f"print({_IMPORTS!r} + json.dumps(f))"
-)
 
 
 @dataclass(frozen=True)
@@ -329,47 +313,6 @@ def _own_pycache_prefix() -> Path | None:
     return Path(sys.pycache_prefix) if sys.pycache_prefix else None
 
 
-def interpreter_path(given: Path | str) -> Path:
-    """The Python executable ``--python`` names: a path, a command on ``PATH``, or a venv folder.
-
-    ``python3`` (no slash, not a folder here) is looked up on ``PATH`` as a shell would; a folder
-    holding ``bin/python`` (a venv or conda environment) stands for that interpreter.
-
-    Raises:
-        InterpreterError: nothing executable is found.
-    """
-    text = str(given)
-    path = Path(text).expanduser()
-    if "/" not in text and not path.is_dir():
-        found = shutil.which(text)  # a bare name means a command, as in a shell
-        if found is not None:
-            return Path(found)
-        if not path.exists():
-            raise InterpreterError(
-                f"--python {text}: no such file, and no command {text!r} on PATH",
-                "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
-            )
-    if not path.exists():
-        raise InterpreterError(
-            f"--python {path} does not exist",
-            "give the python of the environment that serves the model, e.g. /opt/venv/bin/python",
-        )
-    if path.is_dir():
-        for name in ("bin/python", "bin/python3"):
-            if (path / name).is_file() and os.access(path / name, os.X_OK):
-                return path / name
-        raise InterpreterError(
-            f"--python {path} is a folder without bin/python",
-            "give the python executable itself, or the venv folder that holds bin/python",
-        )
-    if not os.access(path, os.X_OK):
-        raise InterpreterError(
-            f"--python {path} is not an executable file",
-            "give the python executable itself, e.g. /opt/venv/bin/python",
-        )
-    return path
-
-
 def from_python(interpreter: Path | str) -> Install:
     """Find the vLLM that the interpreter ``interpreter`` would import.
 
@@ -387,22 +330,10 @@ def from_python(interpreter: Path | str) -> Install:
         InstallNotFound: that interpreter's environment has no vLLM.
     """
     interpreter = interpreter_path(interpreter)
-    try:
-        proc = subprocess.run(
-            [str(interpreter), "-c", _PROBE],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise InterpreterError(
-            f"--python {interpreter} could not be run: {exc}",
-            "give the python executable of the serving environment",
-        ) from exc
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)), None)
+    proc = run_probe(interpreter)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(SENTINEL)), None)
     try:  # a sitecustomize may print banners: read only the sentinel line
-        sys_path = json.loads(line[len(_SENTINEL) :]) if proc.returncode == 0 and line else None
+        sys_path = json.loads(line[len(SENTINEL) :]) if proc.returncode == 0 and line else None
     except ValueError:
         sys_path = None
     if not isinstance(sys_path, list):
@@ -411,14 +342,14 @@ def from_python(interpreter: Path | str) -> Install:
             "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
         )
     entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
-    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_PREFIX)), None)
+    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)), None)
     try:
-        prefix = json.loads(prefix_line[len(_PREFIX) :]) if prefix_line else None
+        prefix = json.loads(prefix_line[len(PREFIX) :]) if prefix_line else None
     except ValueError:
         prefix = None
-    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(_IMPORTS)), None)
+    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(IMPORTS)), None)
     try:
-        imports = json.loads(imports_line[len(_IMPORTS) :]) if imports_line else None
+        imports = json.loads(imports_line[len(IMPORTS) :]) if imports_line else None
     except ValueError:
         imports = None
     dists = _distributions(entries)
