@@ -22,7 +22,9 @@ import re
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from patchkit.vllm.release.contract import NEWEST_QUALIFIED
 from patchkit.vllm.release.source import SourceTree
 from patchkit.vllm.runner import pins as pins_mod
 from patchkit.vllm.runner.pins import fingerprint, pins
@@ -30,7 +32,7 @@ from patchkit.vllm.runner.units import UNITS
 from releases import PREFETCHED
 from vllm_release import fresh_copy, pristine_site_packages
 
-NEWER = "0.35.0"
+NEWER = f"{Version(NEWEST_QUALIFIED).major}.{Version(NEWEST_QUALIFIED).minor + 1}.0"
 INTERFACES = "vllm/model_executor/models/interfaces.py"
 V2_EAGLE = "vllm/v1/worker/gpu/spec_decode/eagle"
 PATCHED = "MixtralForCausalLM"
