@@ -561,6 +561,18 @@ def section(r: dict) -> str:
             else ("no" if f.get("runner present", True) else f"no: this release has no {f['generation']} runner")
         )
         lines.append(f"| {what} | `{f['where']}` | {found} |")
+    units = r.get("units")
+    if units:
+        found = {k: v for k, v in units.items() if v != "absent"}
+        lines += [
+            "",
+            f"**declared units** (`patchkit/vllm/runner/units.py`, issue 39): {len(found)} of {len(units)} in this "
+            "release, each fingerprint recorded in `patchkit/vllm/runner/unit_prints.json`: "
+            + ", ".join(f"{k} (`{v}`)" for k, v in found.items())
+            + "; absent: "
+            + names(k for k, v in units.items() if v == "absent")
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 
