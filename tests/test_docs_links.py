@@ -105,7 +105,7 @@ def test_no_readme_line_is_over_120_characters():
         for number, line in enumerate((ROOT / "README.md").read_text(encoding="utf-8").splitlines(), 1)
         if len(line) > README_MAX_WIDTH
     ]
-    assert not long, f"lines over {README_MAX_WIDTH} characters; wrap them or move the detail into docs/:\n" + "\n".join(long)
+    assert not long, f"over {README_MAX_WIDTH} characters; wrap, or move the detail into docs/:\n" + "\n".join(long)
 
 
 def test_every_docs_page_is_reachable_from_the_readme():
