@@ -16,6 +16,7 @@ This module imports nothing of patchkit, so scripts and the benchmarks can read 
 from __future__ import annotations
 
 import enum
+import textwrap
 from dataclasses import dataclass
 
 
@@ -174,5 +175,10 @@ def tested_on_line() -> str:
     )
 
 
+def tested_on_paragraph(width: int = 120) -> str:
+    """:func:`tested_on_line` wrapped as the README holds it (no line over ``width``: issue 42)."""
+    return textwrap.fill(tested_on_line(), width, break_long_words=False, break_on_hyphens=False)
+
+
 if __name__ == "__main__":
-    print(tested_on_line())
+    print(tested_on_paragraph())

@@ -1,7 +1,7 @@
 """The releases the tests use are declared once (``tests/releases.py``), and what the README says
 about them is that declaration (issue 33, part 3).
 
-Offline: reads this repository's files only. ``python tests/releases.py`` prints the README's line.
+Offline: reads this repository's files only. ``python tests/releases.py`` prints the README's paragraph.
 """
 
 from __future__ import annotations
@@ -22,12 +22,29 @@ versions, e.g. a speculators config's ``speculators_version``); one inside ``Ver
 point of a range, not a release a test fetches."""
 
 
+def said_tested_on(readme: list[str]) -> list[str]:
+    """Each README paragraph that starts "Tested on the real wheels of", its lines joined by one space
+    (the README wraps it at 120 characters, issue 42)."""
+    said = []
+    for number, line in enumerate(readme):
+        if line.startswith("Tested on the real wheels of"):
+            end = next((k for k in range(number, len(readme)) if not readme[k].strip()), len(readme))
+            said.append(" ".join(part.strip() for part in readme[number:end]))
+    return said
+
+
 def test_the_readme_says_what_the_declaration_says():
     readme = (ROOT / "README.md").read_text().splitlines()
-    said = [line for line in readme if line.startswith("Tested on the real wheels of")]
-    assert said == [releases.tested_on_line()], (
-        "README.md's line is not tests/releases.py's: paste `python tests/releases.py`"
+    assert said_tested_on(readme) == [releases.tested_on_line()], (
+        "README.md's paragraph is not tests/releases.py's: paste `python tests/releases.py`"
     )
+
+
+def test_the_printed_paragraph_is_the_line_wrapped():
+    """``python tests/releases.py`` prints what to paste: the sentence wrapped at 120 characters."""
+    printed = releases.tested_on_paragraph().splitlines()
+    assert all(len(line) <= 120 for line in printed), printed
+    assert said_tested_on(printed) == [releases.tested_on_line()]
 
 
 def test_every_release_a_test_or_benchmark_names_is_declared():
