@@ -732,8 +732,8 @@ GPU_CASES = [
     ),
 ]
 """The cases ``benchmarks/gpu_campaign.py`` runs on a GPU (vLLM 0.20.2's CUDA build): MoE and dense,
-the hidden-states-only shape included (exaone4, stablelm2), and two hybrids: lfm2 (short convolutions: not lossless
-before 0.32.0) and qwen3-next (Gated DeltaNet: lossless)."""
+the hidden-states-only shape included (exaone4, stablelm2), Gemma 3's multimodal wrapper (gemma3-mm, wrapper-only),
+and two hybrids: lfm2 (short convolutions: not lossless before 0.32.0) and qwen3-next (Gated DeltaNet: lossless)."""
 
 NOT_IN_TIER = {
     "phi35-moe": (

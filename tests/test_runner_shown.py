@@ -111,3 +111,14 @@ def test_evidence_is_per_release_and_a_newer_release_says_so():
     assert older is V2_0_20_2 and "older than the evidence" in note
     unknown, note = evidence_for("V2", None)
     assert unknown is not None and "release is unknown" in note
+
+
+@pytest.mark.release
+def test_on_0_34_0_the_refusal_says_the_release_is_newer_than_the_evidence(release, cli):
+    """No GPU evidence from 0.34.0 is recorded yet: 0.34.0 is judged on 0.20.2's V2 evidence, and the refusal
+    of an interface-only shape says that 0.34.0 is newer than that evidence."""
+    site = release("0.34.0")
+    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site), "--dry-run")
+    assert code == 3
+    (refused,) = [p for p in report["patches"] if p["outcome"] == "refused"]
+    assert "vLLM 0.34.0 is newer than the evidence: judged on vLLM 0.20.2's, not run on 0.34.0" in refused["reason"]
