@@ -72,10 +72,27 @@ after the decision (``--force``: rehearse must fail naming the mixer) and Qwen3-
 Several plans: ``--only fp32-and-gemma3-eager,hybrids``."""
 
 
+WRONG_IN = {"gemma3-mm": ("Gemma3ForCausalLM", "shift"), "glm4": ("LlamaForCausalLM", "shift-own")}
+"""Cases whose capture is made wrong in another class's file than the target's, with the mutation used
+there: a wrapper's language model (``gemma3-mm``: the wrapper only declares the interface), or vLLM's
+own loop for an interface-only shape (``glm4``: ``Glm4Model`` is ``LlamaModel``'s loop)."""
+FORCED_SHAPES = ("interface-only", "wrapper-only")
+"""Shapes ``apply`` refuses on a V2-only release (0.34.0) until shown there: the campaign, which shows
+them, applies those with ``--force``."""
+
+
 def right_only(case) -> bool:
     """No wrong capture is rehearsed for ``case``: a refused hybrid (its failure is the mixer's), or an
-    interface-only shape (vLLM's own model captures; patchkit writes no capture to make wrong)."""
-    return case.name in HYBRIDS or case.shape == "interface-only"
+    interface-only shape (vLLM's own model captures; patchkit writes no capture to make wrong) unless
+    :data:`WRONG_IN` names where vLLM's own capture is made wrong."""
+    if case.name in HYBRIDS or case.name in RIGHT_CASES:
+        return True
+    return case.shape == "interface-only" and case.name not in WRONG_IN
+
+
+RIGHT_CASES: set[str] = set()
+"""``--right-cases``: cases rehearsed in ``right`` only, e.g. those the release serves natively (0.34.0:
+qwen3-next, granite-moe), where ``apply`` writes nothing and no capture of patchkit's exists to make wrong."""
 
 
 def log(state: Path, text: str) -> None:
@@ -201,13 +218,10 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
         # under V2 patchkit refuses the shapes not yet shown lossless there (patchkit/vllm/shapes/shown.py):
         # the campaign is what shows them, so it applies with --force there
         v2 = os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip().lower() in ("1", "true", "yes")
-        for force, group in (
-            (v2, [c for c in missing if c.name not in HYBRIDS]),
-            (True, [c for c in missing if c.name in HYBRIDS]),
-        ):
-            if not group:
-                continue
-            archs = [a for c in group for a in ("--arch", c.target["architectures"][0])]
+        # one apply per case: a repeated --arch on apply keeps only the last one
+        for c in missing:
+            force = v2 or c.name in HYBRIDS or c.shape in FORCED_SHAPES
+            archs = ["--arch", c.target["architectures"][0]]
             applied = run([*patchkit(), "apply", *archs, *target, *(["--force"] if force else [])])
             log(state, f"apply in {name}: exit {applied.returncode}\n{applied.stdout[-1500:]}{applied.stderr[-800:]}")
             if applied.returncode != 0:
@@ -217,15 +231,18 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
             for c in missing:
                 if right_only(c) or (name == "residual" and c.name not in HIDDEN_ONLY):
                     continue
-                out = run([*patchkit(), "resolve", c.target["architectures"][0], *target, "--json"])
+                arch, kind = WRONG_IN.get(c.name, (c.target["architectures"][0], name))
+                out = run([*patchkit(), "resolve", arch, *target, "--json"])
                 try:
                     file = json.loads(out.stdout)["file"]
                 except (json.JSONDecodeError, KeyError) as exc:
                     raise Unprepared(
-                        f"resolve {c.target['architectures'][0]} in {name}: no file "
-                        f"(exit {out.returncode}) {out.stderr[-300:]}"
+                        f"resolve {arch} in {name}: no file (exit {out.returncode}) {out.stderr[-300:]}"
                     ) from exc
-                mutate(site / file, name)
+                try:
+                    mutate(site / file, kind)
+                except ValueError as exc:
+                    raise Unprepared(f"{name}: {c.name}: {exc}") from exc
                 log(state, f"{name}: {c.name} capture made wrong in {file}")
         archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
         verified = run([*patchkit(), "verify", *archs, *target])
@@ -418,11 +435,13 @@ def main() -> int:
         action="store_true",
         help="each rehearsal compiles into its own vLLM, Inductor and Triton caches",
     )
+    ap.add_argument("--right-cases", default="", help="cases rehearsed right only (native in this release)")
     ap.add_argument("--tag", default="", help="a label kept in each row and in what counts as done (alone, beside)")
     args = ap.parse_args()
     global DEVICE, MODES, PRIVATE_CACHES
     DEVICE = args.device
     PRIVATE_CACHES = args.private_caches
+    RIGHT_CASES.update(c for c in args.right_cases.split(",") if c)
     if args.modes:
         MODES = [tuple(m.split("-")) for m in args.modes.split(",")]
     t0 = time.monotonic()

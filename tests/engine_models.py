@@ -143,6 +143,47 @@ GEMMA3_1B = {
     "torch_dtype": "bfloat16",
 }
 
+# Gemma 3 4B-it's multimodal wrapper (google/gemma-3-4b-it's config.json fields): the language model is
+# Gemma3ForCausalLM's, held as ``language_model``; a SigLIP vision tower beside it.
+GEMMA3_4B_MM = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "boi_token_index": 255999,
+    "eoi_token_index": 256000,
+    "image_token_index": 262144,
+    "mm_tokens_per_image": 256,
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 1024,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "vocab_size": 262208,
+        "rms_norm_eps": 1e-06,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131072,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5 + ["sliding_attention"] * 4,
+    },
+    "vision_config": {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "image_size": 896,
+        "patch_size": 14,
+        "vision_use_head": False,
+    },
+    "torch_dtype": "bfloat16",
+}
+
 # speculators format (RedHatAI / speculators library): the layer's fields in transformer_layer_config
 GEMMA3_SPECULATORS_DRAFT = {
     "architectures": ["Eagle3Speculator"],
@@ -672,6 +713,15 @@ GPU_CASES = [
         "state copy, so only the GPU engine runs it",
     ),
     EngineCase(
+        "gemma3-mm",
+        GEMMA3_4B_MM,
+        vllm_draft(GEMMA3_4B_MM, [2, 17, 31]),
+        "wrapper-only",
+        notes="Gemma 3's multimodal wrapper: apply writes the wrapper's SupportsEagle3 and patches its language "
+        "model (Gemma3ForCausalLM, standard loop), whose capture the campaign makes wrong; needs torchvision, "
+        "so only the GPU engine runs it (docs/engine.md)",
+    ),
+    EngineCase(
         "qwen3-next",
         QWEN3_NEXT,
         vllm_draft(QWEN3_NEXT, [2, 8, 13]),
@@ -682,8 +732,8 @@ GPU_CASES = [
     ),
 ]
 """The cases ``benchmarks/gpu_campaign.py`` runs on a GPU (vLLM 0.20.2's CUDA build): MoE and dense,
-the hidden-states-only shape included (exaone4, stablelm2), and two hybrids: lfm2 (short convolutions: not lossless
-before 0.32.0) and qwen3-next (Gated DeltaNet: lossless)."""
+the hidden-states-only shape included (exaone4, stablelm2), Gemma 3's multimodal wrapper (gemma3-mm, wrapper-only),
+and two hybrids: lfm2 (short convolutions: not lossless before 0.32.0) and qwen3-next (Gated DeltaNet: lossless)."""
 
 NOT_IN_TIER = {
     "phi35-moe": (

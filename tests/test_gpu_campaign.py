@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_models import GPU_CASES
+from engine_models import CASES, GPU_CASES
 from vllm_release import fresh_copy
 from wrong_captures import AFTER_LAYER, MUTATIONS
 
@@ -32,6 +32,7 @@ def _campaign():
 
 CAMPAIGN = _campaign()
 CASE = {c.name: c for c in GPU_CASES}
+ALL = {c.name: c for c in CASES + GPU_CASES}
 
 
 def _verify(site: Path, arch: str) -> int:
@@ -117,3 +118,27 @@ def test_an_interface_only_hybrid_is_prepared_without_a_wrong_copy(tmp_path: Pat
     for env in envs:
         assert _verify(Path(envs[env]), arch) == 0
         assert CAMPAIGN.prepared_cases(state, env) == {"qwen3-next"}
+
+
+@pytest.mark.release
+def test_on_0_34_0_each_case_is_applied_on_its_own_and_made_wrong_where_its_capture_is(tmp_path: Path):
+    """vLLM 0.34.0 (V2 only): a repeated ``--arch`` on apply kept only the last one, so the campaign applies
+    each case on its own; the shapes apply refuses there until shown (interface-only Glm4, wrapper-only
+    Gemma 3 multimodal) with ``--force``. The wrong capture of the wrapper is made in its language model's
+    file (gemma3.py), that of Glm4 in vLLM's own loop (llama.py: ``LlamaModel``, which ``Glm4Model`` is)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    envs = {env: str(fresh_copy("0.34.0", tmp_path / env)) for env in ("right", "shift")}
+    cases = [ALL["glm4"], CASE["gemma3-mm"], CASE["mixtral"]]
+    CAMPAIGN.prepare(state, cases, envs)
+    models = {env: Path(site) / "vllm/model_executor/models" for env, site in envs.items()}
+    for env in envs:
+        assert "SupportsEagle3):" in (models[env] / "glm4.py").read_text()
+        assert "SupportsEagle3" in (models[env] / "gemma3_mm.py").read_text()
+        assert "SupportsEagle3" in (models[env] / "mixtral.py").read_text()
+        assert CAMPAIGN.prepared_cases(state, env) == {"glm4", "gemma3-mm", "mixtral"}
+    assert MUTATIONS["shift"][1] in (models["shift"] / "gemma3.py").read_text()
+    assert MUTATIONS["shift"][0] in (models["right"] / "gemma3.py").read_text()
+    assert MUTATIONS["shift-own"][1] in (models["shift"] / "llama.py").read_text()
+    assert MUTATIONS["shift-own"][0] in (models["right"] / "llama.py").read_text()
+    assert {e for e, c, *_ in CAMPAIGN.jobs(cases) if c in ("glm4", "gemma3-mm")} == {"right", "shift"}

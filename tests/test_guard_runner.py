@@ -3,7 +3,7 @@
 
 - On the release files: ``apply --guard`` records in the manifest the runner generations the install
   holds and the patched architectures whose written shape is not shown under V2
-  (:data:`patchkit.vllm.shapes.shown.SHOWN`); the vLLM facts the guard reads to tell the serve's
+  (:func:`patchkit.vllm.shapes.shown.shown_shapes`); the vLLM facts the guard reads to tell the serve's
   runner exist where its docstring says.
 - The guard's decision (:func:`patchkit.guard.guard_plugin.serve_runner`, ``not_shown_line``) on
   stand-in configs: these check the guard's own branching, not vLLM; ``tests/test_guard_engine.py``

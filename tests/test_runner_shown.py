@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.shapes.shown import RECORD, SHOWN, showing
+from patchkit.vllm.shapes.shown import V2_0_20_2, evidence_for, showing
 from patchkit.vllm.shapes.classify import Shape
 from patchkit.vllm.release.source import SourceTree
 from vllm_release import pristine_site_packages
@@ -30,11 +30,11 @@ def _vllm_bytes(site: Path) -> dict[str, bytes]:
     return {str(p.relative_to(site)): p.read_bytes() for p in (site / "vllm").rglob("*.py")}
 
 
-def test_every_shape_shown_under_v2_has_a_patched_case_recorded_equal_under_v2():
-    """Each V2 entry of SHOWN rests on a patched case whose EAGLE-3 tokens under V2 equal a plain engine's
+def test_every_shape_shown_under_0_20_2s_v2_has_a_patched_case_recorded_equal_under_v2():
+    """Each shape of 0.20.2's V2 evidence rests on a patched case whose EAGLE-3 tokens under V2 equal a plain engine's
     (compiled, or eager where a MoE's compiled plain runs split without speculation); and no shape is
     claimed that no record shows."""
-    rows = [json.loads(line) for line in (ROOT / RECORD).read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in (ROOT / V2_0_20_2.record).read_text().splitlines() if line.strip()]
     decided = spec_lossless.compare(rows, 0.05)
     equal = {
         (c["case"], c["path"])
@@ -46,7 +46,7 @@ def test_every_shape_shown_under_v2_has_a_patched_case_recorded_equal_under_v2()
         and c["equal"] == "4/4"
     }
     shown_by_records = {CASE_SHAPE[case] for case, _path in equal if case in CASE_SHAPE}
-    assert set(SHOWN["V2"]) == shown_by_records
+    assert set(V2_0_20_2.shown) == shown_by_records
     assert ("gemma3", "compiled") in equal and ("exaone4", "compiled") in equal
 
 
@@ -97,3 +97,28 @@ def test_on_0_20_2_the_flag_decides(release, cli, monkeypatch, tmp_path):
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER")
     code, report = cli.json("apply", "--model", str(model), "--site-packages", str(site), "--dry-run")
     assert code == 0, report
+
+
+def test_evidence_is_per_release_and_a_newer_release_says_so():
+    """A release with evidence of its own is judged on it; a release between two is judged on the older's
+    and told it is newer than the evidence; one before all, on the oldest, told so."""
+    assert evidence_for("V1", "0.34.0") == (None, "")
+    own, note = evidence_for("V2", "0.20.2")
+    assert own is V2_0_20_2 and note == ""
+    newer, note = evidence_for("V2", "0.25.0")
+    assert newer is V2_0_20_2 and note.startswith("vLLM 0.25.0 is newer than the evidence: judged on vLLM 0.20.2's")
+    older, note = evidence_for("V2", "0.19.0")
+    assert older is V2_0_20_2 and "older than the evidence" in note
+    unknown, note = evidence_for("V2", None)
+    assert unknown is not None and "release is unknown" in note
+
+
+@pytest.mark.release
+def test_on_0_34_0_the_refusal_says_the_release_is_newer_than_the_evidence(release, cli):
+    """No GPU evidence from 0.34.0 is recorded yet: 0.34.0 is judged on 0.20.2's V2 evidence, and the refusal
+    of an interface-only shape says that 0.34.0 is newer than that evidence."""
+    site = release("0.34.0")
+    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site), "--dry-run")
+    assert code == 3
+    (refused,) = [p for p in report["patches"] if p["outcome"] == "refused"]
+    assert "vLLM 0.34.0 is newer than the evidence: judged on vLLM 0.20.2's, not run on 0.34.0" in refused["reason"]

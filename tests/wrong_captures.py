@@ -8,7 +8,10 @@ each layer, ``R`` being ``residual`` or, where the layer returns the whole strea
 - ``shift``: the state after layer i is labelled i instead of i + 1, so id k receives the stream
   entering layer k + 1 (every capture one layer late);
 - ``residual``: on a layer that keeps its own residual, ``hidden_states + residual`` instead of
-  ``hidden_states`` (what patchkit wrote for Exaone4 before the residual-stream derivation).
+  ``hidden_states`` (what patchkit wrote for Exaone4 before the residual-stream derivation);
+- ``shift-own``: the same one-layer-late capture in vLLM's own loop (``LlamaModel.forward``: ``idx + 1``
+  made ``idx``), for an interface-only shape (Glm4), where vLLM's model captures and patchkit writes
+  only the interface.
 
 Each mutation demands exactly one match in the file, or raises.
 """
@@ -22,6 +25,10 @@ AFTER_LAYER = "self._maybe_add_hidden_state(aux_hidden_states, layer_idx + 1, hi
 MUTATIONS = {
     "shift": (AFTER_LAYER, "self._maybe_add_hidden_state(aux_hidden_states, layer_idx, hidden_states, "),
     "residual": (AFTER_LAYER + "None)", AFTER_LAYER + "residual)"),
+    "shift-own": (
+        "aux_hidden_states, idx + 1, hidden_states, residual\n",
+        "aux_hidden_states, idx, hidden_states, residual\n",
+    ),
 }
 """Per mutation: (the text patchkit wrote, what replaces it)."""
 

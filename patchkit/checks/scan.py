@@ -22,7 +22,7 @@ from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.runner.units import Concern
 from patchkit.vllm.shapes.classify import State, classify
-from patchkit.vllm.shapes.shown import showing
+from patchkit.vllm.shapes.shown import release_of, showing
 from patchkit.vllm.release.source import SourceTree
 
 NOT_CHECKED = "not checked"
@@ -123,7 +123,7 @@ def scan_row(
                 forced = reading.lossless is not True
                 refuses = "; apply refuses it without --force" if forced else ""
                 reason = f"hybrid, {lossless}{refuses}; {reason}"
-    shown = showing(runner, shape.shape) if state is State.PATCHABLE else None
+    shown = showing(runner, shape.shape, release_of(tree)) if state is State.PATCHABLE else None
     if shown is not None and not shown.shown:  # apply's own gate (issue 42, finding 3)
         if not forced:
             reason = f"apply refuses it without --force: not shown under vLLM's {shown.runner} runner; {reason}"

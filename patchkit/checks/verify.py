@@ -17,7 +17,7 @@ from patchkit.vllm.classes import loadpath
 from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner import draft_reads
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.shapes.shown import RECORD, showing
+from patchkit.vllm.shapes.shown import release_of, showing
 from patchkit.vllm.chain.kinds import NOT_FOLLOWED, VERDICT, unpinned
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
@@ -166,14 +166,14 @@ def runner_shown_check(
         applied = classify(pristine, Registry(pristine), contract, arch)
     if applied.shape is None or applied.state not in (State.PATCHABLE, State.BROKEN):
         return None
-    found = showing(serving_runner(tree), applied.shape)
+    found = showing(serving_runner(tree), applied.shape, release_of(tree))
     if found is None:
         return None
     return Check(
         f"greedy output kept under vLLM's {found.runner} runner ({applied.shape.value})",
         found.shown,
         found.detail,
-        RECORD if found.shown else None,
+        found.record if found.shown else None,
         kind=RUNNER_SHOWN_CHECK,
     )
 

@@ -58,7 +58,7 @@ from patchkit.vllm.release.contract import (
 )
 from patchkit.vllm.stream import hybrids
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.shapes.shown import showing
+from patchkit.vllm.shapes.shown import release_of, showing
 from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
@@ -253,7 +253,7 @@ def _check_patchable(tree: SourceTree, registry: Registry, shape: ArchShape, for
     mixers = hybrids.read_architecture(tree, registry, arch, shape.inner)
     if mixers is not None and mixers.lossless is not True and not force:
         raise _Refuse(f"{arch}: {hybrids.refusal(mixers)}")
-    shown = showing(choice, shape.shape)
+    shown = showing(choice, shape.shape, release_of(tree))
     if shown is not None and not shown.shown and not force:
         raise _Refuse(f"{arch}: {shown.detail}")
 

@@ -91,24 +91,26 @@ def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes
 def not_shown(install: Install, journal: Journal, architectures: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """``{runner generation: {architecture: shape}}``: the patched ``architectures`` whose written shape is
     not shown to keep greedy output under a generation that needs showing
-    (:data:`patchkit.vllm.shapes.shown.SHOWN`: V2), for the guard's manifest (it stops a serve of them on
-    that runner). The shape is classified on the bytes before patchkit (:func:`pristine_tree`), as
-    ``apply`` classified it; an architecture patchkit writes nothing for is left out.
+    (:func:`patchkit.vllm.shapes.shown.shown_shapes` for the install's release: V2), for the guard's
+    manifest (it stops a serve of them on that runner). The shape is classified on the bytes before
+    patchkit (:func:`pristine_tree`), as ``apply`` classified it; an architecture patchkit writes
+    nothing for is left out.
 
     Raises:
         StateError: a journaled original is missing or damaged.
         SourceError: a file on the way does not parse.
     """
-    from patchkit.vllm.shapes.shown import SHOWN  # lazy: the guard's manifest alone needs it
+    from patchkit.vllm.shapes.shown import EVIDENCE, shown_shapes  # lazy: the guard's manifest alone needs it
     from patchkit.vllm.shapes.classify import classify  # lazy: the guard's manifest alone classifies here
 
     tree = pristine_tree(install, journal)
     registry, contract = Registry(tree), contract_mod.detect(tree)
     known = [a for a in architectures if registry.resolve(a) is not None] if contract.protocol is not None else []
     shapes = {arch: classify(tree, registry, contract, arch).shape for arch in known}
+    tables = {e.runner: shown_shapes(e.runner, install.version) or {} for e in EVIDENCE}
     return {
         name: {a: s.value for a, s in shapes.items() if s is not None and s not in table}
-        for name, table in SHOWN.items()
+        for name, table in tables.items()
     }
 
 
