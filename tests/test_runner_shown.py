@@ -107,7 +107,7 @@ def test_evidence_is_per_release_and_a_newer_release_says_so():
     assert own is V2_0_20_2 and note == ""
     newer, note = evidence_for("V2", "0.25.0")
     assert newer is V2_0_20_2 and note.startswith("vLLM 0.25.0 is newer than the evidence: judged on vLLM 0.20.2's")
-    older, note = evidence_for("V2", "0.19.0")
+    older, note = evidence_for("V2", "0.18.0")
     assert older is V2_0_20_2 and "older than the evidence" in note
     unknown, note = evidence_for("V2", None)
     assert unknown is not None and "release is unknown" in note
