@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.vllm.release.install import from_site_packages
 from patchkit.vllm.release.source import SourceTree
 from patchkit.vllm.runner.units import UNITS, Concern, Unit
 
@@ -213,10 +214,12 @@ def pins(tree: SourceTree, version: str = "") -> Pins:
 
 
 def _version(tree: SourceTree) -> str:
-    """The release of the ``vllm`` distribution beside ``tree``'s files ("" when none is found)."""
-    for info in sorted(Path(tree.site_packages).glob("vllm-*.dist-info")):
-        return info.name[len("vllm-") : -len(".dist-info")]
-    return ""
+    """The release of the ``vllm`` distribution beside ``tree``'s files, from its metadata
+    (:func:`patchkit.vllm.release.install.from_site_packages`); "" when it cannot be read."""
+    try:
+        return str(from_site_packages(Path(tree.site_packages)).version)
+    except Exception:  # noqa: BLE001 - no readable vLLM metadata: the messages say "this vLLM"
+        return ""
 
 
 _PARSED: dict[bytes, ast.Module] = {}
