@@ -454,7 +454,19 @@ def patched_default(version: str, tmp: Path) -> Path | None:
     """A copy of ``version``'s files with patchkit's default ``apply`` written, or None when it writes nothing."""
     site = fresh_copy(version, tmp / "sp")
     run = subprocess.run(
-        [sys.executable, "-m", "patchkit", "apply", "--target", "vllm", "--site-packages", str(site), "--json"],
+        # --force: the patched loader's fingerprint is what is being recorded, so the chain gate cannot know it yet
+        [
+            sys.executable,
+            "-m",
+            "patchkit",
+            "apply",
+            "--target",
+            "vllm",
+            "--site-packages",
+            str(site),
+            "--json",
+            "--force",
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
