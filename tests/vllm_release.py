@@ -62,7 +62,7 @@ def pristine_site_packages(version: str) -> Path:
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-            subprocess.run(
+            _download(
                 [
                     sys.executable,
                     "-m",
@@ -90,7 +90,6 @@ def pristine_site_packages(version: str) -> Path:
                     tmp,
                     f"vllm=={version}",
                 ],
-                check=True,
             )
             (wheel,) = Path(tmp).glob("vllm-*.whl")
             dist_info = f"vllm-{version}.dist-info/"
@@ -102,6 +101,24 @@ def pristine_site_packages(version: str) -> Path:
             wheel.unlink()
         done.touch()
     return target
+
+
+def _download(argv: list[str], tries: int = 3) -> None:
+    """Run a ``pip download``, again without pip's cache when it fails: in a cold run two downloads of one
+    wheel once came back with another hash ("THESE PACKAGES DO NOT MATCH THE HASHES"), a transfer broken
+    in flight, not a wrong release (the next cold run fetched the same files).
+
+    Raises:
+        subprocess.CalledProcessError: the last try failed too.
+    """
+    for attempt in range(tries):
+        extra = ["--no-cache-dir"] if attempt else []
+        try:
+            subprocess.run(argv + extra, check=True)
+            return
+        except subprocess.CalledProcessError:
+            if attempt == tries - 1:
+                raise
 
 
 TORCH_FAMILY = {"torch", "torchaudio", "torchvision", "torchcodec"}
@@ -317,7 +334,7 @@ def transformers_files(version: str) -> Path:
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-            subprocess.run(
+            _download(
                 [
                     sys.executable,
                     "-m",
@@ -331,7 +348,6 @@ def transformers_files(version: str) -> Path:
                     tmp,
                     f"transformers=={version}",
                 ],
-                check=True,
             )
             (wheel,) = Path(tmp).glob("transformers-*.whl")
             with zipfile.ZipFile(wheel) as zf:
