@@ -109,6 +109,9 @@ def test_runtime_fails_before_apply_passes_after_and_fails_after_revert(cli, vll
         "KimiK25ForConditionalGeneration: real EAGLE-3 methods reach the backbone (consistency check on stand-ins)",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type deepseek_v3",
         "vLLM's speculative-config validation accepts an EAGLE-3 target of model type kimi_k2",
+        # the declared units 0.16.0 holds that the probe exercises (issue 39), by key
+        "vLLM unit selector-default does what patchkit assumes (exercised)",
+        "vLLM unit v1-reader does what patchkit assumes (exercised)",
         "the installed DeepseekV2Model.forward captures the residual stream (consistency check on stand-ins)",
         *[
             f"{arch}.forward passes the backbone's (hidden_states, aux_hidden_states) through unchanged "
