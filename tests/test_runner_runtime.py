@@ -11,6 +11,7 @@ reads ``target_language_model.model`` unguarded.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,36 @@ def test_runtime_fails_a_changed_unit_from_what_it_did(cli, python):
         unit = _unit(report, "capture-helper")
         assert unit["ok"] is False and "returned None" in unit["detail"], unit
         assert any("not checked" in m for m in report["missing"])
+
+
+CHECKPOINTS = Path(__file__).parent / "checkpoints"
+
+
+def test_doctor_python_settles_a_changed_unit_from_what_it_did(cli, python):
+    """doctor --python on a release whose capture helper changed: without the exercise it stayed "not checked"
+    (not ready); the unit run in the serving environment settles it when it does what patchkit assumes."""
+    model, draft = CHECKPOINTS / "llama-3.3-70b-instruct", CHECKPOINTS / "llama-3.3-70b-instruct-eagle3"
+    args = ("doctor", "--python", str(python), "--model", str(model), "--draft", str(draft))
+    code, report = cli.json(*args)
+    assert code == 0 and not any((c.get("kind") or "").startswith("unit-exercised") for c in walk(report["checks"]))
+    with edited(python, *HELPER_SAME):
+        code, report = cli.json(*args)
+        assert code == 0, report["missing"]
+        assert _unit(report, "capture-helper")["ok"] is True
+        code, report = cli.json("doctor", "--site-packages", str(site(python)), "--model", str(model))
+        assert code != 0 and any("not checked" in m and "_maybe_add_hidden_state" in m for m in report["missing"])
+
+
+def test_doctor_python_fails_a_changed_unit_that_does_otherwise(cli, python):
+    model = CHECKPOINTS / "llama-3.3-70b-instruct"
+    with edited(python, *HELPER_NONE):
+        code, report = cli.json("doctor", "--python", str(python), "--model", str(model))
+        assert code != 0
+        unit = _unit(report, "capture-helper")
+        assert unit["ok"] is False and "returned None" in unit["detail"], unit
+
+
+def site(python) -> Path:
+    from patchkit.vllm.release.install import from_python
+
+    return from_python(python).site_packages

@@ -57,7 +57,7 @@ from patchkit.checks.doctor_target import (
 )
 from patchkit.checks.drafts.checklist import draft_checks, final_layer_capture
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
-from patchkit.errors import ConfigError, UsageError
+from patchkit.errors import ConfigError, PatchkitError, UsageError
 from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.request import Request, not_registered
 from patchkit.plan.spec import ClassTarget, check_target, load_patches
@@ -68,6 +68,7 @@ from patchkit.vllm.release import contract as contract_mod
 from patchkit.vllm.checkpoints.config import CheckpointConfig, TargetFacts, read_config, text_config
 from patchkit.vllm.release.contract import SETTER as SETTER_NAME, Contract
 from patchkit.vllm.checkpoints.drafts import read_release
+from patchkit.vllm.runner.pins import exercised, pins
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.registry.table import Registry
@@ -119,6 +120,44 @@ def doctor(
     target_cfg = read_config(model, "--model")
     draft_cfg = read_config(draft, "--draft") if draft is not None else None
     check_target(distribution)
+    probe, settled, trouble = _units_probe(install)
+    with exercised(settled):  # a changed unit the serving environment ran as patchkit assumes is settled
+        report = _checked(install, target_cfg, draft_cfg, distribution, command_options, pipeline_parallel_size)
+    if probe is not None:
+        report.checks.append(probe)
+    if trouble is not None:
+        report.warnings.append(trouble)
+    return report
+
+
+def _units_probe(install: Install) -> tuple[Check | None, list[str], str | None]:
+    """With ``--python`` and a declared vLLM unit whose code matches no qualified release
+    (:func:`patchkit.vllm.runner.pins.pins`): the units exercised in that interpreter
+    (:func:`patchkit.checks.runtime.run_units`) and the keys of those that did what patchkit assumes.
+
+    Returns ``(None, [], None)`` otherwise (a qualified release: no subprocess, same speed), and
+    ``(None, [], why)`` when the interpreter cannot run them (the units stay not checked).
+    """
+    if install.python is None or not pins(SourceTree(install.site_packages)).changed():
+        return None, [], None
+    from patchkit.checks.runtime import exercised_units, run_units  # lazy: start-up; only a changed unit runs it
+
+    try:
+        probe = run_units(install.python, SourceTree(install.site_packages))
+    except PatchkitError as exc:
+        return None, [], f"the changed vLLM units could not be exercised with {install.python}: {exc.message}"
+    return probe, [key for key, ok in exercised_units(probe).items() if ok], None
+
+
+def _checked(
+    install: Install,
+    target_cfg: CheckpointConfig,
+    draft_cfg: CheckpointConfig | None,
+    distribution: str,
+    command_options: Sequence[str] | None,
+    pipeline_parallel_size: int,
+) -> DoctorReport:
+    """:func:`doctor`'s checklist, its advice and its warnings (the units settled so far are in effect)."""
     at = _setting(install, target_cfg, distribution, command_options, pipeline_parallel_size)
     model_dir = target_cfg.path.parent
     patched = _patched_ids(install, distribution, at.facts, model_dir, at.contract)

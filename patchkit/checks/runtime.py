@@ -144,6 +144,16 @@ def exercised_units(check: Check) -> dict[str, bool | None]:
     return {c.kind.split(":", 1)[1]: c.ok for c in check.children if c.kind and c.kind.startswith(f"{UNIT_KIND}:")}
 
 
+def run_units(python: Path, tree: SourceTree) -> Check:
+    """Exercise only the declared units the install holds (``doctor --python`` on a release whose units
+    changed): :func:`run_probe` with ``{"units": ..., "only_units": True}``.
+
+    Raises:
+        InterpreterError: as :func:`run_probe`.
+    """
+    return run_probe(python, {"units": unit_facts(tree), "only_units": True, "runner": "not looked at"})
+
+
 def run_probe(python: Path, spec: dict) -> Check:
     """Run the probe with ``python`` and return one :class:`Check` whose children are its checks.
 
@@ -161,7 +171,7 @@ def run_probe(python: Path, spec: dict) -> Check:
         f"model runner {spec.get('runner', '?')}"
     )
     children: list[Check] = []
-    if spec.get("loader") is None:  # the runner's draft loader is not in the install: that check cannot run
+    if spec.get("loader") is None and not spec.get("only_units"):  # no draft loader in the install: not checked
         children.append(Check("vLLM's draft loading", False, spec.get("runner") or "not checked: no draft loader"))
         spec = {**spec, "skip_loading": True}
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONDONTWRITEBYTECODE="1")

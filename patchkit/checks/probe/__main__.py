@@ -36,18 +36,23 @@ def main() -> None:
         ("speculative-config validation", lambda: check_speculative_config(spec.get("model_types", []), results)),
         ("the declared vLLM units", lambda: check_units(spec.get("units", {}), results)),
     ]
-    for name, facts in spec.get("backbones", {}).items():
-        steps.append(
-            (
-                f"{name} forward run",
-                lambda name=name, facts=facts: check_forward(
-                    name, results, facts.get("residual", True), facts.get("pair", True), spec.get("pp_flag")
-                ),
+    if spec.get("only_units"):  # doctor --python: the changed units alone
+        steps = steps[-1:]
+    else:
+        for name, facts in spec.get("backbones", {}).items():
+            steps.append(
+                (
+                    f"{name} forward run",
+                    lambda name=name, facts=facts: check_forward(
+                        name, results, facts.get("residual", True), facts.get("pair", True), spec.get("pp_flag")
+                    ),
+                )
             )
-        )
-    steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
-    if not spec.get("skip_loading"):  # patchkit found no draft loader in the install: it reports that itself
-        steps.append(("vLLM's draft loading", lambda: check_load_model(classes, chains, results, spec.get("loader"))))
+        steps.append(("the wrappers' forward", lambda: check_wrapper_forward(classes, chains, results)))
+        if not spec.get("skip_loading"):  # patchkit found no draft loader in the install: it reports that itself
+            steps.append(
+                ("vLLM's draft loading", lambda: check_load_model(classes, chains, results, spec.get("loader")))
+            )
     for name, step in steps:
         try:
             step()
