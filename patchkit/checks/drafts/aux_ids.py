@@ -13,6 +13,8 @@ from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.release.contract import DRAFT_IDS_READ_FROM
 from patchkit.vllm.stream.aux_defaults import DefaultIds, default_ids
 from patchkit.vllm.checkpoints.drafts import (
+    DFLASH_CONFIG,
+    DSPARK_IDS,
     EAGLE_CONFIG,
     IDS_FIELD,
     LAYER_IDS,
@@ -39,6 +41,10 @@ class _Declared(NamedTuple):
     nested: list[int] | None  # eagle_config's IDS_FIELD (output of layer k)
     layer_ids: list[int] | None  # eagle_config's LAYER_IDS, read by only some runners (0.33.0 - 0.34.0's V2)
     target_ids: list[int] | None  # the top-level TARGET_LAYER_IDS (output of layer k)
+    dflash: list[int] | None = None  # dflash_config's TARGET_LAYER_IDS (output of layer k)
+    dspark: list[int] | None = None  # the top-level DSPARK_IDS (output of layer k)
+    dflash_layer_ids: list[int] | None = None  # dflash_config's LAYER_IDS (read verbatim)
+    model_type: str | None = None  # the draft's model_type (a DSpark reader keeps the ids of some as they are)
 
 
 def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check:
@@ -60,10 +66,19 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     beyond = _declared_out_of_range(facts, declared, n, ctx)
     if beyond is not None:
         return beyond
-    facts.declared_aux_layer_ids = declared.top or declared.nested or declared.target_ids or declared.layer_ids
+    facts.declared_aux_layer_ids = (
+        declared.top
+        or declared.nested
+        or declared.dflash
+        or declared.dspark
+        or declared.target_ids
+        or declared.layer_ids
+        or declared.dflash_layer_ids
+    )
     # the top-level ids of a speculators config reach vLLM only through a converter that forwards them
     top_seen = declared.top if (facts.kind is not DraftFormat.SPECULATORS or ctx.reading.speculators_ids) else None
-    intended, intended_why = _intended(declared, default)
+    kept = any(declared.model_type in r.dspark_kept for r in ctx.reading.readers)
+    intended, intended_why = _intended(declared, default, kept)
     facts.intended_aux_layer_ids = intended
     picks = _picks(ctx, declared, top_seen, default, n)
     ids, source = picks[0].ids, picks[0].source
@@ -107,7 +122,10 @@ def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None
     fields = (  # the top-level ids are checked id by id where the runner reads them (_ranges)
         (f"{EAGLE_CONFIG}.{IDS_FIELD}", declared.nested, 1),
         (TARGET_LAYER_IDS, declared.target_ids, 1),
+        (f"{DFLASH_CONFIG}.{TARGET_LAYER_IDS}", declared.dflash, 1),
+        (DSPARK_IDS, declared.dspark, 1),
         (f"{EAGLE_CONFIG}.{LAYER_IDS}", declared.layer_ids, 0),
+        (f"{DFLASH_CONFIG}.{LAYER_IDS}", declared.dflash_layer_ids, 0),
     )
     for name, ids, shift in fields:
         top = None if n is None else n - shift
@@ -133,20 +151,42 @@ def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None
 
 
 def _declared(data: dict[str, Any], eagle_config: dict[str, Any]) -> _Declared:
-    """The ids the draft declares (vLLM treats an empty list as "not given")."""
+    """The ids the draft declares (vLLM treats an empty list as "not given", and reads ``dflash_config`` only
+    when it is a dict)."""
+    dflash = data.get(DFLASH_CONFIG)
+    dflash = dflash if isinstance(dflash, dict) else {}
+    model_type = data.get("model_type")
     return _Declared(
         top=as_int_list(data.get(IDS_FIELD)) or None,
         nested=as_int_list(eagle_config.get(IDS_FIELD)) or None,
         layer_ids=as_int_list(eagle_config.get(LAYER_IDS)) or None,
         target_ids=as_int_list(data.get(TARGET_LAYER_IDS)) or None,
+        dflash=as_int_list(dflash.get(TARGET_LAYER_IDS)) or None,
+        dspark=as_int_list(data.get(DSPARK_IDS)) or None,
+        dflash_layer_ids=as_int_list(dflash.get(LAYER_IDS)) or None,
+        model_type=model_type if isinstance(model_type, str) else None,
     )
 
 
-def _intended(declared: _Declared, default: list[int] | None) -> tuple[list[int] | None, str]:
-    """What the draft was trained on, in vLLM's convention, and why patchkit reads it so."""
-    top, nested, layer_ids, target_ids = declared
+def _intended(declared: _Declared, default: list[int] | None, kept: bool = False) -> tuple[list[int] | None, str]:
+    """What the draft was trained on, in vLLM's convention, and why patchkit reads it so (``kept``: the
+    release's reader keeps this draft model type's DSpark ids as they are, the layers' inputs)."""
+    top, nested, layer_ids, target_ids = declared[:4]
     if top is not None:
         return top, f"the draft's top-level {IDS_FIELD} (vLLM's convention: id k = the stream entering layer k)"
+    if declared.dflash is None and declared.dspark is not None and kept:
+        return declared.dspark, (
+            f"the draft's {DSPARK_IDS} for model_type {declared.model_type!r} name the layers whose inputs it "
+            "reads (vLLM's convention)"
+        )
+    for name, ids in ((f"{DFLASH_CONFIG}.{TARGET_LAYER_IDS}", declared.dflash), (DSPARK_IDS, declared.dspark)):
+        if ids is not None:
+            intended = [k + 1 for k in ids]
+            return intended, (
+                f"the draft's {name} {ids} count the output of layer k (DFlash / DSpark training reads the target's "
+                f"hidden states after layer k), the stream entering layer k + 1: {ids_text(intended)} in vLLM's "
+                "convention"
+            )
     if nested is not None:
         intended = [k + 1 for k in nested]
         return intended, (
@@ -181,31 +221,12 @@ def _picks(
 
 def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None) -> _Pick:
     """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none)
-    picks."""
-    top, nested, layer_ids, target_ids = declared
-    if r is not None and top_seen is not None and r.top_level:
-        return _Pick(
-            r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim"
-        )
-    if r is not None and top_seen is None and nested is not None and r.nested:
-        how = (
-            "adds 1 to eagle_config's ids"
-            if r.nested_offset
-            else f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention"
-        )
-        return _Pick(r.runner, r.location, [k + r.nested_offset for k in nested], IdsSource.DRAFT_EAGLE_CONFIG, how)
-    if r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
-        return _Pick(
-            r.runner,
-            r.location,
-            [k + 1 for k in target_ids],
-            IdsSource.DRAFT_CONFIG,
-            f"reads the top-level {TARGET_LAYER_IDS} and adds 1",
-        )
-    if r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
-        return _Pick(
-            r.runner, r.location, layer_ids, IdsSource.DRAFT_EAGLE_CONFIG, f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim"
-        )
+    picks: the first field it reads, in its own order (:attr:`IdReader.order`), that the draft declares."""
+    top, nested = declared.top, declared.nested
+    for key in r.order if r is not None else ():
+        found = _field_pick(r, key, declared, top_seen)
+        if found is not None:
+            return found
     if r is None:
         how = "this release's runner reads no ids from the draft: the target's default decides"
     elif top_seen is None and top is not None:
@@ -215,6 +236,52 @@ def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list
     else:
         how = "the target's default (2, n // 2, n - 3)" + (f" with n = {n}" if n is not None else "")
     return _Pick(r.runner if r else "model runner", r.location if r else None, default, IdsSource.DEFAULT, how)
+
+
+def _field_pick(r: Any, key: str, declared: _Declared, top_seen: list[int] | None) -> _Pick | None:
+    """What reader ``r`` picks from field ``key`` (:data:`patchkit.vllm.checkpoints.drafts.FIELD_KEYS`), or None
+    when it does not read that field or the draft does not declare it (the fields below the top level count only
+    when the top level gives no ids)."""
+    if key == "top":
+        if top_seen is None or not r.top_level:
+            return None
+        return _Pick(
+            r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim"
+        )
+    if top_seen is not None:
+        return None
+    if key == "nested" and declared.nested is not None and r.nested:
+        how = (
+            "adds 1 to eagle_config's ids"
+            if r.nested_offset
+            else f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention"
+        )
+        ids = [k + r.nested_offset for k in declared.nested]
+        return _Pick(r.runner, r.location, ids, IdsSource.DRAFT_EAGLE_CONFIG, how)
+    if key == "dflash" and declared.dflash is not None and r.dflash:
+        name = f"{DFLASH_CONFIG}.{TARGET_LAYER_IDS}"
+        how = f"reads {name} and adds 1" if r.dflash_offset else f"reads {name} verbatim"
+        ids = [k + r.dflash_offset for k in declared.dflash]
+        return _Pick(r.runner, r.location, ids, IdsSource.DRAFT_DFLASH_CONFIG, how)
+    if key == "dspark" and declared.dspark is not None and r.dspark:
+        if declared.model_type in r.dspark_kept:
+            how = f"reads the top-level {DSPARK_IDS} as they are (model_type {declared.model_type!r})"
+            return _Pick(r.runner, r.location, list(declared.dspark), IdsSource.DRAFT_CONFIG, how)
+        ids = [k + 1 for k in declared.dspark]
+        return _Pick(r.runner, r.location, ids, IdsSource.DRAFT_CONFIG, f"reads the top-level {DSPARK_IDS} and adds 1")
+    if key == "target" and declared.target_ids is not None and r.target_layer_ids:
+        ids = [k + 1 for k in declared.target_ids]
+        how = f"reads the top-level {TARGET_LAYER_IDS} and adds 1"
+        return _Pick(r.runner, r.location, ids, IdsSource.DRAFT_CONFIG, how)
+    if key == "layer_ids":
+        for section, ids, reads in (
+            (DFLASH_CONFIG, declared.dflash_layer_ids, r.dflash_layer_ids),
+            (EAGLE_CONFIG, declared.layer_ids, r.layer_ids),
+        ):
+            if ids is not None and reads:
+                source = IdsSource.DRAFT_DFLASH_CONFIG if section == DFLASH_CONFIG else IdsSource.DRAFT_EAGLE_CONFIG
+                return _Pick(r.runner, r.location, ids, source, f"reads {section}.{LAYER_IDS} verbatim")
+    return None
 
 
 def _source_detail(
@@ -228,7 +295,11 @@ def _source_detail(
             else "the runners pick different ids (below)"
         )
     if source is IdsSource.DRAFT_CONFIG:
-        return f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
+        field = IDS_FIELD if top_seen is not None else DSPARK_IDS if declared.dspark is not None else TARGET_LAYER_IDS
+        return f"explicit: {field} in the draft's config.json"
+    if source is IdsSource.DRAFT_DFLASH_CONFIG:
+        field = TARGET_LAYER_IDS if declared.dflash is not None else LAYER_IDS
+        return f"explicit: {DFLASH_CONFIG}.{field} in the draft's config.json"
     return (
         f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if declared.nested is not None else LAYER_IDS} in the draft's config.json"
     )

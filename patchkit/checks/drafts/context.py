@@ -37,6 +37,7 @@ class IdsSource(str, Enum):
 
     DRAFT_CONFIG = "draft config"  # the draft's top-level ids
     DRAFT_EAGLE_CONFIG = "draft eagle_config"  # the draft's eagle_config
+    DRAFT_DFLASH_CONFIG = "draft dflash_config"  # the draft's dflash_config (DFlash drafts)
     DEFAULT = "default"  # the target's default (2, n // 2, n - 3)
 
     __str__ = str.__str__

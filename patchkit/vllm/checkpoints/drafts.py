@@ -69,8 +69,14 @@ LAYER_IDS = "layer_ids"
 (``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``)."""
 TARGET_LAYER_IDS = "target_layer_ids"
 """Top-level draft config field vLLM 0.34.0's V2 runner reads next, adding 1 to each id (DSpark's
-"output of layer k" convention; same function)."""
-"""Name ending of the runner function that reads the draft's ids."""
+"output of layer k" convention; same function). Also the key of ``dflash_config`` holding DFlash's ids."""
+DFLASH_CONFIG = "dflash_config"
+"""Nested draft config dict of DFlash drafts (z-lab, SpecForge): ``target_layer_ids`` (output of layer k),
+``mask_token_id``. vLLM's readers add 1 from 0.25.0 (V2) and 0.33.0 (V1); 0.20.2 - 0.22.0's V1 reads it
+verbatim (``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``)."""
+DSPARK_IDS = "dspark_target_layer_ids"
+"""Top-level draft config field of DSpark drafts (output of layer k); vLLM 0.25.0 - 0.34.0's V2 reader adds 1,
+and from 0.33.0 keeps them as they are for the model types it compares ``model_type`` with (``deepseek_v41``)."""
 SPECULATORS_ALGOS_MODULE = "vllm.transformers_utils.configs.speculators.algos"
 """Module converting a speculators config; it forwards the top-level ids from vLLM 0.14.1 (not 0.10.2)."""
 SPECULATORS_MODEL_TYPE = "speculators"
@@ -129,6 +135,14 @@ class IdReader:
         nested_offset: what it adds to the nested ids (0: used verbatim, as vLLM 0.33.0's V1 runner does).
         layer_ids: it reads ``eagle_config["layer_ids"]`` verbatim (:data:`LAYER_IDS`; 0.34.0's V2 runner).
         target_layer_ids: it reads a top-level :data:`TARGET_LAYER_IDS`, adding 1 (0.34.0's V2 runner).
+        dflash: it reads ``dflash_config["target_layer_ids"]`` (:data:`DFLASH_CONFIG`).
+        dflash_offset: what it adds to them (0.20.2's V1: 0; 0.25.0 on: 1).
+        dspark: it reads a top-level :data:`DSPARK_IDS`, adding 1.
+        dspark_kept: the draft model types for which it keeps the DSpark ids as they are (0.33.0 on:
+            ``deepseek_v41``), read from its ``model_type == "..."`` tests.
+        dflash_layer_ids: it reads ``dflash_config["layer_ids"]`` verbatim (0.33.0 - 0.34.0's V2).
+        order: the fields it reads, first read first (keys of :data:`FIELD_KEYS`), by where the reader
+            first names each field.
     """
 
     runner: str
@@ -138,6 +152,18 @@ class IdReader:
     nested_offset: int
     layer_ids: bool = False
     target_layer_ids: bool = False
+    dflash: bool = False
+    dflash_offset: int = 0
+    dspark: bool = False
+    dspark_kept: tuple[str, ...] = ()
+    dflash_layer_ids: bool = False
+    order: tuple[str, ...] = ("top", "nested", "target", "layer_ids")
+
+
+FIELD_KEYS = ("top", "nested", "dflash", "dspark", "target", "layer_ids")
+"""The draft config fields a reader may read: the top-level :data:`IDS_FIELD`, ``eagle_config``'s, DFlash's
+``dflash_config.target_layer_ids``, :data:`DSPARK_IDS`, the top-level :data:`TARGET_LAYER_IDS`, and the
+``layer_ids`` of ``eagle_config`` / ``dflash_config``."""
 
 
 @dataclass(frozen=True)
@@ -246,7 +272,82 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
     target_ids = any(
         isinstance(c, ast.Constant) and c.value == TARGET_LAYER_IDS and id(c) not in gets for c in ast.walk(fn)
     )
-    return IdReader(runner, location, top, nested, offset, layer_ids, target_ids)
+    dflash, dflash_offset, dflash_line = _dflash_read(fn)
+    dspark_lines = [c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == DSPARK_IDS]
+    kept = tuple(
+        c.comparators[0].value
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Compare)
+        and len(c.ops) == 1
+        and isinstance(c.ops[0], ast.Eq)
+        and isinstance(c.left, ast.Call)
+        and any(isinstance(a, ast.Constant) and a.value == "model_type" for a in c.left.args)
+        and isinstance(c.comparators[0], ast.Constant)
+        and isinstance(c.comparators[0].value, str)
+    )
+    dflash_layer_ids = DFLASH_CONFIG in names and any(
+        isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets for c in ast.walk(fn)
+    )
+    lines = {
+        "top": _first_line(fn, IDS_FIELD, lambda c: id(c) not in in_get) if top else None,
+        "nested": _first_line(fn, IDS_FIELD, lambda c: id(c) in in_get) if nested else None,
+        "dflash": dflash_line if dflash else None,
+        "dspark": min(dspark_lines) if dspark_lines else None,
+        "target": _first_line(fn, TARGET_LAYER_IDS, lambda c: id(c) not in gets) if target_ids else None,
+        "layer_ids": _first_line(fn, LAYER_IDS, lambda c: id(c) in gets) if layer_ids or dflash_layer_ids else None,
+    }
+    order = tuple(k for k, _ in sorted(((k, v) for k, v in lines.items() if v is not None), key=lambda kv: kv[1]))
+    return IdReader(
+        runner,
+        location,
+        top,
+        nested,
+        offset,
+        layer_ids,
+        target_ids,
+        dflash,
+        dflash_offset,
+        bool(dspark_lines),
+        kept,
+        dflash_layer_ids,
+        order,
+    )
+
+
+def _first_line(fn: ast.AST, value: str, keep) -> int | None:
+    """The first line of ``fn`` holding the string constant ``value`` that ``keep`` accepts."""
+    found = [c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == value and keep(c)]
+    return min(found) if found else None
+
+
+def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
+    """Whether ``fn`` reads ``dflash_config``'s :data:`TARGET_LAYER_IDS` (a ``.get("target_layer_ids")`` in a
+    function naming :data:`DFLASH_CONFIG`), what the statement holding it adds (``+ 1``), and its line."""
+    if not any(isinstance(c, ast.Constant) and c.value == DFLASH_CONFIG for c in ast.walk(fn)):
+        return False, 0, None
+    for stmt in ast.walk(fn):
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)):
+            continue
+        gets = [
+            call
+            for call in ast.walk(stmt)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "get"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and call.args[0].value == TARGET_LAYER_IDS
+        ]
+        if gets:
+            plus = any(
+                isinstance(b, ast.BinOp)
+                and isinstance(b.op, ast.Add)
+                and isinstance(b.right, ast.Constant)
+                and b.right.value == 1
+                for b in ast.walk(stmt)
+            )
+            return True, int(plus), stmt.lineno
+    return False, 0, None
 
 
 def _assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
@@ -454,7 +555,10 @@ def backbone_transport(
 
 
 __all__ = [
+    "DFLASH_CONFIG",
+    "DSPARK_IDS",
     "EAGLE_CONFIG",
+    "FIELD_KEYS",
     "FC_COUNT_FIELD",
     "FC_STATES",
     "IDS_FIELD",
