@@ -37,12 +37,20 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
     facts = DraftFacts(str(cfg.path), architectures, kind=kind)
     pick = draft_method(ctx.tree, ctx.registry, data, str(cfg.path.parent))
     method = method_check(facts, pick) if pick is not None and pick.method != EAGLE3 and pick.aux is not False else None
+    if method is not None and method.ok is False:
+        ctx.actions.append(
+            f"patchkit cannot tell whether vLLM {ctx.install.version} serves {pick.method} with the target's aux "
+            "states: check the serve's log for 'Using Eagle3 auxiliary layers' and its acceptance"
+        )
     checks: list[Check] = [
         *([method] if method is not None else []),
         architecture_check(facts, data, ctx),
         model_type_check(facts, data, ctx),
         vocab_check(facts, cfg, layer, ctx),
     ]
+    changed_method = pins(ctx.tree).not_checked(Concern.METHOD) if facts.method is not None else None
+    if changed_method is not None:  # the method, its class and (below) its width rest on changed vLLM code
+        checks[:2] = [kinds.unpinned(c, changed_method) for c in checks[:2]]
 
     problem = draft_shape_problem(data)
     if problem is not None:  # what no release reads: never "ready" (issue 42, finding 2)
@@ -62,7 +70,8 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
     ids = aux_ids_check(facts, data, eagle_config, ctx)
     changed = pins(ctx.tree).not_checked(Concern.IDS, generation=serving_runner(ctx.tree).name)
     checks.append(kinds.unpinned(ids, changed) if changed is not None else ids)
-    checks.append(width_check(facts, data, layer, eagle_config, ctx))
+    width = width_check(facts, data, layer, eagle_config, ctx)
+    checks.append(kinds.unpinned(width, changed_method) if changed_method is not None else width)
     return facts, checks
 
 
@@ -78,12 +87,13 @@ def method_check(facts: DraftFacts, pick: MethodPick) -> Check:
     """
     facts.method = pick.method
     label = f"speculative method {pick.method}"
-    if pick.aux is None:
+    if pick.aux is None:  # unknown is not success: never "ready" on it
         return Check(
             label,
-            None,
-            f"{pick.how}; whether it makes the runner capture aux states is not checked: patchkit reads that from "
-            "the method's speculator config (v1/worker/gpu/spec_decode/*/config.py), which this release lacks",
+            False,
+            f"not checked: {pick.how}; whether it makes the runner capture aux states is not read: patchkit reads "
+            "that from the method's speculator config (v1/worker/gpu/spec_decode/*/config.py), which this release "
+            "lacks; `patchkit rehearse` cannot run this draft either",
             pick.location,
         )
     return Check(

@@ -37,13 +37,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.vllm.checkpoints.config import as_int_list
-from patchkit.vllm.classes import composition
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.registry.model_types import config_registry
-from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.generations import V1, V2
-from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
 """Draft config field with explicit aux layer ids (top level, or inside ``eagle_config``)."""
@@ -222,7 +220,7 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
     entries, where = config_registry(tree)
     types = frozenset(model_type for model_type, _ in entries)
     flag = tree.relpath_of_module(INTERFACES_MODULE) is not None and any(
-        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_FLAG)
+        isinstance(n, (ast.AnnAssign, ast.Assign)) and assigns(n, PP_FLAG)
         for n in ast.walk(tree.module_tree(INTERFACES_MODULE))
     )
     return ReleaseReading(tuple(readers), speculators_ids, types, where, _transformers_requirement(install), flag)
@@ -297,27 +295,15 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
         "layer_ids": _first_line(fn, LAYER_IDS, lambda c: id(c) in gets) if layer_ids or dflash_layer_ids else None,
     }
     order = tuple(k for k, _ in sorted(((k, v) for k, v in lines.items() if v is not None), key=lambda kv: kv[1]))
-    return IdReader(
-        runner,
-        location,
-        top,
-        nested,
-        offset,
-        layer_ids,
-        target_ids,
-        dflash,
-        dflash_offset,
-        bool(dspark_lines),
-        kept,
-        dflash_layer_ids,
-        order,
-    )
+    found = (top, nested, offset, layer_ids, target_ids, dflash, dflash_offset, bool(dspark_lines), kept)
+    return IdReader(runner, location, *found, dflash_layer_ids, order)
 
 
 def _first_line(fn: ast.AST, value: str, keep) -> int | None:
     """The first line of ``fn`` holding the string constant ``value`` that ``keep`` accepts."""
-    found = [c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == value and keep(c)]
-    return min(found) if found else None
+    return min(
+        (c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == value and keep(c)), default=None
+    )
 
 
 def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
@@ -350,7 +336,7 @@ def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
     return False, 0, None
 
 
-def _assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
+def assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
     targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
     return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
@@ -484,76 +470,6 @@ def reads_aux_count(tree: SourceTree, draft_class: str | None) -> bool | None:
     return any(isinstance(c, ast.Constant) and c.value == FC_COUNT_FIELD for c in ast.walk(tree.module_tree(module)))
 
 
-# -- pipeline parallelism ----------------------------------------------------------------------
-
-
-def last_stage_start(n: int, pp: int) -> int:
-    """First layer the last of ``pp`` pipeline stages owns, for a target of ``n`` layers.
-
-    Fact (vLLM 0.10.2 - 0.33.0 ``distributed/utils.py`` ``get_pp_indices``, without
-    ``VLLM_PP_LAYER_PARTITION``): each stage gets ``n // pp`` layers; the remainder goes one each to
-    the stages before the last, from the second-to-last backwards.
-    """
-    parts = [n // pp] * pp
-    for i in range(2, n % pp + 2):
-        parts[-i] += 1
-    return sum(parts[:-1])
-
-
-def backbone_transport(
-    tree: SourceTree, registry: Registry, cls: ClassRef | None, reading: ReleaseReading
-) -> tuple[bool, str]:
-    """Whether the target's backbone carries aux states between pipeline stages, and what was found.
-
-    Args:
-        tree: the install's sources.
-        registry: its model registry.
-        cls: the target's resolved class (None: not a native model).
-        reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.release.contract.PP_FLAG` exists).
-    Returns:
-        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets
-        :data:`patchkit.vllm.release.contract.PP_FLAG` to (False when unset or absent from the release); ``why`` says
-        what was found, with ``file:line``.
-    Raises:
-        SourceError: a file read does not parse.
-    """
-    if not reading.pp_transport_flag:
-        return (
-            False,
-            f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)",
-        )
-    if cls is None:
-        return False, "the target is not a native model"
-    backbone: ClassRef = cls
-    try:
-        links = composition.chain(tree, registry, cls)
-    except composition.CompositionError:
-        links = []
-    if links:
-        backbone = links[-1][1]
-    else:  # built through a helper (``self.model = self._init_model(...)``): the one backbone its module defines
-        found = [
-            ref
-            for node in tree.module_tree(cls.module).body
-            if isinstance(node, ast.ClassDef)
-            for ref in [tree.find_class(cls.module, node.name)]
-            if ref is not None and composition.kind_of(tree, ref) == "backbone"
-        ]
-        if len(found) == 1:
-            backbone = found[0]
-    for klass in tree.mro(backbone):
-        for stmt in tree.class_node(klass).body:
-            if (
-                isinstance(stmt, (ast.Assign, ast.AnnAssign))
-                and _assigns(stmt, PP_FLAG)
-                and isinstance(stmt.value, ast.Constant)
-            ):
-                return bool(
-                    stmt.value.value
-                ), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
-    return False, f"{backbone.name} does not set {PP_FLAG}"
-
-
 __all__ = [
     "DFLASH_CONFIG",
     "DSPARK_IDS",
@@ -569,11 +485,9 @@ __all__ = [
     "TRANSFORMERS_MODEL_TYPES",
     "IdReader",
     "ReleaseReading",
-    "backbone_transport",
     "draft_kind",
     "draft_shape_problem",
     "eagle3_draft_architecture",
-    "last_stage_start",
     "read_release",
     "reads_aux_count",
     "transformers_allows",
