@@ -212,6 +212,12 @@ def data(
         "threshold": threshold,
         "ids_field": drafts_mod.IDS_FIELD,
         "eagle_config": drafts_mod.EAGLE_CONFIG,
+        "fields": {
+            "dflash_config": drafts_mod.DFLASH_CONFIG,
+            "dspark": drafts_mod.DSPARK_IDS,
+            "target": drafts_mod.TARGET_LAYER_IDS,
+            "layer_ids": drafts_mod.LAYER_IDS,
+        },
         "readers": [
             {
                 "runner": r.runner,
@@ -221,6 +227,12 @@ def data(
                 "nested_offset": r.nested_offset,
                 "layer_ids": r.layer_ids,
                 "target_layer_ids": r.target_layer_ids,
+                "dflash": r.dflash,
+                "dflash_offset": r.dflash_offset,
+                "dspark": r.dspark,
+                "dspark_kept": list(r.dspark_kept),
+                "dflash_layer_ids": r.dflash_layer_ids,
+                "order": list(r.order),
             }
             for r in readers
         ],
