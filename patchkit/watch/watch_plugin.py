@@ -17,7 +17,8 @@ stat-logger plugin.
 
 What it does:
 
-1. at start, when the served config speculates with ``method: eagle3``, it reads ``watch.json``
+1. at start, when the served config speculates with ``method: eagle3`` (or another method of ``watch.json``'s
+   ``methods``: the aux-state speculators the install serves, DFlash and DSpark on 0.34.0), it reads ``watch.json``
    (what patchkit knew at install time: which fields each model runner of this release reads the
    draft's ids from, the target's default ids, the architectures whose capture patchkit wrote) and
    the number of drafts to wait for and the threshold (:data:`ENV_DRAFTS`, :data:`ENV_THRESHOLD`,
@@ -374,9 +375,12 @@ class AcceptanceWatch(_Base):
 
     def _start(self, config):
         spec = getattr(config, "speculative_config", None)
-        if spec is None or getattr(spec, "method", None) != "eagle3":
+        if spec is None:
             return
-        self._data = read_data()
+        data = read_data()
+        if getattr(spec, "method", None) not in (data.get("methods") or ["eagle3"]):  # the aux-state speculators
+            return
+        self._data = data
         self._limit, self._threshold, problems = settings(self._data)
         for problem in problems:
             _LOG.warning(

@@ -259,6 +259,26 @@ def _const(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def aux_methods(tree: SourceTree) -> list[str]:
+    """The methods whose own config class turns ``uses_aux_hidden_states`` on and proposes draft tokens (no
+    ``proposes_draft_tokens = False`` in its MRO; hidden-state extraction sets it), in file order; empty on a
+    release without the speculator config classes (0.33.0 and older)."""
+    out: list[str] = []
+    for ref, node in _config_classes(tree):
+        own = next(
+            (_const(_assigned(s, BASE_METHOD)) for s in node.body if _assigned(s, BASE_METHOD) is not None), None
+        )
+        if own is None or own in out or _uses_aux(tree, ref) is not True:
+            continue
+        quiet = next(
+            (v for k in tree.mro(ref) for s in tree.class_node(k).body if (v := _assigned(s, "proposes_draft_tokens"))),
+            None,
+        )
+        if not (isinstance(quiet, ast.Constant) and quiet.value is False):
+            out.append(own)
+    return out
+
+
 # -- the architecture vLLM asks the registry for -------------------------------------------------
 
 
@@ -424,4 +444,4 @@ def _reads_count(fn: ast.FunctionDef) -> bool:
     )
 
 
-__all__ = ["EAGLE3", "MethodPick", "draft_architecture", "draft_method", "method_config", "sizes_by_ids"]
+__all__ = ["EAGLE3", "MethodPick", "aux_methods", "draft_architecture", "draft_method", "method_config", "sizes_by_ids"]
