@@ -4,8 +4,10 @@ list of method names).
 
 Facts (vLLM 0.34.0 unless said; each read as described, so a release that changes the shape reads as "not found"):
 
-- **Declared.** A draft class may declare its method: ``speculator_config_class = DFlashSpeculatorConfig``
-  (``model_executor/models/qwen3_dflash.py`` ``DFlashQwen3ForCausalLM``; ``qwen3_dflash2.py``
+- **Declared.** The draft config is renamed first (``hf_config_override`` is the draft ``ModelConfig``'s
+  ``hf_overrides``, ``compose_draft_hf_overrides``; see *Architecture*). A draft class may declare its method:
+  ``speculator_config_class = DFlashSpeculatorConfig`` (``model_executor/models/qwen3_dflash.py``
+  ``DFlashQwen3ForCausalLM``; ``qwen3_dflash2.py``
   ``DFlash2SpeculatorConfig``; ``qwen3_dspark.py`` ``DSparkSpeculatorConfig``). The config class's
   ``base_method`` (through its bases) names the method: ``"dflash"`` (``v1/worker/gpu/spec_decode/dflash/config.py``;
   ``DFlash2SpeculatorConfig`` inherits it), ``"dspark"`` (``dspark/config.py``). ``speculator_config.py``
@@ -93,6 +95,9 @@ def draft_method(tree: SourceTree, registry: Registry, data: dict[str, Any], pat
         SourceError: a file read does not parse.
     """
     archs = [a for a in data.get("architectures") or () if isinstance(a, str)]
+    renamed = _override(tree, archs[0], data) if archs else None
+    if isinstance(renamed, tuple):  # hf_config_override runs as the draft config's hf_overrides, before the lookup
+        archs = [renamed[0], *archs[1:]]
     for arch in archs:
         entry = registry.entry(arch)
         cls = (
