@@ -70,11 +70,11 @@ TARGET_LAYER_IDS = "target_layer_ids"
 "output of layer k" convention; same function). Also the key of ``dflash_config`` holding DFlash's ids."""
 DFLASH_CONFIG = "dflash_config"
 """Nested draft config dict of DFlash drafts (z-lab, SpecForge): ``target_layer_ids`` (output of layer k),
-``mask_token_id``. vLLM's readers add 1 from 0.25.0 (V2) and 0.33.0 (V1); 0.20.2 - 0.22.0's V1 reads it
-verbatim (``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``)."""
+``mask_token_id``. vLLM's readers add 1 from 0.22.0 (V1) and 0.25.0 (V2); 0.20.2's V1 reads it verbatim
+(``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``)."""
 DSPARK_IDS = "dspark_target_layer_ids"
 """Top-level draft config field of DSpark drafts (output of layer k); vLLM 0.25.0 - 0.34.0's V2 reader adds 1,
-and from 0.33.0 keeps them as they are for the model types it compares ``model_type`` with (``deepseek_v41``)."""
+and from 0.32.0 keeps them as they are for the model types it compares ``model_type`` with (``deepseek_v41``)."""
 SPECULATORS_ALGOS_MODULE = "vllm.transformers_utils.configs.speculators.algos"
 """Module converting a speculators config; it forwards the top-level ids from vLLM 0.14.1 (not 0.10.2)."""
 SPECULATORS_MODEL_TYPE = "speculators"
@@ -134,11 +134,11 @@ class IdReader:
         layer_ids: it reads ``eagle_config["layer_ids"]`` verbatim (:data:`LAYER_IDS`; 0.34.0's V2 runner).
         target_layer_ids: it reads a top-level :data:`TARGET_LAYER_IDS`, adding 1 (0.34.0's V2 runner).
         dflash: it reads ``dflash_config["target_layer_ids"]`` (:data:`DFLASH_CONFIG`).
-        dflash_offset: what it adds to them (0.20.2's V1: 0; 0.25.0 on: 1).
+        dflash_offset: what it adds to them (0.20.2's V1: 0; 0.22.0 on: 1).
         dspark: it reads a top-level :data:`DSPARK_IDS`, adding 1.
-        dspark_kept: the draft model types for which it keeps the DSpark ids as they are (0.33.0 on:
+        dspark_kept: the draft model types for which it keeps the DSpark ids as they are (0.32.0 on:
             ``deepseek_v41``), read from its ``model_type == "..."`` tests.
-        dflash_layer_ids: it reads ``dflash_config["layer_ids"]`` verbatim (0.33.0 - 0.34.0's V2).
+        dflash_layer_ids: it reads ``dflash_config["layer_ids"]`` verbatim (0.32.0 - 0.34.0's V2).
         order: the fields it reads, first read first (keys of :data:`FIELD_KEYS`), by where the reader
             first names each field.
     """

@@ -27,7 +27,8 @@ Facts (each unit read on the release files of vLLM 0.10.2 - 0.34.0; the first pl
 - The draft's ids outside the runner: ``SpeculativeConfig``'s statements reading
   ``eagle_aux_hidden_state_layer_ids`` and ``_get_nested_config_value`` (``config/speculative.py``),
   ``update_eagle3`` (``transformers_utils/configs/speculators/algos.py``).
-- The aux-state speculators other than EAGLE-3 (0.25.0 - 0.34.0; :mod:`patchkit.vllm.checkpoints.methods`):
+- The aux-state speculators other than EAGLE-3 (:mod:`patchkit.vllm.checkpoints.methods`; the config classes are
+  in 0.34.0 only, ``EAGLEConfig``'s DFlash branch from 0.20.2, ``_get_dflash_fc_input_size`` from 0.32.0):
   ``_resolve_checkpoint_config_class`` (``v1/worker/gpu/spec_decode/speculator_config.py``, 0.34.0),
   ``DFlashSpeculatorConfig`` (``dflash/config.py``), ``DSparkSpeculatorConfig`` (``dspark/config.py``),
   ``ExtractHiddenStatesSpeculatorConfig`` (``extract_hidden_states_config.py``, 0.34.0), ``EAGLEConfig.__init__``
