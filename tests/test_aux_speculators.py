@@ -110,6 +110,8 @@ def test_doctor_reads_a_dflash_draft_as_0_34_0_serves_it(release, cli, tmp_path,
     assert width["ok"] is True and d["fc_input_width"] == 5 * 4096
     assert "5 ids x hidden_size 4096 = 20480" in width["detail"]
     assert report["actions"] == [] and report["warnings"] == []
+    text = cli("doctor", "--model", str(glm), "--draft", str(draft), "--site-packages", str(sp))
+    assert "verdict: ready for dflash with this vLLM" in text.stdout
 
 
 def test_an_unpatched_target_is_not_ready_for_a_dflash_draft(release, cli, tmp_path, glm):
