@@ -475,3 +475,37 @@ def test_vllms_loader_takes_the_watch_as_a_stat_logger(release, cli):
         timeout=600,
     )
     assert "LOADED AcceptanceWatch True []" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_a_dflash_serve_is_watched_and_its_ids_are_read_as_the_reader_does(plugin, caplog):
+    """0.34.0's V2 reader (as watch.json carries it, issue 40): DFlash's dflash_config.target_layer_ids + 1, in the
+    reader's order; the method is watched because watch.json lists it. A serve with method dflash was not watched
+    before, and its ids were called the target's default."""
+    reader = {
+        "runner": "model runner V2",
+        "location": "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:103",
+        "top_level": True,
+        "nested": False,
+        "nested_offset": 0,
+        "layer_ids": True,
+        "target_layer_ids": True,
+        "dflash": True,
+        "dflash_offset": 1,
+        "dspark": True,
+        "dspark_kept": ["deepseek_v41"],
+        "dflash_layer_ids": True,
+        "order": ["top", "dflash", "dspark", "target", "layer_ids"],
+    }
+    fields = {"dflash_config": "dflash_config", "dspark": "dspark_target_layer_ids", "target": "target_layer_ids"}
+    module = plugin(
+        readers=[reader], methods=["eagle3", "dflash", "dspark"], fields={**fields, "layer_ids": "layer_ids"}
+    )
+    cfg = config(method="dflash", v2=True)
+    cfg.speculative_config.draft_model_config.hf_config.dflash_config = {"target_layer_ids": [1, 3, 5]}
+    watch = module.AcceptanceWatch(cfg)
+    found = module.reading(module.read_data(), cfg)
+    assert found["runners"] == [("model runner V2", [2, 4, 6], "dflash_config")]
+    assert found["draft_ids"] == [1, 3, 5] and found["draft_field"] == "dflash_config"
+    watch.record(step(8, 0), None)
+    (line,) = lines(caplog)
+    assert "the model runner V2 uses [2, 4, 6]" in line

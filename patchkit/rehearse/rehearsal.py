@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 from patchkit.vllm.checkpoints import drafts
+from patchkit.vllm.checkpoints.methods import EAGLE3, draft_method
 from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoints.config import read_config
-from patchkit.errors import Interrupted, UsageError
+from patchkit.errors import Interrupted, RefusedError, UsageError
 from patchkit.vllm.release.install import Install
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
@@ -256,8 +257,9 @@ def rehearse(
     kind = resolve_dtype(dtype, where)
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
-    arch = _registered_architecture(install, target_cfg)
     source = SourceTree(install.site_packages)
+    _refuse_other_method(install, source, draft_cfg, draft)
+    arch = _registered_architecture(install, target_cfg)
     hybrid = read_architecture(source, Registry(source), arch)  # names the mixers when greedy output differs
     mini = shrink(target_cfg, draft_cfg, tensor_parallel_size=layout.tensor_parallel_size)
     say = on_progress or (lambda _text: None)
@@ -275,6 +277,26 @@ def rehearse(
     if report.outcome is Outcome.NOT_DECIDED:  # what would decide it, never an apply: nothing was shown wrong
         return replace(report, next_steps=deciding_steps(report, model, draft))
     return replace(report, next_steps=next_steps(install, report))
+
+
+def _refuse_other_method(install: Install, source: SourceTree, draft_cfg: dict, draft: Path) -> None:
+    """Refuse a draft vLLM serves with an aux-state method other than EAGLE-3 (DFlash, DFlash2, DSpark, hidden-state
+    extraction; :func:`patchkit.vllm.checkpoints.methods.draft_method`): the miniature, its draft weights and the
+    offline replay are EAGLE-3's, so a rehearsal would check nothing of that method.
+
+    Raises:
+        RefusedError: such a draft (exit 3), naming the method, how vLLM picks it, and doctor.
+    """
+    pick = draft_method(source, Registry(source), draft_cfg, str(draft))
+    if pick is None or pick.method == EAGLE3 or pick.aux is False:
+        return
+    raise RefusedError(
+        f"rehearse runs EAGLE-3 drafts only: vLLM {install.version} serves this draft with method {pick.method} "
+        f"({pick.how}, {pick.location}); the miniature, its draft and the offline replay are EAGLE-3's, so nothing of "
+        f"{pick.method} would be checked",
+        "'patchkit doctor --model ... --draft ...' reads the class vLLM builds for it, the ids it reads and the "
+        "input width its class takes",
+    )
 
 
 def _report(

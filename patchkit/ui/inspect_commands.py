@@ -199,7 +199,8 @@ def doctor_cmd(
         )
         print_checks(w, report.checks)
         if report.ready:
-            w.line(("verdict: ready", "green"), " for EAGLE-3 with this vLLM")
+            method = report.draft.method if report.draft is not None and report.draft.method else "EAGLE-3"
+            w.line(("verdict: ready", "green"), f" for {method} with this vLLM")
         else:
             labels = list(dict.fromkeys(c.label for top in report.checks for c in top.failures()))
             w.line(

@@ -197,6 +197,7 @@ def data(
     # status and verify import this module; the release readers and the planning chain cost them start-up
     from patchkit.plan.selection import patched_architectures  # lazy: keeps status's start-up (planning chain)
     from patchkit.vllm.checkpoints import drafts as drafts_mod  # lazy: keeps status's start-up (the draft readers)
+    from patchkit.vllm.checkpoints.methods import EAGLE3, aux_methods  # lazy: keeps status's start-up (the same)
     from patchkit.vllm.stream.aux_defaults import DEFAULT_ID_TERMS  # lazy: keeps status's start-up (proposer paths)
 
     tree = SourceTree(install.site_packages)
@@ -212,6 +213,13 @@ def data(
         "threshold": threshold,
         "ids_field": drafts_mod.IDS_FIELD,
         "eagle_config": drafts_mod.EAGLE_CONFIG,
+        "methods": [EAGLE3, *(m for m in aux_methods(tree) if m != EAGLE3)],
+        "fields": {
+            "dflash_config": drafts_mod.DFLASH_CONFIG,
+            "dspark": drafts_mod.DSPARK_IDS,
+            "target": drafts_mod.TARGET_LAYER_IDS,
+            "layer_ids": drafts_mod.LAYER_IDS,
+        },
         "readers": [
             {
                 "runner": r.runner,
@@ -221,6 +229,12 @@ def data(
                 "nested_offset": r.nested_offset,
                 "layer_ids": r.layer_ids,
                 "target_layer_ids": r.target_layer_ids,
+                "dflash": r.dflash,
+                "dflash_offset": r.dflash_offset,
+                "dspark": r.dspark,
+                "dspark_kept": list(r.dspark_kept),
+                "dflash_layer_ids": r.dflash_layer_ids,
+                "order": list(r.order),
             }
             for r in readers
         ],

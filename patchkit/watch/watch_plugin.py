@@ -17,7 +17,8 @@ stat-logger plugin.
 
 What it does:
 
-1. at start, when the served config speculates with ``method: eagle3``, it reads ``watch.json``
+1. at start, when the served config speculates with ``method: eagle3`` (or another method of ``watch.json``'s
+   ``methods``: the aux-state speculators the install serves, DFlash and DSpark on 0.34.0), it reads ``watch.json``
    (what patchkit knew at install time: which fields each model runner of this release reads the
    draft's ids from, the target's default ids, the architectures whose capture patchkit wrote) and
    the number of drafts to wait for and the threshold (:data:`ENV_DRAFTS`, :data:`ENV_THRESHOLD`,
@@ -138,6 +139,31 @@ def _ids(value):
     return None
 
 
+def _reader_pick(reader, declared):
+    """``(ids, source)`` one reader of the data file picks from the draft's fields (``declared``), in the
+    reader's own order (patchkit's :class:`IdReader` ``order``), or None: the target's default decides."""
+    top = declared["top"]
+    for key in reader.get("order") or ("top", "nested", "target", "layer_ids"):
+        if key == "top" and reader["top_level"] and top:
+            return top, "top level"
+        if top:
+            continue
+        if key == "nested" and reader["nested"] and declared["nested"]:
+            return [i + reader["nested_offset"] for i in declared["nested"]], "eagle_config"
+        if key == "dflash" and reader.get("dflash") and declared["dflash"]:
+            return [i + reader.get("dflash_offset", 0) for i in declared["dflash"]], "dflash_config"
+        if key == "dspark" and reader.get("dspark") and declared["dspark"]:
+            kept = declared["model_type"] in (reader.get("dspark_kept") or ())
+            return [i + (0 if kept else 1) for i in declared["dspark"]], "top level"
+        if key == "target" and reader.get("target_layer_ids") and declared["target"]:  # 0.33.0 - 0.34.0's V2
+            return [i + 1 for i in declared["target"]], "top level"
+        if key == "layer_ids" and reader.get("dflash_layer_ids") and declared["dflash_layer_ids"]:
+            return declared["dflash_layer_ids"], "dflash_config"
+        if key == "layer_ids" and reader.get("layer_ids") and declared["layer_ids"]:
+            return declared["layer_ids"], "eagle_config"
+    return None
+
+
 def reading(data, config):
     """What the draft records and what each model runner of this release captures, from the served config.
 
@@ -153,8 +179,20 @@ def reading(data, config):
     top = _ids(getattr(hf, field, None))
     nested_config = getattr(hf, data["eagle_config"], None)
     nested = _ids(nested_config.get(field)) if isinstance(nested_config, dict) else None
-    layer_ids = _ids(nested_config.get("layer_ids")) if isinstance(nested_config, dict) else None
-    target_ids = _ids(getattr(hf, "target_layer_ids", None))
+    names = data.get("fields") or {"target": "target_layer_ids", "layer_ids": "layer_ids"}
+    layer_key = names.get("layer_ids", "layer_ids")
+    dflash_config = getattr(hf, names.get("dflash_config", ""), None) if names.get("dflash_config") else None
+    dflash_config = dflash_config if isinstance(dflash_config, dict) else {}
+    declared = {
+        "top": top,
+        "nested": nested,
+        "dflash": _ids(dflash_config.get(names.get("target", "target_layer_ids"))),
+        "dspark": _ids(getattr(hf, names["dspark"], None)) if names.get("dspark") else None,
+        "target": _ids(getattr(hf, names.get("target", "target_layer_ids"), None)),
+        "dflash_layer_ids": _ids(dflash_config.get(layer_key)),
+        "layer_ids": _ids(nested_config.get(layer_key)) if isinstance(nested_config, dict) else None,
+        "model_type": getattr(hf, "model_type", None),
+    }
     n = int(getattr(model.hf_text_config, "num_hidden_layers", 0) or 0)
     default = default_ids(data, n)
     runners, offsets = [], {}
@@ -166,16 +204,8 @@ def reading(data, config):
         {"runner": running or "model runner", "top_level": False, "nested": False, "nested_offset": 0}
     ]:
         offsets[reader["runner"]] = reader["nested_offset"]
-        if reader["top_level"] and top:
-            runners.append((reader["runner"], top, "top level"))
-        elif reader["nested"] and nested:
-            runners.append((reader["runner"], [i + reader["nested_offset"] for i in nested], "eagle_config"))
-        elif reader.get("target_layer_ids") and target_ids and not top:  # 0.33.0 - 0.34.0's V2: ids + 1
-            runners.append((reader["runner"], [i + 1 for i in target_ids], "top level"))
-        elif reader.get("layer_ids") and layer_ids and not top:  # 0.33.0 - 0.34.0's V2: verbatim
-            runners.append((reader["runner"], layer_ids, "eagle_config"))
-        else:
-            runners.append((reader["runner"], default, "default"))
+        picked = _reader_pick(reader, declared)
+        runners.append((reader["runner"], *picked) if picked else (reader["runner"], default, "default"))
     try:
         target_vocab = model.get_vocab_size()
     except Exception:  # noqa: BLE001 - a config without it: the vocabulary is not compared
@@ -188,8 +218,14 @@ def reading(data, config):
     if not arch:
         arch = (getattr(model, "architectures", None) or [None])[0]
     return {
-        "draft_ids": top or nested,
-        "draft_field": "top level" if top else "eagle_config" if nested else None,
+        "draft_ids": top or nested or declared["dflash"] or declared["dspark"] or declared["target"],
+        "draft_field": "top level"
+        if top or declared["dspark"] or declared["target"]
+        else "eagle_config"
+        if nested
+        else "dflash_config"
+        if declared["dflash"]
+        else None,
         "nested": nested,
         "default": default,
         "runners": runners,
@@ -339,9 +375,12 @@ class AcceptanceWatch(_Base):
 
     def _start(self, config):
         spec = getattr(config, "speculative_config", None)
-        if spec is None or getattr(spec, "method", None) != "eagle3":
+        if spec is None:
             return
-        self._data = read_data()
+        data = read_data()
+        if getattr(spec, "method", None) not in (data.get("methods") or ["eagle3"]):  # the aux-state speculators
+            return
+        self._data = data
         self._limit, self._threshold, problems = settings(self._data)
         for problem in problems:
             _LOG.warning(

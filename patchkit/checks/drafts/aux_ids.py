@@ -5,40 +5,22 @@ The id conventions and the release facts behind them are :mod:`patchkit.vllm.che
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat, IdsSource, ids_text
+from patchkit.vllm.checkpoints.pipeline import backbone_transport, last_stage_start
+from patchkit.checks.drafts.id_picks import Declared, Pick, declared_ids, intended_ids, pick_ids
 from patchkit.results import Check
-from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.release.contract import DRAFT_IDS_READ_FROM
 from patchkit.vllm.stream.aux_defaults import DefaultIds, default_ids
 from patchkit.vllm.checkpoints.drafts import (
+    DFLASH_CONFIG,
+    DSPARK_IDS,
     EAGLE_CONFIG,
     IDS_FIELD,
     LAYER_IDS,
     TARGET_LAYER_IDS,
-    backbone_transport,
-    last_stage_start,
 )
-
-
-class _Pick(NamedTuple):
-    """The ids one runner picks, and where they come from."""
-
-    runner: str
-    location: str | None
-    ids: list[int] | None
-    source: IdsSource
-    how: str
-
-
-class _Declared(NamedTuple):
-    """The ids the draft's config.json declares, each as written (None: not given)."""
-
-    top: list[int] | None  # the top-level IDS_FIELD (vLLM's convention)
-    nested: list[int] | None  # eagle_config's IDS_FIELD (output of layer k)
-    layer_ids: list[int] | None  # eagle_config's LAYER_IDS, read by only some runners (0.33.0 - 0.34.0's V2)
-    target_ids: list[int] | None  # the top-level TARGET_LAYER_IDS (output of layer k)
 
 
 def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], ctx: DraftContext) -> Check:
@@ -56,16 +38,25 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     n = ctx.target.num_hidden_layers
     fallback = default_ids(ctx.tree, ctx.target.cls, n) if n is not None else None
     default = fallback.ids if fallback is not None else None
-    declared = _declared(data, eagle_config)
+    declared = declared_ids(data, eagle_config)
     beyond = _declared_out_of_range(facts, declared, n, ctx)
     if beyond is not None:
         return beyond
-    facts.declared_aux_layer_ids = declared.top or declared.nested or declared.target_ids or declared.layer_ids
+    facts.declared_aux_layer_ids = (
+        declared.top
+        or declared.nested
+        or declared.dflash
+        or declared.dspark
+        or declared.target_ids
+        or declared.layer_ids
+        or declared.dflash_layer_ids
+    )
     # the top-level ids of a speculators config reach vLLM only through a converter that forwards them
     top_seen = declared.top if (facts.kind is not DraftFormat.SPECULATORS or ctx.reading.speculators_ids) else None
-    intended, intended_why = _intended(declared, default)
+    kept = any(declared.model_type in r.dspark_kept for r in ctx.reading.readers)
+    intended, intended_why = intended_ids(declared, default, kept)
     facts.intended_aux_layer_ids = intended
-    picks = _picks(ctx, declared, top_seen, default, n)
+    picks = pick_ids(ctx, declared, top_seen, default, n)
     ids, source = picks[0].ids, picks[0].source
     facts.aux_layer_ids, facts.aux_layer_ids_source = ids, source
     if ids is None:
@@ -93,7 +84,7 @@ def aux_ids_check(facts: DraftFacts, data: dict[str, Any], eagle_config: dict[st
     return Check(f"aux layer ids {ids_text(ids)}", ok, detail, children=children)
 
 
-def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None, ctx: DraftContext) -> Check | None:
+def _declared_out_of_range(facts: DraftFacts, declared: Declared, n: int | None, ctx: DraftContext) -> Check | None:
     """The failing check of declared ids outside their field's own range (and the action to fix them), or None.
 
     Each field is held to its own convention before any id is converted or advised (issue 42, finding
@@ -107,7 +98,10 @@ def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None
     fields = (  # the top-level ids are checked id by id where the runner reads them (_ranges)
         (f"{EAGLE_CONFIG}.{IDS_FIELD}", declared.nested, 1),
         (TARGET_LAYER_IDS, declared.target_ids, 1),
+        (f"{DFLASH_CONFIG}.{TARGET_LAYER_IDS}", declared.dflash, 1),
+        (DSPARK_IDS, declared.dspark, 1),
         (f"{EAGLE_CONFIG}.{LAYER_IDS}", declared.layer_ids, 0),
+        (f"{DFLASH_CONFIG}.{LAYER_IDS}", declared.dflash_layer_ids, 0),
     )
     for name, ids, shift in fields:
         top = None if n is None else n - shift
@@ -132,93 +126,8 @@ def _declared_out_of_range(facts: DraftFacts, declared: _Declared, n: int | None
     return None
 
 
-def _declared(data: dict[str, Any], eagle_config: dict[str, Any]) -> _Declared:
-    """The ids the draft declares (vLLM treats an empty list as "not given")."""
-    return _Declared(
-        top=as_int_list(data.get(IDS_FIELD)) or None,
-        nested=as_int_list(eagle_config.get(IDS_FIELD)) or None,
-        layer_ids=as_int_list(eagle_config.get(LAYER_IDS)) or None,
-        target_ids=as_int_list(data.get(TARGET_LAYER_IDS)) or None,
-    )
-
-
-def _intended(declared: _Declared, default: list[int] | None) -> tuple[list[int] | None, str]:
-    """What the draft was trained on, in vLLM's convention, and why patchkit reads it so."""
-    top, nested, layer_ids, target_ids = declared
-    if top is not None:
-        return top, f"the draft's top-level {IDS_FIELD} (vLLM's convention: id k = the stream entering layer k)"
-    if nested is not None:
-        intended = [k + 1 for k in nested]
-        return intended, (
-            f"{EAGLE_CONFIG}'s {nested} count the output of layer k (SpecForge / SGLang / ModelOpt), "
-            f"the stream entering layer k + 1: {ids_text(intended)} in vLLM's convention"
-        )
-    if target_ids is not None:
-        intended = [k + 1 for k in target_ids]
-        return intended, (
-            f"the draft's top-level {TARGET_LAYER_IDS} {target_ids} count the output of layer k, the stream "
-            f"entering layer k + 1: {ids_text(intended)} in vLLM's convention"
-        )
-    if layer_ids is not None:
-        return layer_ids, f"{EAGLE_CONFIG}.{LAYER_IDS}, which the runners that read it use verbatim (vLLM's convention)"
-    return (
-        default,
-        "no ids declared: drafts without ids (EAGLE, lmsys, AngelSlim, TorchSpec) are trained on the default layers",
-    )
-
-
-def _picks(
-    ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None
-) -> list[_Pick]:
-    """What each runner of the release picks (one pick for every runner when they agree)."""
-    picks = [_pick(r, declared, top_seen, default, n) for r in ctx.reading.readers or (None,)]
-    if len(picks) > 1 and all(
-        sorted(p.ids or []) == sorted(picks[0].ids or []) and p.source is picks[0].source for p in picks
-    ):
-        picks = [picks[0]._replace(runner="every model runner")]  # they agree: say it once
-    return picks
-
-
-def _pick(r: Any, declared: _Declared, top_seen: list[int] | None, default: list[int] | None, n: int | None) -> _Pick:
-    """The ids runner ``r`` (an :class:`~patchkit.vllm.checkpoints.drafts.IdReader`; None: the release reads none)
-    picks."""
-    top, nested, layer_ids, target_ids = declared
-    if r is not None and top_seen is not None and r.top_level:
-        return _Pick(
-            r.runner, r.location, top_seen, IdsSource.DRAFT_CONFIG, f"reads the top-level {IDS_FIELD} verbatim"
-        )
-    if r is not None and top_seen is None and nested is not None and r.nested:
-        how = (
-            "adds 1 to eagle_config's ids"
-            if r.nested_offset
-            else f"reads {EAGLE_CONFIG}.{IDS_FIELD} verbatim, as vLLM's convention"
-        )
-        return _Pick(r.runner, r.location, [k + r.nested_offset for k in nested], IdsSource.DRAFT_EAGLE_CONFIG, how)
-    if r is not None and top_seen is None and target_ids is not None and r.target_layer_ids:
-        return _Pick(
-            r.runner,
-            r.location,
-            [k + 1 for k in target_ids],
-            IdsSource.DRAFT_CONFIG,
-            f"reads the top-level {TARGET_LAYER_IDS} and adds 1",
-        )
-    if r is not None and top_seen is None and layer_ids is not None and r.layer_ids:
-        return _Pick(
-            r.runner, r.location, layer_ids, IdsSource.DRAFT_EAGLE_CONFIG, f"reads {EAGLE_CONFIG}.{LAYER_IDS} verbatim"
-        )
-    if r is None:
-        how = "this release's runner reads no ids from the draft: the target's default decides"
-    elif top_seen is None and top is not None:
-        how = "this release's speculators converter drops the top-level ids: the target's default decides"
-    elif nested is not None and not r.nested:
-        how = f"reads only a top-level {IDS_FIELD}: eagle_config's ids are ignored, the target's default decides"
-    else:
-        how = "the target's default (2, n // 2, n - 3)" + (f" with n = {n}" if n is not None else "")
-    return _Pick(r.runner if r else "model runner", r.location if r else None, default, IdsSource.DEFAULT, how)
-
-
 def _source_detail(
-    source: IdsSource, same_everywhere: bool, n: int | None, top_seen: list[int] | None, declared: _Declared
+    source: IdsSource, same_everywhere: bool, n: int | None, top_seen: list[int] | None, declared: Declared
 ) -> str:
     """The ids node's detail: where the ids come from."""
     if source is IdsSource.DEFAULT:
@@ -228,14 +137,18 @@ def _source_detail(
             else "the runners pick different ids (below)"
         )
     if source is IdsSource.DRAFT_CONFIG:
-        return f"explicit: {IDS_FIELD if top_seen is not None else TARGET_LAYER_IDS} in the draft's config.json"
+        field = IDS_FIELD if top_seen is not None else DSPARK_IDS if declared.dspark is not None else TARGET_LAYER_IDS
+        return f"explicit: {field} in the draft's config.json"
+    if source is IdsSource.DRAFT_DFLASH_CONFIG:
+        field = TARGET_LAYER_IDS if declared.dflash is not None else LAYER_IDS
+        return f"explicit: {DFLASH_CONFIG}.{field} in the draft's config.json"
     return (
         f"explicit: {EAGLE_CONFIG}.{IDS_FIELD if declared.nested is not None else LAYER_IDS} in the draft's config.json"
     )
 
 
 def _runner_checks(
-    children: list[Check], picks: list[_Pick], intended: list[int] | None, intended_why: str, facts: DraftFacts
+    children: list[Check], picks: list[Pick], intended: list[int] | None, intended_why: str, facts: DraftFacts
 ) -> list[str]:
     """Does every runner capture the layers the draft was trained on? One child per runner worth a line,
     appended to ``children``; returns the runners that do not."""
@@ -258,7 +171,7 @@ def _runner_checks(
 
 
 def _ids_action(
-    ctx: DraftContext, declared: _Declared, top_seen: list[int] | None, intended: list[int], default: list[int] | None
+    ctx: DraftContext, declared: Declared, top_seen: list[int] | None, intended: list[int], default: list[int] | None
 ) -> str:
     """What to do when a runner does not capture the layers the draft was trained on."""
     top, nested = declared.top, declared.nested

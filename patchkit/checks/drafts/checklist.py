@@ -11,6 +11,7 @@ from patchkit.results import Check
 from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoints.config import CheckpointConfig
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, draft_shape_problem
+from patchkit.vllm.checkpoints.methods import EAGLE3, MethodPick, draft_method
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.runner.units import Concern
@@ -34,11 +35,22 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
     archs = data.get("architectures")
     architectures = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     facts = DraftFacts(str(cfg.path), architectures, kind=kind)
+    pick = draft_method(ctx.tree, ctx.registry, data, str(cfg.path.parent))
+    method = method_check(facts, pick) if pick is not None and pick.method != EAGLE3 and pick.aux is not False else None
+    if method is not None and method.ok is False:
+        ctx.actions.append(
+            f"patchkit cannot tell whether vLLM {ctx.install.version} serves {pick.method} with the target's aux "
+            "states: check the serve's log for 'Using Eagle3 auxiliary layers' and its acceptance"
+        )
     checks: list[Check] = [
+        *([method] if method is not None else []),
         architecture_check(facts, data, ctx),
         model_type_check(facts, data, ctx),
         vocab_check(facts, cfg, layer, ctx),
     ]
+    changed_method = pins(ctx.tree).not_checked(Concern.METHOD) if facts.method is not None else None
+    if changed_method is not None:  # the method, its class and (below) its width rest on changed vLLM code
+        checks[:2] = [kinds.unpinned(c, changed_method) for c in checks[:2]]
 
     problem = draft_shape_problem(data)
     if problem is not None:  # what no release reads: never "ready" (issue 42, finding 2)
@@ -58,8 +70,40 @@ def draft_checks(cfg: CheckpointConfig, ctx: DraftContext) -> tuple[DraftFacts, 
     ids = aux_ids_check(facts, data, eagle_config, ctx)
     changed = pins(ctx.tree).not_checked(Concern.IDS, generation=serving_runner(ctx.tree).name)
     checks.append(kinds.unpinned(ids, changed) if changed is not None else ids)
-    checks.append(width_check(facts, data, layer, eagle_config, ctx))
+    width = width_check(facts, data, layer, eagle_config, ctx)
+    checks.append(kinds.unpinned(width, changed_method) if changed_method is not None else width)
     return facts, checks
+
+
+def method_check(facts: DraftFacts, pick: MethodPick) -> Check:
+    """The speculative method vLLM picks for the draft by itself, other than EAGLE-3, and whether it makes the
+    runner capture the target's aux states (sets :attr:`DraftFacts.method`).
+
+    Args:
+        facts: the draft's facts; pick: :func:`patchkit.vllm.checkpoints.methods.draft_method`'s answer.
+    Returns:
+        One :class:`Check`: ok when the method's config turns ``uses_aux_hidden_states`` on (the runner then sets
+        the target's aux layers through the EAGLE-3 interface), None when that is not read on this release.
+    """
+    facts.method = pick.method
+    label = f"speculative method {pick.method}"
+    if pick.aux is None:  # unknown is not success: never "ready" on it
+        return Check(
+            label,
+            False,
+            f"not checked: {pick.how}; whether it makes the runner capture aux states is not read: patchkit reads "
+            "that from the method's speculator config (v1/worker/gpu/spec_decode/*/config.py), which this release "
+            "lacks; `patchkit rehearse` cannot run this draft either",
+            pick.location,
+        )
+    return Check(
+        label,
+        True,
+        f"{pick.how}; {pick.config_class.rpartition('.')[2] if pick.config_class else 'its config'} turns "
+        "uses_aux_hidden_states on: the runner sets the target's aux layers through the EAGLE-3 interface, as for "
+        "an EAGLE-3 draft",
+        pick.location,
+    )
 
 
 def final_layer_capture(chain: Check | None) -> bool | None:
@@ -80,4 +124,4 @@ def final_layer_capture(chain: Check | None) -> bool | None:
     return all(c.kind == kinds.FINAL_LAYER_CAPTURED for c in found)
 
 
-__all__ = ["draft_checks", "final_layer_capture"]
+__all__ = ["draft_checks", "final_layer_capture", "method_check"]

@@ -37,6 +37,7 @@ class IdsSource(str, Enum):
 
     DRAFT_CONFIG = "draft config"  # the draft's top-level ids
     DRAFT_EAGLE_CONFIG = "draft eagle_config"  # the draft's eagle_config
+    DRAFT_DFLASH_CONFIG = "draft dflash_config"  # the draft's dflash_config (DFlash drafts)
     DEFAULT = "default"  # the target's default (2, n // 2, n - 3)
 
     __str__ = str.__str__
@@ -64,6 +65,9 @@ class DraftFacts:
         draft_vocab_size: the draft head's vocabulary size (None: the same as ``vocab_size``).
         draft_class: ``module.Class`` of the registered draft class vLLM builds (None: none).
         fc_input_width: the width the draft's ``fc`` takes, in elements per token (None: not stated).
+        method: the speculative method vLLM picks for the draft by itself when it is one other than
+            ``eagle3`` (``"dflash"``, ``"dspark"``; :func:`patchkit.vllm.checkpoints.methods.draft_method`);
+            None: none, or ``eagle3``, which the draft checks assume.
     """
 
     config: str
@@ -81,6 +85,7 @@ class DraftFacts:
     draft_vocab_size: int | None = None
     draft_class: str | None = None
     fc_input_width: int | None = None
+    method: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the kinds as their values)."""

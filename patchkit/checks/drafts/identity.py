@@ -17,13 +17,16 @@ from patchkit.vllm.checkpoints.drafts import (
     eagle3_draft_architecture,
     transformers_has,
 )
+from patchkit.vllm.checkpoints.methods import draft_architecture
 
 
 def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
-    """The draft class vLLM builds for the draft's ``architectures`` (with method ``eagle3``).
+    """The draft class vLLM builds for the draft's ``architectures``: with method ``eagle3``, or with the method
+    vLLM picks by itself (:attr:`DraftFacts.method`; the name it asks the registry for is
+    :func:`patchkit.vllm.checkpoints.methods.draft_architecture`'s).
 
     Args:
-        facts: the draft's facts (``vllm_architectures`` and ``draft_class`` are set here).
+        facts: the draft's facts (``method`` is read; ``vllm_architectures`` and ``draft_class`` are set here).
         data: the draft's ``config.json``.
         ctx: the registry and install; a failure appends an action.
     Returns:
@@ -42,8 +45,15 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
     label = "draft architecture " + ", ".join(facts.architectures)
     children: list[Check] = []
     registered = []
-    for arch in facts.architectures:
-        name = eagle3_draft_architecture(arch)
+    method = facts.method
+    for i, arch in enumerate(facts.architectures):
+        if method is None:
+            name, steps = eagle3_draft_architecture(arch), []
+        else:  # the renames of hf_config_override look at the first architecture only
+            name, steps = draft_architecture(ctx.tree, method, arch, data if i == 0 else {})
+        if name is None:
+            children.append(Check(f"{arch} -> ?", None, "not checked: " + "; ".join(steps)))
+            continue
         facts.vllm_architectures.append(name)
         entry = ctx.registry.entry(name)
         if entry is not None:
@@ -52,12 +62,13 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
                 Check(
                     f"{arch} -> {name}",
                     True,
-                    f"registered: {entry.module}.{entry.class_name}",
+                    "; ".join([*steps, f"registered: {entry.module}.{entry.class_name}"]),
                     f"{ctx.registry.relpath}:{entry.lineno}",
                 )
             )
         else:
             detail = f"vLLM {ctx.install.version} does not register {name}: it cannot build this draft"
+            detail = "; ".join([*steps, detail])
             if name in MLA_DRAFT_ARCHITECTURES:
                 detail += f" (MLA EAGLE-3 drafts are registered from vLLM {MLA_DRAFTS_FROM})"
             children.append(Check(f"{arch} -> {name}", False, detail, ctx.registry.relpath))
@@ -68,6 +79,14 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
         # one registered name is enough: vLLM uses the first it can build
         children = [replace(child, ok=None) if child.ok is False else child for child in children]
         return Check(label, True, f"vLLM builds {registered[0]}", children=children)
+    if any(c.ok is None for c in children) and not any(c.ok is False for c in children):
+        return Check(label, None, "not checked: the name vLLM asks its registry for is not known", children=children)
+    if method is not None:
+        ctx.actions.append(
+            f"vLLM {ctx.install.version} registers no {method} draft class for {', '.join(facts.architectures)}: "
+            f"use a {method} draft this vLLM can build, or a vLLM that registers this one"
+        )
+        return Check(label, False, f"no {method} draft class for it in this release", children=children)
     mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
     ctx.actions.append(
         "use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"

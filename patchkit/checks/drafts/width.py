@@ -7,14 +7,32 @@ from typing import Any
 from patchkit.checks.drafts.context import DraftContext, DraftFacts
 from patchkit.results import Check
 from patchkit.vllm.checkpoints.config import as_int, as_int_list
+from patchkit.checks.drafts.context import IdsSource
 from patchkit.vllm.checkpoints.drafts import FC_COUNT_FIELD, FC_STATES, IDS_FIELD, reads_aux_count
+from patchkit.vllm.checkpoints.methods import sizes_by_ids
 from patchkit.vllm.release.source import SourceTree
 
 
 def _fc_states(
     facts: DraftFacts, data: dict[str, Any], eagle_config: dict[str, Any], tree: SourceTree
-) -> tuple[int, str]:
-    """How many aux states the draft's fc takes, and why (see :data:`patchkit.vllm.checkpoints.drafts.FC_STATES`)."""
+) -> tuple[int | None, str]:
+    """How many aux states the draft's fc takes, and why (see :data:`patchkit.vllm.checkpoints.drafts.FC_STATES`
+    and :func:`patchkit.vllm.checkpoints.methods.sizes_by_ids`); ``(None, why)`` when patchkit does not read how
+    the draft class of a method other than EAGLE-3 sizes it."""
+    sized = sizes_by_ids(tree, facts.draft_class)
+    if sized is not None:
+        if facts.aux_layer_ids_source is IdsSource.DEFAULT or facts.aux_layer_ids_source is None:
+            layers = as_int(data.get("num_hidden_layers"))
+            if layers is None:
+                return None, f"the reader gives no ids, and the draft's config has no num_hidden_layers ({sized})"
+            return layers, f"num_hidden_layers {layers} states (the reader gives no ids; {sized})"
+        count = len(facts.aux_layer_ids or [])
+        return count, f"{count} states (one per id the runner reads; {sized})"
+    if facts.method is not None:
+        return None, (
+            f"not checked: {facts.draft_class or 'the draft class'} ({facts.method}) sizes its input neither by the "
+            "runner's ids nor by a count patchkit reads"
+        )
     reads_count = reads_aux_count(tree, facts.draft_class)
     declared = as_int(data.get(FC_COUNT_FIELD))
     if reads_count is False:
@@ -58,6 +76,8 @@ def width_check(
             label, None, "the draft's config.json gives neither target_hidden_size nor hidden_size: not checked"
         )
     k, k_text = _fc_states(facts, data, eagle_config, ctx.tree)
+    if k is None:
+        return Check(label, None, k_text)
     facts.fc_input_width = k * width
     h = ctx.target.hidden_size
     ids = facts.aux_layer_ids

@@ -37,13 +37,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchkit.vllm.checkpoints.config import as_int_list
-from patchkit.vllm.classes import composition
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.registry.model_types import config_registry
-from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.runner.generations import V1, V2
-from patchkit.vllm.release.source import ClassRef, SourceTree
+from patchkit.vllm.release.source import SourceTree
 
 IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
 """Draft config field with explicit aux layer ids (top level, or inside ``eagle_config``)."""
@@ -69,8 +67,14 @@ LAYER_IDS = "layer_ids"
 (``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``)."""
 TARGET_LAYER_IDS = "target_layer_ids"
 """Top-level draft config field vLLM 0.34.0's V2 runner reads next, adding 1 to each id (DSpark's
-"output of layer k" convention; same function)."""
-"""Name ending of the runner function that reads the draft's ids."""
+"output of layer k" convention; same function). Also the key of ``dflash_config`` holding DFlash's ids."""
+DFLASH_CONFIG = "dflash_config"
+"""Nested draft config dict of DFlash drafts (z-lab, SpecForge): ``target_layer_ids`` (output of layer k),
+``mask_token_id``. vLLM's readers add 1 from 0.22.0 (V1) and 0.25.0 (V2); 0.20.2's V1 reads it verbatim
+(``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``)."""
+DSPARK_IDS = "dspark_target_layer_ids"
+"""Top-level draft config field of DSpark drafts (output of layer k); vLLM 0.25.0 - 0.34.0's V2 reader adds 1,
+and from 0.32.0 keeps them as they are for the model types it compares ``model_type`` with (``deepseek_v41``)."""
 SPECULATORS_ALGOS_MODULE = "vllm.transformers_utils.configs.speculators.algos"
 """Module converting a speculators config; it forwards the top-level ids from vLLM 0.14.1 (not 0.10.2)."""
 SPECULATORS_MODEL_TYPE = "speculators"
@@ -129,6 +133,14 @@ class IdReader:
         nested_offset: what it adds to the nested ids (0: used verbatim, as vLLM 0.33.0's V1 runner does).
         layer_ids: it reads ``eagle_config["layer_ids"]`` verbatim (:data:`LAYER_IDS`; 0.34.0's V2 runner).
         target_layer_ids: it reads a top-level :data:`TARGET_LAYER_IDS`, adding 1 (0.34.0's V2 runner).
+        dflash: it reads ``dflash_config["target_layer_ids"]`` (:data:`DFLASH_CONFIG`).
+        dflash_offset: what it adds to them (0.20.2's V1: 0; 0.22.0 on: 1).
+        dspark: it reads a top-level :data:`DSPARK_IDS`, adding 1.
+        dspark_kept: the draft model types for which it keeps the DSpark ids as they are (0.32.0 on:
+            ``deepseek_v41``), read from its ``model_type == "..."`` tests.
+        dflash_layer_ids: it reads ``dflash_config["layer_ids"]`` verbatim (0.32.0 - 0.34.0's V2).
+        order: the fields it reads, first read first (keys of :data:`FIELD_KEYS`), by where the reader
+            first names each field.
     """
 
     runner: str
@@ -138,6 +150,18 @@ class IdReader:
     nested_offset: int
     layer_ids: bool = False
     target_layer_ids: bool = False
+    dflash: bool = False
+    dflash_offset: int = 0
+    dspark: bool = False
+    dspark_kept: tuple[str, ...] = ()
+    dflash_layer_ids: bool = False
+    order: tuple[str, ...] = ("top", "nested", "target", "layer_ids")
+
+
+FIELD_KEYS = ("top", "nested", "dflash", "dspark", "target", "layer_ids")
+"""The draft config fields a reader may read: the top-level :data:`IDS_FIELD`, ``eagle_config``'s, DFlash's
+``dflash_config.target_layer_ids``, :data:`DSPARK_IDS`, the top-level :data:`TARGET_LAYER_IDS`, and the
+``layer_ids`` of ``eagle_config`` / ``dflash_config``."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +220,7 @@ def read_release(tree: SourceTree, install: Install) -> ReleaseReading:
     entries, where = config_registry(tree)
     types = frozenset(model_type for model_type, _ in entries)
     flag = tree.relpath_of_module(INTERFACES_MODULE) is not None and any(
-        isinstance(n, (ast.AnnAssign, ast.Assign)) and _assigns(n, PP_FLAG)
+        isinstance(n, (ast.AnnAssign, ast.Assign)) and assigns(n, PP_FLAG)
         for n in ast.walk(tree.module_tree(INTERFACES_MODULE))
     )
     return ReleaseReading(tuple(readers), speculators_ids, types, where, _transformers_requirement(install), flag)
@@ -246,10 +270,73 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
     target_ids = any(
         isinstance(c, ast.Constant) and c.value == TARGET_LAYER_IDS and id(c) not in gets for c in ast.walk(fn)
     )
-    return IdReader(runner, location, top, nested, offset, layer_ids, target_ids)
+    dflash, dflash_offset, dflash_line = _dflash_read(fn)
+    dspark_lines = [c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == DSPARK_IDS]
+    kept = tuple(
+        c.comparators[0].value
+        for c in ast.walk(fn)
+        if isinstance(c, ast.Compare)
+        and len(c.ops) == 1
+        and isinstance(c.ops[0], ast.Eq)
+        and isinstance(c.left, ast.Call)
+        and any(isinstance(a, ast.Constant) and a.value == "model_type" for a in c.left.args)
+        and isinstance(c.comparators[0], ast.Constant)
+        and isinstance(c.comparators[0].value, str)
+    )
+    dflash_layer_ids = DFLASH_CONFIG in names and any(
+        isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets for c in ast.walk(fn)
+    )
+    lines = {
+        "top": _first_line(fn, IDS_FIELD, lambda c: id(c) not in in_get) if top else None,
+        "nested": _first_line(fn, IDS_FIELD, lambda c: id(c) in in_get) if nested else None,
+        "dflash": dflash_line if dflash else None,
+        "dspark": min(dspark_lines) if dspark_lines else None,
+        "target": _first_line(fn, TARGET_LAYER_IDS, lambda c: id(c) not in gets) if target_ids else None,
+        "layer_ids": _first_line(fn, LAYER_IDS, lambda c: id(c) in gets) if layer_ids or dflash_layer_ids else None,
+    }
+    order = tuple(k for k, _ in sorted(((k, v) for k, v in lines.items() if v is not None), key=lambda kv: kv[1]))
+    found = (top, nested, offset, layer_ids, target_ids, dflash, dflash_offset, bool(dspark_lines), kept)
+    return IdReader(runner, location, *found, dflash_layer_ids, order)
 
 
-def _assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
+def _first_line(fn: ast.AST, value: str, keep) -> int | None:
+    """The first line of ``fn`` holding the string constant ``value`` that ``keep`` accepts."""
+    return min(
+        (c.lineno for c in ast.walk(fn) if isinstance(c, ast.Constant) and c.value == value and keep(c)), default=None
+    )
+
+
+def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
+    """Whether ``fn`` reads ``dflash_config``'s :data:`TARGET_LAYER_IDS` (a ``.get("target_layer_ids")`` in a
+    function naming :data:`DFLASH_CONFIG`), what the statement holding it adds (``+ 1``), and its line."""
+    if not any(isinstance(c, ast.Constant) and c.value == DFLASH_CONFIG for c in ast.walk(fn)):
+        return False, 0, None
+    for stmt in ast.walk(fn):
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)):
+            continue
+        gets = [
+            call
+            for call in ast.walk(stmt)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "get"
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and call.args[0].value == TARGET_LAYER_IDS
+        ]
+        if gets:
+            plus = any(
+                isinstance(b, ast.BinOp)
+                and isinstance(b.op, ast.Add)
+                and isinstance(b.right, ast.Constant)
+                and b.right.value == 1
+                for b in ast.walk(stmt)
+            )
+            return True, int(plus), stmt.lineno
+    return False, 0, None
+
+
+def assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
     targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
     return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
@@ -383,78 +470,11 @@ def reads_aux_count(tree: SourceTree, draft_class: str | None) -> bool | None:
     return any(isinstance(c, ast.Constant) and c.value == FC_COUNT_FIELD for c in ast.walk(tree.module_tree(module)))
 
 
-# -- pipeline parallelism ----------------------------------------------------------------------
-
-
-def last_stage_start(n: int, pp: int) -> int:
-    """First layer the last of ``pp`` pipeline stages owns, for a target of ``n`` layers.
-
-    Fact (vLLM 0.10.2 - 0.33.0 ``distributed/utils.py`` ``get_pp_indices``, without
-    ``VLLM_PP_LAYER_PARTITION``): each stage gets ``n // pp`` layers; the remainder goes one each to
-    the stages before the last, from the second-to-last backwards.
-    """
-    parts = [n // pp] * pp
-    for i in range(2, n % pp + 2):
-        parts[-i] += 1
-    return sum(parts[:-1])
-
-
-def backbone_transport(
-    tree: SourceTree, registry: Registry, cls: ClassRef | None, reading: ReleaseReading
-) -> tuple[bool, str]:
-    """Whether the target's backbone carries aux states between pipeline stages, and what was found.
-
-    Args:
-        tree: the install's sources.
-        registry: its model registry.
-        cls: the target's resolved class (None: not a native model).
-        reading: this release's :class:`ReleaseReading` (whether :data:`patchkit.vllm.release.contract.PP_FLAG` exists).
-    Returns:
-        ``(carried, why)``: ``carried`` is the value the backbone's MRO sets
-        :data:`patchkit.vllm.release.contract.PP_FLAG` to (False when unset or absent from the release); ``why`` says
-        what was found, with ``file:line``.
-    Raises:
-        SourceError: a file read does not parse.
-    """
-    if not reading.pp_transport_flag:
-        return (
-            False,
-            f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)",
-        )
-    if cls is None:
-        return False, "the target is not a native model"
-    backbone: ClassRef = cls
-    try:
-        links = composition.chain(tree, registry, cls)
-    except composition.CompositionError:
-        links = []
-    if links:
-        backbone = links[-1][1]
-    else:  # built through a helper (``self.model = self._init_model(...)``): the one backbone its module defines
-        found = [
-            ref
-            for node in tree.module_tree(cls.module).body
-            if isinstance(node, ast.ClassDef)
-            for ref in [tree.find_class(cls.module, node.name)]
-            if ref is not None and composition.kind_of(tree, ref) == "backbone"
-        ]
-        if len(found) == 1:
-            backbone = found[0]
-    for klass in tree.mro(backbone):
-        for stmt in tree.class_node(klass).body:
-            if (
-                isinstance(stmt, (ast.Assign, ast.AnnAssign))
-                and _assigns(stmt, PP_FLAG)
-                and isinstance(stmt.value, ast.Constant)
-            ):
-                return bool(
-                    stmt.value.value
-                ), f"{klass.name}.{PP_FLAG} = {stmt.value.value!r} ({klass.relpath}:{stmt.lineno})"
-    return False, f"{backbone.name} does not set {PP_FLAG}"
-
-
 __all__ = [
+    "DFLASH_CONFIG",
+    "DSPARK_IDS",
     "EAGLE_CONFIG",
+    "FIELD_KEYS",
     "FC_COUNT_FIELD",
     "FC_STATES",
     "IDS_FIELD",
@@ -465,11 +485,9 @@ __all__ = [
     "TRANSFORMERS_MODEL_TYPES",
     "IdReader",
     "ReleaseReading",
-    "backbone_transport",
     "draft_kind",
     "draft_shape_problem",
     "eagle3_draft_architecture",
-    "last_stage_start",
     "read_release",
     "reads_aux_count",
     "transformers_allows",

@@ -27,6 +27,13 @@ Facts (each unit read on the release files of vLLM 0.10.2 - 0.34.0; the first pl
 - The draft's ids outside the runner: ``SpeculativeConfig``'s statements reading
   ``eagle_aux_hidden_state_layer_ids`` and ``_get_nested_config_value`` (``config/speculative.py``),
   ``update_eagle3`` (``transformers_utils/configs/speculators/algos.py``).
+- The aux-state speculators other than EAGLE-3 (:mod:`patchkit.vllm.checkpoints.methods`; the config classes are
+  in 0.34.0 only, ``EAGLEConfig``'s DFlash branch from 0.20.2, ``_get_dflash_fc_input_size`` from 0.32.0):
+  ``_resolve_checkpoint_config_class`` (``v1/worker/gpu/spec_decode/speculator_config.py``, 0.34.0),
+  ``DFlashSpeculatorConfig`` (``dflash/config.py``), ``DSparkSpeculatorConfig`` (``dspark/config.py``),
+  ``ExtractHiddenStatesSpeculatorConfig`` (``extract_hidden_states_config.py``, 0.34.0), ``EAGLEConfig.__init__``
+  (``transformers_utils/configs/eagle.py``), ``SpeculativeConfig.hf_config_override`` (``config/speculative.py``)
+  and ``_get_dflash_fc_input_size`` (``model_executor/models/qwen3_dflash.py``).
 - The start-up allow-list (0.10.2 - 0.20.x): ``SpeculativeConfig``'s statements reading
   ``eagle3_target_supported`` / ``aux_hidden_states_supported`` (``config/speculative.py``, or
   ``config.py`` before the config package).
@@ -44,6 +51,7 @@ INTERFACES = "vllm/model_executor/models/interfaces.py"
 V1_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py"
 V2_EAGLE = "vllm/v1/worker/gpu/spec_decode/eagle"
+V2_SPECULATORS = "vllm/v1/worker/gpu/spec_decode"
 SPECULATIVE = ("vllm/config/speculative.py", "vllm/config.py")
 RETURN_FLAG = "use_aux_hidden_state_outputs"
 IDS = "eagle_aux_hidden_state_layer_ids"
@@ -60,6 +68,9 @@ class Concern(Enum):
     """Which layers a draft's config makes vLLM capture (doctor's reading of the draft)."""
     ALLOW_LIST = "allow-list"
     """Which model types the start-up allow-list admits."""
+    METHOD = "method"
+    """Which speculative method vLLM picks for a draft, the class it builds and the input width that class takes
+    (doctor's reading of a DFlash, DFlash2, DSpark or hidden-state-extraction draft)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +197,8 @@ UNITS: tuple[Unit, ...] = (
         "get_eagle3_aux_layers_from_config",
         ((f"{V2_EAGLE}/eagle3_utils.py", "get_eagle3_aux_layers_from_config"),),
         f"reads the draft config's ids with the fields and offsets patchkit's draft reading follows "
-        f"(top-level {IDS} unchanged)",
+        f"(top-level {IDS} unchanged; dflash_config.target_layer_ids, dspark_target_layer_ids and target_layer_ids "
+        f"+ 1, the DSpark ids unchanged for the model types it names; dflash_config/eagle_config layer_ids unchanged)",
         Concern.IDS,
         "V2",
     ),
@@ -240,6 +252,61 @@ UNITS: tuple[Unit, ...] = (
         (("vllm/transformers_utils/configs/speculators/algos.py", "update_eagle3"),),
         f"copies a speculators-format draft's {IDS} unchanged",
         Concern.IDS,
+    ),
+    Unit(
+        "method-pick",
+        "_resolve_checkpoint_config_class",
+        ((f"{V2_SPECULATORS}/speculator_config.py", "_resolve_checkpoint_config_class"),),
+        "with no method given, takes the speculator config the draft class declares, else the first config class "
+        "in the detection order whose matches() accepts the draft",
+        Concern.METHOD,
+    ),
+    Unit(
+        "method-dflash",
+        "DFlashSpeculatorConfig",
+        ((f"{V2_SPECULATORS}/dflash/config.py", "DFlashSpeculatorConfig"),),
+        "matches a draft whose path contains 'dflash', wraps its config in EAGLEConfig for its base method, and "
+        "turns uses_aux_hidden_states on",
+        Concern.METHOD,
+    ),
+    Unit(
+        "method-dspark",
+        "DSparkSpeculatorConfig",
+        ((f"{V2_SPECULATORS}/dspark/config.py", "DSparkSpeculatorConfig"),),
+        "matches a draft whose path contains 'dspark', keeps a self-contained draft's config unwrapped (its "
+        "architecture looked up as written), and inherits DFlash's use of aux states",
+        Concern.METHOD,
+    ),
+    Unit(
+        "method-extract",
+        "ExtractHiddenStatesSpeculatorConfig",
+        ((f"{V2_SPECULATORS}/extract_hidden_states_config.py", "ExtractHiddenStatesSpeculatorConfig"),),
+        "turns uses_aux_hidden_states on and builds ExtractHiddenStatesModel from the target's config",
+        Concern.METHOD,
+    ),
+    Unit(
+        "method-arch",
+        "EAGLEConfig.__init__",
+        (("vllm/transformers_utils/configs/eagle.py", "EAGLEConfig.__init__"),),
+        "rewrites a wrapped draft's architectures per method by the rule patchkit reads (arch if <test> else "
+        "f'<prefix>{arch}')",
+        Concern.METHOD,
+    ),
+    Unit(
+        "method-rename",
+        "SpeculativeConfig.hf_config_override",
+        ((SPECULATIVE[0], "SpeculativeConfig.hf_config_override"),),
+        "renames a draft's first architecture only by the tests patchkit reads (model_type equal to a name, a "
+        "field set), before the method's config wraps it",
+        Concern.METHOD,
+    ),
+    Unit(
+        "dflash-width",
+        "_get_dflash_fc_input_size",
+        (("vllm/model_executor/models/qwen3_dflash.py", "_get_dflash_fc_input_size"),),
+        "sizes a DFlash draft's fc as (target_hidden_size or hidden_size) x the number of ids the V2 reader gives, "
+        "x the draft's num_hidden_layers when it gives none",
+        Concern.METHOD,
     ),
     Unit(
         "allow-list",
