@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import api_steps, interrupt
 from patchkit.advice import Effect, NextStep
-from patchkit.errors import PatchkitError
+from patchkit.errors import PatchkitError, UsageError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -46,6 +46,7 @@ PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
 """patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
+    from patchkit.plan.export import ExportReport
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 
@@ -435,6 +436,25 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     )
 
 
+def export(install: Install, *, request: Request, force: bool = False, source: bool = False) -> "ExportReport":
+    """``patchkit export``: :func:`patchkit.plan.export.export` with verify's chain check as apply's last gate.
+
+    Plans exactly what ``apply`` with ``request`` and ``force`` would write, from the release's own bytes, and
+    writes nothing anywhere; the result (frozen) holds the patch in upstream's style, or why apply refuses.
+
+    Raises:
+        UsageError: no ``--arch``/``--model`` (export is per architecture), or one the registry does not hold.
+        ConfigError, SourceError, StateError: as :func:`patchkit.plan.export.export`.
+    """
+    if not request:
+        raise UsageError(
+            "export needs the architectures to export", "give --arch ARCH (repeatable) or --model DIR"
+        )
+    from patchkit.plan import export as export_mod  # lazy: start-up, only 'export' plans (libcst) here
+
+    return export_mod.export(install, request=request, chain_check=run_checks, force=force, source=source)
+
+
 def resolve(install: Install, architecture: str) -> "ResolveReport":
     """``patchkit resolve``: :func:`patchkit.checks.resolve.resolve` (read statically; see there)."""
     from patchkit.checks import resolve as resolve_mod  # lazy: start-up, only 'resolve' reads platform branches
@@ -442,4 +462,4 @@ def resolve(install: Install, architecture: str) -> "ResolveReport":
     return resolve_mod.resolve(install, architecture)
 
 
-__all__ = ["apply", "verify", "revert", "status", "resolve", "scan", "PatchResult"]
+__all__ = ["apply", "verify", "revert", "status", "resolve", "scan", "export", "PatchResult"]
