@@ -447,9 +447,7 @@ def export(install: Install, *, request: Request, force: bool = False, source: b
         ConfigError, SourceError, StateError: as :func:`patchkit.plan.export.export`.
     """
     if not request:
-        raise UsageError(
-            "export needs the architectures to export", "give --arch ARCH (repeatable) or --model DIR"
-        )
+        raise UsageError("export needs the architectures to export", "give --arch ARCH (repeatable) or --model DIR")
     from patchkit.plan import export as export_mod  # lazy: start-up, only 'export' plans (libcst) here
 
     return export_mod.export(install, request=request, chain_check=run_checks, force=force, source=source)

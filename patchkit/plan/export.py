@@ -157,11 +157,17 @@ def _shapes(install: Install, overrides: dict[str, bytes], done: Decided) -> dic
 
 
 def _checked(done: Decided) -> tuple[str, ...]:
-    """The chain check of the planned bytes, one line per top check (what the description says was checked)."""
+    """The chain check of the planned bytes, one line per check to two levels deep (what the description says was
+    checked statically): ``label: ok|FAIL|info detail``, a nested one indented."""
     report = done.checked
     if report is None:
         return ()
-    return tuple(f"{c.label}: {'ok' if c.ok else 'FAIL'} {c.detail}".rstrip() for c in report.checks)
+
+    def line(check, depth: int) -> str:
+        verdict = "info" if check.ok is None else "ok" if check.ok else "FAIL"
+        return f"{'  ' * depth}{check.label}: {verdict} {check.detail}".rstrip()
+
+    return tuple(line(c, d) for top in report.checks for c, d in ((top, 0), *((k, 1) for k in top.children)))
 
 
 def _long_added(path: str, old: str, new: str) -> list[str]:

@@ -126,7 +126,7 @@ def _static(report: ExportReport) -> list[str]:
         f"on the patched files of vLLM {report.info.version}:",
         "",
     ]
-    return [*out, *(f"- {line}" for line in report.checked)]
+    return [*out, *(f"{line[: len(line) - len(line.lstrip())]}- {line.lstrip()}" for line in report.checked)]
 
 
 def _evidence(evidence: dict[str, Any]) -> list[str]:

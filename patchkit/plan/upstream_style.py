@@ -9,7 +9,9 @@ bytes, and makes them what a vLLM pull request would hold:
    (:data:`patchkit.vllm.release.contract.UPSTREAM_LINE_LENGTH`) is wrapped as ruff's formatter (black's style)
    wraps it: the last bracket pair split off, its content on one line when that fits, else one element per line
    with a trailing comma; a ``from ... import`` gets parentheses and one name per line; the content of a bracket
-   opened on an earlier line (a class's bases written on a line of their own) goes one element per line. A line that cannot be
+   opened on an earlier line (a class's bases written on a line of their own) goes one element per line; an
+   ``if``/``elif``/``while`` condition not ending in a bracket is wrapped in parentheses, split before ``and``/``or``.
+   A line that cannot be
    wrapped so is left as it is (the export's ``long_lines`` names it);
 3. :func:`git_diff` writes the change as ``git apply`` reads it.
 
@@ -27,6 +29,8 @@ MARKER = "# Added by patchkit ("
 proposer)."""
 
 _OPEN, _CLOSE = "([{", ")]}"
+_CONDITIONALS = ("if ", "elif ", "while ")
+"""Statements whose condition the formatter wraps in parentheses of its own when it splits it."""
 
 
 def upstream_text(original: str, planned: str, line_length: int) -> str:
@@ -100,6 +104,9 @@ def wrap(line: str, line_length: int) -> list[str]:
         head, _, names = code.partition(" import ")
         parts = [name.strip() for name in names.split(",") if name.strip()]
         return [f"{indent}{head} import (", *(f"{indent}    {name}," for name in parts), f"{indent})"]
+    keyword = next((k for k in _CONDITIONALS if code.startswith(k)), None)
+    if keyword is not None and code.endswith(":") and not code[:-1].rstrip().endswith(tuple(_CLOSE)):
+        return _parenthesized(indent, keyword, code[len(keyword) : -1].strip(), line_length)
     pair = _last_pair(tokens)
     if pair is None:  # the hugged content of a bracket opened on an earlier line: one element per line
         parts = _split_commas(code)
@@ -118,6 +125,31 @@ def wrap(line: str, line_length: int) -> list[str]:
     for element in elements:
         lines.extend(wrap(f"{inner}{element},", line_length))
     return [*lines, indent + tail]
+
+
+def _parenthesized(indent: str, keyword: str, condition: str, line_length: int) -> list[str]:
+    """``if <condition>:`` split inside the parentheses the formatter adds around the condition: the condition on
+    one line when it fits, else one operand of its top-level ``and``/``or`` per line, the operator leading."""
+    inner = indent + "    "
+    if len(inner) + len(condition) <= line_length:
+        body = [inner + condition]
+    else:
+        body = [inner + part for part in _split_boolean(condition)]
+    return [f"{indent}{keyword}(", *body, f"{indent}):"]
+
+
+def _split_boolean(condition: str) -> list[str]:
+    """``a and b or c`` as ``["a", "and b", "or c"]``: split before each top-level ``and``/``or``."""
+    parts, depth, start = [], 0, 0
+    for tok in _tokens(condition) or []:
+        if tok.type == tokenize.OP and tok.string in _OPEN:
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in _CLOSE:
+            depth -= 1
+        elif tok.type == tokenize.NAME and tok.string in ("and", "or") and depth == 0:
+            parts.append(condition[start : tok.start[1]].strip())
+            start = tok.start[1]
+    return [*parts, condition[start:].strip()]
 
 
 def _tokens(code: str) -> list[tokenize.TokenInfo] | None:

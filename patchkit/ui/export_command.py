@@ -108,7 +108,9 @@ def _reproduce(report, site_packages, python, source, force: bool) -> list[str]:
     lines = [f"{served}patchkit export {opts} --out eagle3.patch"]
     if source is None:
         lines += [f"patchkit apply {opts}", f"patchkit verify {plain}"]
-        lines.append("patchkit rehearse --model TARGET_DIR --draft EAGLE3_DRAFT_DIR --device cuda --json > rehearse.json")
+        lines.append(
+            "patchkit rehearse --model TARGET_DIR --draft EAGLE3_DRAFT_DIR --device cuda --json > rehearse.json"
+        )
     return "\n".join(lines).splitlines()
 
 

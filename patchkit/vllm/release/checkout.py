@@ -18,7 +18,9 @@ from packaging.version import InvalidVersion, Version
 from patchkit.errors import InstallNotFound
 from patchkit.vllm.release.install import PACKAGE, Install
 
-_VERSION_LINE = re.compile(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+_VERSION_LINE = re.compile(
+    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", re.M
+)
 _DESCRIBE = re.compile(r"^v?(\d+(?:\.\d+)*)(?:-(\d+)-g[0-9a-f]+)?$")
 
 
@@ -36,7 +38,9 @@ def from_source(directory: Path) -> Install:
     """
     root = Path(directory).expanduser()
     if not root.is_dir():
-        raise InstallNotFound(f"--source {root} is not a directory", "give the root of a vLLM checkout (it holds vllm/)")
+        raise InstallNotFound(
+            f"--source {root} is not a directory", "give the root of a vLLM checkout (it holds vllm/)"
+        )
     if not (root / PACKAGE / "__init__.py").is_file():
         raise InstallNotFound(
             f"--source {root} holds no vllm/ package", "give the root of a vLLM checkout (it holds vllm/__init__.py)"
