@@ -41,7 +41,8 @@ def read_evidence(path: Path) -> dict[str, Any]:
 
     Raises:
         ConfigError (exit 4): the file is missing, unreadable, not UTF-8 or not JSON.
-        UsageError (exit 2): it is JSON but not a ``rehearse --json`` report (no ``architecture``, ``vllm``, ``checks``).
+        UsageError (exit 2): it is JSON but not a ``rehearse --json`` report (no ``architecture``, ``vllm`` or
+            ``checks``).
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

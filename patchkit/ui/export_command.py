@@ -15,8 +15,17 @@ from typing import Optional
 import typer
 
 from patchkit.errors import PatchkitError, UsageError
-from patchkit.ui.console import emit_json, err, error, working
-from patchkit.ui.options import ArchOpt, JsonOpt, ModelOpt, PythonOpt, SitePackagesOpt, TargetOpt, request
+from patchkit.ui.console import emit_json, err, working
+from patchkit.ui.options import (
+    ArchOpt,
+    JsonOpt,
+    ModelOpt,
+    PythonOpt,
+    SitePackagesOpt,
+    TargetOpt,
+    find_install,
+    request,
+)
 from patchkit.ui.runner import run
 
 
@@ -66,8 +75,8 @@ def export_cmd(
 
 
 def _install(target: str, site_packages: Optional[Path], python: Optional[Path], source: Optional[Path]):
-    """The install (``--site-packages``/``--python``/patchkit's own) or the checkout (``--source``) to export against."""
-    from patchkit.ui.options import find_install  # lazy: reads the patch catalogue
+    """The install (``--site-packages``/``--python``/patchkit's own) or the checkout (``--source``) to export
+    against."""
     from patchkit.vllm.release.checkout import from_source  # lazy: only with --source
 
     if source is None:
