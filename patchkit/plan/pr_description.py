@@ -112,7 +112,8 @@ def describe(report: ExportReport, evidence: dict[str, Any] | None, reproduce: l
 
 def _kind(patch_id: str) -> str:
     """What a patch id's last part says it does."""
-    kind = patch_id.rsplit(":", 1)[-1]
+    parts = patch_id.split(":")
+    kind = "allowlist" if "allowlist" in parts else parts[-1]
     return {
         "capture": "the backbone captures the EAGLE-3 aux hidden states (global layer ids)",
         "interface": "declares SupportsEagle3",

@@ -68,7 +68,8 @@ def export_cmd(
             return _refused(report, as_json)
         if report_in is not None:
             pr_description.check_evidence(report_in, report, evidence)
-        text = pr_description.describe(report, report_in, _reproduce(report, site_packages, python, source, force))
+        steps = _reproduce(report, (site_packages, python, source), model, force)
+        text = pr_description.describe(report, report_in, steps)
         return _written(report, text, out, description, evidence is not None, as_json)
 
     run(as_json, body, site_packages, python, arch=arch, model=model)
@@ -99,8 +100,10 @@ def _refused(report, as_json: bool) -> int:
     return report.exit_code
 
 
-def _reproduce(report, site_packages, python, source, force: bool) -> list[str]:
-    """The commands that reproduce the export and its evidence with patchkit."""
+def _reproduce(report, where: tuple, model: Optional[Path], force: bool) -> list[str]:
+    """The commands that reproduce the export and its evidence with patchkit (``where``: the ``--site-packages``,
+    ``--python`` and ``--source`` given; ``model``: the ``--model`` given, named instead of the architectures)."""
+    site_packages, python, source = where
     env = (
         f"--source {source}"
         if source is not None
@@ -110,7 +113,7 @@ def _reproduce(report, site_packages, python, source, force: bool) -> list[str]:
         if site_packages is not None
         else ""
     )
-    archs = " ".join(f"--arch {a}" for a in report.architectures)
+    archs = f"--model {model}" if model is not None else " ".join(f"--arch {a}" for a in report.architectures)
     plain = " ".join(part for part in ("--target vllm", env, archs) if part)
     opts = plain + (" --force" if force else "")
     served = "" if source is not None else f"pip install vllm=={report.info.version}  # the release exported against\n"
