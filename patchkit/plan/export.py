@@ -45,6 +45,8 @@ class ExportReport:
         checked: the chain check's lines on the planned bytes (``label: ok|FAIL detail``), what was checked
             statically.
         source: exported against a checkout (``--source``), not an install.
+        description: the pull-request description (:mod:`patchkit.plan.pr_description`; set by
+            :func:`patchkit.api.export`), None when refused.
     """
 
     info: InstallInfo

@@ -53,24 +53,26 @@ def export_cmd(
 
     def body() -> int:
         from patchkit import api  # lazy: the API and the planning layer cost start-up time
-        from patchkit.plan import pr_description  # lazy: as above
 
         given = [name for name, value in (("--site-packages", site_packages), ("--python", python)) if value]
         if source is not None and given:
             raise UsageError(f"give --source or {given[0]}, not both", "--source diffs against a vLLM checkout")
         if not (arch or model):
             raise UsageError("export needs the architectures to export", "give --arch ARCH (repeatable) or --model DIR")
-        report_in = pr_description.read_evidence(evidence) if evidence is not None else None
         install = _install(target, site_packages, python, source)
+        steps = _reproduce(tuple(arch or ()), (site_packages, python, source), model, force, str(install.version))
         with working("planning the export...", as_json):
-            report = api.export(install, request=request(arch, model), force=force, source=source is not None)
+            report = api.export(
+                install,
+                request=request(arch, model),
+                force=force,
+                source=source is not None,
+                evidence=evidence,
+                reproduce=steps,
+            )
         if report.refused:
             return _refused(report, as_json)
-        if report_in is not None:
-            pr_description.check_evidence(report_in, report, evidence)
-        steps = _reproduce(report, (site_packages, python, source), model, force)
-        text = pr_description.describe(report, report_in, steps)
-        return _written(report, text, out, description, evidence is not None, as_json)
+        return _written(report, out, description, evidence is not None, as_json)
 
     run(as_json, body, site_packages, python, arch=arch, model=model)
 
@@ -100,7 +102,7 @@ def _refused(report, as_json: bool) -> int:
     return report.exit_code
 
 
-def _reproduce(report, where: tuple, model: Optional[Path], force: bool) -> list[str]:
+def _reproduce(archs: tuple, where: tuple, model: Optional[Path], force: bool, version: str) -> list[str]:
     """The commands that reproduce the export and its evidence with patchkit (``where``: the ``--site-packages``,
     ``--python`` and ``--source`` given; ``model``: the ``--model`` given, named instead of the architectures)."""
     site_packages, python, source = where
@@ -113,10 +115,10 @@ def _reproduce(report, where: tuple, model: Optional[Path], force: bool) -> list
         if site_packages is not None
         else ""
     )
-    archs = f"--model {model}" if model is not None else " ".join(f"--arch {a}" for a in report.architectures)
-    plain = " ".join(part for part in ("--target vllm", env, archs) if part)
+    named = f"--model {model}" if model is not None else " ".join(f"--arch {a}" for a in archs)
+    plain = " ".join(part for part in ("--target vllm", env, named) if part)
     opts = plain + (" --force" if force else "")
-    served = "" if source is not None else f"pip install vllm=={report.info.version}  # the release exported against\n"
+    served = "" if source is not None else f"pip install vllm=={version}  # the release exported against\n"
     lines = [f"{served}patchkit export {opts} --out eagle3.patch"]
     if source is None:
         lines += [f"patchkit apply {opts}", f"patchkit verify {plain}"]
@@ -126,8 +128,9 @@ def _reproduce(report, where: tuple, model: Optional[Path], force: bool) -> list
     return "\n".join(lines).splitlines()
 
 
-def _written(report, text: str, out: Optional[Path], description: Optional[Path], evidence: bool, as_json: bool) -> int:
+def _written(report, out: Optional[Path], description: Optional[Path], evidence: bool, as_json: bool) -> int:
     """Write the patch and the description where they go; a short account on stderr. Returns the exit code."""
+    text = report.description or ""
     where = description if description is not None else out.with_name(out.name + ".md") if out is not None else None
     if not report.patch:
         reasons = "; ".join(f"{r.id}: {r.reason}" for r in report.results) or "no patch applies"
@@ -144,7 +147,7 @@ def _written(report, text: str, out: Optional[Path], description: Optional[Path]
     except OSError as exc:
         raise PatchkitError(f"cannot write {exc.filename}: {exc.strerror}", "give --out/--description a writable path")
     if as_json:
-        emit_json({**report.to_dict(), "description": text})
+        emit_json(report.to_dict())
         return report.exit_code
     if out is None:
         sys.stdout.write(report.patch)
