@@ -345,3 +345,31 @@ def test_a_missing_source_folder_is_exit_4(cli, tmp_path):
 )
 def test_wrap_writes_what_ruffs_formatter_writes(line, expected):
     assert wrap(line, LIMIT) == expected
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True
+    )
+
+
+def test_a_checkout_without_a_version_file_is_read_from_git(tmp_path):
+    from patchkit.errors import InstallNotFound
+    from patchkit.vllm.release.checkout import from_source
+
+    repo = tmp_path / "vllm-checkout"
+    (repo / "vllm").mkdir(parents=True)
+    (repo / "vllm" / "__init__.py").write_text("")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    with pytest.raises(InstallNotFound, match="cannot tell which vLLM release"):
+        from_source(repo)
+    _git(repo, "tag", "v0.34.0")
+    assert str(from_source(repo).version) == "0.34.0"
+    (repo / "vllm" / "x.py").write_text("")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "two")
+    assert str(from_source(repo).version) == "0.34.1.dev1"  # setuptools-scm's name for one commit after the tag
+    (repo / "vllm" / "_version.py").write_text("__version__ = version = '0.33.0'\n")
+    assert str(from_source(repo).version) == "0.33.0"  # the build's own file first
