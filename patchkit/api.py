@@ -7,12 +7,13 @@ the returned results; exceptions (:mod:`patchkit.errors`) are for commands that 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import api_steps, interrupt
 from patchkit.advice import Effect, NextStep
-from patchkit.errors import PatchkitError
+from patchkit.errors import PatchkitError, UsageError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -46,6 +47,7 @@ PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
 """patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
+    from patchkit.plan.export import ExportReport
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
 
@@ -435,6 +437,45 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
     )
 
 
+def export(
+    install: Install,
+    *,
+    request: Request,
+    force: bool = False,
+    source: bool = False,
+    evidence: Path | None = None,
+    reproduce: Sequence[str] = (),
+) -> "ExportReport":
+    """``patchkit export``: :func:`patchkit.plan.export.export` with verify's chain check as apply's last gate, and
+    the pull-request description (:func:`patchkit.plan.pr_description.describe`).
+
+    Plans exactly what ``apply`` with ``request`` and ``force`` would write, from the release's own bytes, and
+    writes nothing anywhere; the result (frozen) holds the patch in upstream's style and its description, or why
+    apply refuses (then no description).
+
+    Args:
+        evidence: a ``rehearse --json`` report whose figures the description carries (read before planning).
+        reproduce: the commands the description's "how to reproduce" lists.
+    Raises:
+        UsageError: no ``--arch``/``--model`` (export is per architecture), one the registry does not hold, or an
+            evidence report of another architecture or release, or no rehearse report at all.
+        ConfigError: the evidence file is missing, unreadable or not JSON.
+        SourceError, StateError: as :func:`patchkit.plan.export.export`.
+    """
+    if not request:
+        raise UsageError("export needs the architectures to export", "give --arch ARCH (repeatable) or --model DIR")
+    from patchkit.plan import export as export_mod  # lazy: start-up, only 'export' plans (libcst) here
+    from patchkit.plan import pr_description  # lazy: as above
+
+    report_in = pr_description.read_evidence(evidence) if evidence is not None else None
+    report = export_mod.export(install, request=request, chain_check=run_checks, force=force, source=source)
+    if report.refused:
+        return report
+    if report_in is not None:
+        pr_description.check_evidence(report_in, report, evidence)
+    return replace(report, description=pr_description.describe(report, report_in, list(reproduce)))
+
+
 def resolve(install: Install, architecture: str) -> "ResolveReport":
     """``patchkit resolve``: :func:`patchkit.checks.resolve.resolve` (read statically; see there)."""
     from patchkit.checks import resolve as resolve_mod  # lazy: start-up, only 'resolve' reads platform branches
@@ -442,4 +483,4 @@ def resolve(install: Install, architecture: str) -> "ResolveReport":
     return resolve_mod.resolve(install, architecture)
 
 
-__all__ = ["apply", "verify", "revert", "status", "resolve", "scan", "PatchResult"]
+__all__ = ["apply", "verify", "revert", "status", "resolve", "scan", "export", "PatchResult"]

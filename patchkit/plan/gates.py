@@ -45,6 +45,7 @@ def gates(
     types: tuple[str, ...] | None,
     missing_files: list[str],
     chain_check: ChainCheck,
+    record_gate: bool = True,
 ):
     """The gates after planning, in order; the first that vetoes ends them.
 
@@ -66,6 +67,7 @@ def gates(
         archs, types: the architectures and model types the chain check covers (None: the default set).
         missing_files: target files missing from the install (the chain through them cannot hold).
         chain_check: ``(tree, registry, contract, archs, types) -> list[Check]``.
+        record_gate: run the RECORD gates (False for ``export --source``: a checkout's files are their own base).
 
     Returns:
         ``(vetoes, verify_report)``: the :class:`patchkit.plan.outcomes.Veto` values, and the chain
@@ -78,7 +80,7 @@ def gates(
         return vetoes, None
     changed = list(planned.changed)
     vetoes = _link_gate(install, results, changed)
-    if vetoes is None:
+    if vetoes is None and record_gate:
         vetoes = _record_gates(install, journal, planned, results, changed, force)
     if vetoes is not None:
         return vetoes, None

@@ -9,7 +9,7 @@ run's rollback will leave, and writes nothing. Both import libcst (through :mod:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from patchkit.plan import arch_scope, missing, outcomes
@@ -32,30 +32,52 @@ from patchkit.vllm.registry.table import Registry
 from patchkit.vllm.release.source import SourceTree
 
 
-def plan_run(
+@dataclass(frozen=True)
+class Decided:
+    """A run planned and through its gates, nothing written (:func:`decide`).
+
+    Attributes:
+        planned: the engine's plan: each file's original and planned bytes.
+        final: every patch's final outcome (:func:`patchkit.plan.outcomes.decide`).
+        checked: the chain check of the planned bytes (None when the gates stopped before it).
+        contract: the release's EAGLE-3 contract.
+        missing_files, not_shipped: target files missing from the install (:mod:`patchkit.plan.missing`).
+        archs: the architectures the request covers (empty without one, or on a release with no protocol).
+    """
+
+    planned: Plan
+    final: list[PatchResult]
+    checked: object
+    contract: Contract
+    missing_files: list[str]
+    not_shipped: object
+    archs: tuple[str, ...] = ()
+
+
+def decide(
     install: Install,
     journal: Journal,
     patches,
     *,
-    dry_run: bool,
     requested: set[str],
     force: bool,
     request: Request,
     chain_check: ChainCheck,
     overrides: dict[str, bytes] | None = None,
-    recovered: Sequence[str] = (),
-    unfinished=None,
-) -> ApplyReport:
+    record_gate: bool = True,
+) -> Decided:
     """Plan, run the gates (requested patches, symlinks, RECORD drift and absence, the chain on the
-    planned bytes), decide every outcome once (:func:`patchkit.plan.outcomes.decide`), then write unless dry.
+    planned bytes) and decide every outcome once (:func:`patchkit.plan.outcomes.decide`); write nothing.
 
     Args:
         patches: the patches to plan (None with ``request``: :func:`patchkit.plan.selection.arch_selection` picks them).
         requested: ``--patch`` ids asked for; request: ``--arch``/``--model``.
         chain_check: the chain check the last gate runs (:func:`patchkit.checks.verify.verify`).
         overrides: bytes to plan from instead of the disk's (a dry run's view after rollback).
+        record_gate: run the RECORD gates (False: ``export --source``, a checkout whose files are the base
+            themselves and have no RECORD).
     Returns:
-        The :class:`ApplyReport`; ``written`` is True only when files were committed.
+        The :class:`Decided` run.
     Raises:
         UsageError: an ``--arch`` the registry does not hold. SourceError: a file does not parse.
     """
@@ -85,23 +107,60 @@ def plan_run(
         types=types,
         missing_files=missing_files,
         chain_check=chain_check,
+        record_gate=record_gate,
     )
     final = outcomes.decide(results, vetoes)
     if request and force and archs:
         final = _accepted_hybrids(pristine, archs, final)
-    files, write = _write(install, journal, planned, final, dry_run=dry_run)
+    return Decided(planned, list(final), checked, contract, missing_files, absent.not_shipped, tuple(archs or ()))
+
+
+def plan_run(
+    install: Install,
+    journal: Journal,
+    patches,
+    *,
+    dry_run: bool,
+    requested: set[str],
+    force: bool,
+    request: Request,
+    chain_check: ChainCheck,
+    overrides: dict[str, bytes] | None = None,
+    recovered: Sequence[str] = (),
+    unfinished=None,
+) -> ApplyReport:
+    """The run :func:`decide` plans, then written unless dry (or refused).
+
+    Args: as :func:`decide`'s; ``dry_run``: write nothing; ``recovered``, ``unfinished``: what the report says of
+        an unfinished earlier run.
+    Returns:
+        The :class:`ApplyReport`; ``written`` is True only when files were committed.
+    Raises:
+        What :func:`decide` raises, and what :meth:`patchkit.store.journal.Journal.commit` raises.
+    """
+    done = decide(
+        install,
+        journal,
+        patches,
+        requested=requested,
+        force=force,
+        request=request,
+        chain_check=chain_check,
+        overrides=overrides,
+    )
+    files, write = _write(install, journal, done.planned, done.final, dry_run=dry_run)
     return ApplyReport(
-        install_info(install, contract),
+        install_info(install, done.contract),
         dry_run,
-        final,
+        done.final,
         files,
         written=write,
-        diff=planned.diff(),
-        verify=checked,
+        diff=done.planned.diff(),
+        verify=done.checked,
         recovered=recovered,
         unfinished=unfinished,
-        missing_files=missing_files,
-        not_shipped=absent.not_shipped,
+        missing_files=done.missing_files,
+        not_shipped=done.not_shipped,
     )
 
 
@@ -222,7 +281,7 @@ def dry_run(
     )
 
 
-__all__ = ["dry_run", "plan_run"]
+__all__ = ["Decided", "decide", "dry_run", "plan_run"]
 
 
 def _accepted_hybrids(tree: SourceTree, archs: Sequence[str], results: Sequence[PatchResult]) -> list[PatchResult]:

@@ -260,6 +260,13 @@ class JournalRecords:
         copy._state = JournalState(dict(self._state.entries), [], self._state.operation)
         return copy
 
+    def forgotten(self):
+        """A copy of this journal, in memory, with no entries and no pending record: the install as if patchkit
+        had never written to it (``export`` plans from the journaled originals with it)."""
+        copy = self.without_pending()
+        copy._state = JournalState({}, [], self._state.operation)
+        return copy
+
     def _stored(self, digest: str, what: str) -> bytes:
         path = self.dir / "originals" / digest
         try:

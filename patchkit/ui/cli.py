@@ -27,6 +27,7 @@ from patchkit.ui.plugin_commands import guard_install, guard_remove, watch_insta
 from patchkit.ui.inspect_commands import doctor_cmd, explain_cmd, list_patches, rehearse_cmd, resolve, scan_cmd
 from patchkit.ui.options import Command, RayCommand
 from patchkit.ui.patch_commands import apply, revert, status, verify
+from patchkit.ui.export_command import export_cmd
 
 HELP = (
     "Patch an installed vLLM so EAGLE-3 works: for DeepSeek-V2/V3 and Kimi-K2.5 by default, for any "
@@ -67,6 +68,7 @@ app.command("list", cls=Command)(list_patches)
 app.command("doctor", cls=Command)(doctor_cmd)
 app.command("rehearse", cls=Command)(rehearse_cmd)
 app.command("explain", cls=Command)(explain_cmd)
+app.command("export", cls=Command)(export_cmd)
 
 guard_app = typer.Typer(
     name="guard",

@@ -44,7 +44,16 @@ RayOpt = typer.Option(
 )
 
 
-_PATH_OPTIONS = ("--site-packages", "--python", "--model", "--draft")
+_PATH_OPTIONS = (
+    "--site-packages",
+    "--python",
+    "--model",
+    "--draft",
+    "--source",
+    "--out",
+    "--evidence",
+    "--description",
+)
 """The options naming a folder or file: an empty value is a usage error (:class:`Command`)."""
 
 

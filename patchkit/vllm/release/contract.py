@@ -48,6 +48,14 @@ NEWEST_QUALIFIED = "0.34.0"
 """The newest release patchkit has been qualified on (``benchmarks/qualify.py``, ``docs/releases.md``): on a
 newer install every command says so (:func:`beyond_qualified`), and its verdicts rest only on the facts
 patchkit finds in that install's files."""
+
+UPSTREAM_LINE_LENGTH = 88
+"""The longest line vLLM's code keeps: ruff's ``line-length`` in vLLM's ``pyproject.toml`` (the formatter and E501).
+The wheel ships no ``pyproject.toml`` and the 0.34.0 sdist (50.9 MB) cannot be fetched with pip here without torch
+(pip prepares its metadata), so the figure is checked on the release files instead: the model files
+``tests/test_export.py`` exports (0.17.1, 0.20.2, 0.34.0) pass ``ruff format --check --line-length 88`` as shipped,
+and fail it at 80. ``patchkit export`` wraps the lines it adds to it (:mod:`patchkit.plan.upstream_style`)."""
+
 GPU_V2_RELEASE = "0.20.2"
 """The release whose Model Runner V2 the H200 ran (its CUDA build runs on the image's torch 2.11; 0.34.0
 needs torch 2.14): :mod:`patchkit.vllm.shapes.shown` rests on it."""
