@@ -64,10 +64,11 @@ def main() -> None:
 
 def checks() -> dict:
     """The fit's hand-written gradients against autograd's on random data (the largest relative difference),
-    and whether ``one_thread`` runs its block in one thread and restores the count it found."""
+    whether 20 of its Adam steps give torch.optim.Adam's weights bit for bit, and whether ``one_thread`` runs
+    its block in one thread and restores the count it found."""
     import math
 
-    from engine_checkpoints import _gradients, one_thread
+    from engine_checkpoints import _adam_step, _gradients, one_thread
 
     gen = torch.Generator().manual_seed(7)
     x, w, head = (
@@ -85,10 +86,18 @@ def checks() -> dict:
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
     torch.nn.functional.cross_entropy(torch.cat([h @ head_.T, zeros], dim=-1), y).backward()
     worst = max(float((a - b.grad).norm() / b.grad.norm()) for a, b in zip(got, (w_, head_)))
+    hand, ref = (w.clone(), head.clone()), (w.clone(), head.clone())
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in hand]
+    opt = torch.optim.Adam(ref, lr=3e-2)
+    for step in range(1, 21):
+        _adam_step(hand, _gradients(x, *hand, zeros, onehot, 1e-6), moments, step, 3e-2)
+        ref[0].grad, ref[1].grad = _gradients(x, *ref, zeros, onehot, 1e-6)
+        opt.step()
     torch.set_num_threads(2)
     with one_thread():
         inside = torch.get_num_threads()
-    return {"gradient_difference": worst, "threads": [inside, torch.get_num_threads()]}
+    same_adam = all(torch.equal(a, b) for a, b in zip(hand, ref))
+    return {"gradient_difference": worst, "adam_equal": same_adam, "threads": [inside, torch.get_num_threads()]}
 
 
 if __name__ == "__main__":

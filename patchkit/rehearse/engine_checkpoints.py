@@ -387,17 +387,30 @@ def _fit(x, y_draft, hidden: int, draft_vocab: int, cfg: dict, spec: dict):
     fc = torch.nn.Linear(x.shape[1], hidden, bias=False).requires_grad_(False)
     head = torch.nn.Linear(hidden, len(cols), bias=False).requires_grad_(False)
     eps = cfg.get("rms_norm_eps", 1e-6)
-    opt = torch.optim.Adam([fc.weight, head.weight], lr=3e-2)
     onehot = torch.zeros(len(x), len(cols) + 1)
     onehot[torch.arange(len(x)), y_cols] = 1.0
     zeros = torch.full((len(x), 1), math.log(rest)) if rest else None
-    for _ in range(int(spec.get("train_steps", 300))):
-        fc.weight.grad, head.weight.grad = _gradients(x, fc.weight, head.weight, zeros, onehot, eps)
-        opt.step()
+    params = (fc.weight, head.weight)
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    for step in range(1, int(spec.get("train_steps", 300)) + 1):
+        grads = _gradients(x, fc.weight, head.weight, zeros, onehot, eps)
+        _adam_step(params, grads, moments, step, 3e-2)
     lm_head = torch.zeros(draft_vocab, hidden)
     with torch.no_grad():
         lm_head[cols] = head.weight
     return fc, lm_head, cols, eps
+
+
+def _adam_step(params, grads, moments, step: int, lr: float) -> None:
+    """One step of ``torch.optim.Adam`` (betas 0.9 and 0.999, eps 1e-8, no weight decay) on ``params`` in place,
+    written out as torch's single-tensor Adam computes it (the same values, bit for bit, without the optimizer's
+    per-step bookkeeping); ``moments``: each parameter's ``(exp_avg, exp_avg_sq)``, updated in place."""
+    b1, b2 = 0.9, 0.999
+    correction1, correction2 = 1 - b1**step, math.sqrt(1 - b2**step)
+    for p, g, (avg, avg_sq) in zip(params, grads, moments):
+        avg.lerp_(g, 1 - b1)
+        avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p.addcdiv_(avg, (avg_sq.sqrt() / correction2).add_(1e-8), value=-lr / correction1)
 
 
 def _gradients(x, w, head, zeros, onehot, eps: float):
