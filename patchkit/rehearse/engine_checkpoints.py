@@ -25,9 +25,9 @@ def one_thread():
     """torch in one CPU thread inside the block, its thread count as before afterwards (nothing raised).
 
     The miniature is tiny (hidden size 64, a few dozen tokens): no operation of the build, the fit or the
-    references gains from more threads, and with several rehearsals side by side each thread of each
-    operation waits for a core (on 2 shared cores the build of the tier's cases took 1.4 to 57 s each with
-    torch's 2 threads, 1.1 to 2 s with one)."""
+    references gains from more threads, and with other processes on the cores each thread of each operation
+    waits for a core (on 2 shared cores the build of the tier's cases took 3.5 to 82 s each with torch's 2
+    threads, 1.2 to 2.9 s with one: docs/engine.md, "Rehearse's own share")."""
     import torch  # lazy: target interpreter only
 
     before = torch.get_num_threads()

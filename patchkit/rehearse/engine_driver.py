@@ -356,8 +356,8 @@ def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
 
     with one_thread():
         built = _build_in(spec, report, prompt, device)
-    # with 16 threads each on 16 cores, 8 to 14 rehearsals side by side on the H200 took 250-320 s each here
-    # (6-22 s alone, one thread, on this CPU)
+    # the engine's threads (the build above ran in one): with 16 threads each on 16 cores, 8 to 14 rehearsals
+    # side by side on the H200 took 250-320 s each (6-22 s alone, one thread, on this CPU), most of it the build
     threads = spec.get("threads") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1
     torch.set_num_threads(max(1, int(threads)))
     report["timings"]["build"] = round(time.monotonic() - started, 2)
