@@ -17,8 +17,9 @@ transformers class of every case (not counted: the driver has imported vLLM, and
 before it builds), then times ``_build`` case by case.
 
 ``--threads N`` sets ``OMP_NUM_THREADS`` for both (the engine tier's conftest sets 1); without it each driver
-picks its own thread count as a rehearsal does (every core). Prints, per commit, the seconds of all cases
-together (min and median over the repeats), the ratio of the medians and per pair, and each case's median;
+picks its own thread count as a rehearsal does (every core). Prints, per commit, the wall seconds and the
+process's CPU seconds of all cases together (min and median over the repeats), the ratios of the medians and
+per pair, and each case's median wall seconds and figures;
 exits 1 when a case's figures that decide (train accuracy, sink agreement, the layer separation) differ in
 their verdict: a fit below 0.9 or a separation below the spec's margin on one commit and not the other.
 """
