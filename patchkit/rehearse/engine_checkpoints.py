@@ -13,10 +13,29 @@ number of aux ids x the target's hidden size), ``norm.weight``, ``lm_head.weight
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
 import os
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch in one CPU thread inside the block, its thread count as before afterwards (nothing raised).
+
+    The miniature is tiny (hidden size 64, a few dozen tokens): no operation of the build, the fit or the
+    references gains from more threads, and with other processes on the cores each thread of each operation
+    waits for a core (on 2 shared cores the build of the tier's cases took 3.5 to 82 s each with torch's 2
+    threads, 1.2 to 2.9 s with one: docs/engine.md, "Rehearse's own share")."""
+    import torch  # lazy: target interpreter only
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def build_target(spec: dict) -> tuple[object, str]:
@@ -98,8 +117,19 @@ def separation_reached(model, tokens: list[int], dtype: str) -> dict[str, float]
     ``dtype`` (the rehearsal's): the margin the build reached, checked before the engine runs."""
     out = {"float32": layer_separation(layer_states(model, tokens, "cpu")[0])}
     if dtype != "float32":
-        out[dtype] = layer_separation(layer_states(copy.deepcopy(model).to(torch_dtype(dtype)), tokens, "cpu")[0])
+        out[dtype] = layer_separation(layer_states(cast_copy(model, dtype), tokens, "cpu")[0])
     return {k: round(v, 4) for k, v in out.items()}
+
+
+def cast_copy(model, dtype: str):
+    """A copy of the fp32 ``model`` in ``dtype`` (a spec's name), made once per model and dtype and kept on it
+    (the fit's rollouts and the separation check both run it; neither changes it). The model must not change
+    after the first call (the build is done by then). Raises nothing of its own."""
+    copies = model.__dict__.setdefault("_patchkit_copies", {})
+    if dtype not in copies:
+        copies[dtype] = copy.deepcopy(model).to(torch_dtype(dtype))
+        copies[dtype].__dict__.pop("_patchkit_copies", None)
+    return copies[dtype]
 
 
 def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) -> None:
@@ -112,10 +142,12 @@ def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) ->
 
     target = 1.25 * margin
     layers = decoder_layers(model)
+    states = None  # the streams of the model as it is: measured again only after a layer was scaled
     for i, layer in enumerate(layers):
         params = branch_scales(layer)
         for _ in range(rounds if params else 0):
-            states, _logits = layer_states(model, tokens, "cpu")
+            if states is None:
+                states, _logits = layer_states(model, tokens, "cpu")
             a, b = states[i], states[i + 1]
             step = min(
                 float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)).median()),
@@ -130,6 +162,7 @@ def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) ->
                         p.copy_((1 + p) * factor - 1)
                     else:
                         p.mul_(factor)
+            states = None
 
 
 def decoder_layers(model) -> list:
@@ -187,9 +220,15 @@ def layer_states(model, tokens: list[int], device: str) -> tuple[list, object]:
 
 def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
     """Transformers' greedy continuation of ``prompt`` (``max_tokens`` tokens, no end-of-sequence stop)."""
+    return greedy_rows(model, [prompt], max_tokens)[0]
+
+
+def greedy_rows(model, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Transformers' greedy continuations of ``prompts`` (all of one length: no padding), generated as one
+    batch; one prompt alone is exactly :func:`greedy`. ``max_tokens`` tokens each, no end-of-sequence stop."""
     import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
-    ids = torch.tensor([prompt], dtype=torch.long)
+    ids = torch.tensor(prompts, dtype=torch.long)
     with torch.no_grad():
         out = model.generate(
             input_ids=ids,
@@ -200,7 +239,7 @@ def greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
             eos_token_id=None,
             pad_token_id=0,
         )
-    return out[0, len(prompt) :].tolist()
+    return out[:, ids.shape[1] :].tolist()
 
 
 def train_draft(model, spec: dict, n_layers: int) -> dict:
@@ -217,6 +256,10 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     layers alone also agrees on the neighbouring ones; a real draft does not (vllm#43671: one layer
     off, first-position acceptance fell from about 45% to about 10%). Fitted so, acceptance tells a
     shifted capture apart as a real draft's does.
+
+    Returns ``{"weights", "fit", "pairs", "shifted_to_sink", "greedy"}``: the draft's tensors, its agreement
+    with the target on the rollouts, their number, how often the shifted states give the sink, and the fp32
+    target's greedy continuation of the test prompt (``max_tokens + 4`` tokens). Raises what failed.
     """
     import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
@@ -226,7 +269,7 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     vocab = spec["target_config"].get("vocab_size") or spec["target_config"]["text_config"]["vocab_size"]
     top = spec["draft_config"]
     draft_vocab = top.get("draft_vocab_size") or cfg.get("draft_vocab_size") or cfg["vocab_size"]
-    feats, targets, shifted = _rollouts(model, spec, ids, n_layers, vocab)
+    feats, targets, shifted, rolled = _rollouts(model, spec, ids, n_layers, vocab)
     x = torch.cat(feats).float()
     y = torch.cat(targets)
     keep = sorted(set(y.tolist()))
@@ -264,12 +307,13 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
         mask = torch.zeros(vocab, dtype=torch.bool)
         mask[chosen] = True
         weights["t2d"] = mask
-    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart}
+    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart, "greedy": rolled}
 
 
-def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> tuple[list, list, list]:
-    """``(feats, targets, shifted)`` on the target's greedy rollouts (the test prompt and a few random
-    ones): the aux states at ``ids``, the token two positions ahead, and the states at ``ids`` shifted by one."""
+def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> tuple[list, list, list, list]:
+    """``(feats, targets, shifted, greedy)`` on the target's greedy rollouts (the test prompt and a few random
+    ones): the aux states at ``ids``, the token two positions ahead, the states at ``ids`` shifted by one, and
+    the fp32 model's greedy continuation of the test prompt (``max_tokens + 4`` tokens, generated alone)."""
     import torch  # lazy: target interpreter only
 
     gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
@@ -282,14 +326,18 @@ def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> t
     # draft fitted on fp32's alone agreed with the target too rarely to compare (issue 41: Qwen3-Next 3 of
     # 20 on this CPU); fitted on both, it agrees in both
     kinds = [torch.float32] + ([torch_dtype(spec["dtype"])] if spec.get("dtype", "float32") != "float32" else [])
-    for kind in kinds:
-        runs = model if kind is torch.float32 else copy.deepcopy(model).to(kind)
-        _rollouts_in(runs, spec, ids, n_layers, prompts, (feats, targets, shifted))
-    return feats, targets, shifted
+    firsts = []
+    for kind in kinds:  # fp32's test prompt alone (its continuation is transformers' greedy one), else one batch
+        runs = model if kind is torch.float32 else cast_copy(model, spec["dtype"])
+        groups = [prompts[:1], prompts[1:]] if kind is torch.float32 else [prompts]
+        firsts.append(_rollouts_in(runs, spec, ids, n_layers, groups, (feats, targets, shifted)))
+    return feats, targets, shifted, firsts[0]
 
 
-def _rollouts_in(model, spec: dict, ids: list[int], n_layers: int, prompts: list, out: tuple) -> None:
-    """:func:`_rollouts` in ``model``'s own dtype: appends to ``out`` = ``(feats, targets, shifted)`` (float32)."""
+def _rollouts_in(model, spec: dict, ids: list[int], n_layers: int, groups: list, out: tuple) -> list[int]:
+    """:func:`_rollouts` in ``model``'s own dtype: appends to ``out`` = ``(feats, targets, shifted)`` (float32),
+    prompt by prompt; ``groups``: the prompts, each group rolled out as one batch (one generation instead of
+    one per prompt). Returns the greedy continuation (``max_tokens + 4``) of the first group's first prompt."""
     import torch  # lazy: target interpreter only
 
     feats, targets, shifted = out
@@ -300,22 +348,26 @@ def _rollouts_in(model, spec: dict, ids: list[int], n_layers: int, prompts: list
         captured["last"] = (output[0] if isinstance(output, tuple) else output).detach().float()
 
     handle = layers[-1].register_forward_hook(hook)
+    first = []
     try:
-        for prompt in prompts:
-            seq = prompt + greedy(model, prompt, spec["max_tokens"] + 4)
+        for group in (g for g in groups if g):
+            seqs = [p + t for p, t in zip(group, greedy_rows(model, group, spec["max_tokens"] + 4))]
+            first = first or seqs[0][len(group[0]) :]
             with torch.no_grad():
-                out = model(input_ids=torch.tensor([seq]), output_hidden_states=True)
+                out = model(input_ids=torch.tensor(seqs), output_hidden_states=True)
+            for row, seq in enumerate(seqs):
 
-            def at(k):
-                return captured["last"][0] if k == n_layers else out.hidden_states[k][0].float()
+                def at(k, row=row):
+                    return captured["last"][row] if k == n_layers else out.hidden_states[k][row].float()
 
-            feats.append(torch.cat([at(k) for k in ids], dim=-1)[:-2])
-            targets.append(torch.tensor(seq[2:]))
-            for delta in (-1, 1):
-                if all(0 <= k + delta <= n_layers for k in ids):
-                    shifted.append(torch.cat([at(k + delta) for k in ids], dim=-1)[:-2])
+                feats.append(torch.cat([at(k) for k in ids], dim=-1)[:-2])
+                targets.append(torch.tensor(seq[2:]))
+                for delta in (-1, 1):
+                    if all(0 <= k + delta <= n_layers for k in ids):
+                        shifted.append(torch.cat([at(k + delta) for k in ids], dim=-1)[:-2])
     finally:
         handle.remove()
+    return first
 
 
 def _fit(x, y_draft, hidden: int, draft_vocab: int, cfg: dict, spec: dict):
@@ -332,22 +384,52 @@ def _fit(x, y_draft, hidden: int, draft_vocab: int, cfg: dict, spec: dict):
     y_cols = torch.tensor([column[t] for t in y_draft.tolist()])
     rest = draft_vocab - len(cols)
     torch.manual_seed(spec.get("seed", 0) + 2)
-    fc = torch.nn.Linear(x.shape[1], hidden, bias=False)
-    head = torch.nn.Linear(hidden, len(cols), bias=False)
-    zeros = torch.full((len(x), 1), math.log(rest)) if rest else torch.zeros(len(x), 0)
+    fc = torch.nn.Linear(x.shape[1], hidden, bias=False).requires_grad_(False)
+    head = torch.nn.Linear(hidden, len(cols), bias=False).requires_grad_(False)
     eps = cfg.get("rms_norm_eps", 1e-6)
-    opt = torch.optim.Adam(list(fc.parameters()) + list(head.parameters()), lr=3e-2)
-    for _ in range(int(spec.get("train_steps", 300))):
-        h = fc(x)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        loss = torch.nn.functional.cross_entropy(torch.cat([head(h), zeros], dim=-1), y_cols)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    onehot = torch.zeros(len(x), len(cols) + 1)
+    onehot[torch.arange(len(x)), y_cols] = 1.0
+    zeros = torch.full((len(x), 1), math.log(rest)) if rest else None
+    params = (fc.weight, head.weight)
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    for step in range(1, int(spec.get("train_steps", 300)) + 1):
+        grads = _gradients(x, fc.weight, head.weight, zeros, onehot, eps)
+        _adam_step(params, grads, moments, step, 3e-2)
     lm_head = torch.zeros(draft_vocab, hidden)
     with torch.no_grad():
         lm_head[cols] = head.weight
     return fc, lm_head, cols, eps
+
+
+def _adam_step(params, grads, moments, step: int, lr: float) -> None:
+    """One step of ``torch.optim.Adam`` (betas 0.9 and 0.999, eps 1e-8, no weight decay) on ``params`` in place,
+    written out as torch's single-tensor Adam computes it (the same values, bit for bit, without the optimizer's
+    per-step bookkeeping); ``moments``: each parameter's ``(exp_avg, exp_avg_sq)``, updated in place."""
+    b1, b2 = 0.9, 0.999
+    correction1, correction2 = 1 - b1**step, math.sqrt(1 - b2**step)
+    for p, g, (avg, avg_sq) in zip(params, grads, moments):
+        avg.lerp_(g, 1 - b1)
+        avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p.addcdiv_(avg, (avg_sq.sqrt() / correction2).add_(1e-8), value=-lr / correction1)
+
+
+def _gradients(x, w, head, zeros, onehot, eps: float):
+    """The gradients ``(of w, of head)`` of the mean cross entropy of ``[head(norm(x @ w.T)), zeros]`` against
+    ``onehot`` (``norm``: RMS, no weight; ``zeros``: the one column of the zero rows' logits, or None), worked
+    out by hand: what autograd gives to float rounding, at half its cost on these small matrices."""
+    import torch  # lazy: target interpreter only
+
+    h = x @ w.T
+    r = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    n = h * r
+    logits = n @ head.T
+    if zeros is not None:
+        logits = torch.cat([logits, zeros], dim=-1)
+    g = (torch.softmax(logits, dim=-1) - onehot[:, : logits.shape[1]]) / len(x)
+    g = g[:, : head.shape[0]]
+    gn = g @ head
+    gh = r * (gn - n * (gn * n).mean(-1, keepdim=True))
+    return gh.T @ x, g.T @ n
 
 
 def _midlayer(cfg: dict, hidden: int) -> dict:

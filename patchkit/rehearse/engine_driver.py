@@ -71,9 +71,9 @@ if __package__:
     from patchkit.rehearse.engine_checkpoints import (
         build_target,
         decoder_layers,
-        greedy,
         layer_config,
         layer_states,
+        one_thread,
         save_draft,
         separation_reached,
         torch_dtype,
@@ -87,9 +87,9 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
     from engine_checkpoints import (
         build_target,
         decoder_layers,
-        greedy,
         layer_config,
         layer_states,
+        one_thread,
         save_draft,
         separation_reached,
         torch_dtype,
@@ -274,7 +274,8 @@ def main(spec_path: str, report_path: str) -> int:
             "difference": None,
         }
         try:
-            _replay(spec, model, device, prompt, ids, trained, hf_greedy, hf_states, spec_tokens, plain_tokens, raw)
+            with one_thread():
+                _replay(spec, model, device, prompt, ids, trained, hf_greedy, hf_states, spec_tokens, plain_tokens, raw)
         except Exception as exc:  # noqa: BLE001
             steps.append(failure(Step.REPLAY, exc))
     report["timings"]["total"] = round(time.monotonic() - started, 2)
@@ -347,19 +348,32 @@ def _plain_run(spec: dict, report: dict, target_dir) -> list | None:
 
 def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
     """The miniature target (random weights) and the draft fitted to it, saved; the reference states.
-    Returns ``(model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n)``; raises what failed."""
+    Returns ``(model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n)``; raises what failed.
+
+    Runs in one CPU thread (:func:`one_thread`); the engine's threads are set afterwards: the spec's
+    ``threads``, else ``OMP_NUM_THREADS``, else every core."""
     import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
-    # the spec's threads, else OMP_NUM_THREADS, else every core: with 16 threads each on 16 cores, 8 to 14
-    # rehearsals side by side on the H200 took 250-320 s each here (6-22 s alone, one thread, on this CPU)
+    with one_thread():
+        built = _build_in(spec, report, prompt, device)
+    # the engine's threads (the build above ran in one): with 16 threads each on 16 cores, 8 to 14 rehearsals
+    # side by side on the H200 took 250-320 s each (6-22 s alone, one thread, on this CPU), most of it the build
     threads = spec.get("threads") or os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1
     torch.set_num_threads(max(1, int(threads)))
+    report["timings"]["build"] = round(time.monotonic() - started, 2)
+    return built
+
+
+def _build_in(spec: dict, report: dict, prompt: list, device: str):
+    """:func:`_build`'s work, in the thread count the caller set; returns its tuple, raises what failed."""
     progress("building the miniature target (random weights, fp32, safetensors)")
     model, target_dir = build_target(spec)
     n = len(decoder_layers(model))
-    hf_greedy = greedy(model, prompt, spec["max_tokens"])
     progress("fitting the miniature draft to the target's own greedy choices")
     trained = train_draft(model, spec, n)
+    # the fit's rollout of the prompt is transformers' greedy continuation, generated alone (never batched)
+    # and 4 tokens longer: its first max_tokens are what greedy(model, prompt, max_tokens) returns
+    hf_greedy = trained["greedy"][: spec["max_tokens"]]
     draft_dir = save_draft(spec, trained["weights"])
     report["draft_fit"] = {
         "train_accuracy": trained["fit"],
@@ -375,7 +389,6 @@ def _build(spec: dict, report: dict, prompt: list, device: str, started: float):
     # vLLM's Transformers backend rebinds transformers' classes when it loads (0.32.0: after it,
     # SeedOssModel's forward asks for vLLM's 'do_not_compile'), so a forward after the engine can fail
     hf_states, _logits = layer_states(model, prompt + hf_greedy, device)
-    report["timings"]["build"] = round(time.monotonic() - started, 2)
     return model, target_dir, draft_dir, trained, reference, hf_states, hf_greedy, n
 
 
