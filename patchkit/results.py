@@ -57,6 +57,11 @@ class Coverage(str, Enum):
     __str__, __format__ = str.__str__, str.__format__  # printed as its value, as the plain string it replaces was
 
 
+FORCED = "forced (apply --force): apply refuses it without, and verify fails it"
+"""How ``status`` and ``scan`` name an architecture patched with ``apply --force`` (a hybrid not lossless here, a
+shape not shown under the serve's runner): one wording for one state (issue 42, finding 1)."""
+
+
 @dataclass(frozen=True)
 class PatchResult:
     """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.plan.outcomes`).
