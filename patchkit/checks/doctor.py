@@ -4,8 +4,8 @@
 draft) from local folders -- it never downloads anything and never imports vLLM -- and checks
 them against the installed vLLM's files, read statically:
 
-1. the target architecture and how this vLLM's registry resolves it (or that it is not a native
-   model);
+1. the target architecture and how this vLLM's registry resolves it (or that it is not one of vLLM's own
+   models);
 2. the text model type (``text_config.model_type`` when the config nests one) against the
    speculative config's EAGLE-3 start-up allow-list;
 3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.checks.verify`;

@@ -269,12 +269,14 @@ def _kept(journal: Journal, found: Scope, staying: Scope, files: tuple[str, ...]
         shared = set(entry.patches) & found.all_ids
         if path in files or not shared:
             continue
-        users = [a for a, ids in staying.ids.items() if ids & shared] or ["other patched architectures"]
+        users = [a for a, ids in staying.ids.items() if ids & shared]
+        stay = "stays" if len(users) == 1 else "stay"
+        users = users or ["other patched architectures"]
         out.append(
             (
                 path,
                 f"kept: {', '.join(sorted(shared))} also serve{'s' if len(shared) == 1 else ''} {', '.join(users)}, "
-                "which stay patched; the plain 'revert' takes it out with the rest",
+                f"which {stay} patched; the plain 'revert' takes it out with the rest",
             )
         )
     return tuple(out)
