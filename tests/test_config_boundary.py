@@ -133,3 +133,18 @@ def test_a_config_json_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind)
         read_config(made if kind == "fifo-given-as-the-file" else folder, "--model")
     what = "a directory" if kind == "directory" else "a FIFO (named pipe)"
     assert caught.value.message == f"--model {made} is {what}, not a file"
+
+
+
+@pytest.mark.parametrize("option", ["--model", "--draft"])
+def test_a_directory_named_config_json_given_as_the_file_is_named_a_directory(tmp_path, option):
+    """Held-back input of finding 10's kind: the folder named config.json given itself (``--model
+    DIR/config.json``), not its parent. Failed before: 'DIR/config.json has no config.json', exit 4 with the hint to
+    give the folder the user had given. A folder named config.json that holds one is still read as a folder."""
+    made = tmp_path / "model" / "config.json"
+    made.mkdir(parents=True)
+    with pytest.raises(ConfigError) as caught:
+        read_config(made, option)
+    assert caught.value.message == f"{option} {made} is a directory, not a file"
+    (made / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    assert read_config(made, option).path == made / "config.json"
