@@ -135,7 +135,6 @@ def test_a_config_json_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind)
     assert caught.value.message == f"--model {made} is {what}, not a file"
 
 
-
 @pytest.mark.parametrize("option", ["--model", "--draft"])
 def test_a_directory_named_config_json_given_as_the_file_is_named_a_directory(tmp_path, option):
     """Held-back input of finding 10's kind: the folder named config.json given itself (``--model

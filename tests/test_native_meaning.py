@@ -1,4 +1,4 @@
-""""native" means one thing in every command (issue 42, finding 10): EAGLE-3 from vLLM's own code, with no patch,
+"""The word "native" means one thing in every command (issue 42, finding 10): EAGLE-3 from vLLM's own code, no patch,
 scan's ``native`` state and doctor's ``natively``. An architecture vLLM implements in a model file of its own is
 "vLLM's own model" (``own_model`` in ``--json``). Failed before: doctor's target line said ``native: resolves to
 ...`` for a class scan calls ``patchable``, and resolve's and doctor's JSON said ``"native": true`` for it.
