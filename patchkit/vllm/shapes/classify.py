@@ -148,7 +148,11 @@ def classify(
             State.NOT_PATCHABLE,
             None,
             f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
-            "which is no model file of vLLM's own that patchkit can find",
+            + (
+                "vLLM's Transformers backend, no model file of vLLM's own"
+                if resolution.transformers_backend
+                else "a class patchkit cannot find in this install"
+            ),
         )
     cls = resolution.cls
     if contract.protocol is None:
