@@ -98,12 +98,15 @@ def plan_revert(
         if refused:
             files.append(RevertedFile(path, False, "not restored: the revert was refused", patches, "held back"))
         elif path in rewrites:
+            from patchkit.plan.arch_scope import serves  # lazy: only a scoped revert rewrites; see TYPE_CHECKING above
+
             stays = sorted(set(patches) & narrow.keep)
             files.append(
                 RevertedFile(
                     path,
                     True,
-                    f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; keeps {', '.join(stays)}",
+                    f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; kept: "
+                    f"{serves(set(stays), narrow.staying)}",
                     patches,
                     "rewritten",
                 )
