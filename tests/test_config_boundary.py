@@ -96,6 +96,23 @@ def test_rehearse_refuses_a_draft_no_release_reads(extra):
     )
 
 
+@pytest.mark.parametrize(
+    "ids,shown",
+    [([True, 7, 13], "[true, 7, 13]"), ([1, 7, float("inf")], "[1, 7, Infinity]"), ("2,30", '"2,30"')],
+)
+def test_bad_ids_are_named_as_the_config_writes_them(ids, shown):
+    """Held-back inputs of finding 2's and 10's kind (a JSON ``true``, ``1e400``, a comma string): doctor and
+    rehearse name them as JSON. Failed before: Python's ``[True, 7, 13]`` and ``inf``, which no config holds."""
+    from patchkit.errors import RefusedError
+    from patchkit.rehearse.miniature_ids import trained_ids
+
+    with pytest.raises(RefusedError) as caught:
+        trained_ids({**KIMI_DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}, 92)
+    assert caught.value.message == (
+        f"the draft's eagle_config.eagle_aux_hidden_state_layer_ids is {shown}, not a list of integers"
+    )
+
+
 def test_an_empty_eagle_config_is_ignored_as_vllm_ignores_it():
     from patchkit.rehearse.miniature_ids import IdField, trained_ids
 
