@@ -75,3 +75,32 @@ def test_scan_marks_a_forced_patch_as_status_does(release, cli):
     text = {line.split()[0]: line for line in cli("scan", *where).stdout.splitlines() if line.strip()}
     assert all("forced (apply --force)" in text[a] for a in forced), [text[a] for a in forced]
     assert "forced" not in text["PanguEmbeddedForCausalLM"]
+
+
+def test_after_a_forced_apply_verify_and_doctor_advise_its_revert_not_an_apply(release, cli, tmp_path):
+    """What fails after ``apply --force`` is what --force accepted: no apply changes it, and the dry run of apply
+    only refuses again. verify (scoped and plain) and doctor advise the scoped revert, which restores the files
+    (issue 42, finding 1, held-back input: GLM-4's folder on 0.34.0, interface-only). Failed before: each advised
+    'apply ... --dry-run', exit 3."""
+    import json
+
+    sp = release("0.34.0")
+    model = tmp_path / "glm4"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "num_hidden_layers": 40})
+    )
+    before = snapshot(sp)
+    where = ["--site-packages", str(sp)]
+    assert cli("apply", *where, "--model", str(model), "--force").exit_code == 0
+    code, scoped = cli.json("verify", *where, "--model", str(model))
+    code_plain, plain = cli.json("verify", *where)
+    code_doctor, doctor = cli.json("doctor", *where, "--model", str(model))
+    assert (code, code_plain, code_doctor) == (1, 1, 1)
+    revert_model = ["patchkit", "revert", *where, "--model", str(model)]
+    assert [s["argv"] for s in scoped["next_steps"]] == [revert_model], scoped["next_steps"]
+    assert [s["argv"] for s in plain["next_steps"]] == [["patchkit", "revert", *where, "--arch", "Glm4ForCausalLM"]]
+    assert doctor["next_steps"][0]["argv"] == revert_model, doctor["next_steps"]
+    assert all(s["effect"] == "restores" for s in (scoped["next_steps"][0], doctor["next_steps"][0]))
+    assert cli(*revert_model[1:]).exit_code == 0
+    assert snapshot(sp) == before

@@ -364,8 +364,14 @@ def _suggest_apply(
             ),
         )
         return
-    planned = dry_run(install, chain_check=verify_mod.verify, target=distribution, request=Request(model=Path(folder)))
+    request = Request(model=Path(folder))
+    planned = dry_run(install, chain_check=verify_mod.verify, target=distribution, request=request)
     steps = next_steps.after_dry_run(planned, argv)
+    journal = journal_for(install)
+    if planned.refused and journal.entries:  # written with --force: apply only refuses again (issue 42, finding 1)
+        forced = arch_scope.scope(install, journal, request).forced
+        if forced:
+            steps = (next_steps.for_forced(sorted(forced), request),)
     if not steps:
         done = [p.id for p in planned.patches if p.outcome is Outcome.ALREADY_APPLIED]
         why = (
