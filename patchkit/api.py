@@ -233,6 +233,7 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         checks = run_checks(
             tree, registry, contract, archs, types, requested=tuple(archs) if request else (), pristine=pristine
         )
+    by_arch = dict(zip(archs, checks[1:])) if contract.protocol is not None else {}  # one node per architecture
     pending = unfinished_check(journal)
     if pending is not None:
         checks.insert(1, pending)
@@ -252,9 +253,12 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     if failures and not all(f.kind == UNPINNED for f in failures):  # no apply for code patchkit cannot vouch for
         from patchkit.plan import next_steps  # lazy: start-up, a verify that passes plans nothing
 
+        forced = _forced_only(install, journal, by_arch, failures) if elsewhere is None else ()
         steps = (
             (NextStep((), elsewhere.hint, effect=Effect.EDIT),)
             if elsewhere is not None
+            else (next_steps.for_forced(forced, request),)
+            if forced
             else next_steps.for_verify(info, request, patched, "vllm")
         )
     return VerifyReport(
@@ -266,6 +270,23 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
         architectures=tuple(archs),
         requested=requested,
     )
+
+
+def _forced_only(install: Install, journal, by_arch: dict[str, Check], failures: list[Check]) -> tuple[str, ...]:
+    """The architectures patched with ``apply --force`` when every failure of ``verify`` is theirs and one that
+    ``--force`` accepted (the serve's runner, a hybrid's mixers), else ``()``: then the way forward is their
+    scoped revert, not an apply (issue 42, finding 1; :func:`patchkit.plan.next_steps.for_forced`)."""
+    from patchkit.checks.verify import RUNNER_SHOWN_CHECK  # lazy: as run_checks
+    from patchkit.plan.arch_scope import scope  # lazy: only a failing verify of a journaled install
+    from patchkit.vllm.stream.hybrids import HYBRID_CHECK  # lazy: as run_checks
+
+    failing = {a: node.failures() for a, node in by_arch.items() if node.failures()}
+    theirs = sum(len(f) for f in failing.values())
+    accepted = all(f.kind in (RUNNER_SHOWN_CHECK, HYBRID_CHECK) for fs in failing.values() for f in fs)
+    if not journal.entries or not failing or theirs != len(failures) or not accepted:
+        return ()
+    forced = scope(install, journal, Request(tuple(failing))).forced
+    return tuple(failing) if set(failing) <= forced else ()
 
 
 def scan(install: Install) -> ScanReport:

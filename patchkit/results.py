@@ -57,6 +57,15 @@ class Coverage(str, Enum):
     __str__, __format__ = str.__str__, str.__format__  # printed as its value, as the plain string it replaces was
 
 
+OWN_MODEL = "vLLM's own model"
+"""What ``doctor`` and ``resolve`` call an architecture vLLM implements in a model file of its own (not its
+Transformers backend, not outside the registry). "native" is kept for one thing, EAGLE-3 support from vLLM's own
+code (scan's ``native``); it meant both before (issue 42, finding 10)."""
+FORCED = "forced (apply --force): apply refuses it without, and verify fails it"
+"""How ``status`` and ``scan`` name an architecture patched with ``apply --force`` (a hybrid not lossless here, a
+shape not shown under the serve's runner): one wording for one state (issue 42, finding 1)."""
+
+
 @dataclass(frozen=True)
 class PatchResult:
     """The outcome of one patch (frozen: the final outcome is decided once, :mod:`patchkit.plan.outcomes`).

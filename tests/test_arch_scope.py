@@ -91,6 +91,39 @@ def test_revert_arch_of_the_default_set_keeps_what_other_architectures_share(rel
 
 
 @pytest.mark.release
+def test_a_rewritten_allow_list_names_who_needs_what_it_keeps(release, cli, tmp_path):
+    """A scoped revert that rewrites a shared file (the allow-list) says why it keeps the rest, in the words of a
+    kept file (issue 42, finding 9, held-back inputs: GLM-4's and Kimi-K2.5's folders on 0.17.1, each applied with
+    --model). Failed before: 'rewritten without eagle3:allowlist:glm4; keeps eagle3-allowlist', no architecture
+    named."""
+    import json
+
+    sp = release("0.17.1")
+    folders = {}
+    for name, config in {
+        "glm4": {"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "num_hidden_layers": 40},
+        "kimi": {
+            "architectures": [KIMI],
+            "model_type": "kimi_k25",
+            "text_config": {"model_type": "kimi_k2", "num_hidden_layers": 61, "hidden_size": 7168},
+        },
+    }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        folders[name] = str(tmp_path / name)
+        assert cli("apply", "--site-packages", str(sp), "--model", folders[name]).exit_code == 0
+    where = ["--site-packages", str(sp), "--model", folders["glm4"]]
+    code, data = cli.json("revert", *where)
+    assert code == 0, data
+    files = {f["path"]: f for f in data["files"]}
+    allow = files["vllm/config/speculative.py"]
+    assert allow["action"] == "rewritten", allow
+    assert allow["reason"].startswith("rewritten without eagle3:allowlist:glm4; kept: eagle3-allowlist also serves ")
+    assert KIMI in allow["reason"] and "which stay patched" in allow["reason"], allow["reason"]
+    assert files["vllm/model_executor/models/glm4.py"]["action"] == "restored"
+
+
+@pytest.mark.release
 def test_revert_arch_that_is_not_patched_is_a_usage_error_and_writes_nothing(release, cli):
     sp = release("0.17.1")
     install = from_site_packages(sp)

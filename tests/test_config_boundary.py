@@ -96,6 +96,23 @@ def test_rehearse_refuses_a_draft_no_release_reads(extra):
     )
 
 
+@pytest.mark.parametrize(
+    "ids,shown",
+    [([True, 7, 13], "[true, 7, 13]"), ([1, 7, float("inf")], "[1, 7, Infinity]"), ("2,30", '"2,30"')],
+)
+def test_bad_ids_are_named_as_the_config_writes_them(ids, shown):
+    """Held-back inputs of finding 2's and 10's kind (a JSON ``true``, ``1e400``, a comma string): doctor and
+    rehearse name them as JSON. Failed before: Python's ``[True, 7, 13]`` and ``inf``, which no config holds."""
+    from patchkit.errors import RefusedError
+    from patchkit.rehearse.miniature_ids import trained_ids
+
+    with pytest.raises(RefusedError) as caught:
+        trained_ids({**KIMI_DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}, 92)
+    assert caught.value.message == (
+        f"the draft's eagle_config.eagle_aux_hidden_state_layer_ids is {shown}, not a list of integers"
+    )
+
+
 def test_an_empty_eagle_config_is_ignored_as_vllm_ignores_it():
     from patchkit.rehearse.miniature_ids import IdField, trained_ids
 
@@ -133,3 +150,17 @@ def test_a_config_json_that_is_not_a_file_is_named_as_what_it_is(tmp_path, kind)
         read_config(made if kind == "fifo-given-as-the-file" else folder, "--model")
     what = "a directory" if kind == "directory" else "a FIFO (named pipe)"
     assert caught.value.message == f"--model {made} is {what}, not a file"
+
+
+@pytest.mark.parametrize("option", ["--model", "--draft"])
+def test_a_directory_named_config_json_given_as_the_file_is_named_a_directory(tmp_path, option):
+    """Held-back input of finding 10's kind: the folder named config.json given itself (``--model
+    DIR/config.json``), not its parent. Failed before: 'DIR/config.json has no config.json', exit 4 with the hint to
+    give the folder the user had given. A folder named config.json that holds one is still read as a folder."""
+    made = tmp_path / "model" / "config.json"
+    made.mkdir(parents=True)
+    with pytest.raises(ConfigError) as caught:
+        read_config(made, option)
+    assert caught.value.message == f"{option} {made} is a directory, not a file"
+    (made / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2}))
+    assert read_config(made, option).path == made / "config.json"

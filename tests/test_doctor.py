@@ -473,7 +473,7 @@ def test_bad_id_list(cli, tmp_path, sp_0_18_0):
     code, report = doctor(cli, sp_0_18_0, model, draft)
     assert code == 1
     ids = check(report, "aux layer ids")
-    assert ids["ok"] is False and "'2,30,58', not a list of integers" in ids["detail"]
+    assert ids["ok"] is False and '"2,30,58", not a list of integers' in ids["detail"]
 
 
 def test_patchable_is_good_news_not_a_problem(release, cli):

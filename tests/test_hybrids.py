@@ -131,7 +131,9 @@ def test_apply_refuses_lfm2_on_0_20_2_and_force_says_what_is_accepted(release, c
 
     code, scanned = cli.json("scan", "--site-packages", str(site))
     (row,) = [r for r in scanned["architectures"] if r["architecture"] == "Lfm2ForCausalLM"]
-    assert row["lossless"].startswith("not lossless: ShortConv") and "apply refuses it without --force" in row["reason"]
+    assert row["lossless"].startswith("not lossless: ShortConv") and row["needs_force"] and row["forced"], row
+    # patched with --force, it reads as status reads it (issue 42, finding 1)
+    assert row["reason"].startswith("forced (apply --force): apply refuses it without") and "ShortConv" in row["reason"]
 
 
 @pytest.mark.release

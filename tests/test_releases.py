@@ -197,14 +197,14 @@ def test_resolve_kimi_k25_names_its_file(release, cli):
     assert "kimi_k25.py" in text
 
 
-def test_resolve_kimi_k2_is_not_native(release, cli):
+def test_resolve_kimi_k2_is_not_one_of_vllms_own_models(release, cli):
     sp = release("0.17.1")
     result = cli("resolve", "KimiK2ForCausalLM", "--site-packages", str(sp))
     assert result.exit_code == 1
-    assert "not a native model of vLLM 0.17.1" in result.stdout
+    assert "not one of vLLM 0.17.1's own models" in result.stdout
     assert "Transformers backend" in result.stdout
     code, resolved = cli.json("resolve", "KimiK2ForCausalLM", "--site-packages", str(sp))
-    assert resolved["native"] is False and resolved["file"] is None
+    assert resolved["own_model"] is False and resolved["file"] is None
 
 
 def test_resolve_alias_reports_shared_class(release, cli):

@@ -4,8 +4,8 @@
 draft) from local folders -- it never downloads anything and never imports vLLM -- and checks
 them against the installed vLLM's files, read statically:
 
-1. the target architecture and how this vLLM's registry resolves it (or that it is not a native
-   model);
+1. the target architecture and how this vLLM's registry resolves it (or that it is not one of vLLM's own
+   models);
 2. the text model type (``text_config.model_type`` when the config nests one) against the
    speculative config's EAGLE-3 start-up allow-list;
 3. whether EAGLE-3 is in effect for the resolved class (the chain check of :mod:`patchkit.checks.verify`;
@@ -403,8 +403,14 @@ def _suggest_apply(
             ),
         )
         return
-    planned = dry_run(install, chain_check=verify_mod.verify, target=distribution, request=Request(model=Path(folder)))
+    request = Request(model=Path(folder))
+    planned = dry_run(install, chain_check=verify_mod.verify, target=distribution, request=request)
     steps = next_steps.after_dry_run(planned, argv)
+    journal = journal_for(install)
+    if planned.refused and journal.entries:  # written with --force: apply only refuses again (issue 42, finding 1)
+        forced = arch_scope.scope(install, journal, request).forced
+        if forced:
+            steps = (next_steps.for_forced(sorted(forced), request),)
     if not steps:
         done = [p.id for p in planned.patches if p.outcome is Outcome.ALREADY_APPLIED]
         why = (

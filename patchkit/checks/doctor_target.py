@@ -13,7 +13,7 @@ from patchkit.advice import Effect, NextStep
 from patchkit.checks import verify as verify_mod
 from patchkit.plan import arch_scope, next_steps
 from patchkit.plan.spec import ClassTarget, default_architectures, load_patches
-from patchkit.results import Check
+from patchkit.results import OWN_MODEL, Check
 from patchkit.store.journal import journal_for
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.units import Concern
@@ -86,12 +86,14 @@ def target_check(
     route: BackendRoute | None,
     options: Sequence[str],
 ) -> Check:
-    """The "target architecture" check: is the target a native vLLM model patchkit can reach.
+    """The "target architecture" check: is the target one of vLLM's own models (a model file of its own, not
+    its Transformers backend) that patchkit can reach. "native" is kept for EAGLE-3 support from vLLM's own
+    code (scan's ``native``), never for this (issue 42, finding 10).
 
     In: the facts, the install, the patch set's distribution, the list of next steps (appended to when
     the target is an architecture patchkit patches only in another release), the Transformers-backend
     route (``None`` when the install has none) and the command's options. Out: the check (failed for an
-    unregistered, backend-only or missing class; passed for a native class or a backend that declares
+    unregistered, backend-only or missing class; passed for vLLM's own class or a backend that declares
     ``SupportsEagle3``). Raises nothing.
     """
     if not facts.architectures:
@@ -121,15 +123,16 @@ def target_check(
         return Check(
             f"target architecture {names}",
             False,
-            f"not a native model: not in vLLM {install.version}'s model registry, so vLLM would load it through its "
+            f"not one of vLLM's own models: not in vLLM {install.version}'s model registry, so vLLM would load it "
+            "through its "
             "Transformers backend (trust_remote_code) and no edit of vLLM's model files reaches it",
         )
     if route is not None and route.declares:
         return Check(
             f"target architecture {facts.architecture}",
             True,
-            f"served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}): no native model "
-            "file, nothing for patchkit to patch; the backend declares SupportsEagle3",
+            f"served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}): no model file of "
+            "vLLM's own, nothing for patchkit to patch; the backend declares SupportsEagle3",
             route.location,
         )
     if r.transformers_backend:
@@ -137,7 +140,7 @@ def target_check(
             f"target architecture {facts.architecture}",
             False,
             f"the registry maps it to vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}): "
-            "no native model file, no EAGLE-3 patch reaches it",
+            "no model file of vLLM's own, no EAGLE-3 patch reaches it",
         )
     if r.cls is None:
         return Check(
@@ -145,9 +148,9 @@ def target_check(
             False,
             f"the registry names {r.entry.module}.{r.entry.class_name}, which patchkit cannot find in this install",
         )
-    detail = f"native: resolves to {r.cls.name} ({r.cls.module})"
+    detail = f"{OWN_MODEL}: resolves to {r.cls.name} ({r.cls.module})"
     if len(facts.architectures) > 1:
-        detail += f"; config.json lists {names}, vLLM uses the first native one"
+        detail += f"; config.json lists {names}, vLLM uses the first of its own models"
     aliases = [Check("same class for", None, ", ".join(r.aliases))] if len(r.aliases) > 1 else []
     return Check(f"target architecture {facts.architecture}", True, detail, r.cls.location, children=aliases)
 
@@ -215,7 +218,7 @@ def in_effect_check(
     cls = facts.cls
     label = "EAGLE-3 in effect" + (f" for {cls.name}" if cls else "")
     if cls is None or facts.resolution is None or facts.resolution.transformers_backend:
-        return Check(label, None, "not checked: the target is not a native vLLM model"), None
+        return Check(label, None, "not checked: the target is not one of vLLM's own models"), None
     if contract.protocol is None:
         actions.append(
             next_steps.upgrade(
@@ -309,9 +312,8 @@ def _in_effect_detail(chain: Check, contract: Contract, patched: tuple[str, ...]
         return "missing: " + "; ".join(c.label for c in chain.failures())
     if patched:  # before "native": on 0.18.0+ a class patchkit patched is not vLLM's support
         return f"patched by patchkit ({', '.join(patched)})"
-    if contract.native:
-        return f"natively (EAGLE-3 contract {contract.era}, vLLM >= {contract_mod.NATIVE_FROM})"
-    return f"this release supports it (contract {contract.era})"
+    # scan's 'native', in the one sense patchkit gives the word (issue 42, finding 10)
+    return f"natively (EAGLE-3 contract {contract.era}): vLLM's own code supports it (scan: native)"
 
 
 def _with_child(node: Check, child: Check) -> Check:
@@ -331,7 +333,7 @@ def proposer_check(facts: TargetFacts, tree: SourceTree, data: dict[str, Any]) -
     label = "EAGLE proposer with a multimodal target"
     cls = facts.cls
     if cls is None or facts.multimodal is None:
-        return Check(label, None, "not checked: the target is not a native vLLM model")
+        return Check(label, None, "not checked: the target is not one of vLLM's own models")
     if not facts.multimodal:
         return Check(label, None, f"{cls.name} is text-only (no {MULTIMODAL_PROTOCOL}): nothing to map")
     image_token = derive(tree, with_aux=False).image_token

@@ -41,8 +41,9 @@ class ResolveReport:
     ``eagle3`` (the class has ``SupportsEagle3`` in its bases and non-stub methods); empty without dispatch."""
 
     @property
-    def native(self) -> bool:
-        """True when the architecture resolves to a native vLLM model class."""
+    def own_model(self) -> bool:
+        """True when the architecture resolves to a class of vLLM's own (a model file, not the Transformers
+        backend); "native" is scan's word for EAGLE-3 support from vLLM's own code (issue 42, finding 10)."""
         return self.resolution is not None and self.resolution.cls is not None
 
     def to_dict(self) -> dict:
@@ -53,7 +54,7 @@ class ResolveReport:
             "command": "resolve",
             "install": vars(self.install),
             "architecture": self.architecture,
-            "native": self.native,
+            "own_model": self.own_model,
             "registry": None
             if r is None
             else {

@@ -216,6 +216,9 @@ class Narrowing:
     keep: frozenset[str]
     files: tuple[str, ...]
     kept: tuple[tuple[str, str], ...] = ()
+    staying: tuple[tuple[str, frozenset[str]], ...] = ()
+    """``(architecture, ids it needs)`` of each patched architecture that stays, to name who needs what a
+    rewritten or kept file keeps (:func:`serves`)."""
 
 
 def same_class(registry: Registry, architectures: tuple[str, ...]) -> frozenset[str]:
@@ -258,7 +261,8 @@ def narrowing(install: Install, journal: Journal, request: Request) -> Narrowing
             NextStep(patchkit_argv("status"), "it lists the files and patches"),
         )
     files = tuple(sorted(p for p, e in journal.entries.items() if set(e.patches) & remove))
-    return Narrowing(frozenset(remove), frozenset(held - remove), files, _kept(journal, found, staying, files))
+    kept = _kept(journal, found, staying, files)
+    return Narrowing(frozenset(remove), frozenset(held - remove), files, kept, tuple(staying.ids.items()))
 
 
 def _kept(journal: Journal, found: Scope, staying: Scope, files: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -269,15 +273,19 @@ def _kept(journal: Journal, found: Scope, staying: Scope, files: tuple[str, ...]
         shared = set(entry.patches) & found.all_ids
         if path in files or not shared:
             continue
-        users = [a for a, ids in staying.ids.items() if ids & shared] or ["other patched architectures"]
-        out.append(
-            (
-                path,
-                f"kept: {', '.join(sorted(shared))} also serve{'s' if len(shared) == 1 else ''} {', '.join(users)}, "
-                "which stay patched; the plain 'revert' takes it out with the rest",
-            )
-        )
+        why = serves(shared, tuple(staying.ids.items()))
+        out.append((path, f"kept: {why}; the plain 'revert' takes it out with the rest"))
     return tuple(out)
+
+
+def serves(ids: set[str] | frozenset[str], staying: tuple[tuple[str, frozenset[str]], ...]) -> str:
+    """``"<ids> also serve(s) <architectures>, which stay(s) patched"``: why a scoped revert keeps ``ids`` (in a
+    file it keeps whole, or rewrites), one sentence for both (issue 42, finding 9). ``staying``:
+    :attr:`Narrowing.staying`."""
+    users = [a for a, needs in staying if needs & ids]
+    stay = "stays" if len(users) == 1 else "stay"
+    named = ", ".join(users) or "other patched architectures"
+    return f"{', '.join(sorted(ids))} also serve{'s' if len(ids) == 1 else ''} {named}, which {stay} patched"
 
 
 def rewritten(install: Install, journal: Journal, narrow: Narrowing) -> dict[str, bytes]:
@@ -328,5 +336,6 @@ __all__ = [
     "rewritten",
     "same_class",
     "scope",
+    "serves",
     "states",
 ]

@@ -334,7 +334,7 @@ def _resolve_target(patch: Patch, codemod, tree: SourceTree, registry: Registry,
         if resolution.transformers_backend or resolution.cls is None:
             raise _NotApplicable(
                 f"the registry maps {target.architecture} to {resolution.entry.module}.{resolution.entry.class_name}, "
-                "which is not a native model file"
+                "which is vLLM's Transformers backend or a class patchkit cannot find in this install"
             )
         cls: ClassRef = resolution.cls
         fault = loadpath.bare_language_model(tree, registry, cls)

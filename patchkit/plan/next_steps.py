@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Sequence
 from patchkit.advice import Effect, NextStep, patchkit_argv, reinstall
 from patchkit.errors import ExitCode, UsageError
 from patchkit.plan.request import Request
-from patchkit.results import ApplyReport, InstallInfo, Outcome
+from patchkit.results import FORCED, ApplyReport, InstallInfo, Outcome
 from patchkit.plan.spec import ClassTarget, Patch, load_patches
 from patchkit.vllm.classes import loadpath
 from patchkit.vllm.release.contract import EAGLE3_FIRST, Era
@@ -137,6 +137,23 @@ def for_verify(info: InstallInfo, request: Request, journaled: Sequence[str], ta
             )
         )
     return tuple(steps)
+
+
+def for_forced(forced: Sequence[str], request: Request) -> NextStep:
+    """The next step when what fails is only what ``apply --force`` accepted (issue 42, finding 1): ``forced``
+    architectures (:attr:`patchkit.plan.arch_scope.Scope.forced`) fail ``verify`` and ``doctor`` on the serve's
+    runner or a hybrid's mixers, and no patch changes that; the dry run of ``apply`` only refuses again. The
+    step is the scoped ``revert`` that takes out what the forced run wrote (with the run's own ``--arch`` or
+    ``--model``; else ``--arch`` for each forced architecture)."""
+    model = os.path.abspath(request.model) if request.model is not None else None
+    archs = request.architectures if request.architectures or model else tuple(forced)
+    return NextStep(
+        patchkit_argv("revert", architectures=archs, model=model),
+        f"{', '.join(forced)}: {FORCED}, and nothing apply writes changes that on this serve; this revert takes "
+        "out what apply --force wrote (keep it only if you serve it knowing verify fails it)",
+        None,
+        Effect.RESTORES,
+    )
 
 
 def without_refused(
@@ -261,4 +278,13 @@ def undo(install: Install, journal: Journal, request: Request, before: frozenset
     )
 
 
-__all__ = ["after_dry_run", "first_release", "for_verify", "reapply", "undo", "upgrade", "without_refused"]
+__all__ = [
+    "after_dry_run",
+    "first_release",
+    "for_forced",
+    "for_verify",
+    "reapply",
+    "undo",
+    "upgrade",
+    "without_refused",
+]

@@ -98,16 +98,7 @@ def plan_revert(
         if refused:
             files.append(RevertedFile(path, False, "not restored: the revert was refused", patches, "held back"))
         elif path in rewrites:
-            stays = sorted(set(patches) & narrow.keep)
-            files.append(
-                RevertedFile(
-                    path,
-                    True,
-                    f"rewritten without {', '.join(sorted(set(patches) - narrow.keep))}; keeps {', '.join(stays)}",
-                    patches,
-                    "rewritten",
-                )
-            )
+            files.append(_rewritten(path, patches, narrow))
         else:
             how = "original bytes restored" + (
                 f" (--force; the file was {state.value})" if state is not FileState.PATCHED else ""
@@ -116,3 +107,12 @@ def plan_revert(
     for path, why in narrow.kept if narrow is not None else ():  # named, never written (issue 42, finding 9)
         files.append(RevertedFile(path, False, why, journal.entries[path].patches, "kept"))
     return RevertPlan(restore, rewrites, forget, sorted(files, key=lambda f: f.path), refused)
+
+
+def _rewritten(path: str, patches: list[str], narrow: Narrowing) -> RevertedFile:
+    """A file a scoped revert rewrites with the patches that stay, with who needs them (issue 42, finding 9)."""
+    from patchkit.plan.arch_scope import serves  # lazy: only a scoped revert rewrites; see TYPE_CHECKING above
+
+    gone = ", ".join(sorted(set(patches) - narrow.keep))
+    kept = serves(set(patches) & narrow.keep, narrow.staying)
+    return RevertedFile(path, True, f"rewritten without {gone}; kept: {kept}", patches, "rewritten")

@@ -40,13 +40,13 @@ def resolve(
         r = report.resolution
         if as_json:
             emit_json(report.to_dict())
-            return verdict(report.native)
+            return verdict(report.own_model)
         w = out()
         if report.install.newer_than_qualified:  # resolve's text has no header line otherwise
             header(w, report.install)
         if r is None:
             w.line(
-                f"{architecture} is not a native model of vLLM {report.install.version}: it is not in the "
+                f"{architecture} is not one of vLLM {report.install.version}'s own models: it is not in the "
                 "model registry, so vLLM would load it through its Transformers backend (trust_remote_code) "
                 "and no edit of vLLM's model files reaches it."
             )
@@ -62,7 +62,7 @@ def resolve(
         elif r.transformers_backend:
             w.line(
                 f"{architecture} is served by vLLM's Transformers backend ({r.entry.module}.{r.entry.class_name}); "
-                "no native model file"
+                "no model file of vLLM's own"
             )
         elif r.cls is None:
             w.line(
@@ -88,7 +88,7 @@ def resolve(
                         (b["location"] or "not found", "blue"),
                         indent="    ",
                     )
-        return verdict(report.native)
+        return verdict(report.own_model)
 
     run(as_json, body, site_packages, python)
 

@@ -85,7 +85,24 @@ class Command(TyperCommand):
         if repeated is not None:
             error(repeated, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, _python_files(args))
+
+
+def _python_files(args: list[str]) -> list[str]:
+    """``args`` with a ``--python ./NAME`` made absolute: Click's ``Path("./python3")`` is ``python3``, which
+    :func:`patchkit.vllm.release.interpreter.interpreter_path` rightly takes for a command on ``PATH``, as a
+    shell would; the user named the file here (issue 42, finding 10, held-back input: ``--python ./python3``
+    probed PATH's python3). Every other value is left as typed."""
+    out = list(args)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, eq, value = arg.partition("=")
+        if not eq:
+            name, value = (args[i - 1], arg) if i > 0 else ("", arg)
+        if name == "--python" and "/" in value and "/" not in str(Path(value)):
+            out[i] = f"--python={Path(value).absolute()}" if eq else str(Path(value).absolute())
+    return out
 
 
 def _repeated_single(params, args: list[str]) -> UsageError | None:

@@ -168,7 +168,7 @@ def show_status(report) -> None:
     one line per architecture, the guard and the watch, one row per journaled file and the next steps."""
     from patchkit.advice import NextStep, patchkit_argv  # lazy: only when a report is rendered
     from patchkit.plan.file_states import FILE_STATES, FileState  # lazy: as above
-    from patchkit.results import Coverage  # lazy: as above
+    from patchkit.results import FORCED, Coverage  # lazy: as above
 
     w = out()
     header(w, report.install)
@@ -198,7 +198,7 @@ def show_status(report) -> None:
             else f"needs {', '.join(a.missing)}"
         )
         if a.forced:  # as verify and doctor read it (issue 42, finding 1)
-            detail = f"forced (apply --force): apply refuses it without, and verify fails it; {detail}"
+            detail = f"{FORCED}; {detail}"
         w.line((a.state.value, coverage_style[a.state]), " ", a.architecture, "  ", (detail, "dim"))
     plugin_lines(w, report)
     if not report.entries and not report.pending:

@@ -47,7 +47,9 @@ def read_config(location: Path, option: str) -> CheckpointConfig:
             for ``doctor`` and for ``--model`` on every command alike).
     """
     location = Path(location).expanduser()
-    if location.is_dir():
+    # a folder named config.json without one inside is the file given, and a folder (issue 42, finding 10)
+    given_as_file = location.name == CONFIG_FILE and not os.path.lexists(location / CONFIG_FILE)
+    if location.is_dir() and not given_as_file:
         file = location / CONFIG_FILE
     elif location.is_file() or os.path.lexists(location):
         file = location  # a FIFO or a device given as the file: named below as what it is
@@ -201,7 +203,7 @@ class TargetFacts:
 
     @property
     def cls(self) -> ClassRef | None:
-        """The resolved native class, or None."""
+        """The resolved class (one of vLLM's own models), or None."""
         return self.resolution.cls if self.resolution is not None else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -211,7 +213,7 @@ class TargetFacts:
             "config": self.config,
             "architectures": self.architectures,
             "architecture": self.architecture,
-            "native": cls is not None,
+            "own_model": cls is not None,
             "class": cls.name if cls else None,
             "file": cls.relpath if cls else None,
             "line": cls.lineno if cls else None,

@@ -29,6 +29,7 @@ acceptance collapses without an error (vllm#43671); the advice in doctor always 
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,8 +400,15 @@ def draft_shape_problem(data: dict[str, Any]) -> str | None:
         (f"{EAGLE_CONFIG}.{IDS_FIELD}", (nested or {}).get(IDS_FIELD)),
     ):
         if value is not None and as_int_list(value) is None:
-            return f"the draft's {name} is {value!r}, not a list of integers"
+            return f"the draft's {name} is {_as_written(value)}, not a list of integers"
     return None
+
+
+def _as_written(value: Any) -> str:
+    """``value`` as JSON, as the config writes it (``[true, 7, 13]``, ``"2,30"``; Python's ``True`` and ``inf``
+    were shown before), cut to 60 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _json_kind(value: Any) -> str:

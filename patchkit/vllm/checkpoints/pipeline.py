@@ -52,7 +52,7 @@ def backbone_transport(
             f"this release has no pipeline-parallel transport of aux states ({PP_FLAG} is not in interfaces.py)",
         )
     if cls is None:
-        return False, "the target is not a native model"
+        return False, "the target is not one of vLLM's own models"
     backbone: ClassRef = cls
     try:
         links = composition.chain(tree, registry, cls)

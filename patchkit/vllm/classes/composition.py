@@ -281,7 +281,7 @@ def _resolve_call(
         resolution = registry.resolve(arch_node.value)
         if resolution is None or resolution.cls is None:
             raise CompositionError(
-                f"architecture {arch_node.value} (line {lineno}) is not a native model in this registry"
+                f"architecture {arch_node.value} (line {lineno}) is not one of vLLM's own models in this registry"
             )
         return HeldClass(resolution.cls, "registry", lineno, arch_node.value)
     if self_attr(func) is not None:

@@ -148,7 +148,11 @@ def classify(
             State.NOT_PATCHABLE,
             None,
             f"the registry names {resolution.entry.module}.{resolution.entry.class_name}, "
-            "which is not a native model file patchkit can find",
+            + (
+                "vLLM's Transformers backend, no model file of vLLM's own"
+                if resolution.transformers_backend
+                else "a class patchkit cannot find in this install"
+            ),
         )
     cls = resolution.cls
     if contract.protocol is None:
@@ -339,7 +343,7 @@ def _as_wrapper(
                 )
             resolution = registry.resolve(text_architecture)
             if resolution is None or resolution.cls is None:
-                return no(f"its text_config names {text_architecture}, which is not a native model of this release")
+                return no(f"its text_config names {text_architecture}, which is not one of this release's own models")
             held = HeldClass(resolution.cls, "registry", built[0], text_architecture)
         elif built is not None:
             return no(f"self.{WRAPPER_ATTR}: {exc}", f"{cls.relpath}:{built[0]}")
