@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from patchkit import api_steps, interrupt
 from patchkit.advice import Effect, NextStep
-from patchkit.errors import PatchkitError, UsageError
+from patchkit.errors import UsageError
 from patchkit.guard import guard as guard_mod
 from patchkit.plugin_results import PluginReport, PluginRun
 from patchkit.plan import run_steps
@@ -26,7 +26,6 @@ from patchkit.results import (
     ApplyReport,
     Check,
     PatchResult,
-    Problem,
     RevertedFile,
     RevertReport,
     StatusEntry,
@@ -171,28 +170,6 @@ def apply(
     return api_steps.with_steps(install, report, request, target, force, run_checks, before)
 
 
-def _runtime(runtime_python, tree, registry, contract, archs, types) -> tuple[Check | None, Problem | None]:
-    """``verify --runtime``'s probe (:mod:`patchkit.checks.runtime`), run before the static checks so the units
-    it exercised settle theirs; ``(None, None)`` without ``runtime_python``, ``(None, problem)`` when it
-    cannot run."""
-    if runtime_python is None:
-        return None, None
-    from patchkit.checks.runtime import probe_spec, run_probe  # lazy: start-up, only 'verify --runtime' runs it
-
-    try:
-        return run_probe(runtime_python, probe_spec(tree, registry, contract, archs, types)), None
-    except PatchkitError as exc:
-        return None, Problem(exc.message, exc.hint, int(exc.exit_code))
-
-
-def exercised_units(probe: Check) -> dict[str, bool | None]:
-    """The units the probe exercised (:func:`patchkit.checks.runtime.exercised_units`), without importing it
-    at start-up."""
-    from patchkit.checks.runtime import exercised_units as of_probe  # lazy: start-up
-
-    return of_probe(probe)
-
-
 def verify(install: Install, *, runtime_python: Path | None = None, request: Request = Request()) -> VerifyReport:
     """Check, from the files on disk, that EAGLE-3 is in effect for the resolved classes.
 
@@ -227,8 +204,11 @@ def verify(install: Install, *, runtime_python: Path | None = None, request: Req
     )  # lazy: start-up; the shape patchkit wrote, on the bytes before it
 
     pristine = pristine_tree(install, journal) if journal.entries else tree
-    probe, runtime_error = _runtime(runtime_python, tree, registry, contract, archs, types)
-    settled = [key for key, ok in exercised_units(probe).items() if ok] if probe is not None else []
+    probe, runtime_error, settled = None, None, []
+    if runtime_python is not None:  # before the static checks, so the units it exercised settle theirs
+        from patchkit.checks.runtime import verify_probe  # lazy: start-up, only 'verify --runtime' runs it
+
+        probe, runtime_error, settled = verify_probe(runtime_python, tree, registry, contract, archs, types)
     with exercised(settled):  # a unit the serving environment ran as patchkit assumes is no longer "not checked"
         checks = run_checks(
             tree, registry, contract, archs, types, requested=tuple(archs) if request else (), pristine=pristine

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import Any
@@ -30,3 +31,15 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     return value
+
+
+def as_written(value: Any) -> str:
+    """``value`` as JSON, as the config writes it (``[true, 7, 13]``, ``"2,30"``; Python's ``True`` and ``inf``
+    were shown before), cut to 60 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def json_kind(value: Any) -> str:
+    """The JSON type name of a parsed value (``list`` -> array, ``str`` -> string)."""
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "value")

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 from patchkit.plan.spec import TEXT_MODEL_TYPES, default_architectures
-from patchkit.errors import InterpreterError
-from patchkit.results import Check
+from patchkit.errors import InterpreterError, PatchkitError
+from patchkit.results import Check, Problem
 from patchkit.vllm.classes import loadpath
 from patchkit.vllm.chain.capture import expected_stream
 from patchkit.vllm.classes.composition import chain
@@ -142,6 +142,19 @@ def unit_facts(tree: SourceTree) -> dict[str, dict]:
 def exercised_units(check: Check) -> dict[str, bool | None]:
     """The units ``check`` (:func:`run_probe`'s) exercised, by key, with their results."""
     return {c.kind.split(":", 1)[1]: c.ok for c in check.children if c.kind and c.kind.startswith(f"{UNIT_KIND}:")}
+
+
+def verify_probe(
+    python: Path, tree: SourceTree, registry: Registry, contract: Contract, archs, types
+) -> tuple[Check | None, Problem | None, list[str]]:
+    """``verify --runtime``'s probe (:func:`run_probe` on :func:`probe_spec`), run before the static checks:
+    ``(check, None, settled)`` with the keys of the units it exercised that did what patchkit assumes, or
+    ``(None, problem, [])`` when it cannot run (the static checks are kept, the units stay not checked)."""
+    try:
+        probe = run_probe(python, probe_spec(tree, registry, contract, archs, types))
+    except PatchkitError as exc:
+        return None, Problem(exc.message, exc.hint, int(exc.exit_code)), []
+    return probe, None, [key for key, ok in exercised_units(probe).items() if ok]
 
 
 def run_units(python: Path, tree: SourceTree) -> Check:

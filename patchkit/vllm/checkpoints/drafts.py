@@ -29,7 +29,6 @@ acceptance collapses without an error (vllm#43671); the advice in doctor always 
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from patchkit.jsonable import as_written, json_kind
 from patchkit.vllm.checkpoints.config import as_int_list
 from patchkit.vllm.release.contract import INTERFACES_MODULE, PP_FLAG
 from patchkit.vllm.release.install import Install
@@ -392,7 +392,7 @@ def draft_shape_problem(data: dict[str, Any]) -> str | None:
     nested = data.get(EAGLE_CONFIG)
     if nested and not isinstance(nested, dict):
         return (
-            f"the draft's {EAGLE_CONFIG} is a JSON {_json_kind(nested)}, not an object: vLLM's EAGLE-3 draft "
+            f"the draft's {EAGLE_CONFIG} is a JSON {json_kind(nested)}, not an object: vLLM's EAGLE-3 draft "
             f"calls .get() on it and fails while it is built"
         )
     for name, value in (
@@ -400,20 +400,8 @@ def draft_shape_problem(data: dict[str, Any]) -> str | None:
         (f"{EAGLE_CONFIG}.{IDS_FIELD}", (nested or {}).get(IDS_FIELD)),
     ):
         if value is not None and as_int_list(value) is None:
-            return f"the draft's {name} is {_as_written(value)}, not a list of integers"
+            return f"the draft's {name} is {as_written(value)}, not a list of integers"
     return None
-
-
-def _as_written(value: Any) -> str:
-    """``value`` as JSON, as the config writes it (``[true, 7, 13]``, ``"2,30"``; Python's ``True`` and ``inf``
-    were shown before), cut to 60 characters."""
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _json_kind(value: Any) -> str:
-    """The JSON type name of a parsed value (``list`` -> array, ``str`` -> string)."""
-    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(value), "value")
 
 
 def eagle3_draft_architecture(arch: str) -> str:
