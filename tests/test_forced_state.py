@@ -50,11 +50,12 @@ def test_a_forced_patch_reads_the_same_in_status_verify_doctor_and_revert(releas
 def test_scan_marks_a_forced_patch_as_status_does(release, cli):
     """scan reads a patch written with ``apply --force`` as status does (issue 42, finding 1). Failed before: a
     forced row read "patched by patchkit ... supports EAGLE-3 in this release", with no shape and needs_force
-    false, while status said forced and verify failed it. Held-back shapes: interface-only (Glm4), a hybrid not
+    false, while status said forced and verify failed it. Held-back shapes: wrapper-only (Qwen2-VL; GLM-4's
+    interface-only shape until the H100's 0.34.0 records showed it), a hybrid not
     lossless here (Jamba), a wrapper whose language model is patched with it (OpenPangu VL, whose
     PanguEmbeddedForCausalLM is a standard loop, shown under V2, so not forced)."""
     sp = release("0.34.0")
-    forced = ["Glm4ForCausalLM", "JambaForCausalLM", "OpenPanguVLForConditionalGeneration"]
+    forced = ["Qwen2VLForConditionalGeneration", "JambaForCausalLM", "OpenPanguVLForConditionalGeneration"]
     where = ["--site-packages", str(sp)]
     archs = [a for arch in forced for a in ("--arch", arch)]
     code, applied = cli.json("apply", *where, *archs, "--force")
@@ -70,7 +71,7 @@ def test_scan_marks_a_forced_patch_as_status_does(release, cli):
     assert by_status == {**{a: ("patched", True) for a in forced}, "PanguEmbeddedForCausalLM": ("patched", False)}
     for arch in forced:
         assert rows[arch]["needs_force"] and rows[arch]["reason"].startswith("forced (apply --force)"), rows[arch]
-    assert rows["Glm4ForCausalLM"]["shape"] == "interface-only", rows["Glm4ForCausalLM"]
+    assert rows["Qwen2VLForConditionalGeneration"]["shape"] == "wrapper-only", rows["Qwen2VLForConditionalGeneration"]
     assert "hybrid, not lossless" in rows["JambaForCausalLM"]["reason"], rows["JambaForCausalLM"]
     text = {line.split()[0]: line for line in cli("scan", *where).stdout.splitlines() if line.strip()}
     assert all("forced (apply --force)" in text[a] for a in forced), [text[a] for a in forced]
@@ -80,15 +81,18 @@ def test_scan_marks_a_forced_patch_as_status_does(release, cli):
 def test_after_a_forced_apply_verify_and_doctor_advise_its_revert_not_an_apply(release, cli, tmp_path):
     """What fails after ``apply --force`` is what --force accepted: no apply changes it, and the dry run of apply
     only refuses again. verify (scoped and plain) and doctor advise the scoped revert, which restores the files
-    (issue 42, finding 1, held-back input: GLM-4's folder on 0.34.0, interface-only). Failed before: each advised
+    (issue 42, finding 1, held-back input: Qwen2-VL's folder on 0.34.0, wrapper-only; GLM-4's until the H100's
+    0.34.0 records showed interface-only). Failed before: each advised
     'apply ... --dry-run', exit 3."""
     import json
 
     sp = release("0.34.0")
-    model = tmp_path / "glm4"
+    model = tmp_path / "qwen2-vl"
     model.mkdir()
     (model / "config.json").write_text(
-        json.dumps({"architectures": ["Glm4ForCausalLM"], "model_type": "glm4", "num_hidden_layers": 40})
+        json.dumps(
+            {"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", "num_hidden_layers": 28}
+        )
     )
     before = snapshot(sp)
     where = ["--site-packages", str(sp)]
@@ -99,7 +103,9 @@ def test_after_a_forced_apply_verify_and_doctor_advise_its_revert_not_an_apply(r
     assert (code, code_plain, code_doctor) == (1, 1, 1)
     revert_model = ["patchkit", "revert", *where, "--model", str(model)]
     assert [s["argv"] for s in scoped["next_steps"]] == [revert_model], scoped["next_steps"]
-    assert [s["argv"] for s in plain["next_steps"]] == [["patchkit", "revert", *where, "--arch", "Glm4ForCausalLM"]]
+    assert [s["argv"] for s in plain["next_steps"]] == [
+        ["patchkit", "revert", *where, "--arch", "Qwen2VLForConditionalGeneration"]
+    ]
     assert doctor["next_steps"][0]["argv"] == revert_model, doctor["next_steps"]
     assert all(s["effect"] == "restores" for s in (scoped["next_steps"][0], doctor["next_steps"][0]))
     assert cli(*revert_model[1:]).exit_code == 0

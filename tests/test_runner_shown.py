@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.vllm.runner.serving import serving_runner
-from patchkit.vllm.shapes.shown import V2_0_20_2, evidence_for, showing
+from patchkit.vllm.shapes.shown import V2_0_20_2, V2_0_34_0, evidence_for, showing, shown_shapes
 from patchkit.vllm.shapes.classify import Shape
 from patchkit.vllm.release.source import SourceTree
 from vllm_release import pristine_site_packages
@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import spec_lossless  # noqa: E402
+from test_verdict import load, outcome  # noqa: E402
+
+from patchkit.rehearse.rehearsal_result import Outcome  # noqa: E402
 
 CASE_SHAPE = {"gemma3": Shape.STANDARD, "mixtral": Shape.STANDARD, "exaone4": Shape.HIDDEN_ONLY}
 """The GPU cases and the shape ``scan`` gives them (tests/engine_models.py)."""
@@ -53,32 +56,35 @@ def test_every_shape_shown_under_0_20_2s_v2_has_a_patched_case_recorded_equal_un
 @pytest.mark.release
 def test_v1_needs_no_showing_and_v2_is_followed_where_the_serve_uses_it():
     tree = SourceTree(pristine_site_packages("0.20.2"))
-    assert showing(serving_runner(tree, {}), Shape.INTERFACE_ONLY) is None  # V1
-    v2 = showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.INTERFACE_ONLY)
+    assert showing(serving_runner(tree, {}), Shape.INTERFACE_ONLY, "0.20.2") is None  # V1
+    v2 = showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.INTERFACE_ONLY, "0.20.2")
     assert v2 is not None and v2.shown is False and "V2" in v2.detail
-    assert showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.STANDARD).shown is True
+    assert showing(serving_runner(tree, {"VLLM_USE_V2_MODEL_RUNNER": "1"}), Shape.STANDARD, "0.20.2").shown is True
 
 
 @pytest.mark.release
 def test_apply_refuses_an_unshown_shape_on_0_34_0_and_force_verify_and_doctor_say_why(release, cli, tmp_path):
-    """0.34.0 serves only through V2: Glm4ForCausalLM (interface-only, not shown there) is refused,
-    nothing written; with --force it is written, and verify then fails on the runner's check."""
+    """0.34.0 serves only through V2: Gemma 3's multimodal wrapper (wrapper-only, not shown there) is refused,
+    nothing written; with --force it is written, and verify then fails on the runner's check. GLM-4
+    (interface-only), shown on 0.34.0 by the H100's records, is applied without --force (refused before them)."""
     site = release("0.34.0")
     before = _vllm_bytes(site)
-    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site))
+    wrapper = "Gemma3ForConditionalGeneration"
+    code, report = cli.json("apply", "--arch", wrapper, "--site-packages", str(site))
     assert code == 3 and report["refused"]
     (refused,) = [p for p in report["patches"] if p["outcome"] == "refused"]
-    assert "interface-only shape is not yet shown to keep greedy output under vLLM's V2 runner" in refused["reason"]
+    assert "wrapper-only shape is not yet shown to keep greedy output under vLLM's V2 runner" in refused["reason"]
     assert _vllm_bytes(site) == before
 
-    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site), "--force")
+    code, report = cli.json("apply", "--arch", wrapper, "--site-packages", str(site), "--force")
     assert code == 0 and report["written"]
-    code, verified = cli.json("verify", "--arch", "Glm4ForCausalLM", "--site-packages", str(site))
+    code, verified = cli.json("verify", "--arch", wrapper, "--site-packages", str(site))
     assert code == 1
-    assert any("greedy output kept under vLLM's V2 runner (interface-only)" in m for m in verified["missing"])
+    assert any("greedy output kept under vLLM's V2 runner (wrapper-only)" in m for m in verified["missing"])
 
-    code, report = cli.json("apply", "--arch", "Exaone4ForCausalLM", "--site-packages", str(site))
-    assert code == 0 and report["written"]  # hidden-states-only: shown under V2
+    for arch in ("Exaone4ForCausalLM", "Glm4ForCausalLM"):  # hidden-states-only and interface-only: shown
+        code, report = cli.json("apply", "--arch", arch, "--site-packages", str(site))
+        assert code == 0 and report["written"], report
 
 
 @pytest.mark.release
@@ -101,7 +107,9 @@ def test_on_0_20_2_the_flag_decides(release, cli, monkeypatch, tmp_path):
 
 def test_evidence_is_per_release_and_a_newer_release_says_so():
     """A release with evidence of its own is judged on it; a release between two is judged on the older's
-    and told it is newer than the evidence; one before all, on the oldest, told so."""
+    and told it is newer than the evidence; one before all, on the oldest, told so. Per shape: a shape the
+    release's own campaign did not decide is judged on the newest earlier evidence that did, and a later
+    release's evidence never decides a shape for an earlier one."""
     assert evidence_for("V1", "0.34.0") == (None, "")
     own, note = evidence_for("V2", "0.20.2")
     assert own is V2_0_20_2 and note == ""
@@ -111,14 +119,44 @@ def test_evidence_is_per_release_and_a_newer_release_says_so():
     assert older is V2_0_20_2 and "older than the evidence" in note
     unknown, note = evidence_for("V2", None)
     assert unknown is not None and "release is unknown" in note
+    assert evidence_for("V2", "0.34.0", Shape.INTERFACE_ONLY) == (V2_0_34_0, "")
+    standard, note = evidence_for("V2", "0.34.0", Shape.STANDARD)
+    assert standard is V2_0_20_2 and "0.34.0 is newer than the evidence" in note
+    assert evidence_for("V2", "0.33.0", Shape.INTERFACE_ONLY)[0] is V2_0_20_2  # 0.34.0's is later
+    assert set(shown_shapes("V2", "0.33.0")) == {Shape.STANDARD, Shape.HIDDEN_ONLY}
+    assert set(shown_shapes("V2", "0.34.0")) == {Shape.STANDARD, Shape.HIDDEN_ONLY, Shape.INTERFACE_ONLY}
+
+
+GPU_0_34_0_SHAPES = {"glm4": Shape.INTERFACE_ONLY, "gemma3-mm": Shape.WRAPPER_ONLY}
+"""The cases of the 0.34.0 campaign and the shape ``scan`` gives them there (tests/engine_models.py)."""
+
+
+def test_0_34_0s_evidence_is_what_its_records_decide():
+    """Each shape 0.34.0's evidence shows rests on a case whose right capture passes in the H100's records,
+    decided again here, and whose wrong capture (one layer late) fails; no shape is claimed that they do not
+    show (Gemma 3's wrapper: its engine did not start, so not shown)."""
+    rows = load(ROOT / V2_0_34_0.record)
+    assert rows and all(r["report"]["vllm"].endswith("0.34.0") and r["report"]["device"] == "cuda" for r in rows)
+    decided = {(r["env"], r["case"]): outcome(r) for r in rows if r["report"].get("raw")}
+    shown = {
+        GPU_0_34_0_SHAPES[case]
+        for (env, case), result in decided.items()
+        if env == "right" and result is Outcome.PASSED and decided.get(("shift", case)) is Outcome.FAILED
+    }
+    assert set(V2_0_34_0.shown) == shown == {Shape.INTERFACE_ONLY}
 
 
 @pytest.mark.release
-def test_on_0_34_0_the_refusal_says_the_release_is_newer_than_the_evidence(release, cli):
-    """No GPU evidence from 0.34.0 is recorded yet: 0.34.0 is judged on 0.20.2's V2 evidence, and the refusal
-    of an interface-only shape says that 0.34.0 is newer than that evidence."""
+def test_on_0_34_0_each_shape_says_which_releases_evidence_it_rests_on(release, cli):
+    """On 0.34.0 the wrapper-only refusal names 0.34.0's own campaign, and a standard loop's ✓ says that 0.34.0
+    is newer than the 0.20.2 evidence it rests on."""
     site = release("0.34.0")
-    code, report = cli.json("apply", "--arch", "Glm4ForCausalLM", "--site-packages", str(site), "--dry-run")
+    code, report = cli.json(
+        "apply", "--arch", "Gemma3ForConditionalGeneration", "--site-packages", str(site), "--dry-run"
+    )
     assert code == 3
     (refused,) = [p for p in report["patches"] if p["outcome"] == "refused"]
-    assert "vLLM 0.34.0 is newer than the evidence: judged on vLLM 0.20.2's, not run on 0.34.0" in refused["reason"]
+    assert "an H100, vLLM 0.34.0's CUDA build" in refused["reason"] and "interface-only" in refused["reason"]
+    tree = SourceTree(site)
+    standard = showing(serving_runner(tree, {}), Shape.STANDARD, "0.34.0")
+    assert standard.shown and "0.34.0 is newer than the evidence: judged on vLLM 0.20.2's" in standard.detail

@@ -60,6 +60,10 @@ GPU_V2_RELEASE = "0.20.2"
 """The release whose Model Runner V2 the H200 ran (its CUDA build runs on the image's torch 2.11; 0.34.0
 needs torch 2.14): :mod:`patchkit.vllm.shapes.shown` rests on it."""
 
+GPU_V2_ONLY_RELEASE = "0.34.0"
+"""The V2-only release an H100 ran with its own CUDA build and torch 2.14 (``../shared/gpu``, "vLLM 0.34.0"):
+:mod:`patchkit.vllm.shapes.shown` rests on it for the shapes that campaign decided."""
+
 
 def beyond_qualified(version: Version | str) -> str | None:
     """The note every command shows for an install newer than :data:`NEWEST_QUALIFIED`, or None.

@@ -10,7 +10,9 @@ which says what the user accepts), and ``verify`` and ``doctor`` fail it, naming
 Evidence is kept per release (:data:`EVIDENCE`): a serve of release R is judged on R's own evidence where
 the GPU ran R, else on the newest evidence from a release before R, and the detail then says that R is
 newer than the evidence (older than all of it: the oldest, said so). A shape measured failing on a
-release (:attr:`Evidence.failed`) stays refused there, with the figure.
+release (:attr:`Evidence.failed`) stays refused there, with the figure. Each shape is judged on the newest
+evidence up to R that decided it (:func:`evidence_for`): a campaign on R that left a shape out leaves it to
+an earlier release's evidence, said so.
 
 Input: a :class:`~patchkit.vllm.shapes.classify.Shape`, the serve's runner choice
 (:func:`patchkit.vllm.runner.serving.serving_runner`) and the install's release. Output: a :class:`Showing`.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchkit.vllm.release.contract import GPU_V2_RELEASE
+from patchkit.vllm.release.contract import GPU_V2_ONLY_RELEASE, GPU_V2_RELEASE
 from patchkit.vllm.runner.serving import RunnerChoice
 from patchkit.vllm.shapes.classify import Shape
 
@@ -71,7 +73,26 @@ V2_0_20_2 = Evidence(
 """vLLM 0.20.2's V2 behind the flag, 4 prompts x 48 greedy tokens, 3 speculative tokens
 (``benchmarks/spec_lossless.py``). Interface-only and wrapper-only were not run there."""
 
-EVIDENCE: tuple[Evidence, ...] = (V2_0_20_2,)
+V2_0_34_0 = Evidence(
+    GPU_V2_ONLY_RELEASE,
+    "V2",
+    f"an H100, vLLM {GPU_V2_ONLY_RELEASE}'s CUDA build with torch 2.14 (V2, its only runner), compiled with CUDA "
+    "graphs, bf16",
+    f"tests/engine_records/h100-vllm-{GPU_V2_ONLY_RELEASE}.jsonl",
+    {
+        Shape.INTERFACE_ONLY: "GLM-4 (Glm4ForCausalLM, vLLM's own loop capturing, patchkit's interface): "
+        "`patchkit rehearse` passed, greedy output with EAGLE-3 identical to without (24 tokens), aux states "
+        "0.01 from transformers' (the nearest other layer 0.53), vLLM's acceptance equal to the same draft "
+        "offline (position 1: 10 of 11, 0.91); made one layer late in vLLM's loop, it failed (0 of 23)",
+    },
+)
+"""vLLM 0.34.0 on an H100 (2026-12-07, ``benchmarks/gpu_campaign.py``, 4 rehearsals side by side): one prompt,
+24 greedy tokens per rehearsal. The wrapper-only case (Gemma 3's multimodal wrapper) did not start: rehearse
+skips the tokenizer, which 0.34.0's ``Gemma3MultiModalProcessor`` requires
+(``vllm/multimodal/processing/processor.py:1048``), so that shape is not decided there. The standard-loop and
+hidden-states-only shapes are judged on 0.20.2's evidence (not in this campaign's records)."""
+
+EVIDENCE: tuple[Evidence, ...] = (V2_0_20_2, V2_0_34_0)
 """Every release's evidence, oldest first (one entry per release and runner)."""
 
 
@@ -92,9 +113,14 @@ class Showing:
     record: str | None = None
 
 
-def evidence_for(runner: str, release: Version | str | None) -> tuple[Evidence | None, str]:
+def evidence_for(runner: str, release: Version | str | None, shape: Shape | None = None) -> tuple[Evidence | None, str]:
     """The evidence a serve of ``release`` under ``runner`` is judged on, and a note when it is not the
     release's own (empty when it is).
+
+    With ``shape``: the release's own evidence where it decided that shape (shown or failed), else the newest
+    earlier release's that did (a campaign on a new release that left a shape out does not unshow it);
+    evidence from a later release never decides a shape for an earlier one. Without one deciding it, as
+    without ``shape``: the release's own, else the newest earlier, else the oldest.
 
     Returns:
         ``(None, "")`` when the generation has no evidence at all (V1: needs none).
@@ -106,6 +132,9 @@ def evidence_for(runner: str, release: Version | str | None) -> tuple[Evidence |
         wanted = Version(str(release)) if release is not None else None
     except InvalidVersion:
         wanted = None
+    if shape is not None and wanted is not None:
+        decided = [e for e in mine if (shape in e.shown or shape in e.failed) and Version(e.release) <= wanted]
+        mine = decided or mine
     if wanted is None:
         newest = mine[-1]
         return newest, f"the install's release is unknown: judged on vLLM {newest.release}'s evidence"
@@ -123,8 +152,14 @@ def evidence_for(runner: str, release: Version | str | None) -> tuple[Evidence |
 def shown_shapes(runner: str, release: Version | str | None) -> dict[Shape, str] | None:
     """The shapes shown lossless for a serve of ``release`` under ``runner`` (None: the generation needs no
     showing): the guard's manifest stops a serve of any other shape there."""
-    evidence, _note = evidence_for(runner, release)
-    return None if evidence is None else evidence.shown
+    if evidence_for(runner, release)[0] is None:
+        return None
+    shown: dict[Shape, str] = {}
+    for shape in Shape:
+        evidence, _note = evidence_for(runner, release, shape)
+        if evidence is not None and shape in evidence.shown:
+            shown[shape] = evidence.shown[shape]
+    return shown
 
 
 def showing(choice: RunnerChoice, shape: Shape | None, release: Version | str | None = None) -> Showing | None:
@@ -143,7 +178,7 @@ def showing(choice: RunnerChoice, shape: Shape | None, release: Version | str | 
             "not checked: no vLLM model runner found, so patchkit cannot tell whether "
             "the patched forward keeps greedy output there",
         )
-    evidence, note = evidence_for(choice.name, release)
+    evidence, note = evidence_for(choice.name, release, shape)
     if evidence is None:
         return None
     where = f"{evidence.where}; {note}" if note else evidence.where
@@ -164,8 +199,8 @@ def showing(choice: RunnerChoice, shape: Shape | None, release: Version | str | 
         choice.name,
         False,
         f"the {shape.value} shape is not yet shown to keep greedy output under vLLM's "
-        f"{choice.name} runner ({choice.reason}); shown there: "
-        f"{', '.join(s.value for s in evidence.shown)} ({where}); apply refuses it on this "
+        f"{choice.name} runner ({choice.reason}) on {where}; shown there: "
+        f"{', '.join(s.value for s in shown_shapes(choice.name, release) or {})}; apply refuses it on this "
         "serve unless --force",
     )
 
@@ -186,4 +221,14 @@ def release_of(tree) -> Version | None:
     return _release_at(Path(site)) if site is not None else None
 
 
-__all__ = ["EVIDENCE", "Evidence", "Showing", "evidence_for", "release_of", "shown_shapes", "showing"]
+__all__ = [
+    "EVIDENCE",
+    "V2_0_20_2",
+    "V2_0_34_0",
+    "Evidence",
+    "Showing",
+    "evidence_for",
+    "release_of",
+    "shown_shapes",
+    "showing",
+]
