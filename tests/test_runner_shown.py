@@ -123,6 +123,8 @@ def test_evidence_is_per_release_and_a_newer_release_says_so():
     standard, note = evidence_for("V2", "0.34.0", Shape.STANDARD)
     assert standard is V2_0_20_2 and "0.34.0 is newer than the evidence" in note
     assert evidence_for("V2", "0.33.0", Shape.INTERFACE_ONLY)[0] is V2_0_20_2  # 0.34.0's is later
+    unknown, note = evidence_for("V2", None, Shape.STANDARD)  # the newest that decided it, not the newest
+    assert unknown is V2_0_20_2 and "release is unknown" in note
     assert set(shown_shapes("V2", "0.33.0")) == {Shape.STANDARD, Shape.HIDDEN_ONLY}
     assert set(shown_shapes("V2", "0.34.0")) == {Shape.STANDARD, Shape.HIDDEN_ONLY, Shape.INTERFACE_ONLY}
 

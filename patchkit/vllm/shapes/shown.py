@@ -132,8 +132,12 @@ def evidence_for(runner: str, release: Version | str | None, shape: Shape | None
         wanted = Version(str(release)) if release is not None else None
     except InvalidVersion:
         wanted = None
-    if shape is not None and wanted is not None:
-        decided = [e for e in mine if (shape in e.shown or shape in e.failed) and Version(e.release) <= wanted]
+    if shape is not None:  # an unknown release: the newest evidence that decided the shape, said so below
+        decided = [
+            e
+            for e in mine
+            if (shape in e.shown or shape in e.failed) and (wanted is None or Version(e.release) <= wanted)
+        ]
         mine = decided or mine
     if wanted is None:
         newest = mine[-1]
