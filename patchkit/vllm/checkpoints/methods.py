@@ -94,7 +94,8 @@ def draft_method(tree: SourceTree, registry: Registry, data: dict[str, Any], pat
     Raises:
         SourceError: a file read does not parse.
     """
-    archs = [a for a in data.get("architectures") or () if isinstance(a, str)]
+    listed = data.get("architectures")
+    archs = [a for a in listed if isinstance(a, str)] if isinstance(listed, list) else []  # damaged: doctor says
     renamed = _override(tree, archs[0], data) if archs else None
     if isinstance(renamed, tuple):  # hf_config_override runs as the draft config's hf_overrides, before the lookup
         archs = [renamed[0], *archs[1:]]
