@@ -256,15 +256,7 @@ def _reader(fn: ast.FunctionDef | ast.AsyncFunctionDef, runner: str, location: s
                     ):
                         offset = 1
     top = any(isinstance(c, ast.Constant) and c.value == IDS_FIELD and id(c) not in in_get for c in ast.walk(fn))
-    gets = {
-        id(call.args[0])
-        for call in ast.walk(fn)
-        if isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "get"
-        and call.args
-        and isinstance(call.args[0], ast.Constant)
-    }
+    gets = {id(call.args[0]) for call in _constant_gets(fn)}
     layer_ids = EAGLE_CONFIG in names and any(
         isinstance(c, ast.Constant) and c.value == LAYER_IDS and id(c) in gets for c in ast.walk(fn)
     )
@@ -315,16 +307,7 @@ def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
     for stmt in ast.walk(fn):
         if not isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.Return)):
             continue
-        gets = [
-            call
-            for call in ast.walk(stmt)
-            if isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "get"
-            and call.args
-            and isinstance(call.args[0], ast.Constant)
-            and call.args[0].value == TARGET_LAYER_IDS
-        ]
+        gets = [call for call in _constant_gets(stmt) if call.args[0].value == TARGET_LAYER_IDS]
         if gets:
             plus = any(
                 isinstance(b, ast.BinOp)
@@ -335,6 +318,19 @@ def _dflash_read(fn: ast.AST) -> tuple[bool, int, int | None]:
             )
             return True, int(plus), stmt.lineno
     return False, 0, None
+
+
+def _constant_gets(node: ast.AST) -> list[ast.Call]:
+    """The ``X.get("name", ...)`` calls under ``node`` whose key is a constant (how vLLM's readers take a field)."""
+    return [
+        call
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "get"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    ]
 
 
 def assigns(node: ast.AnnAssign | ast.Assign, name: str) -> bool:
