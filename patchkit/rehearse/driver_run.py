@@ -47,9 +47,12 @@ def driver_spec(
     layout: Layout,
     row,
     found: dict,
+    text_only: bool = False,
 ) -> dict:
     """The engine driver's SPEC (:mod:`patchkit.rehearse.engine_driver`'s docstring): the miniature, the
-    prompt, the path, the layout, patchkit's runner declarations and, on a GPU, the memory it may take."""
+    prompt, the path, the layout, patchkit's runner declarations and, on a GPU, the memory it may take.
+    ``text_only``: the target is multimodal; its engine runs with ``language_model_only`` (the miniature has
+    no tokenizer for a multimodal processor: :func:`patchkit.rehearse.engine_start.engine`)."""
     spec = {
         "workdir": str(work),
         "target_config": mini.target_config,
@@ -68,6 +71,7 @@ def driver_spec(
         "save_aux": save_aux,
         "runners": [g.for_driver() for g in GENERATIONS],
         **layout.for_driver(),
+        "language_model_only": text_only,
         "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name],
     }
     if where is Device.CUDA:

@@ -44,7 +44,12 @@ def extra_engine_args(environ) -> dict:
 def engine(spec: dict, target: str, draft: str | None, speculative: dict | None = None):
     """vLLM's ``LLM`` on the miniature: the spec's dtype, vLLM's default path (torch.compile, and
     CUDA graphs on a GPU) unless ``eager``; on cuda a fixed KV cache (``kv_cache_memory_bytes``) and
-    a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then).
+    a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then). A multimodal
+    target (``language_model_only`` in the spec) runs text-only: the miniature has no tokenizer, and vLLM
+    0.34.0 builds a multimodal processor, which requires one (``BaseMultiModalProcessor.__init__``,
+    ``multimodal/processing/processor.py``), unless every modality's limit is 0
+    (``ModelConfig._supports_multimodal_inputs``, ``config/model.py``); the wrapper class is still the one built
+    (its towers are skipped: ``_mark_tower_model``, ``model_executor/models/interfaces.py``).
     ``draft``: an EAGLE-3 draft folder; ``speculative``: another ``speculative_config`` instead
     (``benchmarks/spec_control.py``'s ngram control); neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
     adds keyword arguments (:func:`extra_engine_args`).
@@ -72,6 +77,8 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     else:  # vLLM's CPU workers read their binding from the environment when they start
         world = int(spec.get("tensor_parallel_size", 1)) * int(spec.get("pipeline_parallel_size", 1))
         os.environ.update(cpu_binding(world, sorted(os.sched_getaffinity(0))))
+    if spec.get("language_model_only"):
+        kwargs["language_model_only"] = True
     kwargs.update(extra_engine_args(os.environ))
     if speculative is not None:
         kwargs["speculative_config"] = dict(speculative)

@@ -27,6 +27,7 @@ from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoints.config import read_config
 from patchkit.errors import Interrupted, RefusedError, UsageError
 from patchkit.vllm.release.install import Install
+from patchkit.vllm.release.contract import is_multimodal
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
 from patchkit.rehearse.miniature_ids import IdField
@@ -269,7 +270,8 @@ def rehearse(
         check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
-    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found)
+    text_only = row is not None and row.cls is not None and bool(is_multimodal(source, row.cls))
+    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found, text_only=text_only)
     found_checks, raw, figures = _drive(python, mini, opts, keep, save_aux, say, device, hybrid)
     checks = _completed(checks + found_checks, figures, kind, layout)
     seconds = round(time.monotonic() - started, 1)
@@ -369,6 +371,7 @@ def _drive(
             opts["layout"],
             opts["row"],
             opts["found"],
+            opts["text_only"],
         )
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"
