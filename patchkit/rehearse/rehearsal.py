@@ -270,8 +270,8 @@ def rehearse(
         check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
-    text_only = row is not None and row.cls is not None and bool(is_multimodal(source, row.cls))
-    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found, text_only=text_only)
+    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found)
+    opts["text_only"] = row is not None and row.cls is not None and bool(is_multimodal(source, row.cls))
     found_checks, raw, figures = _drive(python, mini, opts, keep, save_aux, say, device, hybrid)
     checks = _completed(checks + found_checks, figures, kind, layout)
     seconds = round(time.monotonic() - started, 1)
@@ -314,9 +314,8 @@ def _report(
     raw: dict,
     layout: Layout,
 ) -> RehearsalReport:
-    """The :class:`RehearsalReport` of a finished rehearsal (its next steps not yet set): the release, the
-    interpreter, the device, the architecture, the miniature's layers and ids, the checks, the seconds it
-    took, what was shrunk, the dtype, the path, the raw figures and the layout. Raises nothing."""
+    """The :class:`RehearsalReport` of a finished rehearsal (next steps not yet set) from the release, interpreter,
+    device, architecture, miniature, checks, seconds, dtype, path, raw figures and layout. Raises nothing."""
     return RehearsalReport(
         f"{install.distribution} {install.version}",
         python,
