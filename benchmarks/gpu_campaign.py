@@ -52,9 +52,11 @@ from wrong_captures import mutate  # noqa: E402
 MODES = [("compiled", "bf16"), ("compiled", "fp32"), ("eager", "bf16"), ("eager", "fp32")]
 HIDDEN_ONLY = ("exaone4", "stablelm2")
 """Cases whose layers keep their own residual: the ``residual`` mutation applies to them."""
-HYBRIDS = ("lfm2",)
+HYBRIDS = ["lfm2"]
 """Hybrid targets patchkit refuses (their mixers lose losslessness under speculation on this release):
-patched with ``apply --force``, rehearsed only in ``right`` (their failure is the mixer's, not a capture's)."""
+patched with ``apply --force``, rehearsed only in ``right`` (their failure is the mixer's, not a capture's).
+``--hybrids`` replaces it: ``--hybrids ''`` on a release whose mixers are lossless (0.34.0's ShortConv reads
+``num_accepted_tokens``), where LFM2 is rehearsed as any patchable case, its capture made wrong too."""
 CAMPAIGN = ("mixtral", "olmoe", "qwen15-moe", "glm45-air", "gemma3", "exaone4", "lfm2", "qwen3-next")
 """The cases run by default: four MoE and two dense (one of them hidden-states-only), and the hybrid."""
 PLANS = {
@@ -435,6 +437,7 @@ def main() -> int:
         action="store_true",
         help="each rehearsal compiles into its own vLLM, Inductor and Triton caches",
     )
+    ap.add_argument("--hybrids", default=None, help="cases refused as hybrids on this release (default: lfm2)")
     ap.add_argument("--right-cases", default="", help="cases rehearsed right only (native in this release)")
     ap.add_argument("--tag", default="", help="a label kept in each row and in what counts as done (alone, beside)")
     args = ap.parse_args()
@@ -442,6 +445,8 @@ def main() -> int:
     DEVICE = args.device
     PRIVATE_CACHES = args.private_caches
     RIGHT_CASES.update(c for c in args.right_cases.split(",") if c)
+    if args.hybrids is not None:
+        HYBRIDS[:] = [c for c in args.hybrids.split(",") if c]
     if args.modes:
         MODES = [tuple(m.split("-")) for m in args.modes.split(",")]
     t0 = time.monotonic()
