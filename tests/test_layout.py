@@ -51,7 +51,19 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending", "jsonable")
+BASE = (
+    "__init__",
+    "errors",
+    "results",
+    "plugin_results",
+    "settings",
+    "interrupt",
+    "advice",
+    "pending",
+    "jsonable",
+    "interpreter",
+    "distributions",
+)
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""

@@ -90,7 +90,7 @@ class Command(TyperCommand):
 
 def _python_files(args: list[str]) -> list[str]:
     """``args`` with a ``--python ./NAME`` made absolute: Click's ``Path("./python3")`` is ``python3``, which
-    :func:`patchkit.vllm.release.interpreter.interpreter_path` rightly takes for a command on ``PATH``, as a
+    :func:`patchkit.interpreter.interpreter_path` rightly takes for a command on ``PATH``, as a
     shell would; the user named the file here (issue 42, finding 10, held-back input: ``--python ./python3``
     probed PATH's python3). Every other value is left as typed."""
     out = list(args)
