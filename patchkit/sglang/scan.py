@@ -111,7 +111,7 @@ def scan(install: SglangInstall) -> SglangScan:
     """
     package = Package(install.site_packages, c.PACKAGE)
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
-    classified = with_sibling_idioms([classify(package, e, pooling) for e in entries(package)])
+    classified = with_sibling_idioms(package, [classify(package, e, pooling) for e in entries(package)])
     rows = tuple(
         SglangRow(
             architecture=r.entry.architecture,

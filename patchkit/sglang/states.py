@@ -16,8 +16,8 @@ The decision order, first match wins (:func:`classify`):
 
 The capture idioms (:class:`Idiom`) are read from the module that defines ``set_eagle3_layers_to_capture``, else
 from the modules of the classes it inherits or builds (a multimodal class that hands the call to its language
-model). A missing class is shown with the idioms of the native classes of its own module (its siblings), the
-shape a patch for it would follow.
+model). A missing class is shown with the idioms of its native siblings, the native classes that share a model
+module with it (:func:`with_sibling_idioms`): the shape a patch for it would follow.
 """
 
 from __future__ import annotations
@@ -112,10 +112,17 @@ def is_draft(package: Package, cls: ClassRef) -> bool:
     return any(package.reads(here, *c.DRAFT_INPUT) for here in (cls, *package.builds(cls)))
 
 
+def model_modules(package: Package, cls: ClassRef) -> tuple[str, ...]:
+    """The modules of ``sglang/srt/models/`` that write ``cls``, its bases, the classes it builds and their bases
+    (``Qwen3ForCausalLM``: ``qwen3``, then ``qwen2`` for the ``Qwen2Model`` its ``Qwen3Model`` extends), each once."""
+    classes = [*package.lineage(cls), *(r for b in package.builds(cls) for r in package.lineage(b))]
+    prefix = c.MODELS_PACKAGE + "."
+    return tuple(dict.fromkeys(r.module for r in classes if r.module.startswith(prefix)))
+
+
 def _idioms_of(package: Package, cls: ClassRef, setter: ClassRef) -> tuple[Idiom, ...]:
-    """The idioms of the setter's module, else of the first module of the lineage or the built classes with one."""
-    modules = [setter.module, *(r.module for r in package.lineage(cls)), *(b.module for b in package.builds(cls))]
-    for module in dict.fromkeys(modules):
+    """The idioms of the setter's module, else of the first of :func:`model_modules` that writes one."""
+    for module in dict.fromkeys([setter.module, *model_modules(package, cls)]):
         found = module_idioms(package, module)
         if found:
             return found
@@ -145,21 +152,31 @@ def classify(package: Package, entry: Entry, pooling_names: frozenset[str]) -> C
     return Classified(entry, State.MISSING, embed_and_head=embed)
 
 
-def with_sibling_idioms(rows: list[Classified]) -> list[Classified]:
-    """The rows, each missing one given the idioms of the native rows of its module (where it is registered or
-    where its class is written), in :class:`Idiom` order."""
+def with_sibling_idioms(package: Package, rows: list[Classified]) -> list[Classified]:
+    """The rows, each missing one given the idioms of its native siblings, in :class:`Idiom` order: the native rows
+    that share a module of ``sglang/srt/models/`` with it (:func:`model_modules`: one is written beside it, extends
+    a class it extends, or builds the same inner model)."""
     by_module: dict[str, set[Idiom]] = {}
     for row in rows:
-        if row.state is State.NATIVE:
-            for module in {row.entry.registered_in, row.entry.cls.module if row.entry.cls else ""}:
+        if row.state is State.NATIVE and row.entry.cls is not None:
+            for module in model_modules(package, row.entry.cls):
                 by_module.setdefault(module, set()).update(row.idioms)
     out = []
     for row in rows:
-        if row.state is State.MISSING:
-            near = by_module.get(row.entry.registered_in, set()) | by_module.get(row.entry.cls.module, set())
+        if row.state is State.MISSING and row.entry.cls is not None:
+            near = set().union(*(by_module.get(m, set()) for m in model_modules(package, row.entry.cls)))
             row = Classified(row.entry, row.state, None, row.embed_and_head, tuple(i for i in Idiom if i in near))
         out.append(row)
     return out
 
 
-__all__ = ["Classified", "Idiom", "State", "classify", "is_draft", "module_idioms", "with_sibling_idioms"]
+__all__ = [
+    "Classified",
+    "Idiom",
+    "State",
+    "classify",
+    "is_draft",
+    "model_modules",
+    "module_idioms",
+    "with_sibling_idioms",
+]
