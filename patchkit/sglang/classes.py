@@ -269,14 +269,19 @@ class Package:
         return tuple(out)
 
     def _calls(self, cls: ClassRef) -> tuple[ClassRef, ...]:
-        """The classes of the package ``cls``'s own body calls by a plain name (``LlamaModel(...)``)."""
+        """The classes of the package ``cls``'s own body calls by name (``LlamaModel(...)``, ``m.LlamaModel(...)``)."""
         if cls not in self._built:
-            names = dict.fromkeys(
-                node.func.id
+            called = {
+                ast.unparse(node.func): node.func
                 for node in ast.walk(cls.node)
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            )
-            found = (self.resolve(cls.module, name) for name in names)
+                if isinstance(node, ast.Call)
+                and (
+                    isinstance(node.func, ast.Name)
+                    or (isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name))
+                )
+                and not (isinstance(node.func, ast.Attribute) and node.func.value.id == "self")
+            }
+            found = (self.expression(cls.module, func) for func in called.values())
             self._built[cls] = tuple(dict.fromkeys(b for b in found if b is not None))
         return self._built[cls]
 

@@ -27,8 +27,9 @@ alias or an imported class registers under its own class name."""
 CAPTURE_SETTER = "set_eagle3_layers_to_capture"
 """What makes a class EAGLE-3-capable to SGLang: the model runner raises ``ValueError`` unless
 ``hasattr(model, "set_eagle3_layers_to_capture")`` (0.5.23: ``sglang/srt/model_executor/model_runner_components/
-attention_backend_setup.py``, ``configure_aux_hidden_state_capture``), then calls it with the layer ids; 0.5.14 and
-0.5.16 call it without asking (``sglang/srt/model_executor/model_runner.py``), so a class without it fails there."""
+attention_backend_setup.py``, ``configure_aux_hidden_state_capture``), then calls it with the layer ids; 0.5.16
+(the same function) and 0.5.14 (``sglang/srt/model_executor/model_runner.py``) call it without asking, so a class
+without it fails there with ``AttributeError``."""
 
 EMBED_AND_HEAD = "get_embed_and_head"
 """What the EAGLE draft shares from the target (0.5.23: ``sglang/srt/speculative/pp_draft_embedding.py``,
