@@ -82,4 +82,4 @@ ACCUMULATORS = ("AuxHiddenStateList", "AuxHiddenStatePacker")
 
 LAYER_FLAG = "_is_layer_to_capture"
 """Capture idiom 3, per-layer flags: ``set_eagle3_layers_to_capture`` sets ``layer._is_layer_to_capture = True`` and the
-loop reads the flag (0.5.23: ``lfm2.py``, ``minimax_m3.py``, ``qwen2_moe.py``)."""
+loop reads the flag (0.5.23: ``qwen3_moe.py``, ``minimax_m3.py``, ``qwen2_moe.py``)."""
