@@ -257,6 +257,16 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("command", [["list"], ["guard", "install"], ["watch", "remove"]], ids=" ".join)
+def test_commands_without_an_install_option_refuse_it_too(cli, command):
+    result = cli(*command, "--target", "sglang")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[0] == (
+        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan --target sglang' is "
+        "(issue 44)"
+    )
+
+
 def test_the_refusal_in_json_is_one_object(tmp_path, cli):
     code, data = cli.json("apply", "--target", "sglang", "--site-packages", str(fake_sglang(tmp_path)))
     assert code == 2 and data["exit_code"] == 2 and data["error"].startswith("--target sglang: 'apply' is not")

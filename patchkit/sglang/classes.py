@@ -233,32 +233,22 @@ class Package:
         return self._assigned[cls]
 
     def calls_on_self(self, cls: ClassRef, method: str) -> frozenset[str]:
-        """The attributes of ``self`` called (``self.pooler(...)``) in the nearest ``method`` of ``cls``'s lineage."""
+        """The attributes of ``self`` called (``self.pooler(...)``) in the nearest ``method`` of ``cls``'s lineage;
+        empty when no class of it defines ``method`` with a ``def``."""
         here = self.definer(cls, method)
-        body = (
-            next(
-                (
-                    n
-                    for n in here.node.body
-                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == method
-                ),
-                None,
-            )
-            if here is not None
-            else None
+        functions = (
+            [] if here is None else [n for n in here.node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         )
-        return (
-            frozenset(
-                node.func.attr
-                for node in ast.walk(body)
-                if body is not None
-                if isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "self"
-            )
-            if body is not None
-            else frozenset()
+        body = next((f for f in functions if f.name == method), None)
+        if body is None:
+            return frozenset()
+        return frozenset(
+            node.func.attr
+            for node in ast.walk(body)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
         )
 
     def builds(self, cls: ClassRef) -> tuple[ClassRef, ...]:

@@ -91,11 +91,20 @@ class Command(TyperCommand):
             error(repeated, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
         rest = super().parse_args(ctx, _python_files(args))
-        unwritten = unwritten_target(ctx.info_name, ctx.params.get("target"))
+        unwritten = unwritten_target(_command_words(ctx), ctx.params.get("target"))
         if unwritten is not None:
             error(unwritten, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
         return rest
+
+
+def _command_words(ctx) -> str:
+    """The command as typed after ``patchkit`` (``guard install``), from Click's context chain."""
+    words = []
+    while ctx is not None and ctx.parent is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(words))
 
 
 def unwritten_target(command: str | None, target: object) -> UsageError | None:
