@@ -190,7 +190,7 @@ def test_scan_text_and_json(tmp_path, cli):
     assert lines[0] == f"SGLang 0.0.1 at {site.resolve()}"
     assert lines[1].split() == ["architecture", "state", "capture", "idiom", "reason"]
     assert any(ln.split()[:5] == ["MForCausalLM", "missing", "siblings:", "list", "append"] for ln in lines)
-    assert lines[-1] == "9 registered: 2 native, 2 draft, 2 missing, 2 not generative, 1 unread"
+    assert lines[-1] == "9 registered: 2 native, 2 missing, 2 draft, 2 not generative, 1 unread"
     code, data = cli.json("scan", "--target", "sglang", "--site-packages", str(site))
     assert code == 0 and data["target"] == "sglang" and data["install"]["version"] == "0.0.1"
     assert data["counts"] == {"native": 2, "draft": 2, "missing": 2, "not generative": 2, "unread": 1}

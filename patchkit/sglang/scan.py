@@ -66,11 +66,9 @@ class SglangScan:
     rows: tuple[SglangRow, ...]
 
     def counts(self) -> dict[State, int]:
-        """How many rows have each state (states with none left out)."""
-        out: dict[State, int] = {}
-        for row in self.rows:
-            out[row.state] = out.get(row.state, 0) + 1
-        return out
+        """How many rows have each state, in :class:`patchkit.sglang.states.State` order (a state with none left out)."""
+        found = [row.state for row in self.rows]
+        return {state: found.count(state) for state in State if state in found}
 
     def to_dict(self) -> dict:
         """The JSON form (``scan --target sglang --json``)."""
