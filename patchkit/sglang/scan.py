@@ -66,7 +66,7 @@ class SglangScan:
     rows: tuple[SglangRow, ...]
 
     def counts(self) -> dict[State, int]:
-        """How many rows have each state, in :class:`patchkit.sglang.states.State` order (a state with none left out)."""
+        """How many rows have each state, in ``State`` order (a state with none left out)."""
         found = [row.state for row in self.rows]
         return {state: found.count(state) for state in State if state in found}
 
