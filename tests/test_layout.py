@@ -22,6 +22,8 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    (:data:`WINGS`), of at most :data:`MAX_WING_MODULES` modules (its ``__init__`` not counted); a wing
    imports only wings of strictly lower rank, inside functions and under ``TYPE_CHECKING`` too (no arrow
    back up; two wings of one rank do not import each other), so there is no cycle between wings.
+   An engine whose facts are one wing (:data:`FLAT_WINGS`: ``sglang/``, issue 44) is one folder of at most
+   :data:`MAX_WING_MODULES` modules.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
