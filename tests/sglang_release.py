@@ -6,8 +6,9 @@ extracted into ``$PATCHKIT_TEST_CACHE`` (default ``~/.cache/patchkit-tests``) un
 deleted. Tests read that tree (patchkit never writes to an SGLang install yet); a test that needs a writable one
 copies it.
 
-SGLang publishes one wheel per release, for CPython 3.11 on manylinux_2_34 x86-64 (0.5.14, 0.5.16 and 0.5.23 all
-do); the download asks for that tag, whatever interpreter runs the tests.
+The wheel read is the CPython 3.11, manylinux_2_34 x86-64 one (what ``pip download`` picked on this machine for
+0.5.14, 0.5.16 and 0.5.23); the download asks for that tag whatever interpreter runs the tests, so every run reads
+the same files.
 
 Run as a script to warm the cache: ``python tests/sglang_release.py 0.5.23``.
 """
@@ -44,7 +45,7 @@ SGLANG_RELEASES = (
 """Every SGLang release the tests read, oldest first."""
 
 WHEEL_TAGS = ["--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux_2_34_x86_64"]
-"""The one wheel tag SGLang publishes for these releases (the module docstring)."""
+"""The wheel tag read for every release (the module docstring)."""
 
 
 def pristine_site_packages(version: str) -> Path:
