@@ -46,6 +46,7 @@ PLUGINS: tuple[Plugin, ...] = (guard_mod, watch_mod)
 """patchkit's plugins (:class:`patchkit.store.plugin_dist.Plugin`), in the order their reports and checks come."""
 
 if TYPE_CHECKING:
+    from patchkit.sglang.scan import SglangScan
     from patchkit.plan.export import ExportReport
     from patchkit.checks.resolve import ResolveReport
     from patchkit.checks.scan import ScanReport
@@ -281,6 +282,16 @@ def scan(install: Install) -> ScanReport:
     from patchkit.checks.scan import scan as classify_all  # lazy: start-up, only 'scan' classifies every architecture
 
     return classify_all(install)
+
+
+def scan_sglang(site_packages: Path | None = None, python: Path | None = None) -> SglangScan:
+    """Every architecture SGLang's registry holds (SGLang found from ``site_packages`` or ``python``, at most one),
+    as a frozen :class:`patchkit.sglang.scan.SglangScan`: each native, missing, draft, not generative or unread.
+    Raises InstallNotFound or InterpreterError where there is no SGLang (:func:`patchkit.sglang.install.locate`)."""
+    from patchkit.sglang.install import locate  # lazy: start-up, only 'scan --target sglang' reads SGLang
+    from patchkit.sglang.scan import scan as scan_all  # lazy: as above
+
+    return scan_all(locate(site_packages, python))
 
 
 def revert(

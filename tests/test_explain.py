@@ -68,8 +68,11 @@ def test_explain_unknown_eagle3_form_needs_no_install(cli):
 
 
 def test_explain_unknown_target(cli):
+    code, report = cli.json("explain", "eagle3-allowlist", "--target", "trtllm")
+    assert code == 2 and report["error"] == "unknown --target 'trtllm'"
+    # sglang is known since issue 44, but explain is not written for it: refused before anything is read
     code, report = cli.json("explain", "eagle3-allowlist", "--target", "sglang")
-    assert code == 2 and report["error"] == "unknown --target 'sglang'"
+    assert code == 2 and report["error"].startswith("--target sglang: 'explain' is not written for SGLang yet")
 
 
 # -- eagle3: ids, read on real releases -------------------------------------------------------------

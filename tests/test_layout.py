@@ -22,6 +22,8 @@ The layering rule (docs/development.md, "The layering rule"), one test per rule:
    (:data:`WINGS`), of at most :data:`MAX_WING_MODULES` modules (its ``__init__`` not counted); a wing
    imports only wings of strictly lower rank, inside functions and under ``TYPE_CHECKING`` too (no arrow
    back up; two wings of one rank do not import each other), so there is no cycle between wings.
+   An engine whose facts are one wing (:data:`FLAT_WINGS`: ``sglang/``, issue 44) is one folder of at most
+   :data:`MAX_WING_MODULES` modules.
 
 Each checker takes a package folder and returns its violations as lines naming the module and the
 line; the ``test_rule_*_can_fail`` tests feed each one a small synthetic package in ``tmp_path``.
@@ -51,7 +53,19 @@ import patchkit
 
 PACKAGE = Path(patchkit.__file__).resolve().parent
 
-BASE = ("__init__", "errors", "results", "plugin_results", "settings", "interrupt", "advice", "pending", "jsonable")
+BASE = (
+    "__init__",
+    "errors",
+    "results",
+    "plugin_results",
+    "settings",
+    "interrupt",
+    "advice",
+    "pending",
+    "jsonable",
+    "interpreter",
+    "distributions",
+)
 """The base modules (rank 0): they import nothing of ours but each other, so they are one group."""
 TOP = ("entry", "__main__")
 """The entry points (rank 8), one group."""
@@ -60,6 +74,7 @@ API = ("api", "api_steps")
 RANKS: dict[str, int] = {
     "base": 0,
     "vllm": 1,
+    "sglang": 1,
     "store": 2,
     "codemods": 2,
     "plan": 3,
@@ -88,6 +103,9 @@ WINGS: dict[str, int] = {
 only wings of strictly lower rank (rule 6)."""
 MAX_WING_MODULES = 8
 """The issue's "wings of at most 8 modules each" (the wing's ``__init__`` is its face, not counted)."""
+FLAT_WINGS = ("sglang",)
+"""Engines whose facts are one wing, a folder of at most :data:`MAX_WING_MODULES` modules without sub-folders
+(issue 44: SGLang's wing beside ``vllm/``); rank 1 like ``vllm``, so neither imports the other (rule 1)."""
 
 MAX_LINES = 500
 """The issue's "no module over about 500 lines", taken as exactly 500."""
@@ -463,6 +481,21 @@ def crowded_wings(root: Path) -> list[str]:
     ]
 
 
+def crowded_flat_wings(root: Path) -> list[str]:
+    """Rule 6 for :data:`FLAT_WINGS`: each is one folder (no sub-package) of at most :data:`MAX_WING_MODULES`
+    modules, its ``__init__`` not counted."""
+    out = []
+    for name in FLAT_WINGS:
+        modules = [m for m in _modules_cached(root) if m.split(".")[1:2] == [name]]
+        deep = sorted(m for m in modules if len(_modules_cached(root)[m].relative_to(root / name).parts) > 1)
+        out.extend(f"{_relpath(root, m)}: {name}/ is one wing; no sub-package" for m in deep)
+        count = sum(1 for m in modules if _modules_cached(root)[m].name != "__init__.py")
+        if count > MAX_WING_MODULES:
+            why = "look for the module that holds the concept"
+            out.append(f"{root.name}/{name}/: {count} modules (over {MAX_WING_MODULES}): {why}")
+    return out
+
+
 def _report(violations: list[str]) -> str:
     return f"{len(violations)} violation(s):\n  " + "\n  ".join(violations)
 
@@ -529,6 +562,31 @@ def test_vllm_wings_import_only_below():
 def test_no_vllm_wing_is_over_the_limit():
     found = crowded_wings(PACKAGE)
     assert not found, _report(found)
+
+
+def test_no_flat_wing_is_over_the_limit():
+    found = crowded_flat_wings(PACKAGE)
+    assert not found, _report(found)
+
+
+def test_rule_flat_wings_can_fail(tmp_path):
+    root = _package(
+        tmp_path,
+        {**CLEAN, "sglang/deep/x.py": "", **{f"sglang/m{i}.py": "" for i in range(MAX_WING_MODULES)}},
+    )
+    assert crowded_flat_wings(root) == [
+        "patchkit/sglang/deep/__init__.py: sglang/ is one wing; no sub-package",
+        "patchkit/sglang/deep/x.py: sglang/ is one wing; no sub-package",
+        f"patchkit/sglang/: {MAX_WING_MODULES + 1} modules (over {MAX_WING_MODULES}): "
+        "look for the module that holds the concept",
+    ]
+
+
+def test_the_sglang_wing_does_not_import_the_vllm_wing():
+    """The two engines are siblings of rank 1 (rule 1); SGLang reuses only the target-neutral base."""
+    edges = {(i.importer, i.target) for i in imports(PACKAGE)}
+    assert any(a.startswith("patchkit.sglang.") and b == "patchkit.distributions" for a, b in edges)
+    assert not [(a, b) for a, b in edges if a.startswith("patchkit.sglang") and b.startswith("patchkit.vllm")]
 
 
 def test_the_wing_map_is_the_tree():

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import InterpreterError
-from patchkit.vllm.release import install, interpreter
+from patchkit import interpreter
+from patchkit.vllm.release import install
 
 
 def _alive(pid: int) -> bool:

@@ -15,9 +15,10 @@ from typing import Optional
 import typer
 
 from patchkit.errors import ExitCode, UsageError
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui import hints
 from patchkit.ui.console import emit_json, err, header, next_lines, out, print_checks, qualified_note, working
-from patchkit.ui.options import JsonOpt, PythonOpt, ReadTargetOpt, SitePackagesOpt, find_install
+from patchkit.ui.options import JsonOpt, PythonOpt, ReadTargetOpt, ScanTargetOpt, SitePackagesOpt, find_install
 from patchkit.ui.runner import run, verdict
 
 
@@ -94,7 +95,7 @@ def resolve(
 
 
 def scan_cmd(
-    target: str = ReadTargetOpt,
+    target: str = ScanTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -104,6 +105,8 @@ def scan_cmd(
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
+        if target == SGLANG:
+            return _scan_sglang(site_packages, python, as_json)
         report = api.scan(find_install(target, site_packages, python))
         if as_json:
             emit_json(report.to_dict())
@@ -118,6 +121,33 @@ def scan_cmd(
         return int(ExitCode.OK)
 
     run(as_json, body, site_packages, python)
+
+
+def _scan_sglang(site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
+    """``scan --target sglang``: the table of :func:`patchkit.api.scan_sglang`'s rows and the counts; exit 0."""
+    from patchkit import api  # lazy: as scan_cmd's
+
+    if site_packages is not None and python is not None:
+        raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+    report = api.scan_sglang(site_packages, python)
+    if as_json:
+        emit_json(report.to_dict())
+        return int(ExitCode.OK)
+    w = out()
+    named = "" if report.install.distribution == SGLANG else f" (distribution {report.install.distribution})"
+    w.line(f"SGLang {report.install.version}{named} at {report.install.site_packages}")
+    w.table(
+        ["architecture", "state", "capture idiom", "reason"],
+        [[r.architecture, r.state.value, _idioms(r), r.reason] for r in report.rows],
+    )
+    w.line(f"{len(report.rows)} registered: " + ", ".join(f"{n} {s.value}" for s, n in report.counts().items()))
+    return int(ExitCode.OK)
+
+
+def _idioms(row) -> str:
+    """A scan row's capture idioms: a native row's own, a missing row's as its native siblings'."""
+    words = ", ".join(row.idioms)
+    return f"siblings: {words}" if words and row.state.value == "missing" else words
 
 
 def list_patches(target: str = ReadTargetOpt, as_json: bool = JsonOpt) -> None:

