@@ -45,8 +45,9 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     """vLLM's ``LLM`` on the miniature: the spec's dtype, vLLM's default path (torch.compile, and
     CUDA graphs on a GPU) unless ``eager``; on cuda a fixed KV cache (``kv_cache_memory_bytes``) and
     a small ``gpu_memory_utilization`` (only its start-up free-memory check reads it then).
-    ``draft``: an EAGLE-3 draft folder; ``speculative``: another ``speculative_config`` instead
-    (``benchmarks/spec_control.py``'s ngram control); neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
+    ``draft``: a draft folder, run with the spec's ``method`` (``eagle3`` unless given; ``dflash``);
+    ``speculative``: another ``speculative_config`` instead (``benchmarks/spec_control.py``'s ngram control);
+    neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
     adds keyword arguments (:func:`extra_engine_args`).
 
     Raises:
@@ -77,7 +78,7 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
         kwargs["speculative_config"] = dict(speculative)
     elif draft is not None:
         kwargs["speculative_config"] = {
-            "method": "eagle3",
+            "method": spec.get("method", "eagle3"),
             "model": draft,
             "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
         }
