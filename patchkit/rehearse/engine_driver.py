@@ -80,7 +80,7 @@ if __package__:
         torch_dtype,
         train_draft,
     )
-    from patchkit.rehearse.engine_dflash import not_replayed, save_dflash_draft, unfitted_draft
+    from patchkit.rehearse.engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from patchkit.rehearse.engine_report import counters, failure, import_target_class, progress
     from patchkit.rehearse.engine_start import engine, generate
@@ -98,7 +98,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
         torch_dtype,
         train_draft,
     )
-    from engine_dflash import not_replayed, save_dflash_draft, unfitted_draft
+    from engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
@@ -147,7 +147,8 @@ def _drafter(worker, runners: list[dict]):
 
 
 def _install_recorder(worker, runners: list[dict]):
-    """Runs in the engine's worker: record what the draft's combine_hidden_states receives."""
+    """Runs in the engine's worker: record what the draft's combine_hidden_states receives (a DFlash speculator of
+    Model Runner V2: what its ``propose`` receives, :func:`record_context`)."""
     runner = worker.model_runner
     model, name, why = _drafter(worker, runners)
     if model is None:
@@ -158,10 +159,12 @@ def _install_recorder(worker, runners: list[dict]):
     original = model.combine_hidden_states
 
     def recording(hidden_states, *args, **kwargs):
-        model._patchkit_recorded.append(hidden_states.detach().to("cpu").float().clone())
+        if not getattr(model, "_patchkit_by_propose", False):
+            model._patchkit_recorded.append(hidden_states.detach().to("cpu").float().clone())
         return original(hidden_states, *args, **kwargs)
 
     model.combine_hidden_states = recording
+    record_context(runner, model)
     info = {"shares_embed": None, "runner": name}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     try:
