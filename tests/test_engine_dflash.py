@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_models import GLM45_AIR, write_checkpoint
+from engine_models import GLM45_AIR, GLM45_AIR_DFLASH, write_checkpoint
 from test_engine import RELEASE, check, rehearse, record, vllm_digests
 from vllm_release import runtime_venv
 
@@ -34,29 +34,9 @@ def engine_python():
         yield python
 
 
-DFLASH_DRAFT = {
-    "architectures": ["DFlashDraftModel"],
-    "model_type": "qwen3",
-    "hidden_size": 4096,
-    "intermediate_size": 12288,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "num_hidden_layers": 5,
-    "num_target_layers": 46,
-    "block_size": 16,
-    "rms_norm_eps": 1e-06,
-    "vocab_size": 151552,
-    "torch_dtype": "bfloat16",
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 12, 23, 34, 44]},
-}
-"""A DFlash draft for GLM-4.5-Air with the fields of z-lab's published DFlash configs (``dflash_config``'s
-``mask_token_id`` and ``target_layer_ids``, the output of layer k; ``block_size``; ``num_target_layers``)."""
-
-
 def test_a_dflash_draft_is_rehearsed_on_a_patched_target(engine_python, cli, tmp_path):
     model = write_checkpoint(tmp_path / "GLM-4.5-Air", GLM45_AIR)
-    draft = write_checkpoint(tmp_path / "GLM-4.5-Air-DFlash", DFLASH_DRAFT)
+    draft = write_checkpoint(tmp_path / "GLM-4.5-Air-DFlash", GLM45_AIR_DFLASH)
     pristine = vllm_digests(engine_python)
 
     code, report, seconds = rehearse(cli, engine_python, model, draft)  # unpatched: vLLM refuses the aux capture
