@@ -273,7 +273,12 @@ def main(spec_path: str, report_path: str) -> int:
     if spec_tokens is not None and "plain" in spec.get("phases", ["plain", "eagle3"]):
         plain_tokens = _plain_run(spec, report, target_dir)
     if spec_tokens is not None:
-        progress("replaying the same draft on transformers' hidden states (offline acceptance)")
+        replayed = spec.get("method", "eagle3") == "eagle3"  # DFlash: no offline replay is defined
+        progress(
+            "replaying the same draft on transformers' hidden states (offline acceptance)"
+            if replayed
+            else "comparing the outputs (no offline replay is defined for DFlash)"
+        )
         raw["greedy"] = {
             "tokens": spec_tokens,
             "plain_tokens": plain_tokens,
