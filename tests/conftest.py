@@ -44,6 +44,7 @@ SHARED_VENV_FILES = {
         "test_container.py",
         "test_rehearse_env.py",
         "test_engine_parallel.py",
+        "test_engine_dflash.py",
     )
 } | {
     name: "venv-vllm-0.16.0-0.33.0-0.34.0"

@@ -745,6 +745,26 @@ NOT_IN_TIER = {
 """Architectures tried and left out of the tier, with what the engine said."""
 
 
+GLM45_AIR_DFLASH = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 5,
+    "num_target_layers": 46,
+    "block_size": 16,
+    "rms_norm_eps": 1e-06,
+    "vocab_size": 151552,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 12, 23, 34, 44]},
+}
+"""A DFlash draft for GLM-4.5-Air with the fields of z-lab's published DFlash configs (``dflash_config``'s
+``mask_token_id`` and ``target_layer_ids``, the output of layer k; ``block_size``; ``num_target_layers``)."""
+
+
 def write_checkpoint(folder: Path, config: dict[str, Any]) -> Path:
     """A checkpoint folder holding only ``config.json`` (rehearse reads nothing else)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -251,21 +251,58 @@ def test_0_18_0_has_no_dflash_and_reads_the_draft_as_before(release, cli, tmp_pa
     assert d["aux_layer_ids_source"] == "default"
 
 
-def test_rehearse_refuses_a_dflash_draft(tmp_path, glm):
-    """rehearse's miniature and replay are EAGLE-3's: a DFlash draft is refused (exit 3), never rehearsed."""
+def _rehearse_until_the_engine(tmp_path, glm, monkeypatch, folder: str, config: dict[str, Any]):
+    """rehearse on 0.34.0's files up to the engine: the probe of the device and the driver are stood in for, the
+    driver's arguments returned (the miniature and the options), or the error raised before it."""
     from vllm_release import pristine_site_packages
 
-    from patchkit.errors import ExitCode, RefusedError
-    from patchkit.rehearse.rehearsal import rehearse
+    from patchkit.rehearse import rehearsal
     from patchkit.vllm.release.install import from_site_packages
 
+    class Reached(Exception):
+        pass
+
+    def drive(python, mini, opts, *args):
+        raise Reached(mini, opts)
+
+    monkeypatch.setattr(rehearsal, "probe_device", lambda python, device: {})
+    monkeypatch.setattr(rehearsal, "_drive", drive)
     install = from_site_packages(pristine_site_packages("0.34.0"))
     install = dataclasses.replace(install, python=Path(sys.executable))
-    draft = checkpoint(tmp_path, "GLM-4.5-Air-DFlash", dflash())
+    with pytest.raises(Reached) as reached:
+        rehearsal.rehearse(install, glm, checkpoint(tmp_path, folder, config))
+    return reached.value.args
+
+
+def test_rehearse_refuses_a_dspark_draft(tmp_path, glm, monkeypatch):
+    """DSpark stays refused (exit 3), with the refusal text it had before DFlash was rehearsed."""
+    from patchkit.errors import ExitCode, RefusedError
+
     with pytest.raises(RefusedError) as err:
-        rehearse(install, glm, draft)
+        _rehearse_until_the_engine(tmp_path, glm, monkeypatch, "qwen3-dspark", dspark())
     assert err.value.exit_code == ExitCode.REFUSED
-    assert "rehearse runs EAGLE-3 drafts only" in str(err.value) and "method dflash" in str(err.value)
+    assert "rehearse runs EAGLE-3 drafts only" in str(err.value) and "method dspark" in str(err.value)
+
+
+def test_rehearse_runs_a_dflash_draft_with_its_method(tmp_path, glm, monkeypatch):
+    """A DFlash draft is rehearsed (issue 40): the engine gets method dflash, the miniature draft is a DFlash draft
+    whose dflash_config ids, in the output-of-layer convention, are the miniature's capture ids less one."""
+    from patchkit.rehearse.driver_run import driver_spec
+    from patchkit.rehearse.layout import Layout
+    from patchkit.rehearse.miniature_ids import IdField
+
+    mini, opts = _rehearse_until_the_engine(tmp_path, glm, monkeypatch, "GLM-4.5-Air-DFlash", dflash())
+    assert opts["method"] == "dflash"
+    assert mini.user_ids == tuple(READ_IDS) and mini.id_field is IdField.DFLASH_CONFIG
+    d = mini.draft_config
+    assert d["architectures"] == ["DFlashDraftModel"] and d["block_size"] == 16
+    assert d["dflash_config"]["target_layer_ids"] == [k - 1 for k in mini.ids]
+    assert d["dflash_config"]["mask_token_id"] < d["vocab_size"] == mini.target_config["vocab_size"]
+    assert d["hidden_size"] == mini.target_config["hidden_size"] and d["num_target_layers"] == mini.layers[1]
+    spec = driver_spec(
+        tmp_path, mini, opts["where"], opts["kind"], False, False, Layout(), opts["row"], {}, method="dflash"
+    )
+    assert spec["method"] == "dflash" and spec["reference_ids"] == list(mini.ids)
 
 
 def test_the_watch_data_file_carries_the_dflash_reading(release):

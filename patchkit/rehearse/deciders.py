@@ -151,10 +151,21 @@ def _router_tie(report: RehearsalReport, model: Path, draft: Path) -> list[NextS
     return out
 
 
+def _no_replay(report: RehearsalReport, model: Path, draft: Path) -> list[NextStep]:
+    """No offline replay for the draft's method (DFlash): no rehearsal option decides acceptance."""
+    why = (
+        "no option of this rehearsal decides acceptance for this method: patchkit defines no offline replay of "
+        "DFlash's parallel drafting; the aux and greedy checks above are what it showed. Acceptance of the real "
+        "draft on the real target is measured by serving it (vLLM's spec_decode counters)"
+    )
+    return [NextStep((), why, effect=Effect.NO_COMMAND)]
+
+
 _STEPS = {
     Undecided.LAYERS_ALIKE: _layers_alike,
     Undecided.DRAFT_TOO_WEAK: _draft_too_weak,
     Undecided.ROUTER_TIE: _router_tie,
+    Undecided.NO_OFFLINE_REPLAY: _no_replay,
 }
 """Each cause's deciders."""
 

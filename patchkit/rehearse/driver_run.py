@@ -47,10 +47,13 @@ def driver_spec(
     layout: Layout,
     row,
     found: dict,
+    *,
     text_only: bool = False,
+    method: str = "eagle3",
 ) -> dict:
     """The engine driver's SPEC (:mod:`patchkit.rehearse.engine_driver`'s docstring): the miniature, the
-    prompt, the path, the layout, patchkit's runner declarations and, on a GPU, the memory it may take.
+    prompt, the path, the layout, patchkit's runner declarations, the speculative ``method`` vLLM runs the draft with
+    (``eagle3``, ``dflash``: :func:`patchkit.rehearse.dflash.method_of`) and, on a GPU, the memory it may take.
     ``text_only``: the target is multimodal; its engine runs with ``language_model_only`` (the miniature has
     no tokenizer for a multimodal processor: :func:`patchkit.rehearse.engine_start.engine`)."""
     spec = {
@@ -68,6 +71,7 @@ def driver_spec(
         "init_scale": 5.0,
         "layer_margin": LAYER_MARGIN,
         "phases": ["plain", "eagle3"],
+        "method": method,
         "save_aux": save_aux,
         "runners": [g.for_driver() for g in GENERATIONS],
         **layout.for_driver(),

