@@ -15,16 +15,12 @@ Run as a script to warm the cache: ``python tests/sglang_release.py 0.5.23``.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
 
-from vllm_release import CACHE_ROOT, _download, _require_network_marker
+from vllm_release import _require_network_marker, wheel_files
 
 
 @dataclass(frozen=True)
@@ -58,42 +54,13 @@ def pristine_site_packages(version: str) -> Path:
         subprocess.CalledProcessError: pip could not download the wheel.
     """
     _require_network_marker(f"the SGLang {version} release files")
-    target = CACHE_ROOT / f"sglang-{version}" / "site-packages"
-    done = target.parent / ".complete"
-    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(CACHE_ROOT / f"sglang-{version}.lock")):
-        if done.exists():
-            return target
-        shutil.rmtree(target.parent, ignore_errors=True)
-        with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-            _download(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    *WHEEL_TAGS,
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-d",
-                    tmp,
-                    f"sglang=={version}",
-                ]
-            )
-            (wheel,) = Path(tmp).glob("sglang-*.whl")
-            dist_info = f"sglang-{version}.dist-info/"
-            with zipfile.ZipFile(wheel) as zf:
-                members = [
-                    n
-                    for n in zf.namelist()
-                    if (n.startswith("sglang/") and n.endswith(".py")) or n.startswith(dist_info)
-                ]
-                zf.extractall(target, members)
-            wheel.unlink()
-        done.touch()
-    return target
+    dist_info = f"sglang-{version}.dist-info/"
+    return wheel_files(
+        "sglang",
+        version,
+        lambda n: (n.startswith("sglang/") and n.endswith(".py")) or n.startswith(dist_info),
+        tuple(WHEEL_TAGS),
+    )
 
 
 if __name__ == "__main__":

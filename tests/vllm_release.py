@@ -326,40 +326,40 @@ def transformers_files(version: str) -> Path:
         subprocess.CalledProcessError: pip could not download the wheel.
     """
     _require_network_marker(f"the transformers {version} wheel's files")
-    target = CACHE_ROOT / f"transformers-{version}" / "site-packages"
+
+    def keep(n: str) -> bool:
+        return (
+            n.startswith("transformers/models/auto/")
+            and n.endswith(".py")
+            or (n.startswith("transformers/models/") and n.rpartition("/")[2].startswith("configuration_"))
+            or n.startswith(f"transformers-{version}.dist-info/")
+        )
+
+    return wheel_files("transformers", version, keep)
+
+
+def wheel_files(project: str, version: str, keep, pip_args: tuple[str, ...] = ()) -> Path:
+    """A cached tree of the members of ``project==version``'s wheel that ``keep(name)`` selects, in
+    ``CACHE_ROOT/<project>-<version>/site-packages``: downloaded once under a file lock with ``pip download
+    --no-deps --only-binary=:all:`` (and ``pip_args``, e.g. a wheel tag), extracted, the wheel deleted.
+
+    Raises:
+        subprocess.CalledProcessError: pip could not download the wheel.
+        ValueError: the download left other than one ``<project>-*.whl``.
+    """
+    target = CACHE_ROOT / f"{project}-{version}" / "site-packages"
     done = target.parent / ".complete"
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(CACHE_ROOT / f"transformers-{version}.lock")):
+    with FileLock(str(CACHE_ROOT / f"{project}-{version}.lock")):
         if done.exists():
             return target
         shutil.rmtree(target.parent, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=CACHE_ROOT) as tmp:
-            _download(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--no-deps",
-                    "--only-binary=:all:",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-d",
-                    tmp,
-                    f"transformers=={version}",
-                ],
-            )
-            (wheel,) = Path(tmp).glob("transformers-*.whl")
+            argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *pip_args]
+            _download([*argv, "--quiet", "--disable-pip-version-check", "-d", tmp, f"{project}=={version}"])
+            (wheel,) = Path(tmp).glob(f"{project}-*.whl")
             with zipfile.ZipFile(wheel) as zf:
-                members = [
-                    n
-                    for n in zf.namelist()
-                    if n.startswith("transformers/models/auto/")
-                    and n.endswith(".py")
-                    or (n.startswith("transformers/models/") and n.rpartition("/")[2].startswith("configuration_"))
-                    or n.startswith(f"transformers-{version}.dist-info/")
-                ]
-                zf.extractall(target, members)
+                zf.extractall(target, [n for n in zf.namelist() if keep(n)])
             wheel.unlink()
         done.touch()
     return target
