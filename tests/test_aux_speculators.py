@@ -17,6 +17,8 @@ The target is GLM-4.5-Air (46 layers, hidden size 4096), patched by ``apply --mo
 
 from __future__ import annotations
 
+from engine_models import GLM45_AIR_DFLASH
+
 import dataclasses
 import json
 import sys
@@ -39,21 +41,12 @@ READ_IDS = [2, 13, 24, 35, 45]
 
 def dflash(arch: str = "DFlashDraftModel", ids: list[int] | None = DFLASH_IDS, **extra: Any) -> dict[str, Any]:
     """A DFlash draft config for GLM-4.5-Air with z-lab's fields."""
+    base = {k: v for k, v in GLM45_AIR_DFLASH.items() if k != "dflash_config"}
+    mask = GLM45_AIR_DFLASH["dflash_config"]["mask_token_id"]
     cfg: dict[str, Any] = {
+        **base,
         "architectures": [arch],
-        "model_type": "qwen3",
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "num_hidden_layers": 5,
-        "num_target_layers": 46,
-        "block_size": 16,
-        "rms_norm_eps": 1e-06,
-        "vocab_size": 151552,
-        "torch_dtype": "bfloat16",
-        "dflash_config": {"mask_token_id": 151669, **({"target_layer_ids": ids} if ids is not None else {})},
+        "dflash_config": {"mask_token_id": mask, **({"target_layer_ids": ids} if ids is not None else {})},
         **extra,
     }
     return cfg

@@ -12,24 +12,15 @@ from patchkit.rehearse.dflash import DRAFT_LAYERS, shrink_dflash
 from patchkit.rehearse.miniature import VOCAB, shrink
 from patchkit.rehearse.miniature_ids import IdField
 from patchkit.rehearse.rehearsal import _build_said
+from engine_models import GLM45_AIR_DFLASH
 from patchkit.rehearse.rehearsal_result import CheckName, Outcome, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.tolerances import Undecided
 from patchkit.rehearse.verdict import AcceptanceCause, Dtype, decide_acceptance
 
 DFLASH = {
-    "architectures": ["DFlashDraftModel"],
-    "model_type": "qwen3",
-    "hidden_size": 4096,
-    "intermediate_size": 12288,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "num_hidden_layers": 5,
-    "num_target_layers": 46,
-    "block_size": 16,
-    "vocab_size": 151552,
+    **GLM45_AIR_DFLASH,
     "layer_types": ["full_attention"] * 5,
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 12, 23, 34, 44], "use_swa": False},
+    "dflash_config": {**GLM45_AIR_DFLASH["dflash_config"], "use_swa": False},
 }
 COUNTERS = {
     "vllm:spec_decode_num_drafts": 23,
