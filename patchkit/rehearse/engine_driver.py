@@ -80,7 +80,7 @@ if __package__:
         torch_dtype,
         train_draft,
     )
-    from patchkit.rehearse.engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
+    from patchkit.rehearse.engine_dflash import not_replayed, record_context, unfitted_draft
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from patchkit.rehearse.engine_report import counters, failure, import_target_class, progress
     from patchkit.rehearse.engine_start import engine, generate
@@ -98,7 +98,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
         torch_dtype,
         train_draft,
     )
-    from engine_dflash import not_replayed, record_context, save_dflash_draft, unfitted_draft
+    from engine_dflash import not_replayed, record_context, unfitted_draft
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
@@ -392,7 +392,8 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
     # the fit's rollout of the prompt is transformers' greedy continuation, generated alone (never batched)
     # and 4 tokens longer: its first max_tokens are what greedy(model, prompt, max_tokens) returns
     hf_greedy = trained["greedy"][: spec["max_tokens"]]
-    draft_dir = (save_draft if eagle3 else save_dflash_draft)(spec, trained["weights"])
+    # DFlash's folder name holds "dflash", as vLLM's path rule expects (the engine is given the method too)
+    draft_dir = save_draft(spec, trained["weights"], "draft" if eagle3 else "draft-dflash")
     report["draft_fit"] = {
         "train_accuracy": trained["fit"],
         "pairs": trained["pairs"],
