@@ -6,7 +6,6 @@
 # Env: TOTAL (s), JOBS, ONLY (gpu_campaign --only items), DFLASH ("eager compiled", "" for none).
 set -u
 cd "$(dirname "$0")/.."
-bash -n "$0"
 T0=$(date +%s)
 bash .gpu034/setup034.sh > $OUT/setup.log 2>&1 || { tail -20 $OUT/setup.log; exit 1; }
 echo "setup done $(( $(date +%s) - T0 )) s"; tail -3 $OUT/setup.log
