@@ -230,6 +230,9 @@ def test_0_33_0_reads_the_ids_and_the_class_but_not_whether_dflash_uses_aux_stat
     assert d["aux_layer_ids"] == READ_IDS
     method = check(report, "speculative method dflash")
     assert method["ok"] is False and method["detail"].startswith("not checked:")
+    # rehearse runs DFlash drafts (a fresh user found doctor still saying it could not)
+    assert "`patchkit rehearse` runs this draft in the engine" in method["detail"]
+    assert "cannot run" not in method["detail"]
     assert method["location"].startswith("vllm/config/speculative.py:")
     assert code == 1
 

@@ -46,9 +46,8 @@ from patchkit.rehearse.miniature import (
     shrink,
 )
 from patchkit.rehearse.miniature_ids import IdField
+from patchkit.vllm.checkpoints.methods import DFLASH
 
-DFLASH = "dflash"
-"""The aux-state method other than EAGLE-3 that ``rehearse`` runs (vLLM's ``SpeculativeConfig.method`` value)."""
 REHEARSED = frozenset({DFLASH})
 """The methods :func:`patchkit.rehearse.rehearsal.rehearse` runs besides EAGLE-3; DFlash2, DSpark and
 hidden-state extraction stay refused (their drafts' classes and weights differ from DFlash's)."""

@@ -11,7 +11,7 @@ from patchkit.results import Check
 from patchkit.vllm.chain import kinds
 from patchkit.vllm.checkpoints.config import CheckpointConfig
 from patchkit.vllm.checkpoints.drafts import EAGLE_CONFIG, draft_shape_problem
-from patchkit.vllm.checkpoints.methods import EAGLE3, MethodPick, draft_method
+from patchkit.vllm.checkpoints.methods import DFLASH, EAGLE3, MethodPick, draft_method
 from patchkit.vllm.runner.pins import pins
 from patchkit.vllm.runner.serving import serving_runner
 from patchkit.vllm.runner.units import Concern
@@ -88,12 +88,17 @@ def method_check(facts: DraftFacts, pick: MethodPick) -> Check:
     facts.method = pick.method
     label = f"speculative method {pick.method}"
     if pick.aux is None:  # unknown is not success: never "ready" on it
+        rehearse = (  # rehearse runs DFlash drafts in the engine (patchkit.rehearse.dflash), no other method
+            "`patchkit rehearse` runs this draft in the engine and shows whether the capture is right"
+            if pick.method == DFLASH
+            else f"`patchkit rehearse` cannot run a {pick.method} draft either"
+        )
         return Check(
             label,
             False,
             f"not checked: {pick.how}; whether it makes the runner capture aux states is not read: patchkit reads "
             "that from the method's speculator config (v1/worker/gpu/spec_decode/*/config.py), which this release "
-            "lacks; `patchkit rehearse` cannot run this draft either",
+            f"lacks; {rehearse}",
             pick.location,
         )
     return Check(

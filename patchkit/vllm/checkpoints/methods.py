@@ -62,6 +62,8 @@ DETECTION_ORDER = "_CHECKPOINT_DETECTION_ORDER"
 OVERRIDE = "hf_config_override"
 EAGLE3 = "eagle3"
 """The method patchkit's draft checks assume when vLLM picks none by itself (the user passes it)."""
+DFLASH = "dflash"
+"""DFlash's method (vLLM's ``SpeculativeConfig.method`` value; ``base_method`` of ``DFlashSpeculatorConfig``)."""
 
 
 @dataclass(frozen=True)
