@@ -13,8 +13,12 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from typer.core import TyperCommand
 
+import difflib
+
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, UsageError
 from patchkit.sglang.contract import DISTRIBUTION as SGLANG
+from patchkit.ui import hints
 from patchkit.ui.console import error
 
 if TYPE_CHECKING:
@@ -28,6 +32,9 @@ ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vl
 """``scan``'s ``--target``: the one command written for SGLang so far (issue 44)."""
 SGLANG_COMMANDS = ("scan",)
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
+KNOWN_TARGETS = ("vllm", SGLANG)
+"""Every ``--target`` some command reads: vLLM (``patchkit.plan.spec.TARGETS``, the ones patchkit patches) and
+SGLang (scan only)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(
     None,
@@ -91,7 +98,11 @@ class Command(TyperCommand):
             error(repeated, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
         rest = super().parse_args(ctx, _python_files(args))
-        unwritten = unwritten_target(_command_words(ctx), ctx.params.get("target"))
+        # a refusal's step repeats --python / --site-packages as given, and patchkit as it was run
+        hints.begin(ctx.params.get("site_packages"), ctx.params.get("python"), None, None, False)
+        unwritten = unknown_target(ctx.params.get("target")) or unwritten_target(
+            _command_words(ctx), ctx.params.get("target")
+        )
         if unwritten is not None:
             error(unwritten, "--json" in args)
             raise typer.Exit(int(ExitCode.USAGE))
@@ -114,7 +125,19 @@ def unwritten_target(command: str | None, target: object) -> UsageError | None:
         return None
     return UsageError(
         f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan --target {SGLANG}' is (issue 44)",
-        f"run patchkit scan --target {SGLANG} to see each architecture's EAGLE-3 state (docs/sglang.md)",
+        "",
+        NextStep(patchkit_argv("scan", target=SGLANG), "each architecture's EAGLE-3 state; docs/sglang.md"),
+    )
+
+
+def unknown_target(target: object) -> UsageError | None:
+    """The error for a ``--target`` no command reads (a typo), naming the close one; else None (exit 2)."""
+    if not isinstance(target, str) or target in KNOWN_TARGETS:
+        return None
+    close = difflib.get_close_matches(target.lower(), KNOWN_TARGETS, n=1, cutoff=0.7)
+    return UsageError(
+        f"unknown --target {target!r}" + (f": did you mean {close[0]!r}?" if close else ""),
+        f"known targets: vllm, {SGLANG} (scan only; docs/sglang.md)",
     )
 
 
