@@ -235,7 +235,6 @@ def test_no_sglang_is_an_environment_error(tmp_path, cli):
         ["revert"],
         ["status"],
         ["resolve", "LlamaForCausalLM"],
-        ["doctor", "--model", "MODEL"],
         ["explain", "LlamaForCausalLM"],
     ],
     ids=lambda c: " ".join(c),
@@ -249,7 +248,7 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
     result = cli(*args, "--target", "sglang", "--site-packages", str(site))
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan --target sglang' is "
+        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan' and 'doctor' are "
         "(issue 44)",
         "hint: run patchkit scan --target sglang to see each architecture's EAGLE-3 state (docs/sglang.md)",
     ]
@@ -262,7 +261,7 @@ def test_commands_without_an_install_option_refuse_it_too(cli, command):
     result = cli(*command, "--target", "sglang")
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines()[0] == (
-        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan --target sglang' is "
+        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan' and 'doctor' are "
         "(issue 44)"
     )
 

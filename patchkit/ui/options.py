@@ -26,7 +26,11 @@ ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (onl
 """``--target`` of the commands that only read (verify, status, resolve, list, doctor, rehearse, explain)."""
 ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (docs/sglang.md).")
 """``scan``'s ``--target``: the one command written for SGLang so far (issue 44)."""
-SGLANG_COMMANDS = ("scan",)
+DoctorTargetOpt = typer.Option(
+    "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
+)
+"""``doctor``'s ``--target``: written for SGLang too (issue 44, point 3)."""
+SGLANG_COMMANDS = ("scan", "doctor")
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(
@@ -113,7 +117,7 @@ def unwritten_target(command: str | None, target: object) -> UsageError | None:
     if target != SGLANG or command in SGLANG_COMMANDS:
         return None
     return UsageError(
-        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan --target {SGLANG}' is (issue 44)",
+        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan' and 'doctor' are (issue 44)",
         f"run patchkit scan --target {SGLANG} to see each architecture's EAGLE-3 state (docs/sglang.md)",
     )
 
