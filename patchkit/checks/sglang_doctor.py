@@ -206,7 +206,7 @@ def _capture_item(package: Package, entry, state: State, ids: list[int] | None, 
         return Item(label, None, f"{NOT_CHECKED}: {cap.reason}"), cap
     rule = "its default" if ids is None else "the ids + 1"
     if ids is not None and list(cap.ids) != [i + 1 for i in ids]:
-        rule = f"the ids as given, not + 1: {cap.setter}'s own rule ({cap.where.function})"
+        rule = f"the ids as given, not + 1: {cap.where.function}'s own rule"
     bad = [i for i in cap.ids if not 0 <= i <= n]
     if bad:
         return Item(label, False, f"{list(cap.ids)}: {bad} outside the target's {n} layers", str(cap.where)), cap
@@ -268,8 +268,8 @@ def vllm_comparison(draft: dict, n: int, sglang: tuple[int, ...] | None) -> tupl
         return default, (
             f"{verb(default, SAME_AS_DEFAULT)}: SGLang reads {EAGLE_CONFIG}.{IDS_FIELD} and captures {theirs}; "
             f"vLLM ignores it (its default "
-            f"{list(default)}) except in the V1 model runner of some releases, which takes it verbatim: {early}, "
-            "one layer early (docs/ids.md)"
+            f"{list(default)}) except in the V1 model runner of some releases, which takes it verbatim: {early}"
+            f"{'' if sglang is None else ', as SGLang' if tuple(early) == sglang else ', not as SGLang'} (docs/ids.md)"
         )
     return default, f"{verb(default)}: no ids in the draft; vLLM captures its default {list(default)}, SGLang {theirs}"
 
