@@ -75,20 +75,20 @@ def checks(data: dict) -> dict[str, tuple[str, str]]:
 
 
 CASES = [
-    # (target, draft ids, captured, rule words, vLLM line starts with)
-    (LLAMA, [1, 15, 28], [2, 16, 29], "the ids + 1", "same layers as vLLM's default"),
-    (LLAMA, None, [2, 16, 29], "its default", "same layers"),
-    (QWEN3_MOE, [1, 23, 44], [2, 24, 45], "the ids + 1", "same layers as vLLM's default"),
-    (QWEN3_MOE, [3, 20, 40], [4, 21, 41], "the ids + 1", "differs"),
-    (QWEN3_MOE, None, [2, 24, 45], "its default", "same layers"),
-    (DEEPSEEK, [2, 30, 58], [2, 30, 58], "not + 1", "same layers as vLLM's default"),
-    (DEEPSEEK, [1, 29, 57], [2, 30, 58], "the ids + 1", "same layers as vLLM's default"),
+    # target, draft ids, captured, rule words, the vLLM line's first words
+    pytest.param(LLAMA, [1, 15, 28], [2, 16, 29], "the ids + 1", "same layers as vLLM's default", id="llama-ids"),
+    pytest.param(LLAMA, None, [2, 16, 29], "its default", "same layers", id="llama-default"),
+    pytest.param(QWEN3_MOE, [1, 23, 44], [2, 24, 45], "the ids + 1", "same layers as vLLM's default", id="moe-ids"),
+    pytest.param(QWEN3_MOE, [3, 20, 40], [4, 21, 41], "the ids + 1", "differs", id="moe-other-ids"),
+    pytest.param(QWEN3_MOE, None, [2, 24, 45], "its default", "same layers", id="moe-default"),
+    pytest.param(DEEPSEEK, [2, 30, 58], [2, 30, 58], "not + 1", "same layers as vLLM's default", id="deepseek-kept"),
+    pytest.param(DEEPSEEK, [1, 29, 57], [2, 30, 58], "the ids + 1", "same layers as vLLM's default", id="deepseek-ids"),
 ]
 
 
 @pytest.mark.release
 @pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
-@pytest.mark.parametrize("target, ids, want, rule, line", CASES, ids=lambda v: str(v)[:24])
+@pytest.mark.parametrize("target, ids, want, rule, line", CASES)
 def test_the_layers_sglang_captures(tmp_path, cli, version, target, ids, want, rule, line):
     code, data = run(cli, tmp_path, version, target, eagle3(target, ids))
     assert (code, data["ready"], data["state"]) == (0, True, "native"), data
@@ -237,3 +237,11 @@ def test_the_vllm_line_names_both_readings():
     ids, line = vllm_comparison({"eagle_aux_hidden_state_layer_ids": [3, 17, 30]}, 32, (2, 16, 29))
     assert ids == (3, 17, 30) and line.startswith("differs: vLLM reads the top-level")
     assert vllm_comparison({}, 32, None)[1].startswith("not compared:")
+
+
+@pytest.mark.release
+def test_a_target_without_sizes_leaves_the_draft_not_checked(tmp_path, cli):
+    target = {k: v for k, v in LLAMA.items() if k != "vocab_size"}
+    code, data = run(cli, tmp_path, "0.5.23", target, eagle3(LLAMA, [1, 15, 28]))
+    assert code == 1 and data["captured"] == [2, 16, 29]
+    assert checks(data)["draft vocabulary"][0] == checks(data)["draft input width"][0] == "not checked"

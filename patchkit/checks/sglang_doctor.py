@@ -214,12 +214,15 @@ def _capture_item(package: Package, entry, state: State, ids: list[int] | None, 
 
 
 def _draft_items(package: Package, target: dict, draft: dict, tpath: Path, captured) -> list[Item]:
-    """The vocabulary and the input width (fact 3)."""
+    """The vocabulary and the input width (fact 3); "not checked" where the target's config lacks either size."""
     try:
         fc = d.fc_read(package)
     except d.Unread as exc:
         return [Item("draft vocabulary", None, f"{NOT_CHECKED}: {exc}"), Item("draft input width", None, str(exc))]
-    t_vocab, t_hidden = _positive(target, "vocab_size", tpath), _positive(target, "hidden_size", tpath)
+    t_vocab, t_hidden = _text_field(target, "vocab_size"), _text_field(target, "hidden_size")
+    if not (isinstance(t_vocab, int) and isinstance(t_hidden, int)):
+        why = f"{NOT_CHECKED}: {tpath} gives no integer vocab_size and hidden_size"
+        return [Item("draft vocabulary", None, why), Item("draft input width", None, why)]
     vocab, head = draft.get("vocab_size"), draft.get("draft_vocab_size")
     head_rows = vocab if head is None else head
     vocab_ok = vocab == t_vocab and isinstance(head_rows, int) and 0 < head_rows <= t_vocab
