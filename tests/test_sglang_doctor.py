@@ -245,3 +245,20 @@ def test_a_target_without_sizes_leaves_the_draft_not_checked(tmp_path, cli):
     code, data = run(cli, tmp_path, "0.5.23", target, eagle3(LLAMA, [1, 15, 28]))
     assert code == 1 and data["captured"] == [2, 16, 29]
     assert checks(data)["draft vocabulary"][0] == checks(data)["draft input width"][0] == "not checked"
+
+
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "num_hidden_layers": 36, "vocab_size": 201088}
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    "version, want, status",
+    [
+        ("0.5.23", [2, 18, 36], "not checked"),  # its own rule: a list ending at num_hidden_layers is kept as given
+        ("0.5.16", [3, 19, 37], "failed"),  # no such rule yet: + 1 takes the last id past the 36 layers
+    ],
+)
+def test_gpt_oss_s_own_rule_differs_between_releases(tmp_path, cli, version, want, status):
+    code, data = run(cli, tmp_path, version, GPT_OSS, eagle3(GPT_OSS, [2, 18, 36]))
+    assert code == 1 and data["state"] == "native" and data["captured"] == want
+    assert checks(data)["layers SGLang captures"][0] == status

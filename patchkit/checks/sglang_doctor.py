@@ -210,6 +210,9 @@ def _capture_item(package: Package, entry, state: State, ids: list[int] | None, 
     bad = [i for i in cap.ids if not 0 <= i <= n]
     if bad:
         return Item(label, False, f"{list(cap.ids)}: {bad} outside the target's {n} layers", str(cap.where)), cap
+    if n in cap.ids:  # the last layer's output: whether the model's loop captures it is not read here
+        why = f"{list(cap.ids)} holds {n}, the last layer's output; whether {entry.architecture}'s loop captures it"
+        return Item(label, None, f"{NOT_CHECKED}: {why} is not read", str(cap.where)), cap
     return Item(label, True, f"{list(cap.ids)} of {n} layers ({rule})", str(cap.where)), cap
 
 
