@@ -142,11 +142,11 @@ def _entry(package: Package, architecture: str):
     found = [e for e in entries(package, architecture) if e.architecture == architecture]
     if found:
         return found[0]
-    names = [e.architecture for e in entries(package)]
-    exact = [e for e in names if e == architecture]
-    if exact:  # registered through another module's alias: the full walk finds it
-        return next(e for e in entries(package) if e.architecture == architecture)
-    close = difflib.get_close_matches(architecture, names, n=3)
+    every = entries(package)
+    exact = [e for e in every if e.architecture == architecture]
+    if exact:  # registered through another module's alias: only the full walk finds it
+        return exact[0]
+    close = difflib.get_close_matches(architecture, [e.architecture for e in every], n=3)
     raise UsageError(
         f"--model names {architecture}, which this SGLang's registry does not hold",
         ("closest registered: " + ", ".join(close)) if close else "patchkit scan --target sglang lists the registry",
@@ -158,7 +158,7 @@ def _target_item(state: State, entry, package: Package) -> Item:
     where = None
     if setter is not None:
         line = next(n.lineno for n in setter.node.body if getattr(n, "name", None) == c.CAPTURE_SETTER)
-        where = f"{d._rel(package, setter.module)}:{line}"
+        where = f"{d.rel_file(package, setter.module)}:{line}"
     label = f"target {entry.architecture}"
     if state is State.NATIVE:
         return Item(label, True, f"native: {c.CAPTURE_SETTER} from {setter.name}", where)

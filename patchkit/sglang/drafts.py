@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import operator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from patchkit.sglang import contract as c
@@ -101,11 +100,11 @@ class FcRead:
     """How the draft model sizes ``fc`` and its vocabulary (fact 3): where each was read."""
 
     fc: Where
-    count_rule: bool
     lm_head: Where | None
 
 
-def _rel(package: Package, module: str) -> str:
+def rel_file(package: Package, module: str) -> str:
+    """A module's file relative to site-packages (``sglang/srt/models/llama.py``), or ``?``."""
     path = package.path(module)
     return "?" if path is None else path.relative_to(package.root).as_posix()
 
@@ -161,7 +160,7 @@ def runner_read(package: Package) -> RunnerRead:
                 if isinstance(n, ast.Call) and len(getattr(n, "args", ())) >= 2
             )
             if hit is not None and takes and read is None:
-                read = Where(_rel(package, module), hit.lineno, fn.name)
+                read = Where(rel_file(package, module), hit.lineno, fn.name)
                 top_level = any(
                     isinstance(n, ast.Call) and len(n.args) >= 2 and _is_key(n.args[1], IDS_KEY) for n in nodes
                 )
@@ -172,7 +171,7 @@ def runner_read(package: Package) -> RunnerRead:
                     and isinstance(n.func, ast.Attribute)
                     and n.func.attr == c.CAPTURE_SETTER
                 ):
-                    call = Where(_rel(package, module), n.lineno, fn.name)
+                    call = Where(rel_file(package, module), n.lineno, fn.name)
     if read is None:
         raise Unread(f"no function of {RUNNER_PACKAGE} reads eagle_config[{IDS_KEY!r}] as this patchkit knows it")
     return RunnerRead(read, call, top_level)
@@ -205,9 +204,11 @@ class _Setter:
         self.package = package
         self.n = num_layers
         self.found: tuple[list[int], Where] | None = None
+        self.depth = 0
 
-    def run(self, cls: ClassRef, value: Any, depth: int = 0) -> None:
+    def run(self, cls: ClassRef, value: Any) -> None:
         """Run ``cls``'s nearest setter on ``value``; the first ``layers_to_capture`` assigned ends the run."""
+        self.depth += 1
         here = self.package.definer(cls, c.CAPTURE_SETTER)
         fn = (
             None
@@ -216,7 +217,7 @@ class _Setter:
                 (n for n in here.node.body if isinstance(n, ast.FunctionDef) and n.name == c.CAPTURE_SETTER), None
             )
         )
-        if fn is None or depth > 4:
+        if fn is None or self.depth > 4:
             raise Unread(f"{cls.name} has no def {c.CAPTURE_SETTER} this reader can follow")
         params = [a.arg for a in fn.args.args[1:]]
         env = {params[0]: value} if params else {}
@@ -231,7 +232,7 @@ class _Setter:
         return None
 
     def _stmt(self, stmt: ast.stmt, env: dict, cls: ClassRef) -> object | None:
-        where = Where(_rel(self.package, cls.module), stmt.lineno, f"{cls.name}.{c.CAPTURE_SETTER}")
+        where = Where(rel_file(self.package, cls.module), stmt.lineno, f"{cls.name}.{c.CAPTURE_SETTER}")
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
             return None
         if isinstance(stmt, ast.If):
@@ -263,7 +264,7 @@ class _Setter:
             return None
         if isinstance(func, ast.Attribute) and func.attr == c.CAPTURE_SETTER and len(call.args) == 1:
             inner = self._member(func.value, cls, where)
-            self.run(inner, self._eval(call.args[0], env, cls), 1)
+            self.run(inner, self._eval(call.args[0], env, cls))
             return None
         raise Unread(f"{where}: a call this reader does not follow ({ast.unparse(func)})")
 
@@ -327,7 +328,7 @@ class _Setter:
                 return [self._eval(node.elt, {**env, gen.target.id: v}, cls) for v in self._eval(gen.iter, env, cls)]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CALLS:
             return _CALLS[node.func.id](*(self._eval(a, env, cls) for a in node.args))
-        raise Unread(f"{_rel(self.package, cls.module)}:{node.lineno}: {cls.name} reads {text}, not followed here")
+        raise Unread(f"{rel_file(self.package, cls.module)}:{node.lineno}: {cls.name} reads {text}, not followed here")
 
 
 def captured(package: Package, cls: ClassRef, ids: list[int] | None, num_layers: int) -> Capture:
@@ -363,7 +364,7 @@ def fc_read(package: Package) -> FcRead:
     init = None if model is None or model.module != DRAFT_MODULE else _init(model)
     if init is None:
         raise Unread(f"{DRAFT_MODULE.replace('.', '/')}.py has no {DRAFT_MODEL}.__init__")
-    file = _rel(package, DRAFT_MODULE)
+    file = rel_file(package, DRAFT_MODULE)
     fc = next(
         (
             n
@@ -384,7 +385,7 @@ def fc_read(package: Package) -> FcRead:
         if isinstance(n, ast.Attribute) and n.attr == "draft_vocab_size":
             head = Where(file, n.lineno, f"{DRAFT_CLASS}.__init__")
             break
-    return FcRead(Where(file, fc.lineno, f"{DRAFT_MODEL}.__init__"), True, head)
+    return FcRead(Where(file, fc.lineno, f"{DRAFT_MODEL}.__init__"), head)
 
 
 def read_ids(draft: dict) -> tuple[bool, list[int] | None]:
@@ -410,11 +411,6 @@ def fc_count(draft: dict) -> int:
     return len(ids) if ids else 3
 
 
-def site_file(root: Path, where: Where) -> Path:
-    """The absolute file of a :class:`Where`."""
-    return root / where.file
-
-
 __all__ = [
     "Capture",
     "FcRead",
@@ -425,5 +421,6 @@ __all__ = [
     "fc_count",
     "fc_read",
     "read_ids",
+    "rel_file",
     "runner_read",
 ]
