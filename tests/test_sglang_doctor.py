@@ -262,3 +262,12 @@ def test_gpt_oss_s_own_rule_differs_between_releases(tmp_path, cli, version, wan
     code, data = run(cli, tmp_path, version, GPT_OSS, eagle3(GPT_OSS, [2, 18, 36]))
     assert code == 1 and data["state"] == "native" and data["captured"] == want
     assert checks(data)["layers SGLang captures"][0] == status
+
+
+@pytest.mark.release
+def test_a_draft_of_another_class_is_not_sized(tmp_path, cli):
+    draft = {**eagle3(LLAMA, [1, 15, 28]), "architectures": ["Eagle3DeepseekV2ForCausalLM"]}
+    code, data = run(cli, tmp_path, "0.5.23", LLAMA, draft)
+    assert code == 1 and data["captured"] == [2, 16, 29]
+    width = next(c for c in data["checks"] if c["label"] == "draft input width")
+    assert width["status"] == "not checked" and "Eagle3DeepseekV2ForCausalLM" in width["detail"]

@@ -218,6 +218,11 @@ def _capture_item(package: Package, entry, state: State, ids: list[int] | None, 
 
 def _draft_items(package: Package, target: dict, draft: dict, tpath: Path, captured) -> list[Item]:
     """The vocabulary and the input width (fact 3); "not checked" where the target's config lacks either size."""
+    archs = draft.get("architectures")
+    named = archs[0] if isinstance(archs, list) and archs else None
+    if named != d.DRAFT_CLASS:
+        why = f"{NOT_CHECKED}: the draft's class is {named}; doctor reads {d.DRAFT_CLASS}'s sizes only"
+        return [Item("draft vocabulary", None, why), Item("draft input width", None, why)]
     try:
         fc = d.fc_read(package)
     except d.Unread as exc:
