@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
     """``verify``: at least one check failed, EAGLE-3 is not in effect."""
     USAGE = 2
     """Bad command line (unknown option, unknown ``--target``, ``--patch`` or ``--arch``; ``--target sglang`` on a
-    command other than ``scan``, which is not written for SGLang yet: nothing is read or written)."""
+    command other than ``scan`` and ``doctor``, not written for SGLang yet: nothing is read or written)."""
     REFUSED = 3
     """``apply``/``revert`` refused (also: the interpreter imports another ``vllm``, a linked or cached install);
     nothing on disk was changed."""

@@ -235,7 +235,6 @@ def test_no_sglang_is_an_environment_error(tmp_path, cli):
         ["revert"],
         ["status"],
         ["resolve", "LlamaForCausalLM"],
-        ["doctor", "--model", "MODEL"],
         ["explain", "LlamaForCausalLM"],
     ],
     ids=lambda c: " ".join(c),
@@ -249,12 +248,30 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
     result = cli(*args, "--target", "sglang", "--site-packages", str(site))
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan --target sglang' is "
+        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan' and 'doctor' are "
         "(issue 44)",
-        "hint: run patchkit scan --target sglang to see each architecture's EAGLE-3 state (docs/sglang.md)",
+        # the step repeats the --site-packages given (a fresh user ran the old hint: it found no SGLang)
+        f"hint: run 'patchkit scan --target sglang --site-packages {site}' "
+        "(each architecture's EAGLE-3 state; docs/sglang.md)",
     ]
     assert result.stdout == "" and "Traceback" not in result.output
     assert snapshot(tmp_path) == before
+
+
+def test_a_refusal_in_json_carries_its_step(tmp_path, cli):
+    site = fake_sglang(tmp_path)
+    code, report = cli.json("verify", "--target", "sglang", "--site-packages", str(site))
+    assert code == 2 and report["exit_code"] == 2
+    assert report["next_step"]["argv"] == ["patchkit", "scan", "--target", "sglang", "--site-packages", str(site)]
+
+
+@pytest.mark.parametrize("typed, close", [("sglangg", "sglang"), ("SGLang", "sglang"), ("vlm", "vllm"), ("trt", None)])
+def test_an_unknown_target_names_the_close_one_and_lists_sglang(typed, close, cli):
+    result = cli("scan", "--target", typed)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    first, hint = result.stderr.splitlines()
+    assert first == f"error: unknown --target {typed!r}" + (f": did you mean {close!r}?" if close else "")
+    assert hint == "hint: known targets: vllm, sglang (scan and doctor only; docs/sglang.md)"
 
 
 @pytest.mark.parametrize("command", [["list"], ["guard", "install"], ["watch", "remove"]], ids=" ".join)
@@ -262,7 +279,7 @@ def test_commands_without_an_install_option_refuse_it_too(cli, command):
     result = cli(*command, "--target", "sglang")
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines()[0] == (
-        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan --target sglang' is "
+        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan' and 'doctor' are "
         "(issue 44)"
     )
 

@@ -8,4 +8,5 @@ One wing, beside ``vllm/``; nothing here imports the vLLM wing or any patchkit s
 - :mod:`.registry`: the ``EntryClass`` registry of ``sglang/srt/models/``, read statically;
 - :mod:`.states`: each architecture's EAGLE-3 state and capture idiom;
 - :mod:`.scan`: ``patchkit scan --target sglang``'s frozen report.
+- :mod:`.drafts`: how the runner, each target's setter and the EAGLE-3 draft model read a draft (``doctor``).
 """

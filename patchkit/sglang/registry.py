@@ -63,14 +63,19 @@ def _entry_values(tree: ast.Module) -> list[ast.expr]:
     return list(value.elts) if isinstance(value, ast.List | ast.Tuple) else [value]
 
 
-def entries(package: Package) -> tuple[Entry, ...]:
+def entries(package: Package, mentioning: str | None = None) -> tuple[Entry, ...]:
     """Every registered architecture of the install, in the order SGLang registers them.
 
     A name registered twice (SGLang's ``import_model_classes`` asserts against it) is listed once, from the first
-    module. A module that does not parse contributes nothing (SGLang could not import it either).
+    module. A module that does not parse contributes nothing (SGLang could not import it either). With
+    ``mentioning``, only the modules whose text contains that word are parsed (``doctor`` looking for one name: a
+    class a module registers is named in its text unless it comes through another module's alias, so a caller
+    that does not find the name this way walks them all).
     """
     out: dict[str, Entry] = {}
     for module in model_modules(package):
+        if mentioning is not None and not _mentions(package, module, mentioning):
+            continue
         tree = package.tree(module)
         if tree is None:
             continue
@@ -79,6 +84,14 @@ def entries(package: Package) -> tuple[Entry, ...]:
             name = cls.name if cls is not None else ast.unparse(element)
             out.setdefault(name, Entry(name, module, cls))
     return tuple(out.values())
+
+
+def _mentions(package: Package, module: str, word: str) -> bool:
+    path = package.path(module)
+    try:
+        return path is not None and word.encode() in path.read_bytes()
+    except OSError:
+        return False
 
 
 def not_generative(package: Package, config: tuple[str, ...], function: str) -> frozenset[str]:

@@ -18,7 +18,15 @@ from patchkit.errors import ExitCode, UsageError
 from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui import hints
 from patchkit.ui.console import emit_json, err, header, next_lines, out, print_checks, qualified_note, working
-from patchkit.ui.options import JsonOpt, PythonOpt, ReadTargetOpt, ScanTargetOpt, SitePackagesOpt, find_install
+from patchkit.ui.options import (
+    DoctorTargetOpt,
+    JsonOpt,
+    PythonOpt,
+    ReadTargetOpt,
+    ScanTargetOpt,
+    SitePackagesOpt,
+    find_install,
+)
 from patchkit.ui.runner import run, verdict
 
 
@@ -197,16 +205,22 @@ def doctor_cmd(
         metavar="N",
         help="Pipeline stages vLLM will serve with (names aux ids that never reach the draft).",
     ),
-    target: str = ReadTargetOpt,
+    target: str = DoctorTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Check a target (and EAGLE-3 draft) checkpoint against this vLLM: one checklist and a verdict."""
+    """Check a target (and EAGLE-3 draft) checkpoint against this vLLM (or SGLang): one checklist and a verdict."""
 
     def body() -> int:
         from patchkit.checks import doctor as doctor_mod  # lazy: the checks layer, only when doctor runs
 
+        if target == SGLANG:
+            from patchkit.ui.sglang_views import doctor_sglang  # lazy: only doctor --target sglang renders it
+
+            if pipeline_parallel_size != 1:
+                raise UsageError("--pipeline-parallel-size is read for vLLM only", "drop it with --target sglang")
+            return doctor_sglang(model, draft, site_packages, python, as_json)
         install = find_install(target, site_packages, python)
         with working("checking the checkpoints against this vLLM...", as_json):
             report = doctor_mod.doctor(

@@ -30,11 +30,15 @@ ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (onl
 """``--target`` of the commands that only read (verify, status, resolve, list, doctor, rehearse, explain)."""
 ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (docs/sglang.md).")
 """``scan``'s ``--target``: the one command written for SGLang so far (issue 44)."""
-SGLANG_COMMANDS = ("scan",)
+DoctorTargetOpt = typer.Option(
+    "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
+)
+"""``doctor``'s ``--target``: written for SGLang too (issue 44, point 3)."""
+SGLANG_COMMANDS = ("scan", "doctor")
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
 KNOWN_TARGETS = ("vllm", SGLANG)
 """Every ``--target`` some command reads: vLLM (``patchkit.plan.spec.TARGETS``, the ones patchkit patches) and
-SGLang (scan only)."""
+SGLang (scan and doctor)."""
 SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
 PythonOpt = typer.Option(
     None,
@@ -124,7 +128,7 @@ def unwritten_target(command: str | None, target: object) -> UsageError | None:
     if target != SGLANG or command in SGLANG_COMMANDS:
         return None
     return UsageError(
-        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan --target {SGLANG}' is (issue 44)",
+        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan' and 'doctor' are (issue 44)",
         "",
         NextStep(patchkit_argv("scan", target=SGLANG), "each architecture's EAGLE-3 state; docs/sglang.md"),
     )
@@ -137,7 +141,7 @@ def unknown_target(target: object) -> UsageError | None:
     close = difflib.get_close_matches(target.lower(), KNOWN_TARGETS, n=1, cutoff=0.7)
     return UsageError(
         f"unknown --target {target!r}" + (f": did you mean {close[0]!r}?" if close else ""),
-        f"known targets: vllm, {SGLANG} (scan only; docs/sglang.md)",
+        f"known targets: vllm, {SGLANG} (scan and doctor only; docs/sglang.md)",
     )
 
 
