@@ -59,3 +59,18 @@ def test_stdout_that_cannot_be_written_is_exit_141_and_one_line(release, command
             [sys.executable, "-m", "patchkit", "status", "--site-packages", str(sp)], capture_output=True, text=True
         )
         assert ("no patchkit changes" in status.stdout) == (command == "revert"), status.stdout
+
+
+def test_an_sglang_scan_whose_output_is_closed_names_no_vllm_command(tmp_path):
+    """A fresh user's finding: ``scan --target sglang | head -1`` advised ``status --site-packages DIR``, which
+    looks for vLLM there and fails (exit 4); 'status' is not written for SGLang."""
+    from test_sglang import fake_sglang
+
+    site = fake_sglang(tmp_path)
+    with open("/dev/full", "w") as sink:
+        proc = _patchkit(["scan", "--target", "sglang", "--site-packages", str(site)], sink)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr.endswith(
+        "; exit 141. The command itself ran to its end: run it again with its output to a file to read the report\n"
+    ), proc.stderr
+    assert "status" not in proc.stderr

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, PatchkitError
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui import hints
 from patchkit.ui.render import Writer, check_nodes
 
@@ -250,12 +251,12 @@ def output_closed(as_json: bool, cause: OSError | None = None, stream=None) -> i
         what = "standard output was closed before the report was complete (a pipe into head?)"
     else:
         what = f"standard output could not be written ({cause.strerror or cause}), so the report is incomplete"
+    if hints.given.get("target") == SGLANG:  # 'status' is not written for SGLang (patchkit.ui.options)
+        then = "run it again with its output to a file to read the report"
+    else:
+        then = f"'{hints.command(NextStep(patchkit_argv('status'), 'shows the install'))}' shows the install"
     try:
-        err().line(
-            ("error:", "red"),
-            f" {what}; exit {code}. The command itself ran to its end: "
-            f"'{hints.command(NextStep(patchkit_argv('status'), 'shows the install'))}' shows the install",
-        )
+        err().line(("error:", "red"), f" {what}; exit {code}. The command itself ran to its end: {then}")
     except (OSError, AttributeError):
         pass
     return code

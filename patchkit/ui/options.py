@@ -39,7 +39,9 @@ SGLANG_COMMANDS = ("scan", "doctor")
 KNOWN_TARGETS = ("vllm", SGLANG)
 """Every ``--target`` some command reads: vLLM (``patchkit.plan.spec.TARGETS``, the ones patchkit patches) and
 SGLang (scan and doctor)."""
-SitePackagesOpt = typer.Option(None, "--site-packages", help="Folder holding vllm/ and its .dist-info.")
+SitePackagesOpt = typer.Option(
+    None, "--site-packages", help="Folder holding vllm/ (sglang/ with --target sglang) and its .dist-info."
+)
 PythonOpt = typer.Option(
     None,
     "--python",
@@ -104,6 +106,7 @@ class Command(TyperCommand):
         rest = super().parse_args(ctx, _python_files(args))
         # a refusal's step repeats --python / --site-packages as given, and patchkit as it was run
         hints.begin(ctx.params.get("site_packages"), ctx.params.get("python"), None, None, False)
+        hints.given["target"] = ctx.params.get("target")
         unwritten = unknown_target(ctx.params.get("target")) or unwritten_target(
             _command_words(ctx), ctx.params.get("target")
         )
