@@ -81,7 +81,8 @@ class SglangScan:
                 "distribution": self.install.distribution,
                 "python": None if self.install.python is None else str(self.install.python),
             },
-            "counts": {state.value: n for state, n in self.counts().items()},
+            # every state, 0 included: a JSON reader finds each key (the text leaves out a state with none)
+            "counts": {state.value: self.counts().get(state, 0) for state in State},
             "architectures": [row.to_dict() for row in self.rows],
         }
 
