@@ -301,6 +301,22 @@ def test_rehearse_runs_a_dflash_draft_with_its_method(tmp_path, glm, monkeypatch
     assert spec["method"] == "dflash" and spec["reference_ids"] == list(mini.ids)
 
 
+def test_rehearse_says_a_dflash_draft_s_ids_are_read_plus_one(tmp_path, glm, monkeypatch):
+    """A fresh user read "ids [2, 13, 24, 35, 45] (...; the draft's dflash_config field)" against a field holding
+    [1, 12, 23, 34, 44]: the ids line now says the + 1."""
+    from vllm_release import pristine_site_packages
+
+    from patchkit.rehearse import rehearsal
+    from patchkit.rehearse.rehearsal_result import CheckName
+    from patchkit.vllm.release.install import from_site_packages
+
+    mini, _opts = _rehearse_until_the_engine(tmp_path, glm, monkeypatch, "GLM-4.5-Air-DFlash", dflash())
+    install = from_site_packages(pristine_site_packages("0.34.0"))
+    (ids,) = [c for c in rehearsal._static_checks(install, mini, dflash()) if c.name is CheckName.IDS]
+    assert ids.ok is True and f"ids {READ_IDS}" in ids.detail
+    assert "dflash_config.target_layer_ids, each + 1" in ids.detail
+
+
 def test_the_watch_data_file_carries_the_dflash_reading(release):
     """The watch's data file names the aux-state methods and each reader's DFlash/DSpark fields, from 0.34.0."""
     from patchkit.vllm.release.install import from_site_packages

@@ -104,7 +104,9 @@ def _static_checks(install: Install, mini: Miniature, draft: dict) -> list[Rehea
                 True,
                 f"ids {list(mini.user_ids)} (vLLM's convention; "
                 + (
-                    f"the draft's {mini.id_field} field)"
+                    "the draft's dflash_config.target_layer_ids, each + 1: a DFlash id names a layer's output)"
+                    if mini.id_field is IdField.DFLASH_CONFIG
+                    else f"the draft's {mini.id_field} field)"
                     if mini.id_field is not IdField.NONE
                     else "no ids in the draft: the target's default layers)"
                 ),
