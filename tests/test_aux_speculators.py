@@ -331,3 +331,17 @@ def test_the_watch_data_file_carries_the_dflash_reading(release):
     assert reader["dflash"] and reader["dflash_offset"] == 1 and reader["dspark_kept"] == ["deepseek_v41"]
     assert reader["order"] == ["top", "dflash", "dspark", "target", "layer_ids"]
     json.dumps(data)
+
+
+def test_the_path_word_missing_from_a_draft_folder_is_named(release, cli, tmp_path, glm):
+    """A fresh user's finding: on 0.33.0 (DFlash picked by the path only) a DFlash draft in a folder named
+    ``draftx`` is served as EAGLE-3; doctor advised "use an EAGLE-3 draft", where the fix is the folder's name.
+    (The test's own name avoids the word: pytest puts it in tmp_path.)"""
+    sp = patched(release, cli, "0.33.0", glm)
+    draft = checkpoint(tmp_path, "draftx", dflash())
+    code, report = doctor(cli, sp, glm, draft)
+    assert code == 1
+    said = json.dumps(report)
+    assert "picks dflash only by the draft's path (vllm/config/speculative.py:" in said
+    assert "put it in a folder whose name contains 'dflash'" in said
+    assert "use an EAGLE-3 draft this vLLM can build" not in said

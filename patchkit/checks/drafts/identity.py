@@ -9,6 +9,8 @@ from patchkit.checks.drafts.context import DraftContext, DraftFacts, DraftFormat
 from patchkit.results import Check
 from patchkit.vllm.release.contract import MLA_DRAFTS_FROM
 from patchkit.vllm.checkpoints.drafts import (
+    DFLASH_CONFIG,
+    DSPARK_IDS,
     MLA_DRAFT_ARCHITECTURES,
     SPECULATORS_MODEL_TYPE,
     SPECULATORS_TYPE,
@@ -17,7 +19,7 @@ from patchkit.vllm.checkpoints.drafts import (
     eagle3_draft_architecture,
     transformers_has,
 )
-from patchkit.vllm.checkpoints.methods import draft_architecture
+from patchkit.vllm.checkpoints.methods import DFLASH, DSPARK, draft_architecture, path_rule
 
 
 def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext) -> Check:
@@ -87,6 +89,10 @@ def architecture_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContex
             f"use a {method} draft this vLLM can build, or a vLLM that registers this one"
         )
         return Check(label, False, f"no {method} draft class for it in this release", children=children)
+    by_path = _picked_by_path(data, ctx)
+    if by_path is not None:  # the draft is another method's, which this release picks by the path alone
+        ctx.actions.append(by_path)
+        return Check(label, False, "no EAGLE-3 draft class for it in this release", children=children)
     mla = any(n in MLA_DRAFT_ARCHITECTURES for n in facts.vllm_architectures)
     ctx.actions.append(
         "use an EAGLE-3 draft this vLLM can build (a Llama-architecture draft -> Eagle3LlamaForCausalLM)"
@@ -162,3 +168,19 @@ def model_type_check(facts: DraftFacts, data: dict[str, Any], ctx: DraftContext)
 
 
 __all__ = ["architecture_check", "model_type_check"]
+
+
+def _picked_by_path(data: dict[str, Any], ctx: DraftContext) -> str | None:
+    """The advice for a draft that carries another method's ids field (``dflash_config``, DFlash; ``dspark_target_
+    layer_ids``, DSpark) served as EAGLE-3 because its path lacks the word by which this release picks that method
+    (0.20.2 - 0.33.0: ``config/speculative.py``; :func:`patchkit.vllm.checkpoints.methods.path_rule`); else None."""
+    for field, method in ((DFLASH_CONFIG, DFLASH), (DSPARK_IDS, DSPARK)):
+        rule = path_rule(ctx.tree, method) if field in data else None
+        if rule is not None:
+            word, where = rule
+            return (
+                f"the draft has {field}, a {method} draft: vLLM {ctx.install.version} picks {method} only by the "
+                f"draft's path ({where}), so this one is served as EAGLE-3; put it in a folder whose name contains "
+                f"{word!r}"
+            )
+    return None

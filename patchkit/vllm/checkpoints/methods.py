@@ -64,6 +64,8 @@ EAGLE3 = "eagle3"
 """The method patchkit's draft checks assume when vLLM picks none by itself (the user passes it)."""
 DFLASH = "dflash"
 """DFlash's method (vLLM's ``SpeculativeConfig.method`` value; ``base_method`` of ``DFlashSpeculatorConfig``)."""
+DSPARK = "dspark"
+"""DSpark's method (``base_method`` of ``DSparkSpeculatorConfig``; the path word from 0.25.0)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,12 @@ def _config_classes(tree: SourceTree) -> list[tuple[ClassRef, ast.ClassDef]]:
                     if ref is not None:
                         out.append((ref, node))
     return out
+
+
+def path_rule(tree: SourceTree, method: str) -> tuple[str, str] | None:
+    """``(word, file:line)`` of the test by which this release picks ``method`` from the draft's path (the first,
+    in vLLM's order: :func:`_path_words`), or None when no such test is read. Raises: SourceError (a file read)."""
+    return next(((word, where) for word, m, where, _c in _path_words(tree) if m == method), None)
 
 
 def _path_words(tree: SourceTree) -> list[tuple[str, str, str, ClassRef | None]]:
