@@ -161,11 +161,21 @@ def _no_replay(report: RehearsalReport, model: Path, draft: Path) -> list[NextSt
     return [NextStep((), why, effect=Effect.NO_COMMAND)]
 
 
+def _not_read(report: RehearsalReport, model: Path, draft: Path) -> list[NextStep]:
+    """An engine object patchkit could not find (the target's embedding): no rehearsal option decides it."""
+    why = (
+        "no option of this rehearsal decides it: patchkit could not find the target's embedding where this release's "
+        "draft loader takes it; the other checks stand as shown. Report it with this output (patchkit's issue tracker)"
+    )
+    return [NextStep((), why, effect=Effect.NO_COMMAND)]
+
+
 _STEPS = {
     Undecided.LAYERS_ALIKE: _layers_alike,
     Undecided.DRAFT_TOO_WEAK: _draft_too_weak,
     Undecided.ROUTER_TIE: _router_tie,
     Undecided.NO_OFFLINE_REPLAY: _no_replay,
+    Undecided.NOT_READ: _not_read,
 }
 """Each cause's deciders."""
 

@@ -18,6 +18,8 @@ from typing import Callable
 from patchkit.rehearse.layout import Layout
 from patchkit.rehearse.miniature import Miniature
 from patchkit.rehearse.tolerances import LAYER_MARGIN, Device, Dtype
+from patchkit.vllm.release.source import SourceTree
+from patchkit.vllm.runner.draft_reads import GETTER, derive
 from patchkit.vllm.runner.generations import GENERATIONS
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
@@ -26,6 +28,9 @@ PROMPT = [5, 17, 99, 240, 33, 7, 401, 12, 88, 150, 3, 64, 300, 21, 9, 77]
 """Token ids of the rehearsal's one prompt (the miniature has no tokenizer: ``skip_tokenizer_init``)."""
 PROGRESS = "PATCHKIT-PROGRESS "
 """The prefix of the driver's progress lines on stderr (:mod:`patchkit.rehearse.engine_report`)."""
+DRAFT_EMBED = "embed_tokens"
+"""The attribute of the draft's backbone that holds its input embedding (vLLM's ``llama_eagle3.py`` and the DFlash
+draft: ``self.model.embed_tokens``), which the loader replaces by the target's."""
 GPU_BYTES = 2 * 1024**3
 """Free GPU memory the miniature needs (engine workspace, compiled graphs, CUDA graphs and the CUDA
 context; the weights are kilobytes). vLLM's start-up check asks for ``gpu_memory_utilization`` x the
@@ -50,12 +55,14 @@ def driver_spec(
     *,
     text_only: bool = False,
     method: str = "eagle3",
+    embed_reads: dict | None = None,
 ) -> dict:
     """The engine driver's SPEC (:mod:`patchkit.rehearse.engine_driver`'s docstring): the miniature, the
     prompt, the path, the layout, patchkit's runner declarations, the speculative ``method`` vLLM runs the draft with
     (``eagle3``, ``dflash``: :func:`patchkit.rehearse.dflash.method_of`) and, on a GPU, the memory it may take.
     ``text_only``: the target is multimodal; its engine runs with ``language_model_only`` (the miniature has
-    no tokenizer for a multimodal processor: :func:`patchkit.rehearse.engine_start.engine`)."""
+    no tokenizer for a multimodal processor: :func:`patchkit.rehearse.engine_start.engine`). ``embed_reads``: where the
+    release's loader takes the target's embedding (:func:`embed_reads`)."""
     spec = {
         "workdir": str(work),
         "target_config": mini.target_config,
@@ -76,6 +83,7 @@ def driver_spec(
         "runners": [g.for_driver() for g in GENERATIONS],
         **layout.for_driver(),
         "language_model_only": text_only,
+        "embed_reads": embed_reads or {},
         "target_class": None if row is None or row.transformers_backend else [row.entry.module, row.entry.class_name],
     }
     if where is Device.CUDA:
@@ -83,6 +91,22 @@ def driver_spec(
         spec["gpu_memory_utilization"] = round(min(0.9, GPU_BYTES / total), 4)
         spec["kv_cache_memory_bytes"] = KV_CACHE_BYTES
     return spec
+
+
+def embed_reads(tree: SourceTree) -> dict:
+    """Where the serving runner's draft loader takes the target's input embedding, read from the install
+    (:func:`patchkit.vllm.runner.draft_reads.derive`): ``getter`` (``get_language_model``, called on a target that
+    has it) and ``paths`` off the language model, each read that ends at the attribute the draft holds its own in
+    (``embed_tokens``) with its alternatives (0.34.0's V2 ``load_eagle_model``: ``model.embed_tokens`` or
+    ``model.embedding``). Empty ``paths`` when the loader was not found (the driver then says "not checked")."""
+    derivation = derive(tree, with_aux=False)
+    paths: list[list[str]] = []
+    for read in derivation.reads:
+        if read.path[-1] == DRAFT_EMBED:
+            for path in (read.path, *read.alternatives):
+                if list(path) not in paths:
+                    paths.append(list(path))
+    return {"getter": GETTER if derivation.language_model else None, "paths": paths, "runner": derivation.runner}
 
 
 def start_driver(python: Path, work: Path, report_path: Path) -> subprocess.Popen:

@@ -82,6 +82,7 @@ if __package__:
     )
     from patchkit.rehearse.engine_dflash import not_replayed, record_context, unfitted_draft
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from patchkit.rehearse.engine_measures import shares_target_embedding
     from patchkit.rehearse.engine_report import counters, failure, import_target_class, progress
     from patchkit.rehearse.engine_start import engine, generate
     from patchkit.rehearse.engine_steps import Step
@@ -100,6 +101,7 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
     )
     from engine_dflash import not_replayed, record_context, unfitted_draft
     from engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
+    from engine_measures import shares_target_embedding
     from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
     from engine_steps import Step
@@ -146,9 +148,10 @@ def _drafter(worker, runners: list[dict]):
     )
 
 
-def _install_recorder(worker, runners: list[dict]):
+def _install_recorder(worker, runners: list[dict], embed_reads: dict):
     """Runs in the engine's worker: record what the draft's combine_hidden_states receives (a DFlash speculator of
-    Model Runner V2: what its ``propose`` receives, :func:`record_context`)."""
+    Model Runner V2: what its ``propose`` receives, :func:`record_context`), and whether the draft's embedding is
+    the target's where the release's loader takes it (``embed_reads``, :func:`shares_target_embedding`)."""
     runner = worker.model_runner
     model, name, why = _drafter(worker, runners)
     if model is None:
@@ -165,15 +168,8 @@ def _install_recorder(worker, runners: list[dict]):
 
     model.combine_hidden_states = recording
     record_context(runner, model)
-    info = {"shares_embed": None, "runner": name}
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    try:
-        info["shares_embed"] = (
-            model.model.embed_tokens is getattr(getattr(target, "model", target), "embed_tokens", None)
-            or model.model.embed_tokens.weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
-        )
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        info["shares_embed"] = f"unknown: {exc}"
+    info = {"shares_embed": shares_target_embedding(model, target, embed_reads), "runner": name}
     model._patchkit_info = info
     return "ok"
 
@@ -415,7 +411,7 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
 def _generate_speculative(llm, spec: dict, prompt: list) -> list:
     """Generate with speculation, the recorder of what the draft receives installed first; returns the
     tokens. Raises what failed."""
-    status = llm.collective_rpc(_install_recorder, args=(spec["runners"],))
+    status = llm.collective_rpc(_install_recorder, args=(spec["runners"], spec.get("embed_reads") or {}))
     if status and "ok" not in status:  # one result per rank: some rank must hold the draft
         raise RuntimeError(status[0])
     progress("generating with speculation")
@@ -432,12 +428,14 @@ def _record(llm, spec: dict, prompt: list, ids: list, n: int, reference, steps: 
     steps.append(
         {
             "name": Step.DRAFT_LOADED.value,
-            "ok": shared is True,
+            "ok": None if isinstance(shared, str) else shared is True,  # a string: not read, so not decided
             "where": None,
             "detail": (
                 "the draft's embed_tokens is the target's tensor (the draft ships none)"
                 if shared is True
-                else f"the draft's embed_tokens is not the target's ({shared})"
+                else f"not checked: {shared}"
+                if isinstance(shared, str)
+                else "the draft's embed_tokens is not the target's"
             )
             + f"; vLLM's {info.get('runner')} model runner",
             **info,

@@ -171,3 +171,35 @@ def first_difference_gap(model, device: str, prompt: list[int], a: list[int], b:
         "transformers_token": int(top.indices[0]),
         "router": router_margin(model, device, prompt + a[:i]),
     }
+
+
+def shares_target_embedding(draft, target, embed_reads: dict) -> bool | str:
+    """Whether the draft's ``model.embed_tokens`` is the target's input embedding, found where the release's draft
+    loader takes it: ``embed_reads`` (:func:`patchkit.rehearse.driver_run.embed_reads`, read from the install by
+    :func:`patchkit.vllm.runner.draft_reads.derive`) gives the ``getter`` that turns a multimodal wrapper into its
+    language model (``get_language_model``) and the ``paths`` off the language model (0.34.0: ``model.embed_tokens``
+    or ``model.embedding``). The same module, or a tensor at the same address, is shared.
+
+    Returns True or False, or ``"unknown: why"`` where nothing was found along those paths (never raises)."""
+    paths = [tuple(p) for p in embed_reads.get("paths") or ()]
+    if not paths:
+        return (
+            "unknown: the release's draft loader was not read, so patchkit does not know where it takes the embedding"
+        )
+    getter = embed_reads.get("getter")
+    try:
+        language_model = getattr(target, getter)() if getter and hasattr(target, getter) else target
+        found = []
+        for path in paths:
+            obj = language_model
+            for name in path:
+                obj = getattr(obj, name, None)
+            if obj is not None:
+                found.append(obj)
+        if not found:
+            names = " or ".join(".".join(p) for p in paths)
+            return f"unknown: no {names} on {type(language_model).__name__}, where the release's loader takes it"
+        mine = draft.model.embed_tokens
+        return any(mine is e or mine.weight.data_ptr() == e.weight.data_ptr() for e in found)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"unknown: {type(exc).__name__}: {exc}"

@@ -41,6 +41,7 @@ from patchkit.rehearse.driver_run import (
     PROMPT,
     PROMPT_TOKENS,
     driver_spec,
+    embed_reads,
     follow,
     start_driver,
     stop,
@@ -48,6 +49,7 @@ from patchkit.rehearse.driver_run import (
 from patchkit.rehearse.rehearsal_result import CheckName, Outcome, RehearsalCheck, RehearsalReport
 from patchkit.rehearse.deciders import deciding_steps
 from patchkit.rehearse.verdict import Device, Dtype
+from patchkit.rehearse.tolerances import Undecided
 from patchkit.advice import NextStep, patchkit_argv
 from patchkit.plan.request import Request, not_registered
 from patchkit.vllm.registry.table import Registry
@@ -151,8 +153,14 @@ _CHECK_OF_STEP = {
 
 
 def _from_step(step: dict) -> RehearsalCheck:
+    """One engine step as a check; a step the driver could not read (``ok`` null, ``not checked: ...``) is not
+    decided (:attr:`Undecided.NOT_READ`), never failed."""
     figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
-    return RehearsalCheck(_CHECK_OF_STEP[Step(step["name"])], step["ok"], step["detail"], step.get("where"), figures)
+    unread = step["ok"] is None and str(step["detail"]).startswith("not checked:")
+    name = _CHECK_OF_STEP[Step(step["name"])]
+    return RehearsalCheck(
+        name, step["ok"], step["detail"], step.get("where"), figures, undecided=Undecided.NOT_READ if unread else None
+    )
 
 
 def decided_checks(
@@ -282,6 +290,7 @@ def rehearse(
     checks = _static_checks(install, mini, draft_cfg)
     opts = dict(where=where, kind=kind, eager=eager, layout=layout, row=row, found=found, method=method)
     opts["text_only"] = row is not None and row.cls is not None and bool(is_multimodal(source, row.cls))
+    opts["embed_reads"] = embed_reads(source)
     found_checks, raw, figures = _drive(python, mini, opts, keep, save_aux, say, device, hybrid)
     checks = _completed(checks + found_checks, figures, kind, layout)
     seconds = round(time.monotonic() - started, 1)
@@ -362,6 +371,7 @@ def _drive(
             opts["found"],
             text_only=opts["text_only"],
             method=opts["method"],
+            embed_reads=opts.get("embed_reads"),
         )
         (work / "spec.json").write_text(json.dumps(spec, indent=2))
         report_path = work / "report.json"

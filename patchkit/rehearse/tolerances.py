@@ -80,6 +80,9 @@ class Undecided(str, Enum):
     ROUTER_TIE = "a MoE router chose its experts on a near-tie before greedy outputs differ"
     """Greedy outputs differ after a token whose routing was a near-tie in transformers
     (:func:`patchkit.rehearse.verdict.decide_greedy`)."""
+    NOT_READ = "patchkit could not find, in the running engine, the object this check reads"
+    """The draft's embedding could not be followed to the target's along the paths the release's loader takes
+    (:func:`patchkit.rehearse.engine_measures.shares_target_embedding`): not checked, so neither passed nor failed."""
     NO_OFFLINE_REPLAY = "no offline replay is defined for the draft's method, so acceptance is not compared"
     """A DFlash draft: its parallel drafting has no offline replay here, so vLLM's counters are reported and not
     compared (:func:`patchkit.rehearse.verdict.decide_not_replayed`)."""
