@@ -167,3 +167,20 @@ class Cli:
 def cli() -> Cli:
     """The ``patchkit`` CLI, in-process."""
     return Cli()
+
+
+@pytest.fixture
+def wrapper_not_shown(monkeypatch):
+    """The shown-shapes table as it stood before the H100's second 0.34.0 campaign (2026-12-07): the wrapper-only
+    shape not shown under 0.34.0's V2 runner. For the tests of what apply, status, verify, doctor, scan, export and
+    the guard do with a shape held back for want of evidence, which 0.34.0 itself no longer has
+    (:mod:`patchkit.vllm.shapes.shown`)."""
+    import dataclasses
+
+    from patchkit.vllm.shapes import shown
+    from patchkit.vllm.shapes.classify import Shape
+
+    before = dataclasses.replace(
+        shown.V2_0_34_0, shown={k: v for k, v in shown.V2_0_34_0.shown.items() if k is not Shape.WRAPPER_ONLY}
+    )
+    monkeypatch.setattr(shown, "EVIDENCE", tuple(before if e is shown.V2_0_34_0 else e for e in shown.EVIDENCE))

@@ -42,7 +42,7 @@ CASES = [
     ("0.34.0", ["--arch", "MixtralForCausalLM"], "standard-loop"),
     ("0.34.0", ["--arch", "Gemma3ForCausalLM"], "standard-loop"),
     ("0.34.0", ["--arch", "Exaone4ForCausalLM"], "hidden-states-only"),
-    ("0.34.0", ["--arch", "Gemma3ForConditionalGeneration", "--force"], "wrapper-only"),
+    ("0.34.0", ["--arch", "Gemma3ForConditionalGeneration"], "wrapper-only"),
     ("0.17.1", ["--model", str(CHECKPOINTS / "gemma-3-1b-it")], "standard-loop"),
 ]
 HELD_BACK = [
@@ -182,7 +182,10 @@ def test_a_hybrid_apply_refuses_exports_nothing_with_exit_3(release, cli, tmp_pa
 
 
 @pytest.mark.release
+@pytest.mark.usefixtures("wrapper_not_shown")
 def test_the_wrapper_follows_apply_without_force(release, cli, tmp_path):
+    """Where apply refuses a shape for want of evidence (the table before the H100 showed wrapper-only on 0.34.0),
+    export refuses it too."""
     sp = release("0.34.0")
     done = _export(cli, sp, ["--arch", "Gemma3ForConditionalGeneration"], tmp_path / "p")
     assert done.exit_code == 3 and "not yet shown" in done.stderr and not (tmp_path / "p").exists()

@@ -1,7 +1,8 @@
 """A patch written with ``apply --force`` reads the same in every command (issue 42, finding 1).
 
-Gemma 3 (``Gemma3ForConditionalGeneration``, the wrapper-only shape) on 0.34.0, whose V2 runner has not been
-shown to keep greedy output for that shape: ``apply`` refuses it unless ``--force``. Failed before, after
+Gemma 3 (``Gemma3ForConditionalGeneration``, the wrapper-only shape) on 0.34.0, with the shown-shapes table as it
+stood before the H100 showed that shape there (fixture ``wrapper_not_shown``): ``apply`` refuses it unless
+``--force``. Failed before, after
 ``apply --force``: ``verify`` exited 1, but ``doctor`` called it ready (exit 0), ``status --model`` said
 "nothing to patch", and ``revert --model`` exited 2 denying any patch.
 """
@@ -14,7 +15,7 @@ import pytest
 
 from test_releases import snapshot
 
-pytestmark = pytest.mark.release
+pytestmark = [pytest.mark.release, pytest.mark.usefixtures("wrapper_not_shown")]
 GEMMA = str(Path(__file__).parent / "checkpoints" / "gemma-3-27b-it")
 WRAPPER = "Gemma3ForConditionalGeneration"
 

@@ -41,7 +41,10 @@ def test_manifest_lists_the_patched_shapes_not_shown_under_v2(release, cli):
 
 
 @pytest.mark.release
+@pytest.mark.usefixtures("wrapper_not_shown")
 def test_on_0340_a_forced_wrapper_only_patch_is_listed_and_v2_is_the_only_runner(release, cli):
+    """With the wrapper-only shape not shown on 0.34.0 (the table before the H100 showed it), a forced patch of it is
+    the guard's ``not_shown`` entry."""
     site = release("0.34.0")
     refused = cli("apply", "--site-packages", str(site), "--arch", GEMMA3_MM, "--guard")
     assert refused.exit_code != 0 and not (site / "patchkit_guard").exists(), refused.stdout

@@ -80,17 +80,30 @@ V2_0_34_0 = Evidence(
     "graphs, bf16",
     f"tests/engine_records/h100-vllm-{GPU_V2_ONLY_RELEASE}.jsonl",
     {
+        Shape.STANDARD: "Mixtral (MoE) and LFM2 (a hybrid of short convolutions) patched: `patchkit rehearse` "
+        "passed, greedy output with EAGLE-3 identical to without (24 tokens), aux states 7.8e-03 and 0.01 from "
+        "transformers' (the nearest other layer 0.56, 0.62), vLLM's acceptance equal to the same draft offline "
+        "(position 1: 8 of 12, 0.67; 9 of 14, 0.64); made one layer late, each failed (0 of 23 drafts accepted); "
+        "Mixtral in fp32 too (1.8e-03, tolerance 1e-02)",
+        Shape.HIDDEN_ONLY: "Exaone4 patched: `patchkit rehearse` passed, greedy output identical (24 tokens), aux "
+        "states 0.01 from transformers' (the nearest other layer 0.56), acceptance equal to offline (position 1: 10 "
+        "of 10); made one layer late, and with the residual added twice, it failed",
         Shape.INTERFACE_ONLY: "GLM-4 (Glm4ForCausalLM, vLLM's own loop capturing, patchkit's interface): "
         "`patchkit rehearse` passed, greedy output with EAGLE-3 identical to without (24 tokens), aux states "
         "0.01 from transformers' (the nearest other layer 0.53), vLLM's acceptance equal to the same draft "
         "offline (position 1: 10 of 11, 0.91); made one layer late in vLLM's loop, it failed (0 of 23)",
+        Shape.WRAPPER_ONLY: "Gemma 3's multimodal wrapper (Gemma3ForConditionalGeneration, run text-only) patched: "
+        "greedy output identical (24 tokens), aux states 8.6e-03 from transformers' (the nearest other layer "
+        "0.56), vLLM's acceptance equal to the same draft offline (8 of 8 at positions 1 and 2; the draft ships "
+        "no embedding, so it ran on the target's); made one layer late in its language model, it failed (0 of 23)",
     },
 )
-"""vLLM 0.34.0 on an H100 (2026-12-07, ``benchmarks/gpu_campaign.py``, 4 rehearsals side by side): one prompt,
-24 greedy tokens per rehearsal. The wrapper-only case (Gemma 3's multimodal wrapper) did not start: rehearse
-skips the tokenizer, which 0.34.0's ``Gemma3MultiModalProcessor`` requires
-(``vllm/multimodal/processing/processor.py:1048``), so that shape is not decided there. The standard-loop and
-hidden-states-only shapes are judged on 0.20.2's evidence (not in this campaign's records)."""
+"""vLLM 0.34.0 on an H100 (2026-12-07, ``benchmarks/gpu_campaign.py`` with ``benchmarks/gpu034_run.sh``, up to 8
+rehearsals side by side): one prompt, 24 greedy tokens per rehearsal, right captures and the same made one layer late
+(``tests/test_runner_shown.py`` decides the records again). The wrapper's rehearsal ended "failed" on one check
+only, its own reading of the shared embedding (it asked the wrapper for ``get_input_embeddings``, which 0.34.0's
+Gemma 3 wrapper lacks; fixed since: :func:`patchkit.rehearse.engine_measures.shares_target_embedding`); what
+decides losslessness (greedy output, aux states, acceptance against offline, a wrong capture failing) it showed."""
 
 EVIDENCE: tuple[Evidence, ...] = (V2_0_20_2, V2_0_34_0)
 """Every release's evidence, oldest first (one entry per release and runner)."""
