@@ -5,12 +5,12 @@ transformers), never imported; it runs no engine.
 ``patchkit rehearse``'s own ``shrink`` and ``driver_spec``, bfloat16), builds the target with
 ``engine_checkpoints.build_target`` and, in the spec's dtype on the CPU, generates transformers' greedy
 continuation of the prompt twice: as torch breaks ties in ``topk``, and with every ``topk`` breaking ties the
-other way (the highest index first), as CUDA did for ERNIE-4.5-MoE's miniature on the H100 (vLLM 0.34.0 and
-transformers on CUDA both gave that continuation; /work/gpu034-20261207). Measures the routers' smallest
-margin along it in float32 (``engine_measures.router_margin``; in bf16 two router logits often round to one
-value); where the spec asks (``fit``), fits the draft for a bfloat16 rehearsal (``train_draft``) and replays it
-offline along the continuation with ties reversed, on transformers' bfloat16 states, as the driver replays
-vLLM's tokens (``draft_proposals``, ``offline_acceptance``).
+other way (the highest index first), as CUDA did for ERNIE-4.5-MoE's miniature on the H100 (vLLM 0.34.0
+and transformers on CUDA both gave that continuation: docs/engine.md, "Routers that decide"). Measures the
+routers' smallest margin along it in float32 (``engine_measures.router_margin``; in bf16 two router logits
+often round to one value); where the spec asks (``fit``), fits the draft for a bfloat16 rehearsal
+(``train_draft``) and replays it offline along the continuation with ties reversed, on transformers' bfloat16
+states, as the driver replays vLLM's tokens (``draft_proposals``, ``offline_acceptance``).
 Writes ``{name: figures}``.
 """
 
