@@ -53,6 +53,7 @@ def build_target(spec: dict) -> tuple[object, str]:
     else:
         model = cls(config)
     model = model.to(torch.float32).eval()
+    seed_routers(model, spec.get("seed", 0))
     scale = float(spec.get("init_scale", 1.0))
     if scale != 1.0:  # a stronger residual stream than initializer_range gives (layers differ clearly)
         with torch.no_grad():
@@ -69,6 +70,29 @@ def build_target(spec: dict) -> tuple[object, str]:
     with open(os.path.join(path, "config.json"), "w") as fh:
         json.dump(saved, fh, indent=2)
     return model, path
+
+
+def seed_routers(model, seed: int) -> list[str]:
+    """Random weights (normal, the config's ``initializer_range``; a generator of its own from ``seed``) for each
+    router transformers' init leaves at zero: a module named ``gate`` or ``router`` whose 2-D weight is all zero
+    (transformers 5.19's ``Ernie4_5_MoeTopKRouter`` is ``torch.zeros`` and its ``_init_weights`` skips it). At
+    zero every expert ties for every token and ``topk`` picks by index, which the CPU and CUDA break otherwise:
+    the H100's greedy output (vLLM 0.34.0 and transformers on CUDA alike) left the CPU fit's from the first token,
+    and the draft, which agrees only along the rollouts it was fitted on, agreed 0.00 (issue 41). Returns the
+    routers' names seeded (none for a dense target, or for routers that transformers initializes)."""
+    import torch  # lazy: target interpreter only
+
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    std = float(getattr(text, "initializer_range", None) or 0.02)
+    gen = torch.Generator().manual_seed(int(seed) + 3)
+    seeded = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        routes = name.rsplit(".", 1)[-1] in ("gate", "router") and torch.is_tensor(weight) and weight.dim() == 2
+        if routes and not bool(weight.detach().any()):
+            weight.detach().copy_(torch.randn(weight.shape, generator=gen) * std)  # the parameter's own storage
+            seeded.append(name)
+    return seeded
 
 
 BRANCH_OUTPUTS = ("o_proj", "down_proj", "out_proj", "output_linear", "w2", "c_proj", "fc2", "dense")
