@@ -111,13 +111,15 @@ def _layers_alike(report: RehearsalReport, model: Path, draft: Path) -> list[Nex
 
 
 def _draft_too_weak(report: RehearsalReport, model: Path, draft: Path) -> list[NextStep]:
-    """A draft that agrees too rarely: float32, the dtype it was fitted in; in float32, nothing you pass."""
+    """A draft that agrees too rarely: in bf16, float32, where the engine's continuation stays on the CPU rollouts the
+    draft was fitted along; in float32, nothing you pass."""
     dtype, eager = Dtype(report.dtype), report.path == "eager"
     rates = _figures(report, CheckName.ACCEPTANCE).get("offline_rates") or [0.0]
     if dtype is not Dtype.FP32:
         why = (
-            f"the draft is fitted on transformers' float32 states and agrees offline at position 1 only "
-            f"{rates[0]:.2f} of the time on {dtype.value} ones; in float32 it sees the states it was fitted on"
+            f"the draft is fitted along transformers' greedy continuations computed on the CPU and agrees offline at "
+            f"position 1 only {rates[0]:.2f} of the time along this engine's {dtype.value} one, which rounding took "
+            "elsewhere; in float32 the engine's continuation stays closer to the ones it was fitted along"
         )
         return [_again(report, model, draft, Dtype.FP32, eager, why)]
     why = (
