@@ -208,7 +208,7 @@ LABELS = (
 """Each link of :class:`Shape` compared with the reference: field, label, what Llama has there."""
 
 
-def chain(source: bytes, wrapper_name: str, reference: bytes) -> tuple[Link, ...]:
+def chain(source: bytes, wrapper_name: str, reference: bytes, backbone: str | None = None) -> tuple[Link, ...]:
     """Check ``wrapper_name``'s chain in a file's bytes against the release's ``llama.py`` bytes.
 
     Args:
@@ -222,7 +222,7 @@ def chain(source: bytes, wrapper_name: str, reference: bytes) -> tuple[Link, ...
         tree, ref_tree = ast.parse(source), ast.parse(reference)
     except (SyntaxError, ValueError) as exc:
         return (Link("parses", False, f"does not parse: {exc}"),)
-    got, want = shape(tree, wrapper_name), shape(ref_tree, *c.REFERENCE_CLASSES[:2])
+    got, want = shape(tree, wrapper_name, backbone), shape(ref_tree, *c.REFERENCE_CLASSES[:2])
     links = [
         Link(
             label,
