@@ -42,16 +42,22 @@ from patchkit.codemods.base import (
 from patchkit.codemods.sglang_reference import (
     ACCUMULATOR,
     CAPTURE_PARAM,
+    RESIDUAL,
     Reference,
     assigns_name,
     assigns_self,
     body_of,
     is_attn_prepare,
+    layer_stream,
     loop_of,
     one_method,
 )
 from patchkit.sglang import contract as c
 from patchkit.sglang.states import Idiom
+
+INIT_MODEL = "_init_model"
+"""The method Llama's wrapper builds its backbone with, ``self.model = self._init_model(...)`` (``llama.py``,
+``LlamaForCausalLM._init_model``; ``exaone4.py`` does the same)."""
 
 UNUSED = (ACCUMULATOR, CAPTURE_PARAM, c.LAYERS_TO_CAPTURE, c.CAPTURE_FLAG)
 """Names the patch introduces: a class that uses one already is not in the shape (never guess)."""
@@ -59,11 +65,14 @@ UNUSED = (ACCUMULATOR, CAPTURE_PARAM, c.LAYERS_TO_CAPTURE, c.CAPTURE_FLAG)
 
 def append_arg(args, arg: cst.Arg) -> list[cst.Arg]:
     """``args`` with ``arg`` last, on the last one's line: the whitespace before the closing parenthesis (a newline
-    in a call laid out over lines) moves to ``arg``, so ``f(\\n    a, b\\n)`` becomes ``f(\\n    a, b, arg\\n)``."""
+    in a call laid out over lines) moves to ``arg``, so ``f(\\n    a, b\\n)`` becomes ``f(\\n    a, b, arg\\n)``;
+    after a trailing comma ``arg`` gets its own line and comma, as the others have."""
     args = list(args)
     if not args:
         return [arg]
     last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # one per line with a trailing comma: the same for the new one
+        return insert_into_sequence(args, len(args), arg)
     space = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     moved = arg.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
     return [*args[:-1], last.with_changes(comma=space, whitespace_after_arg=cst.SimpleWhitespace("")), moved]
@@ -112,6 +121,9 @@ def parts(
         if assigns_self(s, "model") and isinstance(s.body[0].value, cst.Call)  # type: ignore[union-attr]
     ]
     func = exactly_one(built, f"'self.model = <Backbone>(...)' in {wrapper_name}.__init__")
+    if t.is_self_attr(func, INIT_MODEL):  # Llama's own form: the backbone built by a method of the wrapper
+        returned = [n.value.func for n in t.walk(one_method(wrapper, INIT_MODEL)) if isinstance(n, cst.Return)]
+        func = exactly_one(returned, f"'return <Backbone>(...)' in {wrapper_name}.{INIT_MODEL}")  # type: ignore[union-attr]
     if not isinstance(func, cst.Name):
         raise Refusal(f"{wrapper_name} builds self.model from an expression, not a class of its module")
     backbone = top_level_class(module, func.value)
@@ -119,27 +131,34 @@ def parts(
         raise Refusal(f"expected 'self.embed_tokens = ...' in {func.value}.__init__, found 0")
     for cls in (wrapper, backbone):
         _unused(cls)
-    layer = _layer(module, backbone) if ref.idiom is Idiom.BOUNDARY else None
-    if layer is not None:
-        _unused(layer)
-    return wrapper, backbone, layer
+    layer = _layer(module, backbone, ref.idiom)
+    _unused(layer)
+    if layer_stream(layer, ref.idiom) != ref.layer_stream:
+        what = "residual statements" if ref.idiom is Idiom.APPEND else "boundary calls"
+        raise Refusal(
+            f"the {what} of {layer.name.value}.forward differ from {c.REFERENCE_CLASSES[2]}.forward's: "
+            "the capture would not read the same stream"
+        )
+    return wrapper, backbone, layer if ref.idiom is Idiom.BOUNDARY else None
 
 
-def _layer(module: cst.Module, backbone: cst.ClassDef) -> cst.ClassDef:
-    """The one class of ``module`` that the backbone's ``__init__`` calls and whose ``forward`` prepares the
-    attention boundary."""
-    called = {
-        n.func.value
-        for n in t.walk(one_method(backbone, "__init__"))
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)
-    }
+def _layer(module: cst.Module, backbone: cst.ClassDef, idiom: Idiom) -> cst.ClassDef:
+    """The backbone's decoder layer: the one class of ``module`` its ``__init__`` calls whose ``forward`` takes
+    ``residual`` (list append) or prepares the attention boundary (capture boundary), as Llama's layer does."""
+    init = one_method(backbone, "__init__")
+    called = {n.func.value for n in t.walk(init) if isinstance(n, cst.Call) and isinstance(n.func, cst.Name)}
     classes = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value in called]
-    with_boundary = [
-        k
-        for k in classes
-        if any(isinstance(n, cst.Call) and is_attn_prepare(n.func) for m in method_of(k, "forward") for n in t.walk(m))
-    ]
-    return exactly_one(with_boundary, f"decoder layer of {backbone.name.value} calling self.attn_boundary.prepare")
+
+    def fits(k: cst.ClassDef) -> bool:
+        for m in method_of(k, "forward"):
+            if idiom is Idiom.APPEND and any(p.name.value == RESIDUAL for p in m.params.params):
+                return True
+            if idiom is Idiom.BOUNDARY and any(isinstance(n, cst.Call) and is_attn_prepare(n.func) for n in t.walk(m)):
+                return True
+        return False
+
+    what = "taking residual" if idiom is Idiom.APPEND else "calling self.attn_boundary.prepare"
+    return exactly_one([k for k in classes if fits(k)], f"decoder layer of {backbone.name.value} {what}")
 
 
 def _backbone(backbone: cst.ClassDef, ref: Reference) -> cst.ClassDef:

@@ -20,6 +20,7 @@ release it patches, read from the release's files and never switched on the vers
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
@@ -54,6 +55,7 @@ class Reference:
         imports: BOUNDARY: the module-level ``from ... import AuxHiddenStateList``; else None.
         layer_param: BOUNDARY: the layer's ``capture_output=None`` parameter; else None.
         layer_keyword: BOUNDARY: the ``capture=capture_output`` argument of ``self.attn_boundary.prepare``; else None.
+        layer_stream: :func:`stream` of ``LlamaDecoderLayer.forward``: a patched class's layer must have the same.
     """
 
     idiom: Idiom
@@ -68,6 +70,44 @@ class Reference:
     imports: cst.SimpleStatementLine | None = None
     layer_param: cst.Param | None = None
     layer_keyword: cst.Arg | None = None
+    layer_stream: tuple[str, ...] = ()
+
+
+RESIDUAL = "residual"
+"""The list-append layer's second stream (``llama.py`` 0.5.14/0.5.16: ``hidden_states, residual = layer(...)``)."""
+
+
+def stream(forward: ast.FunctionDef, idiom: Idiom) -> tuple[str, ...]:
+    """How a decoder layer's ``forward`` (an :mod:`ast` node) handles the residual stream the capture reads.
+
+    List append: the dump of each top-level statement that names ``residual`` (Llama's: ``if residual is None: ...
+    else: ... = self.input_layernorm(hidden_states, residual)``, the post-attention norm, ``return hidden_states,
+    residual``); the appended ``hidden_states + residual`` is the stream only where the layer keeps it so. Capture
+    boundary: the ``self.<x>_boundary.<method>`` calls in source order (Llama's: ``attn_boundary.prepare``,
+    ``attn_boundary.finish``, ``ffn_boundary.prepare``, ``ffn_boundary.finish``).
+    """
+    if idiom is Idiom.APPEND:
+        return tuple(
+            ast.dump(s) for s in forward.body if any(isinstance(n, ast.Name) and n.id == RESIDUAL for n in ast.walk(s))
+        )
+    calls = sorted(
+        (n.lineno, n.col_offset, f"{n.func.value.attr}.{n.func.attr}")
+        for n in ast.walk(forward)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Attribute)
+        and n.func.value.attr.endswith("_boundary")
+        and isinstance(n.func.value.value, ast.Name)
+        and n.func.value.value.id == "self"
+    )
+    return tuple(name for _, _, name in calls)
+
+
+def layer_stream(cls: cst.ClassDef, idiom: Idiom) -> tuple[str, ...] | None:
+    """:func:`stream` of a libcst class's one ``forward``; None when it has none, or several."""
+    tree = ast.parse(cst.Module([]).code_for_node(cls))
+    forwards = [n for n in tree.body[0].body if isinstance(n, ast.FunctionDef) and n.name == "forward"]
+    return stream(forwards[0], idiom) if len(forwards) == 1 else None
 
 
 def body_of(node: cst.FunctionDef | cst.ClassDef | cst.For | cst.If) -> list[cst.BaseStatement]:
@@ -211,7 +251,17 @@ def read_reference(source: bytes) -> Reference:
         imports=_import_of(module, c.ACCUMULATORS[0]) if idiom is Idiom.BOUNDARY else None,
         layer_param=boundary[0],
         layer_keyword=boundary[1],
+        layer_stream=layer_stream(layer, idiom) or (),
     )
 
 
-__all__ = ["ACCUMULATOR", "CAPTURE_PARAM", "Reference", "body_of", "is_layer_loop", "read_reference"]
+__all__ = [
+    "ACCUMULATOR",
+    "CAPTURE_PARAM",
+    "Reference",
+    "body_of",
+    "is_layer_loop",
+    "layer_stream",
+    "read_reference",
+    "stream",
+]

@@ -21,7 +21,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from patchkit.codemods.sglang_reference import RESIDUAL, stream
 from patchkit.sglang import contract as c
+from patchkit.sglang.states import Idiom
 
 ACCUMULATOR = "aux_hidden_states"
 
@@ -74,15 +76,21 @@ def _loop(fn: ast.FunctionDef | None) -> ast.For | None:
 
 
 def _backbone_name(wrapper: ast.ClassDef | None) -> str | None:
+    """The class the wrapper builds as ``self.model = X(...)``, or returns from ``self._init_model`` (Llama's form)."""
     init = _method(wrapper, "__init__")
+    builder = _method(wrapper, "_init_model")
+    returned = [
+        n.value.func.id
+        for n in (ast.walk(builder) if builder else ())
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+    ]
     for node in ast.walk(init) if init else ():
-        if (
-            isinstance(node, ast.Assign)
-            and any(_self_attr(t, "model") for t in node.targets)
-            and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name)
-        ):
-            return node.value.func.id
+        if isinstance(node, ast.Assign) and any(_self_attr(t, "model") for t in node.targets):
+            func = node.value.func if isinstance(node.value, ast.Call) else None
+            if isinstance(func, ast.Name):
+                return func.id
+            if func is not None and _self_attr(func, "_init_model") and len(returned) == 1:
+                return returned[0]
     return None
 
 
@@ -101,7 +109,7 @@ class Shape:
     layer_keyword: str
     setter: str
     embed_and_head: bool
-    layer_is_boundary: bool
+    layer_stream: tuple[str, ...]
 
 
 def _statement(fn: ast.FunctionDef | None, test) -> str:
@@ -131,7 +139,9 @@ def _capture(loop: ast.For | None) -> str:
     return _dump(ifs[0]) if len(ifs) == 1 else ""
 
 
-def _layer(tree: ast.Module, backbone: ast.ClassDef | None) -> ast.ClassDef | None:
+def _layer(tree: ast.Module, backbone: ast.ClassDef | None, idiom: Idiom) -> ast.ClassDef | None:
+    """The backbone's decoder layer: a class of the file its ``__init__`` calls whose ``forward`` takes ``residual``
+    (list append) or uses ``self.attn_boundary`` (capture boundary)."""
     init = _method(backbone, "__init__")
     called = (
         {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -139,14 +149,19 @@ def _layer(tree: ast.Module, backbone: ast.ClassDef | None) -> ast.ClassDef | No
         else set()
     )
     for cls in tree.body:
-        if isinstance(cls, ast.ClassDef) and cls.name in called:
-            fn = _method(cls, "forward")
-            if fn and any(isinstance(n, ast.Attribute) and n.attr == c.ATTN_BOUNDARY[0] for n in ast.walk(fn)):
-                return cls
+        fn = _method(cls, "forward") if isinstance(cls, ast.ClassDef) and cls.name in called else None
+        if fn is None:
+            continue
+        if idiom is Idiom.APPEND and any(a.arg == RESIDUAL for a in fn.args.args):
+            return cls
+        if idiom is Idiom.BOUNDARY and any(
+            isinstance(n, ast.Attribute) and n.attr == c.ATTN_BOUNDARY[0] for n in ast.walk(fn)
+        ):
+            return cls
     return None
 
 
-def shape(tree: ast.Module, wrapper_name: str, backbone_name: str | None = None) -> Shape:
+def shape(tree: ast.Module, wrapper_name: str, idiom: Idiom, backbone_name: str | None = None) -> Shape:
     """The EAGLE-3 statements of ``wrapper_name``'s triple in ``tree`` (each a dump, ``""`` when absent); the backbone
     is the class called as ``self.model = X(...)`` in the wrapper's ``__init__``, or ``backbone_name`` (Llama builds
     it through ``self._init_model``)."""
@@ -166,7 +181,7 @@ def shape(tree: ast.Module, wrapper_name: str, backbone_name: str | None = None)
     )
     b_forward = _method(backbone, "forward")
     loop = _loop(b_forward)
-    layer = _layer(tree, backbone)
+    layer = _layer(tree, backbone, idiom)
     l_forward = _method(layer, "forward")
     param = [a for a in (l_forward.args.args if l_forward else []) if a.arg == c.CAPTURE_KEYWORDS[0]]
     keyword = [
@@ -191,7 +206,7 @@ def shape(tree: ast.Module, wrapper_name: str, backbone_name: str | None = None)
         layer_keyword=_dump(keyword[0]) if len(keyword) == 1 else "",
         setter=_dump(setter.body) if setter else "",
         embed_and_head=_method(wrapper, c.EMBED_AND_HEAD) is not None,
-        layer_is_boundary=layer is not None,
+        layer_stream=stream(l_forward, idiom) if l_forward else (),
     )
 
 
@@ -222,7 +237,10 @@ def chain(source: bytes, wrapper_name: str, reference: bytes, backbone: str | No
         tree, ref_tree = ast.parse(source), ast.parse(reference)
     except (SyntaxError, ValueError) as exc:
         return (Link("parses", False, f"does not parse: {exc}"),)
-    got, want = shape(tree, wrapper_name, backbone), shape(ref_tree, *c.REFERENCE_CLASSES[:2])
+    boundary = any(isinstance(n, ast.keyword) and n.arg == c.CAPTURE_KEYWORDS[0] for n in ast.walk(ref_tree))
+    idiom = Idiom.BOUNDARY if boundary else Idiom.APPEND
+    want = shape(ref_tree, c.REFERENCE_CLASSES[0], idiom, c.REFERENCE_CLASSES[1])
+    got = shape(tree, wrapper_name, idiom, backbone)
     links = [
         Link(
             label,
@@ -241,6 +259,9 @@ def chain(source: bytes, wrapper_name: str, reference: bytes, backbone: str | No
                 "handed to self.attn_boundary.prepare as capture=",
             )
         )
+    same = bool(want.layer_stream) and got.layer_stream == want.layer_stream
+    what = "residual statements" if idiom is Idiom.APPEND else "boundary calls"
+    links.append(Link("decoder layer's stream", same, f"{'as' if same else 'not as'} llama.py: the layer's {what}"))
     links.append(
         Link("embed and head", got.embed_and_head, f"{c.EMBED_AND_HEAD} on the class (the draft worker binds it)")
     )
