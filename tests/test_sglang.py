@@ -160,7 +160,9 @@ def test_each_rule_on_a_synthetic_release(tmp_path):
     )
     assert by_name["AForCausalLM"].embed_and_head and not by_name["LoneForCausalLM"].embed_and_head
     assert "patchable" not in json.dumps(report.to_dict())
-    assert by_name["LoneForCausalLM"].reason.endswith("apply --target sglang is not written yet")
+    assert by_name["LoneForCausalLM"].reason.endswith(
+        "patches it only where its shape is the standard one (docs/sglang.md)"
+    )
     assert report.counts() == {
         State.NATIVE: 2,
         State.DRAFT: 2,
@@ -193,7 +195,7 @@ def test_scan_text_and_json(tmp_path, cli):
     assert lines[-1] == "9 registered: 2 native, 2 missing, 2 draft, 2 not generative, 1 unread"
     code, data = cli.json("scan", "--target", "sglang", "--site-packages", str(site))
     assert code == 0 and data["target"] == "sglang" and data["install"]["version"] == "0.0.1"
-    assert data["counts"] == {"native": 2, "draft": 2, "missing": 2, "not generative": 2, "unread": 1}
+    assert data["counts"] == {"native": 2, "patched": 0, "draft": 2, "missing": 2, "not generative": 2, "unread": 1}
     assert data["architectures"][4] == {
         "architecture": "MForCausalLM",
         "state": "missing",
@@ -201,7 +203,8 @@ def test_scan_text_and_json(tmp_path, cli):
         "class": "sglang.srt.models.missing.MForCausalLM",
         "idioms": ["list append"],
         "get_embed_and_head": False,
-        "reason": "no set_eagle3_layers_to_capture in its lineage; apply --target sglang is not written yet",
+        "reason": "no set_eagle3_layers_to_capture in its lineage; apply --target sglang --arch NAME patches it only "
+        "where its shape is the standard one (docs/sglang.md)",
     }
 
 

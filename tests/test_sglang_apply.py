@@ -21,13 +21,16 @@ from sglang_release import pristine_site_packages
 
 MIXTRAL = "sglang/srt/models/mixtral.py"
 LLAMA = "sglang/srt/models/llama.py"
-PATCHED = {
-    "0.5.14": "2219b89faabeef9c626ef2164a73c4bcbae2cc246ef9d6ae13aef35e6c153f62",  # list append, as 0.5.16
-    "0.5.16": "2219b89faabeef9c626ef2164a73c4bcbae2cc246ef9d6ae13aef35e6c153f62",
-    "0.5.23": "55ef869e231bb34ec6281b60d511efcec6eb27e407705c578d0a35b9720aa58b",  # capture boundary
+PATCHABLE = {
+    ("0.5.14", "MixtralForCausalLM"): ("mixtral", "2219b89faabeef9c626ef2164a73c4bcbae2cc246ef9d6ae13aef35e6c153f62"),
+    ("0.5.16", "MixtralForCausalLM"): ("mixtral", "2219b89faabeef9c626ef2164a73c4bcbae2cc246ef9d6ae13aef35e6c153f62"),
+    ("0.5.23", "MixtralForCausalLM"): ("mixtral", "55ef869e231bb34ec6281b60d511efcec6eb27e407705c578d0a35b9720aa58b"),
+    ("0.5.23", "Spark2_5ForCausalLM"): ("spark2_5", "f8f660ecfb023d4ef09e931d3f9b2879d3f007ea7ab5a780c336a447cc4198c5"),
+    ("0.5.23", "Exaone4ForCausalLM"): ("exaone4", "d8176cfd4cace6fad8ef5b7766d5a0f63795b4eb74f1c70994923a57010ed3dd"),
 }
-"""SHA-256 of ``mixtral.py`` after ``apply --arch MixtralForCausalLM`` on each release (the two diffs were read line by
-line when pinned: docs/sglang.md, "apply --target sglang")."""
+"""Every class ``apply --target sglang`` patches on each release (``test_the_patchable_classes_are_these``), with its
+module and the SHA-256 of that module after the patch. 0.5.14's and 0.5.16's ``mixtral.py`` and ``llama.py``'s capture
+are the same, so are the patched bytes. Each diff was read line by line when pinned (docs/sglang.md)."""
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -49,32 +52,63 @@ def sha(path: Path) -> str:
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("version", list(PATCHED))
-def test_apply_verify_revert_is_byte_exact(version, tmp_path, cli):
+@pytest.mark.parametrize("version, arch", list(PATCHABLE), ids="-".join)
+def test_apply_verify_revert_is_byte_exact(version, arch, tmp_path, cli):
     site = copy_of(version, tmp_path)
+    module, digest = PATCHABLE[(version, arch)]
+    relpath = f"sglang/srt/models/{module}.py"
     before = snapshot(site)
-    code, report = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", "MixtralForCausalLM")
+    code, report = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", arch)
     assert code == 0, report
-    assert [o["status"] for o in report["outcomes"]] == ["applied"] and report["written"] == [MIXTRAL]
-    patched = (site / MIXTRAL).read_bytes()
-    assert sha(site / MIXTRAL) == PATCHED[version]
-    compile(patched, MIXTRAL, "exec")
-    links = chain(patched, "MixtralForCausalLM", (site / LLAMA).read_bytes())
+    assert [o["status"] for o in report["outcomes"]] == ["applied"] and report["written"] == [relpath]
+    patched = (site / relpath).read_bytes()
+    assert sha(site / relpath) == digest
+    compile(patched, relpath, "exec")
+    links = chain(patched, arch, (site / LLAMA).read_bytes())
     assert [k.label for k in links if not k.ok] == []
-    assert {p for p, h in snapshot(site).items() if before.get(p) != h} == {MIXTRAL, *_state_files(site)}
+    assert {p for p, h in snapshot(site).items() if before.get(p) != h} == {relpath, *_state_files(site)}
 
     code, checked = cli.json("verify", "--target", "sglang", "--site-packages", str(site))
     assert code == 0 and [(v["architecture"], v["state"], v["in_effect"]) for v in checked["architectures"]] == [
-        ("MixtralForCausalLM", "patched", True)
+        (arch, "patched", True)
     ]
+    code, scanned = cli.json("scan", "--target", "sglang", "--site-packages", str(site))
+    assert [r["architecture"] for r in scanned["architectures"] if r["state"] == "patched"] == [arch]
 
-    code, again = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", "MixtralForCausalLM")
+    code, again = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", arch)
     assert code == 0 and [o["status"] for o in again["outcomes"]] == ["already applied"] and again["written"] == []
-    assert (site / MIXTRAL).read_bytes() == patched
+    assert (site / relpath).read_bytes() == patched
 
     code, reverted = cli.json("revert", "--target", "sglang", "--site-packages", str(site))
-    assert code == 0 and reverted["restored"] == [MIXTRAL]
+    assert code == 0 and reverted["restored"] == [relpath]
     assert snapshot(site) == before
+    code, scanned = cli.json("scan", "--target", "sglang", "--site-packages", str(site))
+    assert {r["architecture"]: r["state"] for r in scanned["architectures"]}[arch] == "missing"
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+def test_the_patchable_classes_are_these(version):
+    """Every missing class of the release, planned (nothing written): exactly :data:`PATCHABLE`'s apply."""
+    from patchkit.plan import sglang_apply as a
+    from patchkit.sglang import contract as c
+    from patchkit.sglang.classes import Package
+    from patchkit.sglang.install import from_site_packages
+    from patchkit.sglang.registry import entries, not_generative
+    from patchkit.sglang.states import State, classify
+
+    install = from_site_packages(pristine_site_packages(version))
+    package = Package(install.site_packages, c.PACKAGE)
+    pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
+    journal, patch = a.journal_of(install), a.load_patch()
+    applied, refused = [], []
+    for entry in entries(package):
+        if classify(package, entry, pooling).state is State.MISSING:
+            outcome, after = a._decide(package, install, entry, pooling, journal, patch, {})
+            (applied if after is not None else refused).append(outcome)
+            assert outcome.reason and "\n" not in outcome.reason
+    assert [o.architecture for o in applied] == [arch for v, arch in PATCHABLE if v == version]
+    assert {o.status for o in refused} == {a.Status.REFUSED}
 
 
 def _state_files(site: Path) -> set[str]:
@@ -158,4 +192,37 @@ def test_bad_input_is_one_line_and_changes_nothing(args, first, tmp_path, cli):
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.stderr.splitlines()
     assert lines[0].startswith(first) and lines[1].startswith("hint: ") and len(lines) == 2
+    assert snapshot(site) == before
+
+
+@pytest.mark.release
+@pytest.mark.parametrize(
+    "version, arch, reason",
+    [
+        (
+            "0.5.16",
+            "SarvamMLAForCausalLM",
+            "the residual statements of SarvamMoEMLADecoderLayer.forward differ from LlamaDecoderLayer.forward's: "
+            "the capture would not read the same stream",
+        ),
+        (
+            "0.5.23",
+            "Step3p5ForCausalLM",
+            "the boundary calls of Step3p5DecoderLayer.forward differ from LlamaDecoderLayer.forward's: "
+            "the capture would not read the same stream",
+        ),
+        ("0.5.23", "GraniteForCausalLM", "expected 'self.pp_group = ...' in GraniteForCausalLM.__init__, found 0"),
+        (
+            "0.5.23",
+            "HYV4ForCausalLM",
+            "expected exactly 1 top-level 'for i in range(self.start_layer, self.end_layer)' in HYV4Model.forward, "
+            "found 0",
+        ),
+    ],
+)
+def test_a_refusal_names_what_differs(version, arch, reason, tmp_path, cli):
+    site = copy_of(version, tmp_path)
+    before = snapshot(site)
+    code, report = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", arch)
+    assert code == 3 and [(o["status"], o["reason"]) for o in report["outcomes"]] == [("refused", reason)]
     assert snapshot(site) == before

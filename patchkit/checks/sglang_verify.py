@@ -9,7 +9,7 @@ in effect. Nothing is written. Exit 0 when every architecture is in effect, 1 wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from patchkit.errors import ExitCode
 from patchkit.plan.sglang_apply import journal_of, load_patch, registered, relpath
@@ -18,6 +18,7 @@ from patchkit.sglang import contract as c
 from patchkit.sglang.classes import Package
 from patchkit.sglang.install import SglangInstall
 from patchkit.sglang.registry import not_generative
+from patchkit.sglang.scan import SglangScan
 from patchkit.sglang.states import State, classify
 from patchkit.store.files import sha256
 
@@ -103,4 +104,20 @@ def verify(install: SglangInstall, architectures: list[str] | None = None) -> Ve
     return VerifyReport(install, tuple(out))
 
 
-__all__ = ["Verdict", "VerifyReport", "patched", "verify"]
+def journaled(report: SglangScan) -> SglangScan:
+    """``report`` with each native row this patch journaled marked ``patched`` (``scan --target sglang``): the class
+    is native because patchkit wrote its setter. A journaled row that is no longer native (edited since) keeps its
+    state; ``verify`` names what broke."""
+    mine = patched(report.install)
+    if not mine:
+        return report
+    rows = tuple(
+        replace(r, state=State.PATCHED, reason=f"patched by patchkit ({load_patch().id}); {r.reason}")
+        if r.architecture in mine and r.state is State.NATIVE
+        else r
+        for r in report.rows
+    )
+    return replace(report, rows=rows)
+
+
+__all__ = ["Verdict", "VerifyReport", "journaled", "patched", "verify"]
