@@ -107,7 +107,7 @@ def test_the_patchable_classes_are_these(version):
             outcome, after = a._decide(package, install, entry, pooling, journal, patch, {})
             (applied if after is not None else refused).append(outcome)
             assert outcome.reason and "\n" not in outcome.reason
-    assert [o.architecture for o in applied] == [arch for v, arch in PATCHABLE if v == version]
+    assert sorted(o.architecture for o in applied) == sorted(arch for v, arch in PATCHABLE if v == version)
     assert {o.status for o in refused} == {a.Status.REFUSED}
 
 
@@ -119,7 +119,8 @@ def _state_files(site: Path) -> set[str]:
 def test_the_unpatched_class_fails_the_same_chain(tmp_path):
     site = pristine_site_packages("0.5.23")
     links = chain((site / MIXTRAL).read_bytes(), "MixtralForCausalLM", (site / LLAMA).read_bytes())
-    assert not any(k.ok for k in links)
+    # every link but the precondition (Mixtral's layer keeps Llama's boundary calls) is missing before the patch
+    assert [k.label for k in links if k.ok] == ["decoder layer's stream"]
     native = chain((site / LLAMA).read_bytes(), "LlamaForCausalLM", (site / LLAMA).read_bytes(), "LlamaModel")
     assert all(k.ok for k in native)
 

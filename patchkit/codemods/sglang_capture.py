@@ -96,8 +96,9 @@ def _clean(node: cst.CSTNode) -> cst.BaseExpression:
 
 
 def _unused(cls: cst.ClassDef) -> None:
-    code = cst.Module([]).code_for_node(cls)
-    found = [n for n in UNUSED if any(t.is_name(x, n) for x in t.walk(cls))] or [n for n in UNUSED if n in code]
+    """Refuse a class that names one of :data:`UNUSED` (a name, an attribute, a keyword or a parameter: each is a
+    ``Name`` node in libcst)."""
+    found = [n for n in UNUSED if any(t.is_name(x, n) for x in t.walk(cls))]
     if found:
         raise Refusal(f"class {cls.name.value} already uses {', '.join(found)}: part of a capture is there")
 
@@ -179,7 +180,11 @@ def _backbone(backbone: cst.ClassDef, ref: Reference) -> cst.ClassDef:
     ending = (
         []
         if t.is_name(value, "hidden_states")
-        else [cst.parse_statement(f"hidden_states = {cst.Module([]).code_for_node(value)}\n")]
+        else [
+            cst.parse_statement(f"hidden_states = {cst.Module([]).code_for_node(value)}\n").with_changes(
+                leading_lines=last.leading_lines
+            )
+        ]
     )
     new_loop = _append_capture(loop, ref, where) if ref.idiom is Idiom.APPEND else _boundary_capture(loop, ref, where)
     accumulator = ref.accumulator.with_changes(leading_lines=loop.leading_lines)

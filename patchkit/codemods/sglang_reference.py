@@ -191,10 +191,20 @@ def _strip_annotations(fn: cst.FunctionDef) -> cst.FunctionDef:
     return fn.with_changes(params=params, returns=None)
 
 
+def _appends(node: cst.CSTNode) -> bool:
+    """``node`` is a call ``aux_hidden_states.append(...)``."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "append"
+        and t.is_name(node.func.value, ACCUMULATOR)
+    )
+
+
 def _capture(loop: cst.For) -> tuple[Idiom, cst.BaseStatement | cst.Arg]:
     """The loop's capture: an ``if i in self.layers_to_capture:`` statement (APPEND) or a ``capture_output=``
     argument (BOUNDARY). Raises Refusal when it is neither, or both."""
-    ifs = [s for s in body_of(loop) if isinstance(s, cst.If) and "append" in cst.Module([]).code_for_node(s)]
+    ifs = [s for s in body_of(loop) if isinstance(s, cst.If) and any(_appends(n) for n in t.walk(s))]
     args = [a for n in t.walk(loop) if isinstance(n, cst.Call) for a in n.args if t.is_name(a.keyword, CAPTURE_PARAM)]
     if len(ifs) + len(args) != 1:
         raise Refusal(

@@ -4,14 +4,14 @@ nothing, journaled and put back byte for byte (issue 44).
 The decision for each architecture, first match wins (:func:`_decide`):
 
 1. not in SGLang's registry: a :class:`~patchkit.errors.UsageError` before anything is read further (exit 2);
-2. journaled by this patch and its chain present: **already applied** (nothing written);
+2. journaled by this patch and native (its setter is there): **already applied** (nothing written);
 3. ``native`` (:func:`patchkit.sglang.states.classify`): **native**, nothing written;
 4. not ``missing`` (a draft, a pooling model, unread): **refused**, with its state;
-5. ``missing`` and another registered class extends it: **refused** (it would inherit the setter, and scan would
-   call it native, with a backbone nothing patched);
-6. ``missing``: the codemod (:mod:`patchkit.codemods.sglang_capture`) rewrites its file in the idiom of the
+5. ``missing``: the codemod (:mod:`patchkit.codemods.sglang_capture`) rewrites its file in the idiom of the
    release's ``llama.py``; an anchor found zero times or twice is **refused** with the codemod's one-line reason;
-   the output must parse and its chain must hold (:func:`patchkit.plan.sglang_chain.chain`), else **refused**.
+   another registered class that extends it **refuses** it too (that class would inherit the setter, and scan would
+   call it native, with a backbone nothing patched); the output must parse and its chain must hold
+   (:func:`patchkit.plan.sglang_chain.chain`), else **refused**.
 
 One refusal and nothing is written (exit 3). Otherwise every file is written through the shared journal
 (:class:`patchkit.store.journal.Journal`, ``<site-packages>/.patchkit/sglang/``): pending record, commit point,
@@ -156,14 +156,6 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
         ), None
     if row.state is not State.MISSING or path is None:
         return Outcome(arch, Status.REFUSED, path, f"scan calls it {row.state.value}: not a target to patch"), None
-    heirs = [
-        e.architecture for e in entries(package) if e.cls and e.cls != entry.cls and entry.cls in package.lineage(e.cls)
-    ]
-    if heirs:
-        why = (
-            f"registered classes extend it ({', '.join(heirs)}): they would inherit the setter without their own chain"
-        )
-        return Outcome(arch, Status.REFUSED, path, why), None
     reference = package.path(c.REFERENCE_MODULE)
     if reference is None:
         return Outcome(arch, Status.REFUSED, path, f"no {c.REFERENCE_MODULE} to copy the idiom from"), None
@@ -172,6 +164,14 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
         after = _transform(before, entry.cls.name, reference.read_bytes(), patch)
     except ValueError as exc:
         return Outcome(arch, Status.REFUSED, path, str(exc)), None
+    heirs = [
+        e.architecture
+        for e in entries(package)
+        if e.cls not in (None, entry.cls) and entry.cls in package.lineage(e.cls)
+    ]
+    if heirs:
+        why = f"registered classes extend it ({', '.join(heirs)}): they would inherit the setter, not the capture"
+        return Outcome(arch, Status.REFUSED, path, why), None
     broken = [link.label for link in chain(after, entry.cls.name, reference.read_bytes()) if not link.ok]
     if broken:
         return Outcome(arch, Status.REFUSED, path, f"the patched file's chain does not hold: {', '.join(broken)}"), None

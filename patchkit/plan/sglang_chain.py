@@ -135,7 +135,19 @@ def _capture(loop: ast.For | None) -> str:
     for node in ast.walk(loop) if loop else ():
         if isinstance(node, ast.keyword) and node.arg == c.CAPTURE_KEYWORDS[0]:
             return _dump(node)
-    ifs = [s for s in (loop.body if loop else []) if isinstance(s, ast.If) and "append" in _dump(s)]
+    ifs = [
+        s
+        for s in (loop.body if loop else [])
+        if isinstance(s, ast.If)
+        and any(
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "append"
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == ACCUMULATOR
+            for n in ast.walk(s)
+        )
+    ]
     return _dump(ifs[0]) if len(ifs) == 1 else ""
 
 
