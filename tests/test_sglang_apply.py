@@ -227,3 +227,18 @@ def test_a_refusal_names_what_differs(version, arch, reason, tmp_path, cli):
     code, report = cli.json("apply", "--target", "sglang", "--site-packages", str(site), "--arch", arch)
     assert code == 3 and [(o["status"], o["reason"]) for o in report["outcomes"]] == [("refused", reason)]
     assert snapshot(site) == before
+
+
+@pytest.mark.release
+def test_the_shared_journal_names_sglang_in_its_hints(tmp_path, cli):
+    """The store's messages name the engine the journal is for (they said 'vLLM' for every target)."""
+    site = copy_of("0.5.16", tmp_path)
+    (site / ".patchkit" / "sglang").mkdir(parents=True)
+    (site / ".patchkit" / "sglang" / "journal.json").write_text("{not json")
+    before = snapshot(site)
+    result = cli("apply", "--target", "sglang", "--site-packages", str(site), "--arch", "MixtralForCausalLM")
+    assert result.exit_code == 4 and "Traceback" not in result.output
+    first, hint = result.stderr.splitlines()
+    assert first.startswith("error: cannot read patchkit's journal ") and "/.patchkit/sglang/journal.json" in first
+    assert hint == "hint: restore it from a backup, or reinstall SGLang and delete the .patchkit folder"
+    assert snapshot(site) == before

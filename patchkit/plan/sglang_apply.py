@@ -119,7 +119,8 @@ class ApplyReport:
 
 def journal_of(install: SglangInstall) -> Journal:
     """The shared journal of ``install``, in ``<site-packages>/.patchkit/sglang/``."""
-    return Journal(install.site_packages, c.DISTRIBUTION, None, (), (install.distribution, str(install.version)))
+    release = (install.distribution, str(install.version))
+    return Journal(install.site_packages, c.DISTRIBUTION, None, (), release, engine=c.ENGINE)
 
 
 def relpath(install: SglangInstall, package: Package, module: str) -> str | None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 DISTRIBUTION = "sglang"
 """The ``--target`` name, and the distribution (``sglang-X.Y.Z.dist-info``) on PyPI."""
 
+ENGINE = "SGLang"
+"""The engine's name in messages (the shared journal's hints: ``JournalRecords``'s ``engine``, ``patchkit/store``)."""
+
 PACKAGE = "sglang"
 """The top-level import package the distribution owns (its ``top_level.txt``)."""
 
