@@ -154,13 +154,8 @@ class Journal(JournalRecords):
         Raises:
             StateError: one cannot (:mod:`patchkit.store.preflight`); nothing was written.
         """
-        preflight.check(
-            [self.site_packages / p for p in relpaths],
-            self._bytecode_folders(relpaths),
-            self.dir,
-            self.owner,
-            self.engine,
-        )
+        files = [self.site_packages / p for p in relpaths]
+        preflight.check(files, self._bytecode_folders(relpaths), self.dir, self.owner, self.engine)
 
     def sweep(self, leftovers: list[Path] | None = None) -> list[str]:
         """Remove what interrupted runs left (:meth:`leftovers`, or those given); return their paths.
