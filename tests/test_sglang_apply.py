@@ -242,3 +242,32 @@ def test_the_shared_journal_names_sglang_in_its_hints(tmp_path, cli):
     assert first.startswith("error: cannot read patchkit's journal ") and "/.patchkit/sglang/journal.json" in first
     assert hint == "hint: restore it from a backup, or reinstall SGLang and delete the .patchkit folder"
     assert snapshot(site) == before
+
+
+@pytest.mark.release
+def test_an_interrupted_apply_puts_every_file_back(tmp_path, cli, monkeypatch):
+    """SIGINT at the first write into SGLang's files: the journal's put-back leaves every file as it was."""
+    import os
+    import signal
+
+    from patchkit.store import journal as journal_mod
+
+    real = journal_mod.write_atomic
+
+    def ctrl_c(path, data, *args, **kwargs):
+        if path.name.endswith(".py") and ".patchkit" not in path.parts:
+            monkeypatch.setattr(journal_mod, "write_atomic", real)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(path, data, *args, **kwargs)
+
+    site = copy_of("0.5.23", tmp_path)
+    before = snapshot(site)
+    monkeypatch.setattr(journal_mod, "write_atomic", ctrl_c)
+    stopped = cli("apply", "--target", "sglang", "--site-packages", str(site), "--arch", "MixtralForCausalLM")
+    assert stopped.exit_code == 130, stopped.output
+    assert "every file is as it was before this run" in stopped.stderr and "Traceback" not in stopped.output
+    assert snapshot(site) == before
+    hint = stopped.stderr.splitlines()[-1]  # the step repeats the target: without it, it would patch vLLM
+    assert hint.startswith(
+        f"hint: run 'patchkit apply --target sglang --site-packages {site} --arch MixtralForCausalLM'"
+    )

@@ -25,6 +25,7 @@ import enum
 import importlib
 from dataclasses import dataclass
 
+from patchkit import interrupt
 from patchkit.errors import ExitCode, UsageError
 from patchkit.sglang import contract as c
 from patchkit.sglang.classes import Package
@@ -207,13 +208,14 @@ def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> App
     Raises:
         UsageError: an architecture the registry does not hold (nothing read further, nothing written).
         StateError: a file or the journal could not be written (every file put back).
+        Interrupted: SIGINT/SIGTERM while writing; every file was put back (:mod:`patchkit.interrupt`).
     """
     patch = load_patch()
     package = Package(install.site_packages, c.PACKAGE)
     chosen = registered(package, architectures)
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
     journal = journal_of(install)
-    with journal.lock(on_wait):
+    with interrupt.deferred(), journal.lock(on_wait):  # SIGINT/SIGTERM acted on between two writes only
         journal = journal_of(install)
         journal.recover()
         outcomes: list[Outcome] = []
@@ -231,6 +233,7 @@ def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> App
             PlannedWrite(p, (install.site_packages / p).read_bytes(), after, records[p]) for p, after in pending.items()
         ]
         journal.commit(writes, str(install.version))
+    interrupt.late_signal(f"wrote {len(pending)} file(s)")
     return ApplyReport(install, tuple(outcomes), tuple(sorted(pending)))
 
 
@@ -264,9 +267,10 @@ def revert(install: SglangInstall, force: bool = False, on_wait=None) -> RevertR
 
     Raises:
         StateError: an original is missing, or a file could not be written (every file put back).
+        Interrupted: SIGINT/SIGTERM while writing; every file was put back.
     """
     journal = journal_of(install)
-    with journal.lock(on_wait):
+    with interrupt.deferred(), journal.lock(on_wait):
         journal = journal_of(install)
         journal.recover()
         paths = sorted(journal.entries)
@@ -279,6 +283,7 @@ def revert(install: SglangInstall, force: bool = False, on_wait=None) -> RevertR
         if changed and not force:
             return RevertReport(install, (), changed)
         journal.restore(paths)
+    interrupt.late_signal(f"restored {len(paths)} file(s)")
     return RevertReport(install, tuple(paths), ())
 
 

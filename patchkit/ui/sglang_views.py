@@ -6,11 +6,16 @@ the vLLM comparison, then the verdict. Exit 0 when ready, 1 when not (docs/comma
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from patchkit.errors import UsageError
+from patchkit.advice import NextStep, patchkit_argv
+from patchkit.errors import PatchkitError, UsageError
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.console import emit_json, out, working
+from patchkit.ui.options import SGLANG_COMMANDS
 from patchkit.ui.runner import verdict
 
 MARKS = {"ok": ("✓", "green"), "failed": ("✗", "red"), "not checked": ("?", "yellow"), "info": ("·", "dim")}
@@ -65,6 +70,23 @@ def _install(site_packages: Optional[Path], python: Optional[Path]):
     return locate(site_packages, python)
 
 
+@contextlib.contextmanager
+def sglang_steps():
+    """An error's next step made an SGLang command: the shared journal's steps (``patchkit apply`` again after a
+    Ctrl-C, ``patchkit revert``) get ``--target sglang``; a step SGLang has no command for (``status``) becomes
+    ``verify --target sglang``."""
+    try:
+        yield
+    except PatchkitError as exc:
+        step = exc.step
+        if step is not None and step.argv[:1] == ("patchkit",) and "--target" not in step.argv:
+            if len(step.argv) > 1 and step.argv[1] in SGLANG_COMMANDS:
+                exc.step = replace(step, argv=(*step.argv[:2], "--target", SGLANG, *step.argv[2:]))
+            else:
+                exc.step = NextStep(patchkit_argv("verify", target=SGLANG), "it checks each patched class")
+        raise
+
+
 def refuse_options(command: str, given: dict[str, object]) -> None:
     """A :class:`UsageError` (exit 2, nothing read or written) for an option not written for SGLang."""
     used = [name for name, value in given.items() if value]
@@ -87,7 +109,7 @@ def apply_sglang(
             "run patchkit scan --target sglang, then give --arch NAME for a missing one (repeatable)",
         )
     install = _install(site_packages, python)
-    with working("planning and checking the patches...", as_json):
+    with sglang_steps(), working("planning and checking the patches...", as_json):
         report = apply(install, list(arch))
     if as_json:
         emit_json(report.to_dict())
@@ -134,7 +156,8 @@ def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: 
     from patchkit.plan.sglang_apply import revert  # lazy: the planning layer, only when revert runs
 
     install = _install(site_packages, python)
-    report = revert(install, force=force)
+    with sglang_steps():
+        report = revert(install, force=force)
     if as_json:
         emit_json(report.to_dict())
         return int(report.exit_code)
@@ -149,4 +172,4 @@ def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: 
     return int(report.exit_code)
 
 
-__all__ = ["apply_sglang", "doctor_sglang", "refuse_options", "revert_sglang", "verify_sglang"]
+__all__ = ["apply_sglang", "doctor_sglang", "refuse_options", "revert_sglang", "sglang_steps", "verify_sglang"]
