@@ -271,3 +271,20 @@ def test_an_interrupted_apply_puts_every_file_back(tmp_path, cli, monkeypatch):
     assert hint.startswith(
         f"hint: run 'patchkit apply --target sglang --site-packages {site} --arch MixtralForCausalLM'"
     )
+
+
+@pytest.mark.release
+def test_verify_reports_a_patched_file_that_is_gone(tmp_path, cli):
+    site = copy_of("0.5.23", tmp_path)
+    assert (
+        cli("apply", "--target", "sglang", "--site-packages", str(site), "--arch", "MixtralForCausalLM").exit_code == 0
+    )
+    (site / MIXTRAL).unlink()
+    code, checked = cli.json("verify", "--target", "sglang", "--site-packages", str(site))
+    assert code == 1 and checked["architectures"][0]["checks"] == [
+        {
+            "label": "file holds patchkit's bytes",
+            "ok": False,
+            "detail": f"{MIXTRAL} or its class is gone (reinstalled?)",
+        }
+    ]

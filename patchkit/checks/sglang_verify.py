@@ -17,10 +17,14 @@ from patchkit.plan.sglang_chain import Link, chain
 from patchkit.sglang import contract as c
 from patchkit.sglang.classes import Package
 from patchkit.sglang.install import SglangInstall
-from patchkit.sglang.registry import not_generative
+from patchkit.sglang.registry import entries, not_generative
 from patchkit.sglang.scan import SglangScan
 from patchkit.sglang.states import State, classify
 from patchkit.store.files import sha256
+
+
+GONE = "or its class is gone (reinstalled?)"
+"""What verify says of a journaled class whose file or class the install no longer has."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,17 @@ def verify(install: SglangInstall, architectures: list[str] | None = None) -> Ve
     package = Package(install.site_packages, c.PACKAGE)
     mine = patched(install)
     journal = journal_of(install)
-    chosen = registered(package, list(architectures or mine))
+    listed = {e.architecture for e in entries(package)}
+    wanted = list(architectures or mine)
+    # a journaled class the registry no longer holds (its file gone) is not in effect; a name typed must be registered
+    chosen = registered(package, [a for a in wanted if a in listed or architectures])
+    gone = [a for a in wanted if a not in chosen]
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
     reference = package.path(c.REFERENCE_MODULE)
-    out = []
+    out = [
+        Verdict(a, "patched", False, mine[a], (Link("file holds patchkit's bytes", False, f"{mine[a]} {GONE}"),))
+        for a in gone
+    ]
     for arch, entry in chosen.items():
         row = classify(package, entry, pooling)
         path = relpath(install, package, entry.cls.module) if entry.cls else None
@@ -96,7 +107,12 @@ def verify(install: SglangInstall, architectures: list[str] | None = None) -> Ve
             why = "as SGLang ships it" if ok else "not patched: run patchkit apply --target sglang --arch " + arch
             out.append(Verdict(arch, row.state.value, ok, path, (Link("EAGLE-3 in the class", ok, why),)))
             continue
-        data = (install.site_packages / mine[arch]).read_bytes()
+        file = install.site_packages / mine[arch]
+        if not file.is_file() or entry.cls is None:
+            lost = Link("file holds patchkit's bytes", False, f"{mine[arch]} {GONE}")
+            out.append(Verdict(arch, "patched", False, mine[arch], (lost,)))
+            continue
+        data = file.read_bytes()
         same = sha256(data) == journal.entries[mine[arch]].sha256_after
         held = Link("file holds patchkit's bytes", same, "as written" if same else "changed since patchkit wrote it")
         links = (held, *chain(data, entry.cls.name, reference.read_bytes() if reference else b""))

@@ -13,7 +13,8 @@ partial patch is reported broken. What SGLang needs of a target, and where it re
   aux_hidden_states``; the wrapper unpacks them and hands ``aux_hidden_states`` to the logits processor as its fifth
   argument (``layers/logits_processor.py``, ``LogitsProcessor.forward``);
 - the EAGLE-3 worker takes the target's ``get_embed_and_head()`` (0.5.23: ``speculative/pp_draft_embedding.py``,
-  ``resolve_target_embed_and_head``); ``set_embed_and_head`` is called on the draft, not the target.
+  ``resolve_target_embed_and_head``; 0.5.16: ``speculative/eagle_worker_v2.py``); ``set_embed_and_head`` is called on
+  the draft (``self.draft_runner.model``), not the target.
 """
 
 from __future__ import annotations
