@@ -286,12 +286,13 @@ def scan(install: Install) -> ScanReport:
 
 def scan_sglang(site_packages: Path | None = None, python: Path | None = None) -> SglangScan:
     """Every architecture SGLang's registry holds (SGLang found from ``site_packages`` or ``python``, at most one),
-    as a frozen :class:`patchkit.sglang.scan.SglangScan`: each native, missing, draft, not generative or unread.
+    as a frozen :class:`patchkit.sglang.scan.SglangScan`: each native, patched, missing, draft, pooling or unread.
     Raises InstallNotFound or InterpreterError where there is no SGLang (:func:`patchkit.sglang.install.locate`)."""
     from patchkit.sglang.install import locate  # lazy: start-up, only 'scan --target sglang' reads SGLang
+    from patchkit.checks.sglang_verify import journaled  # lazy: as above (the classes patchkit patched)
     from patchkit.sglang.scan import scan as scan_all  # lazy: as above
 
-    return scan_all(locate(site_packages, python))
+    return journaled(scan_all(locate(site_packages, python)))
 
 
 def revert(

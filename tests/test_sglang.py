@@ -160,7 +160,9 @@ def test_each_rule_on_a_synthetic_release(tmp_path):
     )
     assert by_name["AForCausalLM"].embed_and_head and not by_name["LoneForCausalLM"].embed_and_head
     assert "patchable" not in json.dumps(report.to_dict())
-    assert by_name["LoneForCausalLM"].reason.endswith("apply --target sglang is not written yet")
+    assert by_name["LoneForCausalLM"].reason.endswith(
+        "patches it only where its shape is the standard one (docs/sglang.md)"
+    )
     assert report.counts() == {
         State.NATIVE: 2,
         State.DRAFT: 2,
@@ -193,7 +195,7 @@ def test_scan_text_and_json(tmp_path, cli):
     assert lines[-1] == "9 registered: 2 native, 2 missing, 2 draft, 2 not generative, 1 unread"
     code, data = cli.json("scan", "--target", "sglang", "--site-packages", str(site))
     assert code == 0 and data["target"] == "sglang" and data["install"]["version"] == "0.0.1"
-    assert data["counts"] == {"native": 2, "draft": 2, "missing": 2, "not generative": 2, "unread": 1}
+    assert data["counts"] == {"native": 2, "patched": 0, "draft": 2, "missing": 2, "not generative": 2, "unread": 1}
     assert data["architectures"][4] == {
         "architecture": "MForCausalLM",
         "state": "missing",
@@ -201,7 +203,8 @@ def test_scan_text_and_json(tmp_path, cli):
         "class": "sglang.srt.models.missing.MForCausalLM",
         "idioms": ["list append"],
         "get_embed_and_head": False,
-        "reason": "no set_eagle3_layers_to_capture in its lineage; apply --target sglang is not written yet",
+        "reason": "no set_eagle3_layers_to_capture in its lineage; apply --target sglang --arch NAME patches it only "
+        "where its shape is the standard one (docs/sglang.md)",
     }
 
 
@@ -229,10 +232,6 @@ def test_no_sglang_is_an_environment_error(tmp_path, cli):
 @pytest.mark.parametrize(
     "command",
     [
-        ["apply"],
-        ["apply", "--dry-run"],
-        ["verify"],
-        ["revert"],
         ["status"],
         ["resolve", "LlamaForCausalLM"],
         ["explain", "LlamaForCausalLM"],
@@ -248,8 +247,8 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
     result = cli(*args, "--target", "sglang", "--site-packages", str(site))
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
-        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan' and 'doctor' are "
-        "(issue 44)",
+        f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan', 'doctor', 'apply', "
+        "'verify', 'revert' are (issue 44)",
         # the step repeats the --site-packages given (a fresh user ran the old hint: it found no SGLang)
         f"hint: run 'patchkit scan --target sglang --site-packages {site}' "
         "(each architecture's EAGLE-3 state; docs/sglang.md)",
@@ -260,7 +259,7 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
 
 def test_a_refusal_in_json_carries_its_step(tmp_path, cli):
     site = fake_sglang(tmp_path)
-    code, report = cli.json("verify", "--target", "sglang", "--site-packages", str(site))
+    code, report = cli.json("status", "--target", "sglang", "--site-packages", str(site))
     assert code == 2 and report["exit_code"] == 2
     assert report["next_step"]["argv"] == ["patchkit", "scan", "--target", "sglang", "--site-packages", str(site)]
 
@@ -271,7 +270,7 @@ def test_an_unknown_target_names_the_close_one_and_lists_sglang(typed, close, cl
     assert result.exit_code == 2 and "Traceback" not in result.output
     first, hint = result.stderr.splitlines()
     assert first == f"error: unknown --target {typed!r}" + (f": did you mean {close!r}?" if close else "")
-    assert hint == "hint: known targets: vllm, sglang (scan and doctor only; docs/sglang.md)"
+    assert hint == "hint: known targets: vllm, sglang (scan, doctor, apply, verify, revert only; docs/sglang.md)"
 
 
 @pytest.mark.parametrize("command", [["list"], ["guard", "install"], ["watch", "remove"]], ids=" ".join)
@@ -279,14 +278,14 @@ def test_commands_without_an_install_option_refuse_it_too(cli, command):
     result = cli(*command, "--target", "sglang")
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines()[0] == (
-        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan' and 'doctor' are "
-        "(issue 44)"
+        f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan', 'doctor', 'apply', "
+        "'verify', 'revert' are (issue 44)"
     )
 
 
 def test_the_refusal_in_json_is_one_object(tmp_path, cli):
-    code, data = cli.json("apply", "--target", "sglang", "--site-packages", str(fake_sglang(tmp_path)))
-    assert code == 2 and data["exit_code"] == 2 and data["error"].startswith("--target sglang: 'apply' is not")
+    code, data = cli.json("status", "--target", "sglang", "--site-packages", str(fake_sglang(tmp_path)))
+    assert code == 2 and data["exit_code"] == 2 and data["error"].startswith("--target sglang: 'status' is not")
 
 
 # -- the real releases -------------------------------------------------------------------------------

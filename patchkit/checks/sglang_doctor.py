@@ -165,7 +165,7 @@ def _target_item(state: State, entry, package: Package) -> Item:
     if state is State.MISSING:
         detail = (
             f"missing: no {c.CAPTURE_SETTER} in its lineage, so SGLang's runner cannot set its captures "
-            f"(ValueError or AttributeError at start-up); {NOT_YET}, so nothing can make it capture today"
+            f"(ValueError or AttributeError at start-up); {NOT_YET}"
         )
     elif state is State.DRAFT:
         detail = "a draft model (it reads the target's hidden states), not a target"

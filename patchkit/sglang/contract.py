@@ -10,6 +10,9 @@ from __future__ import annotations
 DISTRIBUTION = "sglang"
 """The ``--target`` name, and the distribution (``sglang-X.Y.Z.dist-info``) on PyPI."""
 
+ENGINE = "SGLang"
+"""The engine's name in messages (the shared journal's hints: ``JournalRecords``'s ``engine``, ``patchkit/store``)."""
+
 PACKAGE = "sglang"
 """The top-level import package the distribution owns (its ``top_level.txt``)."""
 
@@ -83,3 +86,28 @@ ACCUMULATORS = ("AuxHiddenStateList", "AuxHiddenStatePacker")
 LAYER_FLAG = "_is_layer_to_capture"
 """Capture idiom 3, per-layer flags: ``set_eagle3_layers_to_capture`` sets ``layer._is_layer_to_capture = True`` and the
 loop reads the flag (0.5.23: ``qwen3_moe.py``, ``minimax_m3.py``, ``qwen2_moe.py``)."""
+
+REFERENCE_MODULE = "sglang.srt.models.llama"
+"""The module whose native classes a patch copies its statements from (``apply --target sglang``): the release's own
+Llama, native in 0.5.14, 0.5.16 and 0.5.23, so the capture a patch writes is the idiom of the installed release, read
+from its files, never switched on the version."""
+
+REFERENCE_CLASSES = ("LlamaForCausalLM", "LlamaModel", "LlamaDecoderLayer")
+"""The wrapper, the backbone and the decoder layer of :data:`REFERENCE_MODULE` (``llama.py``): the wrapper builds the
+backbone as ``self.model`` (``_init_model``), the backbone's ``forward`` loops over ``self.layers[i]`` for
+``i in range(self.start_layer, self.end_layer)``; 0.5.23's layer takes ``capture_output=None`` and hands
+``capture=capture_output`` to ``self.attn_boundary.prepare``."""
+
+LAYER_RANGE = ("start_layer", "end_layer")
+"""The backbone's loop bounds, ``for i in range(self.start_layer, self.end_layer)`` (``llama.py``,
+``LlamaModel.forward``; ``mixtral.py``, ``MixtralModel.forward``; 0.5.14 to 0.5.23)."""
+
+ATTN_BOUNDARY = ("attn_boundary", "prepare")
+"""0.5.23's layer boundary that takes the capture: ``self.attn_boundary.prepare(hidden_states, forward_batch,
+capture=capture_output)`` (``llama.py``, ``LlamaDecoderLayer.forward``; ``sglang/srt/layers/layer_boundary/``)."""
+
+LOGITS_ARGS = 4
+"""The positional arguments of a wrapper's ``self.logits_processor(input_ids, hidden_states, self.lm_head,
+forward_batch)``; the native wrapper passes ``aux_hidden_states`` as the fifth (``llama.py``,
+``LlamaForCausalLM.forward``; ``sglang/srt/layers/logits_processor.py``, ``LogitsProcessor.forward``'s
+``aux_hidden_states`` parameter)."""

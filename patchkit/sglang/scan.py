@@ -1,8 +1,9 @@
 """``patchkit scan --target sglang``: every registered SGLang architecture with its EAGLE-3 state, as a frozen value.
 
 Nothing is written and SGLang is not imported: the registry (:mod:`patchkit.sglang.registry`) and each class
-(:mod:`patchkit.sglang.states`) are read from the install's files. ``apply`` for SGLang is not written yet, so a
-class without EAGLE-3 is reported as missing it, never as patchable (:data:`NOT_YET`).
+(:mod:`patchkit.sglang.states`) are read from the install's files. A class without EAGLE-3 is reported as missing
+it, never as patchable: whether ``apply --target sglang`` can patch it is the codemod's decision, made when it runs
+(:data:`NOT_YET`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from patchkit.sglang.install import SglangInstall
 from patchkit.sglang.registry import entries, not_generative
 from patchkit.sglang.states import Classified, State, classify, with_sibling_idioms
 
-NOT_YET = "apply --target sglang is not written yet"
-"""What a missing row says about fixing it (issue 44: scan comes first, apply for SGLang after)."""
+NOT_YET = "apply --target sglang --arch NAME patches it only where its shape is the standard one (docs/sglang.md)"
+"""What a missing row says about fixing it (issue 44): apply refuses, with its reason, any other shape."""
 
 
 @dataclass(frozen=True)

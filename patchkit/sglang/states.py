@@ -35,6 +35,9 @@ class State(enum.Enum):
     """An architecture's EAGLE-3 state on SGLang (the decision order: the module docstring)."""
 
     NATIVE = "native"
+    PATCHED = "patched"
+    """Native because patchkit's journal records writing its setter (``apply --target sglang``); decided above this
+    wing, where the journal is read (:func:`patchkit.checks.sglang_verify.journaled`), never by :func:`classify`."""
     MISSING = "missing"
     DRAFT = "draft"
     NOT_GENERATIVE = "not generative"

@@ -58,7 +58,7 @@ class Journal(JournalRecords):
                 os_hint(
                     exc,
                     self.site_packages,
-                    "run patchkit as the user that owns the vLLM install, or make site-packages writable",
+                    f"run patchkit as the user that owns the {self.engine} install, or make site-packages writable",
                 ),
             ) from exc
 
@@ -75,7 +75,7 @@ class Journal(JournalRecords):
         except OSError as exc:
             raise StateError(
                 f"cannot write patchkit's journal {self.path}: {exc.strerror or exc}",
-                "the vLLM files are as reported above; "
+                f"the {self.engine} files are as reported above; "
                 + os_hint(exc, self.dir, "make the .patchkit folder writable and run the command again"),
             ) from exc
 
@@ -154,9 +154,8 @@ class Journal(JournalRecords):
         Raises:
             StateError: one cannot (:mod:`patchkit.store.preflight`); nothing was written.
         """
-        preflight.check(
-            [self.site_packages / p for p in relpaths], self._bytecode_folders(relpaths), self.dir, self.owner
-        )
+        files = [self.site_packages / p for p in relpaths]
+        preflight.check(files, self._bytecode_folders(relpaths), self.dir, self.owner, self.engine)
 
     def sweep(self, leftovers: list[Path] | None = None) -> list[str]:
         """Remove what interrupted runs left (:meth:`leftovers`, or those given); return their paths.
@@ -292,7 +291,8 @@ class Journal(JournalRecords):
                 exc.message,
                 exc.hint
                 or (
-                    "check that you may write the vLLM install (its owner and permissions), then run the command again"
+                    f"check that you may write the {self.engine} install (its owner and permissions), "
+                    "then run the command again"
                 ),
             )
         else:
@@ -300,7 +300,8 @@ class Journal(JournalRecords):
             hint = os_hint(
                 exc,
                 self.site_packages,
-                "check that you may write the vLLM install (its owner and permissions), then run the command again",
+                f"check that you may write the {self.engine} install (its owner and permissions), "
+                "then run the command again",
             )
         raise StateError(
             f"{problem}; "

@@ -96,8 +96,10 @@ def read_only(path: Path) -> bool:
         return False
 
 
-def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[int, int]) -> None:
-    """Raise when :func:`problems` finds any (nothing has been written yet).
+def check(
+    files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[int, int], engine: str = "vLLM"
+) -> None:
+    """Raise when :func:`problems` finds any (nothing has been written yet); ``engine`` names the install.
 
     The hint fits the cause: a read-only mount is named as such (no user can write it, root
     included); root is never told to run as root; anyone else is told whose install it is.
@@ -116,7 +118,7 @@ def check(files: list[Path], folders: list[Path], state_dir: Path, owner: tuple[
                 "(an NFS export that squashes root, chattr +i), then run the command again"
             )
         else:
-            hint = f"run patchkit as the owner of the vLLM install, {_user(owner[0])}, or as root"
+            hint = f"run patchkit as the owner of the {engine} install, {_user(owner[0])}, or as root"
         raise StateError(f"{found[0]}{more}; nothing was written", hint, cause=f"{found[0]}{more}")
 
 

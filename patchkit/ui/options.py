@@ -34,8 +34,10 @@ DoctorTargetOpt = typer.Option(
     "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
 )
 """``doctor``'s ``--target``: written for SGLang too (issue 44, point 3)."""
-SGLANG_COMMANDS = ("scan", "doctor")
+SGLANG_COMMANDS = ("scan", "doctor", "apply", "verify", "revert")
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
+WRITTEN = ", ".join(f"'{name}'" for name in SGLANG_COMMANDS)
+"""The written commands as the refusal names them."""
 KNOWN_TARGETS = ("vllm", SGLANG)
 """Every ``--target`` some command reads: vLLM (``patchkit.plan.spec.TARGETS``, the ones patchkit patches) and
 SGLang (scan and doctor)."""
@@ -131,7 +133,7 @@ def unwritten_target(command: str | None, target: object) -> UsageError | None:
     if target != SGLANG or command in SGLANG_COMMANDS:
         return None
     return UsageError(
-        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only 'scan' and 'doctor' are (issue 44)",
+        f"--target {SGLANG}: '{command}' is not written for SGLang yet; only {WRITTEN} are (issue 44)",
         "",
         NextStep(patchkit_argv("scan", target=SGLANG), "each architecture's EAGLE-3 state; docs/sglang.md"),
     )
@@ -144,7 +146,7 @@ def unknown_target(target: object) -> UsageError | None:
     close = difflib.get_close_matches(target.lower(), KNOWN_TARGETS, n=1, cutoff=0.7)
     return UsageError(
         f"unknown --target {target!r}" + (f": did you mean {close[0]!r}?" if close else ""),
-        f"known targets: vllm, {SGLANG} (scan and doctor only; docs/sglang.md)",
+        f"known targets: vllm, {SGLANG} ({', '.join(SGLANG_COMMANDS)} only; docs/sglang.md)",
     )
 
 

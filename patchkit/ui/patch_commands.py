@@ -29,7 +29,9 @@ from patchkit.ui.options import (
     find_install,
     request,
 )
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.runner import run
+from patchkit.ui.sglang_views import apply_sglang, refuse_options, revert_sglang, verify_sglang
 
 
 def apply(
@@ -74,26 +76,16 @@ def apply(
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
         from patchkit.plan.spec import check_patch_ids  # lazy: as above
 
+        if target == SGLANG:
+            refuse_options("apply", {"--patch": patch, "--dry-run": dry_run, "--force": force, "--model": model})
+            refuse_options("apply", {"--ray": ray, "--guard": guard, "--watch": watch})
+            return apply_sglang(arch, site_packages, python, as_json)
         check_patch_ids(patch, target)
         watching = _watching(watch, watch_drafts, watch_threshold)
         if ray is not None:
             _one_selection(patch, arch, model)
-            from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
-
-            return cluster_view.apply(
-                ray,
-                target=target,
-                site_packages=site_packages,
-                python=python,
-                dry_run=dry_run,
-                patch=patch,
-                force=force,
-                arch=arch,
-                model=model,
-                as_json=as_json,
-                **({"guard": True} if guard else {}),
-                **watching,
-            )
+            options = dict(site_packages=site_packages, python=python, dry_run=dry_run, patch=patch, force=force)
+            return _apply_on_cluster(ray, target, arch, model, as_json, guard, watching, options)
         install = find_install(target, site_packages, python)
         with working("planning and checking the patches...", as_json):
             _one_selection(patch, arch, model)
@@ -112,6 +104,23 @@ def apply(
         return _shown(_completed(report), dry_run, as_json)
 
     run(as_json, body, site_packages, python, arch=arch, model=model, guard=guard)
+
+
+def _apply_on_cluster(ray, target, arch, model, as_json: bool, guard: bool, watching: dict, options: dict) -> int:
+    """``apply --ray``: :func:`patchkit.ui.cluster_view.apply` with the command's options (``options``: the
+    install, ``--dry-run``, ``--patch`` and ``--force``); its exit code."""
+    from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
+
+    return cluster_view.apply(
+        ray,
+        target=target,
+        **options,
+        arch=arch,
+        model=model,
+        as_json=as_json,
+        **({"guard": True} if guard else {}),
+        **watching,
+    )
 
 
 def _watching(watch: bool, watch_drafts: Optional[int], watch_threshold: Optional[float]) -> dict:
@@ -162,6 +171,9 @@ def verify(
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
+        if target == SGLANG:
+            refuse_options("verify", {"--runtime": runtime, "--model": model, "--ray": ray})
+            return verify_sglang(arch, site_packages, python, as_json)
         if ray is not None:
             if runtime:
                 raise UsageError(
@@ -232,6 +244,9 @@ def revert(
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
+        if target == SGLANG:
+            refuse_options("revert", {"--arch": arch, "--model": model, "--ray": ray})
+            return revert_sglang(site_packages, python, force, as_json)
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
             from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above

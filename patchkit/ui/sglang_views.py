@@ -6,11 +6,16 @@ the vLLM comparison, then the verdict. Exit 0 when ready, 1 when not (docs/comma
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from patchkit.errors import UsageError
+from patchkit.advice import NextStep, patchkit_argv
+from patchkit.errors import PatchkitError, UsageError
+from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.console import emit_json, out, working
+from patchkit.ui.options import SGLANG_COMMANDS
 from patchkit.ui.runner import verdict
 
 MARKS = {"ok": ("✓", "green"), "failed": ("✗", "red"), "not checked": ("?", "yellow"), "info": ("·", "dim")}
@@ -56,4 +61,115 @@ def doctor_sglang(
     return verdict(report.ready)
 
 
-__all__ = ["doctor_sglang"]
+def _install(site_packages: Optional[Path], python: Optional[Path]):
+    """The SGLang install of ``--site-packages`` or ``--python`` (one of them at most)."""
+    from patchkit.sglang.install import locate  # lazy: only the SGLang commands read SGLang
+
+    if site_packages is not None and python is not None:
+        raise UsageError("give --site-packages or --python, not both", "--python finds the site-packages itself")
+    return locate(site_packages, python)
+
+
+@contextlib.contextmanager
+def sglang_steps():
+    """An error's next step made an SGLang command: the shared journal's steps (``patchkit apply`` again after a
+    Ctrl-C, ``patchkit revert``) get ``--target sglang``; a step SGLang has no command for (``status``) becomes
+    ``verify --target sglang``."""
+    try:
+        yield
+    except PatchkitError as exc:
+        step = exc.step
+        if step is not None and step.argv[:1] == ("patchkit",) and "--target" not in step.argv:
+            if len(step.argv) > 1 and step.argv[1] in SGLANG_COMMANDS:
+                exc.step = replace(step, argv=(*step.argv[:2], "--target", SGLANG, *step.argv[2:]))
+            else:
+                exc.step = NextStep(patchkit_argv("verify", target=SGLANG), "it checks each patched class")
+        raise
+
+
+def refuse_options(command: str, given: dict[str, object]) -> None:
+    """A :class:`UsageError` (exit 2, nothing read or written) for an option not written for SGLang."""
+    used = [name for name, value in given.items() if value]
+    if used:
+        raise UsageError(
+            f"--target sglang: {command} does not take {', '.join(used)} yet (issue 44)",
+            f"run patchkit {command} --target sglang without it (docs/sglang.md)",
+        )
+
+
+def apply_sglang(
+    arch: Optional[list[str]], site_packages: Optional[Path], python: Optional[Path], as_json: bool
+) -> int:
+    """``apply --target sglang --arch X``: :func:`patchkit.plan.sglang_apply.apply`, rendered; 0 or 3 (refused)."""
+    from patchkit.plan.sglang_apply import Status, apply  # lazy: the planning layer, only when apply runs
+
+    if not arch:
+        raise UsageError(
+            "apply --target sglang needs --arch: it patches the classes you name",
+            "run patchkit scan --target sglang, then give --arch NAME for a missing one (repeatable)",
+        )
+    install = _install(site_packages, python)
+    with sglang_steps(), working("planning and checking the patches...", as_json):
+        report = apply(install, list(arch))
+    if as_json:
+        emit_json(report.to_dict())
+        return int(report.exit_code)
+    w = out()
+    w.line(f"SGLang {install.version} at {install.site_packages}")
+    style = {Status.APPLIED: "green", Status.ALREADY: "green", Status.NATIVE: "green", Status.REFUSED: "red"}
+    for o in report.outcomes:
+        w.line((f"{o.status.value}", style[o.status]), f" {o.architecture} ({o.path}): {o.reason}")
+    if report.written:
+        w.line(f"wrote {', '.join(report.written)}; revert with patchkit revert --target sglang")
+    elif any(o.status is Status.REFUSED for o in report.outcomes):
+        w.line(("nothing written", "red"), ": every file is as it was")
+    return int(report.exit_code)
+
+
+def verify_sglang(
+    arch: Optional[list[str]], site_packages: Optional[Path], python: Optional[Path], as_json: bool
+) -> int:
+    """``verify --target sglang``: :func:`patchkit.checks.sglang_verify.verify`, rendered; 0 in effect, else 1."""
+    from patchkit.checks.sglang_verify import verify  # lazy: the checks layer, only when verify runs
+
+    install = _install(site_packages, python)
+    with working("checking...", as_json):
+        report = verify(install, list(arch) if arch else None)
+    if as_json:
+        emit_json(report.to_dict())
+        return int(report.exit_code)
+    w = out()
+    w.line(f"SGLang {install.version} at {install.site_packages}")
+    if not report.verdicts:
+        w.line(("nothing patched", "red"), ": give --arch NAME to check a class (patchkit scan --target sglang)")
+    for v in report.verdicts:
+        w.line((MARKS["ok" if v.ok else "failed"][0], "green" if v.ok else "red"), f" {v.architecture}: {v.state}")
+        for link in v.links:
+            if not link.ok or v.state == "patched":
+                mark, style = MARKS["ok" if link.ok else "failed"]
+                w.line("    ", (mark, style), f" {link.label}: {link.detail}")
+    return int(report.exit_code)
+
+
+def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: bool, as_json: bool) -> int:
+    """``revert --target sglang``: :func:`patchkit.plan.sglang_apply.revert`, rendered; 0, or 3 when refused."""
+    from patchkit.plan.sglang_apply import revert  # lazy: the planning layer, only when revert runs
+
+    install = _install(site_packages, python)
+    with sglang_steps():
+        report = revert(install, force=force)
+    if as_json:
+        emit_json(report.to_dict())
+        return int(report.exit_code)
+    w = out()
+    if report.changed:
+        w.line(("refused", "red"), f": changed since patchkit wrote them: {', '.join(report.changed)}; nothing written")
+        w.line("revert --force restores them too (the edits are lost)")
+    elif report.restored:
+        w.line(f"restored {', '.join(report.restored)} to their original bytes")
+    else:
+        w.line("nothing to revert: patchkit changed no SGLang file here")
+    return int(report.exit_code)
+
+
+__all__ = ["apply_sglang", "doctor_sglang", "refuse_options", "revert_sglang", "sglang_steps", "verify_sglang"]

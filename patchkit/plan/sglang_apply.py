@@ -1,0 +1,300 @@
+"""``apply --target sglang --arch X`` and ``revert --target sglang``: EAGLE-3 written into SGLang's files, all or
+nothing, journaled and put back byte for byte (issue 44).
+
+The decision for each architecture, first match wins (:func:`_decide`):
+
+1. not in SGLang's registry: a :class:`~patchkit.errors.UsageError` before anything is read further (exit 2);
+2. journaled by this patch and native (its setter is there): **already applied** (nothing written);
+3. ``native`` (:func:`patchkit.sglang.states.classify`): **native**, nothing written;
+4. not ``missing`` (a draft, a pooling model, unread): **refused**, with its state;
+5. ``missing``: the codemod (:mod:`patchkit.codemods.sglang_capture`) rewrites its file in the idiom of the
+   release's ``llama.py``; an anchor found zero times or twice is **refused** with the codemod's one-line reason;
+   another registered class that extends it **refuses** it too (that class would inherit the setter, and scan would
+   call it native, with a backbone nothing patched); the output must parse and its chain must hold
+   (:func:`patchkit.plan.sglang_chain.chain`), else **refused**.
+
+One refusal and nothing is written (exit 3). Otherwise every file is written through the shared journal
+(:class:`patchkit.store.journal.Journal`, ``<site-packages>/.patchkit/sglang/``): pending record, commit point,
+put-back. The core prints nothing; it returns frozen reports the CLI renders.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import importlib
+from dataclasses import dataclass
+
+from patchkit import interrupt
+from patchkit.errors import ExitCode, UsageError
+from patchkit.sglang import contract as c
+from patchkit.sglang.classes import Package
+from patchkit.sglang.install import SglangInstall
+from patchkit.sglang.registry import Entry, entries, not_generative
+from patchkit.sglang.states import State, classify
+from patchkit.store.files import sha256
+from patchkit.store.journal import Journal
+from patchkit.store.records import PlannedWrite
+
+
+@dataclass(frozen=True)
+class SglangPatch:
+    """One SGLang patch, a declarative value (``patches/eagle3_sglang.py``).
+
+    Attributes:
+        id: the patch id; the journal records ``<id>:<architecture>`` for each class it patched.
+        reference: the module and classes (wrapper, backbone, layer) whose statements it copies.
+        codemod: the module of its transform.
+        summary: one line on what it writes.
+        upstream: where SGLang has the same thing natively.
+    """
+
+    id: str
+    reference: tuple[str, tuple[str, ...]]
+    codemod: str
+    summary: str
+    upstream: str
+
+    def record(self, architecture: str) -> str:
+        """The journal's patch id for ``architecture``."""
+        return f"{self.id}:{architecture}"
+
+
+def load_patch() -> SglangPatch:
+    """The SGLang patch shipped in ``patches/`` (``patchkit.patches.eagle3_sglang``)."""
+    from patchkit.plan.spec import patches_package  # lazy: the vLLM loader's module, only to find patches/
+
+    patches_package()
+    return importlib.import_module("patchkit.patches.eagle3_sglang").SGLANG_PATCH
+
+
+class Status(enum.Enum):
+    """What ``apply`` did for one architecture."""
+
+    APPLIED = "applied"
+    ALREADY = "already applied"
+    NATIVE = "native"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One architecture's outcome: its status, the file (below site-packages) and a one-line reason."""
+
+    architecture: str
+    status: Status
+    path: str | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {
+            "architecture": self.architecture,
+            "status": self.status.value,
+            "file": self.path,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """``apply --target sglang``'s result: every outcome, and the files written (none when one was refused)."""
+
+    install: SglangInstall
+    outcomes: tuple[Outcome, ...]
+    written: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        refused = any(o.status is Status.REFUSED for o in self.outcomes)
+        return ExitCode.REFUSED if refused else ExitCode.OK
+
+    def to_dict(self) -> dict:
+        return {
+            "command": "apply",
+            "target": c.DISTRIBUTION,
+            "version": str(self.install.version),
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "written": list(self.written),
+        }
+
+
+def journal_of(install: SglangInstall) -> Journal:
+    """The shared journal of ``install``, in ``<site-packages>/.patchkit/sglang/``."""
+    release = (install.distribution, str(install.version))
+    return Journal(install.site_packages, c.DISTRIBUTION, None, (), release, engine=c.ENGINE)
+
+
+def relpath(install: SglangInstall, package: Package, module: str) -> str | None:
+    path = package.path(module)
+    return None if path is None else path.relative_to(install.site_packages).as_posix()
+
+
+def registered(package: Package, architectures: list[str]) -> dict[str, Entry]:
+    """The registry entries of ``architectures``. Raises UsageError naming the closest registered name."""
+    found = {e.architecture: e for e in entries(package)}
+    for arch in architectures:
+        if arch not in found:
+            close = difflib.get_close_matches(arch, list(found), n=1)
+            raise UsageError(
+                f"--arch {arch!r} is not in SGLang's registry (sglang/srt/models/*.py EntryClass)",
+                f"did you mean {close[0]!r}? " if close else "run patchkit scan --target sglang for the names",
+            )
+    return {a: found[a] for a in architectures}
+
+
+def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[Outcome, bytes | None]:
+    """One architecture's outcome and, when applied, its file's new bytes (the module docstring's order)."""
+    from patchkit.plan.sglang_chain import chain  # lazy: only apply and verify read chains
+
+    arch = entry.architecture
+    row = classify(package, entry, pooling)
+    path = relpath(install, package, entry.cls.module) if entry.cls else None
+    mine = any(patch.record(arch) in e.patches for e in journal.entries.values())
+    if mine and row.state is State.NATIVE:
+        return Outcome(arch, Status.ALREADY, path, f"{patch.id} is in {path}"), None
+    if row.state is State.NATIVE:
+        return Outcome(
+            arch, Status.NATIVE, path, f"{c.CAPTURE_SETTER} from {row.setter.name} ({row.setter.module})"
+        ), None
+    if row.state is not State.MISSING or path is None:
+        return Outcome(arch, Status.REFUSED, path, f"scan calls it {row.state.value}: not a target to patch"), None
+    reference = package.path(c.REFERENCE_MODULE)
+    if reference is None:
+        return Outcome(arch, Status.REFUSED, path, f"no {c.REFERENCE_MODULE} to copy the idiom from"), None
+    before = pending.get(path, (install.site_packages / path).read_bytes())
+    try:
+        after = _transform(before, entry.cls.name, reference.read_bytes(), patch)
+    except ValueError as exc:
+        return Outcome(arch, Status.REFUSED, path, str(exc)), None
+    heirs = [
+        e.architecture
+        for e in entries(package)
+        if e.cls not in (None, entry.cls) and entry.cls in package.lineage(e.cls)
+    ]
+    if heirs:
+        why = f"registered classes extend it ({', '.join(heirs)}): they would inherit the setter, not the capture"
+        return Outcome(arch, Status.REFUSED, path, why), None
+    broken = [link.label for link in chain(after, entry.cls.name, reference.read_bytes()) if not link.ok]
+    if broken:
+        return Outcome(arch, Status.REFUSED, path, f"the patched file's chain does not hold: {', '.join(broken)}"), None
+    return Outcome(arch, Status.APPLIED, path, patch.summary), after
+
+
+def _transform(before: bytes, wrapper: str, reference: bytes, patch: SglangPatch) -> bytes:
+    """The file's new bytes. Raises ValueError (a refusal's one line) when the shape is not the standard one."""
+    import ast  # lazy: only to re-parse what the codemod wrote
+
+    import libcst as cst  # lazy: libcst only when a file is rewritten
+
+    from patchkit.codemods.base import Refusal  # lazy: as above
+    from patchkit.codemods.sglang_reference import read_reference  # lazy: as above
+
+    codemod = importlib.import_module(patch.codemod)
+    try:
+        ref = read_reference(reference)
+        after = codemod.transform(cst.parse_module(before), wrapper, ref).bytes
+        ast.parse(after)
+        cst.parse_module(after)
+    except Refusal as exc:
+        raise ValueError(str(exc)) from None
+    except (SyntaxError, cst.ParserSyntaxError) as exc:
+        raise ValueError(f"the file does not parse: {exc}") from None
+    return after
+
+
+def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> ApplyReport:
+    """Patch each of ``architectures`` (registry names), all or nothing.
+
+    Raises:
+        UsageError: an architecture the registry does not hold (nothing read further, nothing written).
+        StateError: a file or the journal could not be written (every file put back).
+        Interrupted: SIGINT/SIGTERM while writing; every file was put back (:mod:`patchkit.interrupt`).
+    """
+    patch = load_patch()
+    package = Package(install.site_packages, c.PACKAGE)
+    chosen = registered(package, architectures)
+    pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
+    journal = journal_of(install)
+    with interrupt.deferred(), journal.lock(on_wait):  # SIGINT/SIGTERM acted on between two writes only
+        journal = journal_of(install)
+        journal.recover()
+        outcomes: list[Outcome] = []
+        pending: dict[str, bytes] = {}
+        records: dict[str, list[str]] = {}
+        for arch, entry in chosen.items():
+            outcome, after = _decide(package, install, entry, pooling, journal, patch, pending)
+            outcomes.append(outcome)
+            if after is not None:
+                pending[outcome.path] = after
+                records.setdefault(outcome.path, []).append(patch.record(arch))
+        if any(o.status is Status.REFUSED for o in outcomes) or not pending:
+            return ApplyReport(install, tuple(outcomes), ())
+        writes = [
+            PlannedWrite(p, (install.site_packages / p).read_bytes(), after, records[p]) for p, after in pending.items()
+        ]
+        journal.commit(writes, str(install.version))
+    interrupt.late_signal(f"wrote {len(pending)} file(s)")
+    return ApplyReport(install, tuple(outcomes), tuple(sorted(pending)))
+
+
+@dataclass(frozen=True)
+class RevertReport:
+    """``revert --target sglang``'s result: the files put back, and those refused (edited since patchkit wrote
+    them; ``--force`` restores them too)."""
+
+    install: SglangInstall
+    restored: tuple[str, ...]
+    changed: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.REFUSED if self.changed else ExitCode.OK
+
+    def to_dict(self) -> dict:
+        return {
+            "command": "revert",
+            "target": c.DISTRIBUTION,
+            "restored": list(self.restored),
+            "changed": list(self.changed),
+        }
+
+
+def revert(install: SglangInstall, force: bool = False, on_wait=None) -> RevertReport:
+    """Give every file patchkit changed in this SGLang its original bytes back, all or nothing.
+
+    A file whose bytes are no longer those patchkit wrote (edited by hand, reinstalled) is refused, and nothing is
+    written, unless ``force``.
+
+    Raises:
+        StateError: an original is missing, or a file could not be written (every file put back).
+        Interrupted: SIGINT/SIGTERM while writing; every file was put back.
+    """
+    journal = journal_of(install)
+    with interrupt.deferred(), journal.lock(on_wait):
+        journal = journal_of(install)
+        journal.recover()
+        paths = sorted(journal.entries)
+        current = {p: install.site_packages / p for p in paths}
+        changed = tuple(
+            p
+            for p in paths
+            if not current[p].is_file() or sha256(current[p].read_bytes()) != journal.entries[p].sha256_after
+        )
+        if changed and not force:
+            return RevertReport(install, (), changed)
+        journal.restore(paths)
+    interrupt.late_signal(f"restored {len(paths)} file(s)")
+    return RevertReport(install, tuple(paths), ())
+
+
+__all__ = [
+    "ApplyReport",
+    "Outcome",
+    "RevertReport",
+    "SglangPatch",
+    "Status",
+    "apply",
+    "journal_of",
+    "load_patch",
+    "revert",
+]
