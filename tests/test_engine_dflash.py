@@ -104,7 +104,7 @@ class Worker:
 
 runners = [{"name": "V2", "module": Runner.__module__, "cls": "Runner", "drafter": ["speculator", "model"]}]
 worker = Worker()
-assert engine_driver._install_recorder(worker, runners) == "ok"
+assert engine_driver._install_recorder(worker, runners, {}) == "ok"
 aux = [torch.arange(9 * 4, dtype=torch.float32).reshape(9, 4) + 100 * k for k in range(3)]
 worker.model_runner.speculator.propose(Batch(), None, None, None, aux, None)
 recorded = worker.model_runner.speculator.model._patchkit_recorded
