@@ -3,7 +3,8 @@
 # checkout's patchkit wheel (.whl/, carried), two DFlash rehearsals of a patched GLM-4.5-Air (eager, compiled) and
 # the 0.34.0 campaign, side by side, all ending before TOTAL seconds (the call's limit less a margin).
 # Carry: .gpu034/part.54 .gpu034/setup034.sh .gpu034/SHA256SUMS .whl; run: TOTAL=580 bash benchmarks/gpu034_run.sh
-# Env: TOTAL (s), JOBS, ONLY (gpu_campaign --only items), DFLASH ("eager compiled", "" for none).
+# Env: TOTAL (s), JOBS, ONLY (gpu_campaign --only items), DFLASH ("eager compiled" when unset, "" for none: on
+# 2026-12-07 `${DFLASH:-...}` ran both for DFLASH="").
 set -u
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -15,7 +16,7 @@ PK=/root/v034/bin/patchkit
 nvidia-smi --query-gpu=name,memory.free --format=csv,noheader; nproc
 $PY -c 'import pathlib,sys; sys.path.insert(0,"tests"); from engine_models import GLM45_AIR as T, GLM45_AIR_DFLASH as D, write_checkpoint as w; w(pathlib.Path("/root/dflash/GLM-4.5-Air"),T); w(pathlib.Path("/root/dflash/GLM-4.5-Air-DFlash"),D)'
 $PK apply --target vllm --python $PY --arch Glm4MoeForCausalLM > $OUT/dflash-apply.txt 2>&1; echo "dflash apply exit $?"
-for p in ${DFLASH:-eager compiled}; do
+for p in ${DFLASH-eager compiled}; do  # DFLASH="" runs none (unset: both)
   extra=""; [ $p = eager ] && extra="--eager"
   ( s=$(date +%s); timeout $(( ${TOTAL:-580} - ($(date +%s) - T0) )) $PK rehearse --model /root/dflash/GLM-4.5-Air --draft /root/dflash/GLM-4.5-Air-DFlash --python $PY --device cuda $extra --json > $OUT/dflash-$p.json 2> $OUT/dflash-$p.err; echo "dflash $p exit $? in $(( $(date +%s) - s )) s" >> $OUT/dflash-exit.txt ) &
 done
@@ -29,3 +30,7 @@ wait
 cat $OUT/dflash-exit.txt
 grep -E "exit [0-9]+ ok=" $OUT/campaign.log | tail -20
 echo "total $(( $(date +%s) - T0 )) s"
+# the device gives back at most 8 files from $OUT (on 2026-12-07 results.jsonl was left out): one archive of all,
+# with the campaign's cumulative results
+cp /root/c034/results.jsonl "$OUT/results-all.jsonl" 2>/dev/null
+tar czf /tmp/gpu034-out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu034-out.tgz "$OUT/all.tgz"
