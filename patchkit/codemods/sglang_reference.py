@@ -120,26 +120,28 @@ def one_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef:
     return exactly_one(method_of(cls, name), f"'def {name}' in class {cls.name.value}")
 
 
-def assigns_self(stmt: cst.CSTNode, attr: str) -> bool:
-    """``stmt`` is the line ``self.<attr> = ...``."""
-    return (
+def _assigned(stmt: cst.CSTNode) -> cst.BaseAssignTargetExpression | None:
+    """The one target of the line ``<target> = ...`` (None: ``stmt`` is no such line)."""
+    if (
         isinstance(stmt, cst.SimpleStatementLine)
         and len(stmt.body) == 1
         and isinstance(stmt.body[0], cst.Assign)
         and len(stmt.body[0].targets) == 1
-        and t.is_self_attr(stmt.body[0].targets[0].target, attr)
-    )
+    ):
+        return stmt.body[0].targets[0].target
+    return None
+
+
+def assigns_self(stmt: cst.CSTNode, attr: str) -> bool:
+    """``stmt`` is the line ``self.<attr> = ...``."""
+    target = _assigned(stmt)
+    return target is not None and t.is_self_attr(target, attr)
 
 
 def assigns_name(stmt: cst.CSTNode, name: str) -> bool:
     """``stmt`` is the line ``<name> = ...``."""
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Assign)
-        and len(stmt.body[0].targets) == 1
-        and t.is_name(stmt.body[0].targets[0].target, name)
-    )
+    target = _assigned(stmt)
+    return target is not None and t.is_name(target, name)
 
 
 def is_layer_loop(stmt: cst.CSTNode) -> bool:
