@@ -71,7 +71,14 @@ def test_what_is_not_found_is_unknown_never_false():
 
 
 def test_an_unread_step_is_not_decided_and_a_false_one_fails():
-    unread = _from_step({"name": "draft_loaded", "ok": None, "detail": "not checked: unknown: no model.embed_tokens"})
+    unread = _from_step(
+        {
+            "name": "draft_loaded",
+            "ok": None,
+            "detail": "not checked: unknown: no model.embed_tokens",
+            "undecided": "NOT_READ",
+        }
+    )
     assert unread.name is CheckName.DRAFT_LOADED and unread.ok is None and unread.undecided is Undecided.NOT_READ
     wrong = _from_step({"name": "draft_loaded", "ok": False, "detail": "the draft's embed_tokens is not the target's"})
     assert wrong.ok is False and wrong.undecided is None

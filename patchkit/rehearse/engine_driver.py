@@ -28,8 +28,8 @@ SPEC (JSON object):
 
 REPORT (JSON object): ``steps``: one object per engine step with ``name`` (its
 :class:`~patchkit.rehearse.engine_steps.Step` value), ``ok`` (true, false,
-or null when not run), ``detail`` (text), ``where`` (``vllm/...py:line`` where vLLM raised, or
-null); ``raw``: the figures patchkit decides on (:mod:`patchkit.rehearse.verdict`), measured here
+or null when not run or, with ``undecided`` ``NOT_READ``, not read), ``detail`` (text), ``where`` (``vllm/...py:line``
+where vLLM raised, or null); ``raw``: the figures patchkit decides on (:mod:`patchkit.rehearse.verdict`), measured here
 and not judged here: ``aux`` (the id-distance matrix), ``counters`` (vLLM's spec-decode counters,
 per position), ``offline`` (the same draft's acceptance on transformers' hidden states along the
 same tokens), ``greedy`` (the tokens with and without speculation, and transformers' top-2 logit
@@ -438,6 +438,7 @@ def _record(llm, spec: dict, prompt: list, ids: list, n: int, reference, steps: 
                 else "the draft's embed_tokens is not the target's"
             )
             + f"; vLLM's {info.get('runner')} model runner",
+            "undecided": "NOT_READ" if isinstance(shared, str) else None,
             **info,
         }
     )

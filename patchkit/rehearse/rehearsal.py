@@ -153,14 +153,12 @@ _CHECK_OF_STEP = {
 
 
 def _from_step(step: dict) -> RehearsalCheck:
-    """One engine step as a check; a step the driver could not read (``ok`` null, ``not checked: ...``) is not
-    decided (:attr:`Undecided.NOT_READ`), never failed."""
-    figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where")}
-    unread = step["ok"] is None and str(step["detail"]).startswith("not checked:")
+    """One engine step as a check; a step the driver marks ``undecided`` (``NOT_READ``: an object it could not find) is
+    not decided, never failed."""
+    figures = {k: v for k, v in step.items() if k not in ("name", "ok", "detail", "where", "undecided")}
+    why = Undecided[step["undecided"]] if step["ok"] is None and step.get("undecided") else None
     name = _CHECK_OF_STEP[Step(step["name"])]
-    return RehearsalCheck(
-        name, step["ok"], step["detail"], step.get("where"), figures, undecided=Undecided.NOT_READ if unread else None
-    )
+    return RehearsalCheck(name, step["ok"], step["detail"], step.get("where"), figures, undecided=why)
 
 
 def decided_checks(
