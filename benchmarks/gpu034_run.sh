@@ -3,8 +3,8 @@
 # checkout's patchkit wheel (.whl/, carried), two DFlash rehearsals of a patched GLM-4.5-Air (eager, compiled) and
 # the 0.34.0 campaign, side by side, all ending before TOTAL seconds (the call's limit less a margin).
 # Carry: .gpu034/part.54 .gpu034/setup034.sh .gpu034/SHA256SUMS .whl; run: TOTAL=580 bash benchmarks/gpu034_run.sh
-# Env: TOTAL (s), JOBS, ONLY (gpu_campaign --only items), DFLASH ("eager compiled" when unset, "" for none: on
-# 2026-12-07 `${DFLASH:-...}` ran both for DFLASH="").
+# Env: STATE (gpu_campaign --state, /root/c034), TOTAL (s), JOBS, ONLY (gpu_campaign --only items), RIGHT_CASES (rehearsed right only: native there),
+# DFLASH ("eager compiled" when unset, "" for none: on 2026-12-07 `${DFLASH:-...}` ran both for DFLASH="").
 set -u
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -21,8 +21,8 @@ for p in ${DFLASH-eager compiled}; do  # DFLASH="" runs none (unset: both)
   ( s=$(date +%s); timeout $(( ${TOTAL:-580} - ($(date +%s) - T0) )) $PK rehearse --model /root/dflash/GLM-4.5-Air --draft /root/dflash/GLM-4.5-Air-DFlash --python $PY --device cuda $extra --json > $OUT/dflash-$p.json 2> $OUT/dflash-$p.err; echo "dflash $p exit $? in $(( $(date +%s) - s )) s" >> $OUT/dflash-exit.txt ) &
 done
 export PATCHKIT_ENGINE_ARGS='{"additional_config":{"gdn_prefill_backend":"triton"}}'
-$PY benchmarks/gpu_campaign.py --state /root/c034 --out $OUT --deadline $(( ${TOTAL:-580} - ($(date +%s) - T0) )) --jobs ${JOBS:-11} --hybrids '' \
-  --right-cases granite-moe,qwen3-next \
+$PY benchmarks/gpu_campaign.py --state ${STATE:=/root/c034} --out $OUT --deadline $(( ${TOTAL:-580} - ($(date +%s) - T0) )) --jobs ${JOBS:-11} --hybrids '' \
+  --right-cases ${RIGHT_CASES:-granite-moe,qwen3-next} \
   --only ${ONLY:-gemma3-mm:compiled-bf16,exaone4:compiled-bf16,mixtral:compiled-bf16,ernie45-moe:compiled-bf16,granite-moe:compiled-bf16,qwen3-next:compiled-bf16} \
   > $OUT/campaign.log 2>&1
 echo "campaign exit $? at $(( $(date +%s) - T0 )) s"
@@ -32,5 +32,5 @@ grep -E "exit [0-9]+ ok=" $OUT/campaign.log | tail -20
 echo "total $(( $(date +%s) - T0 )) s"
 # the device gives back at most 8 files from $OUT (on 2026-12-07 results.jsonl was left out): one archive of all,
 # with the campaign's cumulative results
-cp /root/c034/results.jsonl "$OUT/results-all.jsonl" 2>/dev/null
+cp "$STATE/results.jsonl" "$OUT/results-all.jsonl" 2>/dev/null
 tar czf /tmp/gpu034-out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu034-out.tgz "$OUT/all.tgz"

@@ -201,6 +201,14 @@ def prepared_cases(state: Path, env: str) -> set[str]:
     return set(json.loads(m.read_text())["cases"]) if m.exists() else set()
 
 
+def wrong_made(state: Path, env: str) -> list[list[str]]:
+    """The ``[file, kind]`` mutations already made in ``env`` (its marker; none for an older marker): a case
+    whose wrong capture is in a file another case already made wrong is not mutated twice (on 2026-12-07
+    gemma3-mm's ``Gemma3ForCausalLM`` shift, then gemma3's own, in one ``gemma3.py``: found 0 times)."""
+    m = marker(state, env)
+    return list(json.loads(m.read_text()).get("wrong", [])) if m.exists() else []
+
+
 def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
     """Prepare each environment for exactly the cases it is asked to run: ``apply --arch`` for each
     case it was not yet prepared for (hybrids with ``--force``: patchkit refuses them where their
@@ -228,6 +236,7 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
             log(state, f"apply in {name}: exit {applied.returncode}\n{applied.stdout[-1500:]}{applied.stderr[-800:]}")
             if applied.returncode != 0:
                 raise Unprepared(f"apply {' '.join(archs)} failed in {name} (exit {applied.returncode})")
+        made = wrong_made(state, name)  # (file, kind): two cases may share one file (gemma3, gemma3-mm)
         if name != "right":
             site = env_site(python)
             for c in missing:
@@ -241,15 +250,19 @@ def prepare(state: Path, cases: list, envs: dict[str, str]) -> None:
                     raise Unprepared(
                         f"resolve {arch} in {name}: no file (exit {out.returncode}) {out.stderr[-300:]}"
                     ) from exc
+                if [file, kind] in made:
+                    log(state, f"{name}: {c.name} capture already made wrong in {file} ({kind})")
+                    continue
                 try:
                     mutate(site / file, kind)
                 except ValueError as exc:
                     raise Unprepared(f"{name}: {c.name}: {exc}") from exc
+                made.append([file, kind])
                 log(state, f"{name}: {c.name} capture made wrong in {file}")
         archs = [a for c in cases for a in ("--arch", c.target["architectures"][0])]
         verified = run([*patchkit(), "verify", *archs, *target])
         log(state, f"verify in {name}: exit {verified.returncode} (1 expected for the wrong ones: edited files)")
-        marker(state, name).write_text(json.dumps({"cases": sorted(done | {c.name for c in missing})}))
+        marker(state, name).write_text(json.dumps({"cases": sorted(done | {c.name for c in missing}), "wrong": made}))
 
 
 def unprepared(state: Path, todo: list[tuple[str, str, str, str]]) -> list[str]:
