@@ -33,16 +33,15 @@ module and the SHA-256 of that module after the patch. 0.5.14's and 0.5.16's ``m
 are the same, so are the patched bytes. Each diff was read line by line when pinned (docs/sglang.md)."""
 
 
-LEGACY = {
-    "0.5.16": (
-        "DeepseekForCausalLM",
-        "GraniteForCausalLM",
-        "OlmoeForCausalLM",
-        "QuantMixtralForCausalLM",
-        "XverseForCausalLM",
-        "XverseMoeForCausalLM",
-    ),
-}
+_LEGACY_0514_0516 = (
+    "DeepseekForCausalLM",
+    "GraniteForCausalLM",
+    "OlmoeForCausalLM",
+    "QuantMixtralForCausalLM",
+    "XverseForCausalLM",
+    "XverseMoeForCausalLM",
+)
+LEGACY = {"0.5.14": _LEGACY_0514_0516, "0.5.16": _LEGACY_0514_0516}
 """The legacy-shape classes (no ``self.pp_group``, a ``range(len(self.layers))`` loop) also patchable on a list-append
 release; their round trips are ``tests/test_sglang_legacy_shape.py``'s (kept out of this slow module's byte test)."""
 
