@@ -28,6 +28,8 @@ the module's last top-level import, and the layer its ``capture_output=None`` pa
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from patchkit.codemods import tree as t
@@ -48,8 +50,10 @@ from patchkit.codemods.sglang_reference import (
     assigns_self,
     body_of,
     is_attn_prepare,
+    is_legacy_loop,
     layer_stream,
     loop_of,
+    names_pp,
     one_method,
 )
 from patchkit.sglang import contract as c
@@ -113,7 +117,7 @@ def parts(
     """
     wrapper = top_level_class(module, wrapper_name)
     init = one_method(wrapper, "__init__")
-    for attr in ("config", "pp_group", "lm_head"):
+    for attr in ("config", "lm_head"):
         if not _sets(init, attr):
             raise Refusal(f"expected 'self.{attr} = ...' in {wrapper_name}.__init__, found 0")
     built = [
@@ -132,6 +136,8 @@ def parts(
         raise Refusal(f"expected 'self.embed_tokens = ...' in {func.value}.__init__, found 0")
     for cls in (wrapper, backbone):
         _unused(cls)
+    if _legacy(backbone) and ref.idiom is Idiom.BOUNDARY:
+        _refuse_legacy(module, backbone, ref)
     layer = _layer(module, backbone, ref.idiom)
     _unused(layer)
     if layer_stream(layer, ref.idiom) != ref.layer_stream:
@@ -141,6 +147,55 @@ def parts(
             "the capture would not read the same stream"
         )
     return wrapper, backbone, layer if ref.idiom is Idiom.BOUNDARY else None
+
+
+def _legacy(backbone: cst.ClassDef) -> bool:
+    """The backbone's ``forward`` loops the older way (:func:`~patchkit.codemods.sglang_reference.is_legacy_loop`)."""
+    return any(is_legacy_loop(s) for f in method_of(backbone, "forward") for s in body_of(f))
+
+
+def _refuse_legacy(module: cst.Module, backbone: cst.ClassDef, ref: Reference) -> None:
+    """A legacy loop on a capture-boundary release: its layers return ``hidden_states, residual`` and take no
+    ``capture_output``, so Llama's boundary does not fit; the list-append form is written only when a native class of
+    the same release appends in a residual loop after a decoder layer with the same residual statements, so the
+    appended tensor means the same. On 0.5.23 none does (``ref.append_natives``: only ``gemma3_causal``'s
+    ``Gemma3TextModel``, after ``Gemma3DecoderLayer``), so this always refuses there, naming what it compared.
+
+    Raises:
+        Refusal: always (the one line names the loop, the natives read and why none fits).
+    """
+    name = backbone.name.value
+    stream = layer_stream(_layer(module, backbone, Idiom.APPEND), Idiom.APPEND)
+    same = [where for where, s in ref.append_natives if s == stream]
+    read = ", ".join(where for where, _ in ref.append_natives) or "none"
+    if same:  # a native reference exists: its form is the next to write (none on the releases read)
+        raise Refusal(f"{name} loops over range(len(self.layers)); the list-append form of {same[0]} is not written")
+    raise Refusal(
+        f"{name} loops over range(len(self.layers)) with layers returning (hidden_states, residual), and this "
+        f"release's llama.py captures at the layer boundary; no native class of the release appends in such a loop "
+        f"after a layer with the same residual statements (list-append natives read: {read}): not invented"
+    )
+
+
+def _setter(wrapper: cst.ClassDef, backbone: cst.ClassDef, ref: Reference) -> cst.FunctionDef:
+    """Llama's setter when the wrapper sets ``self.pp_group`` (its guard reads it); else the release's own unguarded
+    form (``ref.unguarded``), only when neither class names ``pp_group``.
+
+    Raises:
+        Refusal: no ``self.pp_group`` but ``pp_group`` named elsewhere, or no unguarded native in the release.
+    """
+    name = wrapper.name.value
+    if _sets(one_method(wrapper, "__init__"), c.PP_GROUP):
+        return ref.setter
+    for cls in (wrapper, backbone):
+        if names_pp(ast.parse(cst.Module([]).code_for_node(cls))):
+            raise Refusal(f"expected 'self.pp_group = ...' in {name}.__init__, found 0 (but {cls.name.value} names it)")
+    if ref.unguarded is None:
+        raise Refusal(
+            f"{name} sets no self.pp_group, and no native class of this release writes {c.CAPTURE_SETTER} "
+            "without the pipeline guard to copy"
+        )
+    return ref.unguarded
 
 
 def _layer(module: cst.Module, backbone: cst.ClassDef, idiom: Idiom) -> cst.ClassDef:
@@ -171,7 +226,7 @@ def _backbone(backbone: cst.ClassDef, ref: Reference) -> cst.ClassDef:
     new_init = _with_body(init, [*init_body, ref.backbone_list])
     forward = one_method(backbone, "forward")
     where = f"{backbone.name.value}.forward"
-    at, loop = loop_of(forward, where)
+    at, loop = loop_of(forward, where, legacy=ref.idiom is Idiom.APPEND)
     statements = body_of(forward)
     last = statements[-1]
     if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return) and last.body[0].value):
@@ -256,7 +311,7 @@ def _layer_capture(layer: cst.ClassDef, ref: Reference) -> cst.ClassDef:
     return _replace_method(layer, forward, new_forward)  # type: ignore[arg-type]
 
 
-def _wrapper(wrapper: cst.ClassDef, ref: Reference) -> cst.ClassDef:
+def _wrapper(wrapper: cst.ClassDef, ref: Reference, setter: cst.FunctionDef) -> cst.ClassDef:
     """The wrapper with the flag, the unpack, the logits processor's fifth argument and the two methods."""
     name = wrapper.name.value
     init = one_method(wrapper, "__init__")
@@ -283,7 +338,7 @@ def _wrapper(wrapper: cst.ClassDef, ref: Reference) -> cst.ClassDef:
     new_call = call.with_changes(args=append_arg(call.args, cst.Arg(cst.Name(ACCUMULATOR))))
     body = [*statements[: at + 1], *ref.unpack, *statements[at + 1 :]]
     new_forward = t.replace(_with_body(forward, body), call, new_call)
-    added = [ref.setter] + ([] if method_of(wrapper, c.EMBED_AND_HEAD) else [ref.embed_and_head])
+    added = [setter] + ([] if method_of(wrapper, c.EMBED_AND_HEAD) else [ref.embed_and_head])
     out = _replace_method(
         _replace_method(wrapper, init, _with_body(init, [*init_body, ref.flag])), forward, new_forward
     )  # type: ignore[arg-type]
@@ -319,7 +374,8 @@ def transform(module: cst.Module, wrapper_name: str, ref: Reference) -> cst.Modu
         Refusal: an anchor found zero times or twice, or a shape other than the standard one (the message names it).
     """
     wrapper, backbone, layer = parts(module, wrapper_name, ref)
-    new_wrapper, new_backbone = _wrapper(wrapper, ref), _backbone(backbone, ref)
+    new_wrapper = _wrapper(wrapper, ref, _setter(wrapper, backbone, ref))
+    new_backbone = _backbone(backbone, ref)
     out = replace_top_level(replace_top_level(module, wrapper, new_wrapper), backbone, new_backbone)
     if layer is None:
         return out

@@ -21,7 +21,9 @@ release it patches, read from the release's files and never switched on the vers
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import libcst as cst
 
@@ -56,6 +58,13 @@ class Reference:
         layer_param: BOUNDARY: the layer's ``capture_output=None`` parameter; else None.
         layer_keyword: BOUNDARY: the ``capture=capture_output`` argument of ``self.attn_boundary.prepare``; else None.
         layer_stream: :func:`stream` of ``LlamaDecoderLayer.forward``: a patched class's layer must have the same.
+        unguarded: the setter of a wrapper without pipeline parallelism, copied from a native class of the same
+            release that never names ``pp_group`` and whose setter body is Llama's without its guard statement
+            (:func:`unguarded_setter`); None when the release has none.
+        unguarded_from: where ``unguarded`` was read (``gemma3_causal.Gemma3ForCausalLM``).
+        append_natives: the native backbones of the release that capture by list append in a loop carrying
+            ``hidden_states, residual = ...`` (:func:`append_natives`), each ``module.Class`` with its decoder
+            layer's :func:`stream`.
     """
 
     idiom: Idiom
@@ -71,6 +80,9 @@ class Reference:
     layer_param: cst.Param | None = None
     layer_keyword: cst.Arg | None = None
     layer_stream: tuple[str, ...] = ()
+    unguarded: cst.FunctionDef | None = None
+    unguarded_from: str = ""
+    append_natives: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 RESIDUAL = "residual"
@@ -156,10 +168,37 @@ def is_layer_loop(stmt: cst.CSTNode) -> bool:
     )
 
 
-def loop_of(forward: cst.FunctionDef, where: str) -> tuple[int, cst.For]:
-    """The index and node of the one top-level layer loop of ``forward``. Raises Refusal otherwise."""
-    found = [(i, s) for i, s in enumerate(body_of(forward)) if is_layer_loop(s)]
-    i, loop = exactly_one(found, f"top-level 'for i in range(self.start_layer, self.end_layer)' in {where}")
+def is_legacy_loop(stmt: cst.CSTNode) -> bool:
+    """``stmt`` is ``for i in range(len(self.layers)):`` or ``for i, layer in enumerate(self.layers):``, the loop of
+    the classes without pipeline parallelism (0.5.23: ``granite.py``, ``GraniteModel.forward``; ``olmo.py``;
+    ``gemma3_causal.py``, ``Gemma3TextModel.forward``): ``i`` is the layer's index, as in Llama's loop."""
+    if not (isinstance(stmt, cst.For) and isinstance(stmt.iter, cst.Call) and len(stmt.iter.args) == 1):
+        return False
+    func, arg = stmt.iter.func, stmt.iter.args[0].value
+    if t.is_name(func, "enumerate"):
+        target = stmt.target
+        return (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and t.is_name(target.elements[0].value, "i")
+            and t.is_self_attr(arg, "layers")
+        )
+    return (
+        t.is_name(func, "range")
+        and t.is_name(stmt.target, "i")
+        and isinstance(arg, cst.Call)
+        and t.is_name(arg.func, "len")
+        and len(arg.args) == 1
+        and t.is_self_attr(arg.args[0].value, "layers")
+    )
+
+
+def loop_of(forward: cst.FunctionDef, where: str, legacy: bool = False) -> tuple[int, cst.For]:
+    """The index and node of the one top-level layer loop of ``forward`` (with ``legacy``, also
+    :func:`is_legacy_loop`'s forms). Raises Refusal otherwise."""
+    found = [(i, s) for i, s in enumerate(body_of(forward)) if is_layer_loop(s) or (legacy and is_legacy_loop(s))]
+    what = "'for i in range(self.start_layer, self.end_layer)'" + (" or 'for i in range(len(self.layers))'" * legacy)
+    i, loop = exactly_one(found, f"top-level {what} in {where}")
     return i, loop  # type: ignore[return-value]
 
 
@@ -228,8 +267,136 @@ def _import_of(module: cst.Module, name: str) -> cst.SimpleStatementLine:
     return exactly_one(found, f"module-level import of {name}")
 
 
-def read_reference(source: bytes) -> Reference:
-    """The statements of the release's ``llama.py`` (``source``, its bytes) a patch copies.
+SETTER_MARK = ("def " + c.CAPTURE_SETTER).encode()
+"""Bytes a model file holds when it writes the setter: only those files are parsed (:func:`_natives_of`)."""
+
+
+def names_pp(node: ast.AST) -> bool:
+    """``node`` names :data:`contract.PP_GROUP` (an attribute or a name)."""
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr == c.PP_GROUP) or (isinstance(n, ast.Name) and n.id == c.PP_GROUP)
+        for n in ast.walk(node)
+    )
+
+
+def _appended_in_residual_loop(fn: ast.FunctionDef) -> bool:
+    """``fn`` loops with ``hidden_states, residual = ...`` and ``if ...: aux_hidden_states.append(...)`` in the loop."""
+    for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
+        pairs = [
+            s
+            for s in loop.body
+            if isinstance(s, ast.Assign)
+            and isinstance(s.targets[0], ast.Tuple)
+            and [getattr(e, "id", None) for e in s.targets[0].elts] == ["hidden_states", RESIDUAL]
+        ]
+        appends = [
+            s
+            for s in loop.body
+            if isinstance(s, ast.If)
+            and any(
+                isinstance(n, ast.Attribute) and n.attr == "append" and getattr(n.value, "id", None) == ACCUMULATOR
+                for n in ast.walk(s)
+            )
+        ]
+        if pairs and appends:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _natives_of(path: str, mtime_ns: int, size: int) -> tuple[tuple, tuple]:
+    """One model file's native facts, cached on its path, mtime and size: the classes that define the setter and
+    never name ``pp_group`` (each name and the dump of the setter's body), and the backbones whose loop appends in
+    a residual loop (:func:`_appended_in_residual_loop`; each name and its decoder layer's :func:`stream`, the
+    class of the file its ``__init__`` calls whose ``forward`` takes ``residual``)."""
+    data = Path(path).read_bytes()
+    if SETTER_MARK not in data:
+        return (), ()
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return (), ()
+    classes = {k.name: k for k in tree.body if isinstance(k, ast.ClassDef)}
+
+    def method(k: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+        found = [f for f in k.body if isinstance(f, ast.FunctionDef) and f.name == name]
+        return found[0] if len(found) == 1 else None
+
+    unguarded, appending = [], []
+    for k in classes.values():
+        setter = method(k, c.CAPTURE_SETTER)
+        if setter is not None and not names_pp(k):
+            unguarded.append((k.name, ast.dump(ast.Module(setter.body, []))))
+        forward, init = method(k, "forward"), method(k, "__init__")
+        if forward is None or init is None or not _appended_in_residual_loop(forward):
+            continue
+        called = {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        for name in sorted(called & set(classes)):
+            f = method(classes[name], "forward")
+            if f is not None and any(a.arg == RESIDUAL for a in f.args.args):
+                appending.append((f"{k.name} ({name})", stream(f, Idiom.APPEND)))
+    return tuple(unguarded), tuple(appending)
+
+
+def _release_natives(models: Path) -> list[tuple[str, tuple, tuple]]:
+    """:func:`_natives_of` of each file of ``models`` (the release's ``sglang/srt/models/``), in name order."""
+    out = []
+    for p in sorted(models.glob("*.py")):
+        st = p.stat()
+        out.append((p.stem, *_natives_of(str(p), st.st_mtime_ns, st.st_size)))
+    return out
+
+
+def unguarded_setter(models: Path, llama_setter: cst.FunctionDef) -> tuple[cst.FunctionDef | None, str]:
+    """The setter a wrapper without pipeline parallelism gets, read from the release (issue 44).
+
+    In: the release's models folder and Llama's setter (``llama.py``,
+    ``LlamaForCausalLM.set_eagle3_layers_to_capture``).
+    Out: the setter of the first native class (files in name order) that never names ``pp_group`` and whose setter
+    body is, as an ``ast`` dump, Llama's without its one guard ``if not self.pp_group.is_last_rank: return`` (the
+    same ids, default and flag), annotations dropped; and ``module.Class`` it came from. ``(None, "")`` when Llama's
+    setter has no such guard or no native matches (then a wrapper without ``self.pp_group`` is refused). Read on
+    0.5.14, 0.5.16, 0.5.23: ``gemma3_causal.py``, ``Gemma3ForCausalLM``. Errors: none raised.
+    """
+    body = ast.parse(cst.Module([]).code_for_node(llama_setter)).body[0].body  # type: ignore[attr-defined]
+    guards = [
+        s
+        for s in body
+        if isinstance(s, ast.If)
+        and names_pp(s.test)
+        and len(s.body) == 1
+        and isinstance(s.body[0], ast.Return)
+        and s.body[0].value is None
+        and not s.orelse
+    ]
+    if len(guards) != 1:
+        return None, ""
+    want = ast.dump(ast.Module([s for s in body if s is not guards[0]], []))
+    for stem, unguarded, _ in _release_natives(models):
+        for name, dump in unguarded:
+            if dump == want:
+                st = (models / f"{stem}.py").stat()
+                return _setter_of(str(models / f"{stem}.py"), st.st_mtime_ns, st.st_size, name), f"{stem}.{name}"
+    return None, ""
+
+
+@functools.lru_cache(maxsize=64)
+def _setter_of(path: str, mtime_ns: int, size: int, name: str) -> cst.FunctionDef:
+    """Class ``name``'s setter in the file at ``path``, annotations dropped (cached: libcst nodes are immutable)."""
+    module = cst.parse_module(Path(path).read_bytes())
+    return _strip_annotations(one_method(top_level_class(module, name), c.CAPTURE_SETTER))
+
+
+def append_natives(models: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The release's native backbones that capture by list append in a residual loop, as ``module.Class (Layer)``
+    with the layer's :func:`stream` (0.5.23: only ``gemma3_causal.Gemma3TextModel``, which appends
+    ``hidden_states`` after ``Gemma3DecoderLayer``). In: the models folder. Errors: none raised."""
+    return tuple((f"{stem}.{name}", s) for stem, _, appending in _release_natives(models) for name, s in appending)
+
+
+def read_reference(source: bytes, models: Path | None = None) -> Reference:
+    """The statements of the release's ``llama.py`` (``source``, its bytes) a patch copies; with ``models`` (the
+    release's ``sglang/srt/models/`` folder) also the unguarded setter and the list-append natives read there.
 
     Raises:
         Refusal: the file is not in the shape the module docstring describes (a statement found zero times or
@@ -250,6 +417,8 @@ def read_reference(source: bytes) -> Reference:
     unpack_at = [i for i, s in enumerate(wrapped) if assigns_name(s, ACCUMULATOR)]
     at_unpack = exactly_one(unpack_at, f"'{ACCUMULATOR} = None' in {wrapper.name.value}.forward")
     boundary = _boundary_parts(layer) if idiom is Idiom.BOUNDARY else (None, None)
+    setter = one_method(wrapper, c.CAPTURE_SETTER)
+    unguarded, unguarded_from = unguarded_setter(models, setter) if models is not None else (None, "")
     return Reference(
         idiom=idiom,
         accumulator=statements[at - 1],  # type: ignore[arg-type]
@@ -258,12 +427,15 @@ def read_reference(source: bytes) -> Reference:
         backbone_list=listed,  # type: ignore[arg-type]
         flag=exactly_one(flags, f"self.{c.CAPTURE_FLAG} = False"),  # type: ignore[arg-type]
         unpack=(wrapped[at_unpack], wrapped[at_unpack + 1]),
-        setter=_strip_annotations(one_method(wrapper, c.CAPTURE_SETTER)),
+        setter=_strip_annotations(setter),
         embed_and_head=one_method(wrapper, c.EMBED_AND_HEAD),
         imports=_import_of(module, c.ACCUMULATORS[0]) if idiom is Idiom.BOUNDARY else None,
         layer_param=boundary[0],
         layer_keyword=boundary[1],
         layer_stream=layer_stream(layer, idiom) or (),
+        unguarded=unguarded,
+        unguarded_from=unguarded_from,
+        append_natives=append_natives(models) if models is not None and idiom is Idiom.BOUNDARY else (),
     )
 
 
@@ -271,9 +443,13 @@ __all__ = [
     "ACCUMULATOR",
     "CAPTURE_PARAM",
     "Reference",
+    "append_natives",
     "body_of",
     "is_layer_loop",
+    "is_legacy_loop",
+    "names_pp",
     "layer_stream",
     "read_reference",
     "stream",
+    "unguarded_setter",
 ]

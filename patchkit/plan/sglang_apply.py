@@ -24,6 +24,7 @@ import difflib
 import enum
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit import interrupt
 from patchkit.errors import ExitCode, UsageError
@@ -163,7 +164,7 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
         return Outcome(arch, Status.REFUSED, path, f"no {c.REFERENCE_MODULE} to copy the idiom from"), None
     before = pending.get(path, (install.site_packages / path).read_bytes())
     try:
-        after = _transform(before, entry.cls.name, reference.read_bytes(), patch)
+        after = _transform(before, entry.cls.name, reference, patch)
     except ValueError as exc:
         return Outcome(arch, Status.REFUSED, path, str(exc)), None
     heirs = [
@@ -180,8 +181,9 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
     return Outcome(arch, Status.APPLIED, path, patch.summary), after
 
 
-def _transform(before: bytes, wrapper: str, reference: bytes, patch: SglangPatch) -> bytes:
-    """The file's new bytes. Raises ValueError (a refusal's one line) when the shape is not the standard one."""
+def _transform(before: bytes, wrapper: str, reference: Path, patch: SglangPatch) -> bytes:
+    """The file's new bytes, copied from ``reference`` (the release's ``llama.py``) and its folder's natives. Raises
+    ValueError (a refusal's one line) when the shape is not the standard one."""
     import ast  # lazy: only to re-parse what the codemod wrote
 
     import libcst as cst  # lazy: libcst only when a file is rewritten
@@ -191,7 +193,7 @@ def _transform(before: bytes, wrapper: str, reference: bytes, patch: SglangPatch
 
     codemod = importlib.import_module(patch.codemod)
     try:
-        ref = read_reference(reference)
+        ref = read_reference(reference.read_bytes(), reference.parent)
         after = codemod.transform(cst.parse_module(before), wrapper, ref).bytes
         ast.parse(after)
         cst.parse_module(after)

@@ -20,6 +20,7 @@ partial patch is reported broken. What SGLang needs of a target, and where it re
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 
 from patchkit.codemods.sglang_reference import RESIDUAL, stream
@@ -63,16 +64,23 @@ def _self_attr(node: ast.AST, attr: str) -> bool:
     )
 
 
+def _is_loop(s: ast.stmt) -> bool:
+    """``for i in range(self.start_layer, self.end_layer)`` (Llama's), or the loop of the classes without pipeline
+    parallelism: ``for i in range(len(self.layers))``, ``for i, layer in enumerate(self.layers)`` (0.5.23's
+    ``granite.py``, ``GraniteModel.forward``; ``gemma3_causal.py``, ``Gemma3TextModel.forward``)."""
+    if not (isinstance(s, ast.For) and isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name)):
+        return False
+    args, func = s.iter.args, s.iter.func.id
+    if func == "range" and [a.attr for a in args if isinstance(a, ast.Attribute)] == list(c.LAYER_RANGE):
+        return True
+    if func == "range" and len(args) == 1 and isinstance(args[0], ast.Call):
+        inner = args[0]
+        return getattr(inner.func, "id", None) == "len" and len(inner.args) == 1 and _self_attr(inner.args[0], "layers")
+    return func == "enumerate" and len(args) == 1 and _self_attr(args[0], "layers")
+
+
 def _loop(fn: ast.FunctionDef | None) -> ast.For | None:
-    found = [
-        s
-        for s in (fn.body if fn else [])
-        if isinstance(s, ast.For)
-        and isinstance(s.iter, ast.Call)
-        and isinstance(s.iter.func, ast.Name)
-        and s.iter.func.id == "range"
-        and [a.attr for a in s.iter.args if isinstance(a, ast.Attribute)] == list(c.LAYER_RANGE)
-    ]
+    found = [s for s in (fn.body if fn else []) if _is_loop(s)]
     return found[0] if len(found) == 1 else None
 
 
@@ -109,6 +117,7 @@ class Shape:
     layer_param: str
     layer_keyword: str
     setter: str
+    setter_unguarded: str
     embed_and_head: bool
     layer_stream: tuple[str, ...]
 
@@ -174,6 +183,30 @@ def _layer(tree: ast.Module, backbone: ast.ClassDef | None, idiom: Idiom) -> ast
     return None
 
 
+def _names_pp(node: ast.AST) -> bool:
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr == c.PP_GROUP) or (isinstance(n, ast.Name) and n.id == c.PP_GROUP)
+        for n in ast.walk(node)
+    )
+
+
+def _unguarded(setter: ast.FunctionDef) -> str:
+    """The setter's body without its one pipeline guard ``if not self.pp_group.is_last_rank: return`` (Llama's
+    first statement), as a dump; ``""`` when it has no such guard. A class that never names ``pp_group`` must have
+    this body (the form of 0.5.23's ``gemma3_causal.py``, ``Gemma3ForCausalLM.set_eagle3_layers_to_capture``)."""
+    guards = [
+        s
+        for s in setter.body
+        if isinstance(s, ast.If)
+        and _names_pp(s.test)
+        and len(s.body) == 1
+        and isinstance(s.body[0], ast.Return)
+        and s.body[0].value is None
+        and not s.orelse
+    ]
+    return _dump([s for s in setter.body if s is not guards[0]]) if len(guards) == 1 else ""
+
+
 def shape(tree: ast.Module, wrapper_name: str, idiom: Idiom, backbone_name: str | None = None) -> Shape:
     """The EAGLE-3 statements of ``wrapper_name``'s triple in ``tree`` (each a dump, ``""`` when absent); the backbone
     is the class called as ``self.model = X(...)`` in the wrapper's ``__init__``, or ``backbone_name`` (Llama builds
@@ -218,6 +251,7 @@ def shape(tree: ast.Module, wrapper_name: str, idiom: Idiom, backbone_name: str 
         layer_param=_dump(param[0]) if len(param) == 1 else "",
         layer_keyword=_dump(keyword[0]) if len(keyword) == 1 else "",
         setter=_dump(setter.body) if setter else "",
+        setter_unguarded=_unguarded(setter) if setter else "",
         embed_and_head=_method(wrapper, c.EMBED_AND_HEAD) is not None,
         layer_stream=stream(l_forward, idiom) if l_forward else (),
     )
@@ -231,7 +265,7 @@ LABELS = (
     ("accumulator", "loop accumulator", "the accumulator just before the layer loop"),
     ("capture", "loop capture", "the capture in the layer loop"),
     ("returns", "backbone returns the aux states", "return hidden_states, aux_hidden_states"),
-    ("setter", "setter", f"{c.CAPTURE_SETTER} with the release's id convention and pipeline guard"),
+    ("setter", "setter", f"{c.CAPTURE_SETTER} with the release's id convention and pipeline guard (none without pp)"),
 )
 """Each link of :class:`Shape` compared with the reference: field, label, what Llama has there."""
 
@@ -254,6 +288,10 @@ def chain(source: bytes, wrapper_name: str, reference: bytes, backbone: str | No
     idiom = Idiom.BOUNDARY if boundary else Idiom.APPEND
     want = shape(ref_tree, c.REFERENCE_CLASSES[0], idiom, c.REFERENCE_CLASSES[1])
     got = shape(tree, wrapper_name, idiom, backbone)
+    wrapper = _class(tree, wrapper_name)
+    if wrapper is not None and not _names_pp(wrapper) and want.setter_unguarded:
+        # no pipeline parallelism: Llama's setter without its guard, the form of the release's natives without it
+        want = dataclasses.replace(want, setter=want.setter_unguarded)
     links = [
         Link(
             label,

@@ -111,3 +111,9 @@ LOGITS_ARGS = 4
 forward_batch)``; the native wrapper passes ``aux_hidden_states`` as the fifth (``llama.py``,
 ``LlamaForCausalLM.forward``; ``sglang/srt/layers/logits_processor.py``, ``LogitsProcessor.forward``'s
 ``aux_hidden_states`` parameter)."""
+
+PP_GROUP = "pp_group"
+"""The pipeline-parallel group a class keeps (``self.pp_group = get_pp_group()``: ``llama.py``,
+``LlamaForCausalLM.__init__``). Llama's setter starts with the guard ``if not self.pp_group.is_last_rank: return``;
+the natives that never name it write the setter without that one statement (0.5.14, 0.5.16, 0.5.23:
+``gemma3_causal.py``, ``Gemma3ForCausalLM.set_eagle3_layers_to_capture``)."""
