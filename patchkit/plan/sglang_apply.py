@@ -98,11 +98,18 @@ class Outcome:
 
 @dataclass(frozen=True)
 class ApplyReport:
-    """``apply --target sglang``'s result: every outcome, and the files written (none when one was refused)."""
+    """``apply --target sglang``'s result: every outcome, and the files written (none when one was refused).
+
+    With ``dry_run``, ``written`` is empty and ``planned`` names the files a real run would write, ``diff`` their
+    unified diff (``a/`` and ``b/`` paths below site-packages, as vLLM's dry run prints it).
+    """
 
     install: SglangInstall
     outcomes: tuple[Outcome, ...]
     written: tuple[str, ...]
+    dry_run: bool = False
+    planned: tuple[str, ...] = ()
+    diff: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -114,8 +121,11 @@ class ApplyReport:
             "command": "apply",
             "target": c.DISTRIBUTION,
             "version": str(self.install.version),
+            "dry_run": self.dry_run,
             "outcomes": [o.to_dict() for o in self.outcomes],
             "written": list(self.written),
+            "planned": list(self.planned),
+            "diff": self.diff,
         }
 
 
@@ -204,8 +214,41 @@ def _transform(before: bytes, wrapper: str, reference: Path, patch: SglangPatch)
     return after
 
 
-def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> ApplyReport:
+def _plan(package, install, chosen, pooling, journal, patch) -> tuple[list[Outcome], dict, dict]:
+    """Every architecture's outcome, the new bytes of each file to write and the patch ids each one gains."""
+    outcomes: list[Outcome] = []
+    pending: dict[str, bytes] = {}
+    records: dict[str, list[str]] = {}
+    for arch, entry in chosen.items():
+        outcome, after = _decide(package, install, entry, pooling, journal, patch, pending)
+        outcomes.append(outcome)
+        if after is not None:
+            pending[outcome.path] = after
+            records.setdefault(outcome.path, []).append(patch.record(arch))
+    return outcomes, pending, records
+
+
+def unified_diff(install: SglangInstall, changed: dict[str, bytes]) -> str:
+    """The unified diff of ``changed`` (``{path below site-packages: new bytes}``) against the files on disk."""
+    chunks: list[str] = []
+    for path, new in sorted(changed.items()):
+        old = (install.site_packages / path).read_bytes()
+        chunks.extend(
+            difflib.unified_diff(
+                old.decode("utf-8", errors="replace").splitlines(keepends=True),
+                new.decode("utf-8", errors="replace").splitlines(keepends=True),
+                fromfile=f"a/{path}",
+                tofile=f"b/{path}",
+            )
+        )
+    return "".join(chunks)
+
+
+def apply(install: SglangInstall, architectures: list[str], on_wait=None, dry_run: bool = False) -> ApplyReport:
     """Patch each of ``architectures`` (registry names), all or nothing.
+
+    With ``dry_run``, plan the same and write nothing (no lock taken, no unfinished run rolled back: the plan
+    reads the files as they are); the report carries the files and their unified diff.
 
     Raises:
         UsageError: an architecture the registry does not hold (nothing read further, nothing written).
@@ -217,18 +260,15 @@ def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> App
     chosen = registered(package, architectures)
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
     journal = journal_of(install)
+    if dry_run:
+        outcomes, pending, _ = _plan(package, install, chosen, pooling, journal, patch)
+        refused = any(o.status is Status.REFUSED for o in outcomes)
+        planned = {} if refused else pending
+        return ApplyReport(install, tuple(outcomes), (), True, tuple(sorted(planned)), unified_diff(install, planned))
     with interrupt.deferred(), journal.lock(on_wait):  # SIGINT/SIGTERM acted on between two writes only
         journal = journal_of(install)
         journal.recover()
-        outcomes: list[Outcome] = []
-        pending: dict[str, bytes] = {}
-        records: dict[str, list[str]] = {}
-        for arch, entry in chosen.items():
-            outcome, after = _decide(package, install, entry, pooling, journal, patch, pending)
-            outcomes.append(outcome)
-            if after is not None:
-                pending[outcome.path] = after
-                records.setdefault(outcome.path, []).append(patch.record(arch))
+        outcomes, pending, records = _plan(package, install, chosen, pooling, journal, patch)
         if any(o.status is Status.REFUSED for o in outcomes) or not pending:
             return ApplyReport(install, tuple(outcomes), ())
         writes = [
