@@ -197,3 +197,147 @@ def test_a_refused_dry_run_plans_nothing(unpatched, tmp_path, cli):
     result = cli("apply", *args(site, "--arch", "NoSuchForCausalLM", "--dry-run"))
     assert result.exit_code == 2 and "Traceback" not in result.output and len(result.stderr.splitlines()) == 2
     assert snapshot(site) == before
+
+
+# -- revert --arch -----------------------------------------------------------------------------------------------
+
+
+def test_revert_arch_restores_only_that_class(patched, unpatched, tmp_path, cli):
+    site = linked(patched, tmp_path)
+    exaone = (site / EXAONE).read_bytes()
+    code, report = cli.json("revert", *args(site, "--arch", "MixtralForCausalLM"))
+    assert code == 0 and report["restored"] == [MIXTRAL] and report["rewritten"] == [] and report["changed"] == []
+    assert (site / MIXTRAL).read_bytes() == (unpatched / MIXTRAL).read_bytes()
+    assert (site / EXAONE).read_bytes() == exaone
+    code, left = cli.json("status", *args(site))
+    assert [(r["architecture"], r["state"]) for r in left["classes"]] == [("Exaone4ForCausalLM", "patched")]
+    code, checked = cli.json("verify", *args(site))
+    assert code == 0 and [v["architecture"] for v in checked["architectures"]] == ["Exaone4ForCausalLM"]
+    code, report = cli.json("revert", *args(site, "--arch", "Exaone4ForCausalLM"))
+    assert code == 0 and report["restored"] == [EXAONE]
+    assert snapshot(site) == snapshot(unpatched)  # the journal's folder gone with its last entry
+
+
+@pytest.mark.parametrize(
+    "arch, first, hint",
+    [
+        (
+            "MixtralForCausalLMM",
+            "error: --arch 'MixtralForCausalLMM' is not in SGLang's registry",
+            "hint: did you mean 'MixtralForCausalLM'?",
+        ),
+        (
+            "LlamaForCausalLM",
+            "error: --arch 'LlamaForCausalLM': patchkit patched no such class in this SGLang (its journal holds "
+            "Exaone4ForCausalLM, MixtralForCausalLM)",
+            "hint: run patchkit status --target sglang",
+        ),
+    ],
+)
+def test_revert_arch_refuses_bad_input_and_changes_nothing(arch, first, hint, patched, tmp_path, cli):
+    site = linked(patched, tmp_path)
+    before = snapshot(site)
+    result = cli("revert", *args(site, "--arch", arch))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(first) and lines[1].startswith(hint), lines
+    assert snapshot(site) == before
+
+
+def test_revert_arch_without_a_journal_has_nothing_to_do(unpatched, tmp_path, cli):
+    site = linked(unpatched, tmp_path)
+    before = snapshot(site)
+    code, report = cli.json("revert", *args(site, "--arch", "MixtralForCausalLM"))
+    assert code == 0 and report["restored"] == [] and report["changed"] == []
+    assert "nothing to revert" in cli("revert", *args(site, "--arch", "MixtralForCausalLM")).stdout
+    assert snapshot(site) == before
+
+
+def test_revert_arch_refuses_an_edited_file(patched, tmp_path, cli):
+    site = linked(patched, tmp_path)
+    replace_bytes(site / MIXTRAL, (site / MIXTRAL).read_bytes() + b"# edited\n")
+    before = snapshot(site)
+    code, report = cli.json("revert", *args(site, "--arch", "MixtralForCausalLM"))
+    assert code == 3 and report["changed"] == [MIXTRAL] and report["restored"] == []
+    assert snapshot(site) == before
+
+
+def _two_classes_in_one_file(site: Path) -> None:
+    """``mixtral.py`` with a second model written beside the first: Mixtral's classes copied under ``MixtralB*``
+    names, both registered (``EntryClass = [MixtralForCausalLM, MixtralBForCausalLM]``): two patchable classes of
+    one module, which the releases do not have."""
+    import re
+
+    text = (site / MIXTRAL).read_text()
+    head, classes = (
+        text[: text.index("class MixtralMoE(")],
+        text[text.index("class MixtralMoE(") : text.index("EntryClass")],
+    )
+    names = re.findall(r"^class (\w+)\(", classes, flags=re.M)
+    copy = re.sub(r"\b(" + "|".join(names) + r")\b", lambda m: "MixtralB" + m.group(1)[len("Mixtral") :], classes)
+    replace_bytes(
+        site / MIXTRAL, (head + classes + copy + "EntryClass = [MixtralForCausalLM, MixtralBForCausalLM]\n").encode()
+    )
+
+
+def test_revert_arch_rewrites_a_shared_file_to_what_applying_the_rest_gives(unpatched, tmp_path, cli):
+    site = linked(unpatched, tmp_path)
+    _two_classes_in_one_file(site)
+    shared = (site / MIXTRAL).read_bytes()
+    only_b = tmp_path / "only-b"
+    subprocess.run(["cp", "-al", str(site), str(only_b)], check=True)
+    code, report = cli.json("apply", *args(only_b, "--arch", "MixtralBForCausalLM"))
+    assert code == 0 and report["written"] == [MIXTRAL]
+    code, report = cli.json("apply", *args(site, "--arch", "MixtralForCausalLM", "--arch", "MixtralBForCausalLM"))
+    assert code == 0 and report["written"] == [MIXTRAL]
+    code, report = cli.json("revert", *args(site, "--arch", "MixtralForCausalLM"))
+    assert code == 0 and report["restored"] == [] and report["rewritten"] == [MIXTRAL]
+    assert (site / MIXTRAL).read_bytes() == (only_b / MIXTRAL).read_bytes()
+    code, left = cli.json("status", *args(site))
+    assert [(r["architecture"], r["state"]) for r in left["classes"]] == [("MixtralBForCausalLM", "patched")]
+    code, report = cli.json("revert", *args(site, "--arch", "MixtralBForCausalLM"))
+    assert code == 0 and report["restored"] == [MIXTRAL] and (site / MIXTRAL).read_bytes() == shared
+
+
+# -- the journal's version field ---------------------------------------------------------------------------------
+
+
+def test_the_sglang_journal_names_its_target_and_version(patched, cli):
+    journal = json.loads((patched / JOURNAL).read_text())
+    assert journal["target"] == "sglang"
+    assert [(e["path"], e["version"]) for e in journal["entries"]] == [(EXAONE, VERSION), (MIXTRAL, VERSION)]
+    assert not any("vllm_version" in e for e in journal["entries"])
+
+
+def test_a_journal_of_the_previous_release_still_reverts(patched, unpatched, tmp_path, cli):
+    """The journal as the previous patchkit wrote it (``vllm_version``, no ``target``) reads, and reverts
+    byte-exact."""
+    site = linked(patched, tmp_path)
+    journal = json.loads((site / JOURNAL).read_text())
+    del journal["target"]
+    for entry in journal["entries"]:
+        entry["vllm_version"] = entry.pop("version")
+    replace_bytes(site / JOURNAL, json.dumps(journal, indent=2).encode())
+    code, report = cli.json("status", *args(site))
+    assert code == 0 and [(e["state"], e["version"]) for e in report["entries"]] == [("patched", VERSION)] * 2
+    code, report = cli.json("revert", *args(site, "--arch", "Exaone4ForCausalLM"))
+    assert code == 0 and report["restored"] == [EXAONE]
+    rewritten = json.loads((site / JOURNAL).read_text())  # what stays is written in the new form
+    assert [(e["path"], e["version"]) for e in rewritten["entries"]] == [(MIXTRAL, VERSION)]
+    code, report = cli.json("revert", *args(site))
+    assert code == 0 and report["restored"] == [MIXTRAL]
+    assert snapshot(site) == snapshot(unpatched)
+
+
+def test_the_vllm_journal_keeps_vllm_version(tmp_path):
+    """vLLM's journal is written as before (``vllm_version``), so a patchkit of the previous release reads it."""
+    from patchkit.store.journal import Journal
+    from patchkit.store.records import PlannedWrite
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "a.py").write_bytes(b"x = 1\n")
+    journal = Journal(tmp_path, "vllm")
+    journal.commit([PlannedWrite("vllm/a.py", b"x = 1\n", b"x = 2\n", ["p"])], "0.17.1")
+    raw = json.loads((tmp_path / ".patchkit" / "vllm" / "journal.json").read_text())
+    assert raw["target"] == "vllm" and [e["vllm_version"] for e in raw["entries"]] == ["0.17.1"]
+    assert "version" not in raw["entries"][0] and Journal(tmp_path, "vllm").entries["vllm/a.py"].version == "0.17.1"

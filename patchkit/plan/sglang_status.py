@@ -111,7 +111,7 @@ def status(install: SglangInstall) -> StatusReport:
         FileRow(
             p,
             tuple(journal.entries[p].patches),
-            journal.entries[p].vllm_version,
+            journal.entries[p].version,
             FileState.INTERRUPTED if p in interrupted else file_state(install, journal.entries[p], record),
             journal.entries[p].applied_at,
         )

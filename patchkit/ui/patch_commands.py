@@ -245,8 +245,8 @@ def revert(
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         if target == SGLANG:
-            refuse_options("revert", {"--arch": arch, "--model": model, "--ray": ray})
-            return revert_sglang(site_packages, python, force, as_json)
+            refuse_options("revert", {"--model": model, "--ray": ray})
+            return revert_sglang(site_packages, python, force, as_json, arch)
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
             from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above

@@ -164,13 +164,20 @@ def verify_sglang(
     return int(report.exit_code)
 
 
-def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: bool, as_json: bool) -> int:
-    """``revert --target sglang``: :func:`patchkit.plan.sglang_apply.revert`, rendered; 0, or 3 when refused."""
-    from patchkit.plan.sglang_apply import revert  # lazy: the planning layer, only when revert runs
+def revert_sglang(
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    force: bool,
+    as_json: bool,
+    arch: Optional[list[str]] = None,
+) -> int:
+    """``revert --target sglang [--arch X ...]``: :func:`patchkit.plan.sglang_revert.revert`, rendered; 0, or 3 when
+    refused (a file edited since patchkit wrote it)."""
+    from patchkit.plan.sglang_revert import revert  # lazy: the planning layer, only when revert runs
 
     install = _install(site_packages, python)
     with sglang_steps():
-        report = revert(install, force=force)
+        report = revert(install, force=force, architectures=list(arch) if arch else None)
     if as_json:
         emit_json(report.to_dict())
         return int(report.exit_code)
@@ -178,9 +185,12 @@ def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: 
     if report.changed:
         w.line(("refused", "red"), f": changed since patchkit wrote them: {', '.join(report.changed)}; nothing written")
         w.line("revert --force restores them too (the edits are lost)")
-    elif report.restored:
+        return int(report.exit_code)
+    if report.restored:
         w.line(f"restored {', '.join(report.restored)} to their original bytes")
-    else:
+    if report.rewritten:
+        w.line(f"rewrote {', '.join(report.rewritten)} to hold only the classes that stay patched")
+    if not report.restored and not report.rewritten:
         w.line("nothing to revert: patchkit changed no SGLang file here")
     return int(report.exit_code)
 
