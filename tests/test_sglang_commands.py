@@ -341,3 +341,34 @@ def test_the_vllm_journal_keeps_vllm_version(tmp_path):
     raw = json.loads((tmp_path / ".patchkit" / "vllm" / "journal.json").read_text())
     assert raw["target"] == "vllm" and [e["vllm_version"] for e in raw["entries"]] == ["0.17.1"]
     assert "version" not in raw["entries"][0] and Journal(tmp_path, "vllm").entries["vllm/a.py"].version == "0.17.1"
+
+
+# -- resolve -----------------------------------------------------------------------------------------------------
+
+
+def test_resolve_names_the_class_its_file_and_its_chain(unpatched, cli):
+    code, report = cli.json("resolve", "MixtralForCausalLM", *args(unpatched))
+    assert code == 0 and report["registered"] and report["module"] == "sglang.srt.models.mixtral"
+    assert report["state"] == "missing"
+    assert [(k["role"], k["class"].rsplit(".", 1)[1], k["file"], k["line"]) for k in report["chain"]] == [
+        ("wrapper", "MixtralForCausalLM", MIXTRAL, 341),
+        ("model", "MixtralModel", MIXTRAL, 277),
+        ("layers", "MixtralDecoderLayer", MIXTRAL, 205),
+    ]
+    code, report = cli.json("resolve", "DeepseekV3ForCausalLM", *args(unpatched))
+    assert code == 0 and report["state"] == "native"
+    assert report["bases"][0] == "sglang.srt.models.deepseek_v2.DeepseekV2ForCausalLM"
+    assert [k["class"].rsplit(".", 1)[1] for k in report["chain"]] == [
+        "DeepseekV3ForCausalLM",
+        "DeepseekV2Model",
+        "DeepseekV2DecoderLayer",
+    ]
+    text = cli("resolve", "MixtralForCausalLM", *args(unpatched)).stdout
+    assert "\nlayers: sglang.srt.models.mixtral.MixtralDecoderLayer (sglang/srt/models/mixtral.py:205)\n" in text
+
+
+def test_resolve_an_unknown_name_suggests_the_closest(unpatched, cli):
+    code, report = cli.json("resolve", "MixtralForCausalLMM", *args(unpatched))
+    assert code == 1 and not report["registered"] and report["suggestions"][0] == "MixtralForCausalLM"
+    result = cli("resolve", "Mixtral ForCausalLM", *args(unpatched))
+    assert result.exit_code == 2 and "Traceback" not in result.output and len(result.stderr.splitlines()) == 2

@@ -82,9 +82,7 @@ class Journal(JournalRecords):
         data = {
             "format": FORMAT,
             "target": self.dir.name,
-            "entries": [
-                e.to_json(self.version_key) for e in sorted(self._state.entries.values(), key=lambda e: e.path)
-            ],
+            "entries": [e.to_json(self.version_key) for _, e in sorted(self._state.entries.items())],
             "pending": self._state.pending,
         }
         if self._state.pending:

@@ -240,8 +240,33 @@ def status_sglang(site_packages: Optional[Path], python: Optional[Path], as_json
     return report.exit_code
 
 
+def resolve_sglang(architecture: str, site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
+    """``resolve --target sglang ARCH``: :func:`patchkit.checks.sglang_resolve.resolve`, rendered; 0 when the registry
+    holds it, 1 when not (the closest names suggested)."""
+    from patchkit.checks.sglang_resolve import resolve  # lazy: the checks layer, only when resolve runs
+
+    install = _install(site_packages, python)
+    report = resolve(install, architecture)
+    if as_json:
+        emit_json(report.to_dict())
+        return int(report.exit_code)
+    w = out()
+    if report.module is None:
+        w.line(f"{architecture} is not in SGLang {install.version}'s registry (sglang/srt/models/*.py EntryClass)")
+        if report.suggestions:
+            w.line(f"did you mean: {', '.join(report.suggestions)}?")
+        return int(report.exit_code)
+    w.line(f"{architecture}: registered in {report.module} ({report.state}; SGLang {install.version})")
+    if report.bases:
+        w.line("bases: ", (", ".join(report.bases), "dim"))
+    for link in report.chain:
+        w.line(f"{link.role}: {link.cls} ", (f"({link.file}:{link.line})", "dim"))
+    return int(report.exit_code)
+
+
 __all__ = [
     "apply_sglang",
+    "resolve_sglang",
     "doctor_sglang",
     "refuse_options",
     "revert_sglang",
