@@ -414,7 +414,7 @@ def status(install: Install, *, target: str = "vllm", request: Request = Request
         StatusEntry(
             path,
             journal.entries[path].patches,
-            journal.entries[path].vllm_version,
+            journal.entries[path].version,
             FileState.INTERRUPTED if path in interrupted else file_state(install, journal.entries[path], record),
             journal.entries[path].applied_at,
         )

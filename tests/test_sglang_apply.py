@@ -197,7 +197,7 @@ def test_a_broken_patch_is_reported_and_revert_needs_force(tmp_path, cli):
     [
         (("--arch", "MixtralForCausalLMM"), "error: --arch 'MixtralForCausalLMM' is not in SGLang's registry"),
         ((), "error: apply --target sglang needs --arch"),
-        (("--arch", "MixtralForCausalLM", "--dry-run"), "error: --target sglang: apply does not take --dry-run"),
+        (("--arch", "MixtralForCausalLM", "--force"), "error: --target sglang: apply does not take --force"),
     ],
 )
 def test_bad_input_is_one_line_and_changes_nothing(args, first, tmp_path, cli):

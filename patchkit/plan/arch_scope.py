@@ -78,7 +78,7 @@ def originals_view(journal: Journal, version: str) -> dict[str, bytes]:
     Raises:
         StateError: an original copy is missing or damaged.
     """
-    return {path: journal.original(entry) for path, entry in journal.entries.items() if entry.vllm_version == version}
+    return {path: journal.original(entry) for path, entry in journal.entries.items() if entry.version == version}
 
 
 def pristine_tree(install: Install, journal: Journal, overrides: dict[str, bytes] | None = None) -> SourceTree:

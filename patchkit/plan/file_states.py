@@ -69,7 +69,7 @@ def file_state(install: Install, entry: Entry, record: dict[str, str]) -> FileSt
     current = sha256(path.read_bytes()) if path.exists() else None
     if current == entry.sha256_after:
         return FileState.PATCHED
-    if entry.vllm_version != str(install.version):
+    if entry.version != str(install.version):
         # another release now: its file (or its lack of one) is the installer's doing
         if current is None:
             return FileState.UPGRADED if entry.path not in record else FileState.MISSING

@@ -1,5 +1,5 @@
-"""``apply --target sglang --arch X`` and ``revert --target sglang``: EAGLE-3 written into SGLang's files, all or
-nothing, journaled and put back byte for byte (issue 44).
+"""``apply --target sglang --arch X``: EAGLE-3 written into SGLang's files, all or nothing, journaled (issue 44;
+``revert`` puts them back byte for byte: :mod:`patchkit.plan.sglang_revert`).
 
 The decision for each architecture, first match wins (:func:`_decide`):
 
@@ -33,7 +33,6 @@ from patchkit.sglang.classes import Package
 from patchkit.sglang.install import SglangInstall
 from patchkit.sglang.registry import Entry, entries, not_generative
 from patchkit.sglang.states import State, classify
-from patchkit.store.files import sha256
 from patchkit.store.journal import Journal
 from patchkit.store.records import PlannedWrite
 
@@ -98,11 +97,18 @@ class Outcome:
 
 @dataclass(frozen=True)
 class ApplyReport:
-    """``apply --target sglang``'s result: every outcome, and the files written (none when one was refused)."""
+    """``apply --target sglang``'s result: every outcome, and the files written (none when one was refused).
+
+    With ``dry_run``, ``written`` is empty and ``planned`` names the files a real run would write, ``diff`` their
+    unified diff (``a/`` and ``b/`` paths below site-packages, as vLLM's dry run prints it).
+    """
 
     install: SglangInstall
     outcomes: tuple[Outcome, ...]
     written: tuple[str, ...]
+    dry_run: bool = False
+    planned: tuple[str, ...] = ()
+    diff: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -114,15 +120,20 @@ class ApplyReport:
             "command": "apply",
             "target": c.DISTRIBUTION,
             "version": str(self.install.version),
+            "dry_run": self.dry_run,
             "outcomes": [o.to_dict() for o in self.outcomes],
             "written": list(self.written),
+            "planned": list(self.planned),
+            "diff": self.diff,
         }
 
 
 def journal_of(install: SglangInstall) -> Journal:
-    """The shared journal of ``install``, in ``<site-packages>/.patchkit/sglang/``."""
+    """The shared journal of ``install``, in ``<site-packages>/.patchkit/sglang/``: its entries name the SGLang
+    release under ``version`` (target-neutral; the journal's ``target`` is ``sglang``), and a journal an earlier
+    patchkit wrote with ``vllm_version`` still reads (:data:`patchkit.store.records.VERSION_KEYS`)."""
     release = (install.distribution, str(install.version))
-    return Journal(install.site_packages, c.DISTRIBUTION, None, (), release, engine=c.ENGINE)
+    return Journal(install.site_packages, c.DISTRIBUTION, None, (), release, engine=c.ENGINE, version_key="version")
 
 
 def relpath(install: SglangInstall, package: Package, module: str) -> str | None:
@@ -164,7 +175,7 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
         return Outcome(arch, Status.REFUSED, path, f"no {c.REFERENCE_MODULE} to copy the idiom from"), None
     before = pending.get(path, (install.site_packages / path).read_bytes())
     try:
-        after = _transform(before, entry.cls.name, reference, patch)
+        after = transform(before, entry.cls.name, reference, patch)
     except ValueError as exc:
         return Outcome(arch, Status.REFUSED, path, str(exc)), None
     heirs = [
@@ -181,7 +192,7 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
     return Outcome(arch, Status.APPLIED, path, patch.summary), after
 
 
-def _transform(before: bytes, wrapper: str, reference: Path, patch: SglangPatch) -> bytes:
+def transform(before: bytes, wrapper: str, reference: Path, patch: SglangPatch) -> bytes:
     """The file's new bytes, copied from ``reference`` (the release's ``llama.py``) and its folder's natives. Raises
     ValueError (a refusal's one line) when the shape is not the standard one."""
     import ast  # lazy: only to re-parse what the codemod wrote
@@ -204,8 +215,41 @@ def _transform(before: bytes, wrapper: str, reference: Path, patch: SglangPatch)
     return after
 
 
-def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> ApplyReport:
+def _plan(package, install, chosen, pooling, journal, patch) -> tuple[list[Outcome], dict, dict]:
+    """Every architecture's outcome, the new bytes of each file to write and the patch ids each one gains."""
+    outcomes: list[Outcome] = []
+    pending: dict[str, bytes] = {}
+    records: dict[str, list[str]] = {}
+    for arch, entry in chosen.items():
+        outcome, after = _decide(package, install, entry, pooling, journal, patch, pending)
+        outcomes.append(outcome)
+        if after is not None:
+            pending[outcome.path] = after
+            records.setdefault(outcome.path, []).append(patch.record(arch))
+    return outcomes, pending, records
+
+
+def unified_diff(install: SglangInstall, changed: dict[str, bytes]) -> str:
+    """The unified diff of ``changed`` (``{path below site-packages: new bytes}``) against the files on disk."""
+    chunks: list[str] = []
+    for path, new in sorted(changed.items()):
+        old = (install.site_packages / path).read_bytes()
+        chunks.extend(
+            difflib.unified_diff(
+                old.decode("utf-8", errors="replace").splitlines(keepends=True),
+                new.decode("utf-8", errors="replace").splitlines(keepends=True),
+                fromfile=f"a/{path}",
+                tofile=f"b/{path}",
+            )
+        )
+    return "".join(chunks)
+
+
+def apply(install: SglangInstall, architectures: list[str], on_wait=None, dry_run: bool = False) -> ApplyReport:
     """Patch each of ``architectures`` (registry names), all or nothing.
+
+    With ``dry_run``, plan the same and write nothing (no lock taken, no unfinished run rolled back: the plan
+    reads the files as they are); the report carries the files and their unified diff.
 
     Raises:
         UsageError: an architecture the registry does not hold (nothing read further, nothing written).
@@ -217,18 +261,15 @@ def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> App
     chosen = registered(package, architectures)
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
     journal = journal_of(install)
+    if dry_run:
+        outcomes, pending, _ = _plan(package, install, chosen, pooling, journal, patch)
+        refused = any(o.status is Status.REFUSED for o in outcomes)
+        planned = {} if refused else pending
+        return ApplyReport(install, tuple(outcomes), (), True, tuple(sorted(planned)), unified_diff(install, planned))
     with interrupt.deferred(), journal.lock(on_wait):  # SIGINT/SIGTERM acted on between two writes only
         journal = journal_of(install)
         journal.recover()
-        outcomes: list[Outcome] = []
-        pending: dict[str, bytes] = {}
-        records: dict[str, list[str]] = {}
-        for arch, entry in chosen.items():
-            outcome, after = _decide(package, install, entry, pooling, journal, patch, pending)
-            outcomes.append(outcome)
-            if after is not None:
-                pending[outcome.path] = after
-                records.setdefault(outcome.path, []).append(patch.record(arch))
+        outcomes, pending, records = _plan(package, install, chosen, pooling, journal, patch)
         if any(o.status is Status.REFUSED for o in outcomes) or not pending:
             return ApplyReport(install, tuple(outcomes), ())
         writes = [
@@ -239,64 +280,15 @@ def apply(install: SglangInstall, architectures: list[str], on_wait=None) -> App
     return ApplyReport(install, tuple(outcomes), tuple(sorted(pending)))
 
 
-@dataclass(frozen=True)
-class RevertReport:
-    """``revert --target sglang``'s result: the files put back, and those refused (edited since patchkit wrote
-    them; ``--force`` restores them too)."""
-
-    install: SglangInstall
-    restored: tuple[str, ...]
-    changed: tuple[str, ...]
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return ExitCode.REFUSED if self.changed else ExitCode.OK
-
-    def to_dict(self) -> dict:
-        return {
-            "command": "revert",
-            "target": c.DISTRIBUTION,
-            "restored": list(self.restored),
-            "changed": list(self.changed),
-        }
-
-
-def revert(install: SglangInstall, force: bool = False, on_wait=None) -> RevertReport:
-    """Give every file patchkit changed in this SGLang its original bytes back, all or nothing.
-
-    A file whose bytes are no longer those patchkit wrote (edited by hand, reinstalled) is refused, and nothing is
-    written, unless ``force``.
-
-    Raises:
-        StateError: an original is missing, or a file could not be written (every file put back).
-        Interrupted: SIGINT/SIGTERM while writing; every file was put back.
-    """
-    journal = journal_of(install)
-    with interrupt.deferred(), journal.lock(on_wait):
-        journal = journal_of(install)
-        journal.recover()
-        paths = sorted(journal.entries)
-        current = {p: install.site_packages / p for p in paths}
-        changed = tuple(
-            p
-            for p in paths
-            if not current[p].is_file() or sha256(current[p].read_bytes()) != journal.entries[p].sha256_after
-        )
-        if changed and not force:
-            return RevertReport(install, (), changed)
-        journal.restore(paths)
-    interrupt.late_signal(f"restored {len(paths)} file(s)")
-    return RevertReport(install, tuple(paths), ())
-
-
 __all__ = [
     "ApplyReport",
     "Outcome",
-    "RevertReport",
     "SglangPatch",
     "Status",
     "apply",
+    "registered",
+    "relpath",
+    "transform",
     "journal_of",
     "load_patch",
-    "revert",
 ]

@@ -17,7 +17,6 @@ import contextlib
 import datetime as _dt
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator, NoReturn
 
@@ -82,7 +81,8 @@ class Journal(JournalRecords):
     def _write_state(self) -> None:
         data = {
             "format": FORMAT,
-            "entries": [asdict(e) for e in sorted(self._state.entries.values(), key=lambda e: e.path)],
+            "target": self.dir.name,
+            "entries": [e.to_json(self.version_key) for _, e in sorted(self._state.entries.items())],
             "pending": self._state.pending,
         }
         if self._state.pending:
@@ -326,7 +326,7 @@ class Journal(JournalRecords):
             pass
         return restored_all
 
-    def commit(self, writes: list[PlannedWrite], vllm_version: str, *, own: bool = False) -> None:
+    def commit(self, writes: list[PlannedWrite], version: str, *, own: bool = False) -> None:
         """Write every planned file, or none: on any error or signal all files get their bytes back.
 
         Every file and folder is checked writable (keeping owners) first. Before the first file
@@ -355,7 +355,7 @@ class Journal(JournalRecords):
                     sha256_before=entry.sha256_before if entry else before,
                     sha256_after=sha256(w.after),
                     patches=sorted(set(entry.patches if entry else []) | set(w.patches)),
-                    vllm_version=vllm_version,
+                    version=version,
                     applied_at=now,
                 )
 
@@ -382,7 +382,7 @@ class Journal(JournalRecords):
         restore: list[str],
         rewrite: dict[str, bytes],
         keep: dict[str, list[str]],
-        vllm_version: str,
+        version: str,
         forget: list[str] = (),
     ) -> None:
         """A partial revert (``revert --arch``), all or none: some files get their originals back,
@@ -392,7 +392,7 @@ class Journal(JournalRecords):
             restore: journaled files to restore and forget.
             rewrite: journaled files to rewrite, with their new bytes; each keeps its original.
             keep: the patch ids each rewritten file holds afterwards.
-            vllm_version: the release the new bytes are for.
+            version: the release the new bytes are for.
             forget: further entries to drop (files a reinstall already restored).
         Raises:
             StateError: an original is missing, or a file could not be written (files already
@@ -418,7 +418,7 @@ class Journal(JournalRecords):
                     sha256_before=entry.sha256_before,
                     sha256_after=sha256(after),
                     patches=sorted(keep[p]),
-                    vllm_version=vllm_version,
+                    version=version,
                     applied_at=now,
                 )
 

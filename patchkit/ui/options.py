@@ -34,7 +34,7 @@ DoctorTargetOpt = typer.Option(
     "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
 )
 """``doctor``'s ``--target``: written for SGLang too (issue 44, point 3)."""
-SGLANG_COMMANDS = ("scan", "doctor", "apply", "verify", "revert")
+SGLANG_COMMANDS = ("scan", "doctor", "apply", "verify", "revert", "status", "resolve")
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
 WRITTEN = ", ".join(f"'{name}'" for name in SGLANG_COMMANDS)
 """The written commands as the refusal names them."""

@@ -31,7 +31,7 @@ from patchkit.ui.options import (
 )
 from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.runner import run
-from patchkit.ui.sglang_views import apply_sglang, refuse_options, revert_sglang, verify_sglang
+from patchkit.ui.sglang_views import apply_sglang, refuse_options, revert_sglang, status_sglang, verify_sglang
 
 
 def apply(
@@ -77,9 +77,9 @@ def apply(
         from patchkit.plan.spec import check_patch_ids  # lazy: as above
 
         if target == SGLANG:
-            refuse_options("apply", {"--patch": patch, "--dry-run": dry_run, "--force": force, "--model": model})
+            refuse_options("apply", {"--patch": patch, "--force": force, "--model": model})
             refuse_options("apply", {"--ray": ray, "--guard": guard, "--watch": watch})
-            return apply_sglang(arch, site_packages, python, as_json)
+            return apply_sglang(arch, site_packages, python, as_json, dry_run)
         check_patch_ids(patch, target)
         watching = _watching(watch, watch_drafts, watch_threshold)
         if ray is not None:
@@ -245,8 +245,8 @@ def revert(
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         if target == SGLANG:
-            refuse_options("revert", {"--arch": arch, "--model": model, "--ray": ray})
-            return revert_sglang(site_packages, python, force, as_json)
+            refuse_options("revert", {"--model": model, "--ray": ray})
+            return revert_sglang(site_packages, python, force, as_json, arch)
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
             from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above
@@ -291,6 +291,9 @@ def status(
     def body() -> int:
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
+        if target == SGLANG:
+            refuse_options("status", {"--arch": arch, "--model": model, "--ray": ray})
+            return status_sglang(site_packages, python, as_json)
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
             from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above

@@ -73,8 +73,8 @@ def _install(site_packages: Optional[Path], python: Optional[Path]):
 @contextlib.contextmanager
 def sglang_steps():
     """An error's next step made an SGLang command: the shared journal's steps (``patchkit apply`` again after a
-    Ctrl-C, ``patchkit revert``) get ``--target sglang``; a step SGLang has no command for (``status``) becomes
-    ``verify --target sglang``."""
+    Ctrl-C, ``patchkit revert``, ``patchkit status``) get ``--target sglang``; a step SGLang has no command for
+    becomes ``verify --target sglang``."""
     try:
         yield
     except PatchkitError as exc:
@@ -98,9 +98,14 @@ def refuse_options(command: str, given: dict[str, object]) -> None:
 
 
 def apply_sglang(
-    arch: Optional[list[str]], site_packages: Optional[Path], python: Optional[Path], as_json: bool
+    arch: Optional[list[str]],
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    as_json: bool,
+    dry_run: bool = False,
 ) -> int:
-    """``apply --target sglang --arch X``: :func:`patchkit.plan.sglang_apply.apply`, rendered; 0 or 3 (refused)."""
+    """``apply --target sglang --arch X [--dry-run]``: :func:`patchkit.plan.sglang_apply.apply`, rendered (with
+    ``--dry-run``: ``would apply`` and the unified diff, nothing written); 0 or 3 (refused)."""
     from patchkit.plan.sglang_apply import Status, apply  # lazy: the planning layer, only when apply runs
 
     if not arch:
@@ -110,7 +115,7 @@ def apply_sglang(
         )
     install = _install(site_packages, python)
     with sglang_steps(), working("planning and checking the patches...", as_json):
-        report = apply(install, list(arch))
+        report = apply(install, list(arch), dry_run=dry_run)
     if as_json:
         emit_json(report.to_dict())
         return int(report.exit_code)
@@ -118,8 +123,16 @@ def apply_sglang(
     w.line(f"SGLang {install.version} at {install.site_packages}")
     style = {Status.APPLIED: "green", Status.ALREADY: "green", Status.NATIVE: "green", Status.REFUSED: "red"}
     for o in report.outcomes:
-        w.line((f"{o.status.value}", style[o.status]), f" {o.architecture} ({o.path}): {o.reason}")
-    if report.written:
+        label, colour = o.status.value, style[o.status]
+        if o.status is Status.APPLIED and dry_run:
+            label, colour = "would apply", "yellow"
+        w.line((label, colour), f" {o.architecture} ({o.path}): {o.reason}")
+    if dry_run and report.diff:
+        w.raw(report.diff)
+    if dry_run and not any(o.status is Status.REFUSED for o in report.outcomes):
+        would = f"would write {', '.join(report.planned)}; " if report.planned else ""
+        w.line(f"dry run: {would}nothing was written")
+    elif report.written:
         w.line(f"wrote {', '.join(report.written)}; revert with patchkit revert --target sglang")
     elif any(o.status is Status.REFUSED for o in report.outcomes):
         w.line(("nothing written", "red"), ": every file is as it was")
@@ -151,13 +164,20 @@ def verify_sglang(
     return int(report.exit_code)
 
 
-def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: bool, as_json: bool) -> int:
-    """``revert --target sglang``: :func:`patchkit.plan.sglang_apply.revert`, rendered; 0, or 3 when refused."""
-    from patchkit.plan.sglang_apply import revert  # lazy: the planning layer, only when revert runs
+def revert_sglang(
+    site_packages: Optional[Path],
+    python: Optional[Path],
+    force: bool,
+    as_json: bool,
+    arch: Optional[list[str]] = None,
+) -> int:
+    """``revert --target sglang [--arch X ...]``: :func:`patchkit.plan.sglang_revert.revert`, rendered; 0, or 3 when
+    refused (a file edited since patchkit wrote it)."""
+    from patchkit.plan.sglang_revert import revert  # lazy: the planning layer, only when revert runs
 
     install = _install(site_packages, python)
     with sglang_steps():
-        report = revert(install, force=force)
+        report = revert(install, force=force, architectures=list(arch) if arch else None)
     if as_json:
         emit_json(report.to_dict())
         return int(report.exit_code)
@@ -165,11 +185,92 @@ def revert_sglang(site_packages: Optional[Path], python: Optional[Path], force: 
     if report.changed:
         w.line(("refused", "red"), f": changed since patchkit wrote them: {', '.join(report.changed)}; nothing written")
         w.line("revert --force restores them too (the edits are lost)")
-    elif report.restored:
+        return int(report.exit_code)
+    if report.restored:
         w.line(f"restored {', '.join(report.restored)} to their original bytes")
-    else:
+    if report.rewritten:
+        w.line(f"rewrote {', '.join(report.rewritten)} to hold only the classes that stay patched")
+    if not report.restored and not report.rewritten:
         w.line("nothing to revert: patchkit changed no SGLang file here")
     return int(report.exit_code)
 
 
-__all__ = ["apply_sglang", "doctor_sglang", "refuse_options", "revert_sglang", "sglang_steps", "verify_sglang"]
+def status_sglang(site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
+    """``status --target sglang``: :func:`patchkit.plan.sglang_status.status`, rendered; exit 0 (it reports).
+
+    Raises:
+        UsageError: both ``--site-packages`` and ``--python`` (exit 2).
+        InstallNotFound: no SGLang there (exit 4); StateError: a journal that cannot be read (exit 4).
+    """
+    from patchkit.plan.sglang_status import status  # lazy: the planning layer, only when status runs
+
+    install = _install(site_packages, python)
+    with sglang_steps():
+        report = status(install)
+    if as_json:
+        emit_json(report.to_dict())
+        return report.exit_code
+    w = out()
+    w.line(f"SGLang {install.version} at {install.site_packages}")
+    if report.unfinished is not None:
+        w.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
+    if report.record_missing:
+        w.line(("no RECORD:", "yellow"), " this SGLang has no RECORD file: an upgrade cannot be told from an edit")
+    for r in report.classes:
+        style = "green" if r.state.value == "patched" else "yellow"
+        w.line((r.state.value, style), f" {r.architecture}  ", (f"{r.path} ({r.patch})", "dim"))
+    if not report.files and not report.pending:
+        w.line("no patchkit changes in this SGLang")
+        return report.exit_code
+    w.table(
+        ["file", "state", "SGLang", "applied at", "patches"],
+        [
+            [
+                f.path,
+                (f.state.value, None if f.state.value == "patched" else "yellow"),
+                f.version,
+                f.applied_at,
+                ", ".join(f.patches),
+            ]
+            for f in report.files
+        ],
+    )
+    for state, meaning in report.notes():
+        w.line((f"{state.value}:", "yellow"), f" {meaning}")
+    return report.exit_code
+
+
+def resolve_sglang(architecture: str, site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
+    """``resolve --target sglang ARCH``: :func:`patchkit.checks.sglang_resolve.resolve`, rendered; 0 when the registry
+    holds it, 1 when not (the closest names suggested)."""
+    from patchkit.checks.sglang_resolve import resolve  # lazy: the checks layer, only when resolve runs
+
+    install = _install(site_packages, python)
+    report = resolve(install, architecture)
+    if as_json:
+        emit_json(report.to_dict())
+        return int(report.exit_code)
+    w = out()
+    if report.module is None:
+        w.line(f"{architecture} is not in SGLang {install.version}'s registry (sglang/srt/models/*.py EntryClass)")
+        if report.suggestions:
+            w.line(f"did you mean: {', '.join(report.suggestions)}?")
+        return int(report.exit_code)
+    w.line(f"{architecture}: registered in {report.module} ({report.state}; SGLang {install.version})")
+    if report.bases:
+        w.line("bases: ", (", ".join(report.bases), "dim"))
+    for link in report.chain:
+        w.line(f"{link.role}: {link.cls} ", (f"({link.file}:{link.line})", "dim"))
+    return int(report.exit_code)
+
+
+__all__ = [
+    "apply_sglang",
+    "resolve_sglang",
+    "doctor_sglang",
+    "refuse_options",
+    "revert_sglang",
+    "sglang_steps",
+    "status_sglang",
+    "verify_sglang",
+]
