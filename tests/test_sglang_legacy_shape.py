@@ -20,6 +20,7 @@ import pytest
 
 from patchkit.checks.sglang_verify import verify
 from patchkit.plan import sglang_apply as a
+from patchkit.plan.sglang_revert import revert
 from sglang_release import pristine_site_packages
 
 MODELS = "sglang/srt/models"
@@ -89,7 +90,7 @@ def test_granite_on_0516_copies_llamas_capture_and_gemma3s_setter(sites):
     assert int(checked.exit_code) == 0 and [(v.architecture, v.ok) for v in checked.verdicts] == [
         ("GraniteForCausalLM", True)
     ]
-    assert int(a.revert(install).exit_code) == 0
+    assert int(revert(install).exit_code) == 0
     assert _snapshot(site) == before
 
 
@@ -115,5 +116,5 @@ def test_round_trip_is_byte_exact(sites, version, arch, module):
     assert int(report.exit_code) == 0 and report.written == (f"{MODELS}/{module}.py",), report.to_dict()
     compile((site / MODELS / f"{module}.py").read_bytes(), module, "exec")
     assert int(verify(install).exit_code) == 0
-    assert int(a.revert(install).exit_code) == 0
+    assert int(revert(install).exit_code) == 0
     assert _snapshot(site) == before

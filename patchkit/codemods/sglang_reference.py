@@ -279,6 +279,22 @@ def names_pp(node: ast.AST) -> bool:
     )
 
 
+def pp_guards(body: list[ast.stmt]) -> list[ast.If]:
+    """The statements of ``body`` of the form ``if <names pp_group>: return`` (Llama's setter opens with ``if not
+    self.pp_group.is_last_rank: return``, ``llama.py``): what a wrapper without pipeline parallelism leaves out
+    (the setter the codemod writes and the one the chain check accepts). Raises nothing."""
+    return [
+        s
+        for s in body
+        if isinstance(s, ast.If)
+        and names_pp(s.test)
+        and len(s.body) == 1
+        and isinstance(s.body[0], ast.Return)
+        and s.body[0].value is None
+        and not s.orelse
+    ]
+
+
 def _appended_in_residual_loop(fn: ast.FunctionDef) -> bool:
     """``fn`` loops with ``hidden_states, residual = ...`` and ``if ...: aux_hidden_states.append(...)`` in the loop."""
     for loop in (n for n in ast.walk(fn) if isinstance(n, ast.For)):
@@ -359,16 +375,7 @@ def unguarded_setter(models: Path, llama_setter: cst.FunctionDef) -> tuple[cst.F
     0.5.14, 0.5.16, 0.5.23: ``gemma3_causal.py``, ``Gemma3ForCausalLM``. Errors: none raised.
     """
     body = ast.parse(cst.Module([]).code_for_node(llama_setter)).body[0].body  # type: ignore[attr-defined]
-    guards = [
-        s
-        for s in body
-        if isinstance(s, ast.If)
-        and names_pp(s.test)
-        and len(s.body) == 1
-        and isinstance(s.body[0], ast.Return)
-        and s.body[0].value is None
-        and not s.orelse
-    ]
+    guards = pp_guards(body)
     if len(guards) != 1:
         return None, ""
     want = ast.dump(ast.Module([s for s in body if s is not guards[0]], []))
@@ -448,6 +455,7 @@ __all__ = [
     "is_layer_loop",
     "is_legacy_loop",
     "names_pp",
+    "pp_guards",
     "layer_stream",
     "read_reference",
     "stream",

@@ -23,7 +23,7 @@ import ast
 import dataclasses
 from dataclasses import dataclass
 
-from patchkit.codemods.sglang_reference import RESIDUAL, stream
+from patchkit.codemods.sglang_reference import RESIDUAL, names_pp, pp_guards, stream
 from patchkit.sglang import contract as c
 from patchkit.sglang.states import Idiom
 
@@ -183,27 +183,11 @@ def _layer(tree: ast.Module, backbone: ast.ClassDef | None, idiom: Idiom) -> ast
     return None
 
 
-def _names_pp(node: ast.AST) -> bool:
-    return any(
-        (isinstance(n, ast.Attribute) and n.attr == c.PP_GROUP) or (isinstance(n, ast.Name) and n.id == c.PP_GROUP)
-        for n in ast.walk(node)
-    )
-
-
 def _unguarded(setter: ast.FunctionDef) -> str:
     """The setter's body without its one pipeline guard ``if not self.pp_group.is_last_rank: return`` (Llama's
     first statement), as a dump; ``""`` when it has no such guard. A class that never names ``pp_group`` must have
     this body (the form of 0.5.23's ``gemma3_causal.py``, ``Gemma3ForCausalLM.set_eagle3_layers_to_capture``)."""
-    guards = [
-        s
-        for s in setter.body
-        if isinstance(s, ast.If)
-        and _names_pp(s.test)
-        and len(s.body) == 1
-        and isinstance(s.body[0], ast.Return)
-        and s.body[0].value is None
-        and not s.orelse
-    ]
+    guards = pp_guards(setter.body)
     return _dump([s for s in setter.body if s is not guards[0]]) if len(guards) == 1 else ""
 
 
@@ -289,7 +273,7 @@ def chain(source: bytes, wrapper_name: str, reference: bytes, backbone: str | No
     want = shape(ref_tree, c.REFERENCE_CLASSES[0], idiom, c.REFERENCE_CLASSES[1])
     got = shape(tree, wrapper_name, idiom, backbone)
     wrapper = _class(tree, wrapper_name)
-    if wrapper is not None and not _names_pp(wrapper) and want.setter_unguarded:
+    if wrapper is not None and not names_pp(wrapper) and want.setter_unguarded:
         # no pipeline parallelism: Llama's setter without its guard, the form of the release's natives without it
         want = dataclasses.replace(want, setter=want.setter_unguarded)
     links = [
