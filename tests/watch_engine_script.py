@@ -3,7 +3,7 @@
 ``python watch_engine_script.py SPEC.json ENGINE_CHECKPOINTS.py``:
 
 1. builds the miniature target with ``patchkit rehearse``'s own code
-   (``patchkit/rehearse/engine_target.py`` ``build_target``: random weights, fp32, safetensors)
+   (``patchkit/rehearse/engine_checkpoints.py`` ``build_target``: random weights, fp32, safetensors)
    and takes the draft's layout from its ``train_draft``; then fits the
    draft's ``fc`` and ``lm_head`` on the target's own greedy rollouts to predict the token two
    positions ahead from the aux states at ``reference_ids``, and to predict token ``REJECT`` from
@@ -40,11 +40,8 @@ def build(spec, driver):
     loader = importlib.util.spec_from_file_location("engine_checkpoints", driver)
     drv = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(drv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(driver)))  # engine_target imports engine_checkpoints
-    import engine_target
-
     torch.set_num_threads(2)
-    model, target_dir = engine_target.build_target(spec)
+    model, target_dir = drv.build_target(spec)
     n = len(drv.decoder_layers(model))
     # the draft's layout (midlayer, norms) from rehearse's fit; fc and lm_head fitted again below
     weights = drv.train_draft(model, dict(spec, train_rollouts=0, train_steps=1), n)["weights"]

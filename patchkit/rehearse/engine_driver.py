@@ -69,16 +69,17 @@ import time
 
 if __package__:
     from patchkit.rehearse.engine_checkpoints import (
+        build_target,
         decoder_layers,
         greedy,
         layer_config,
         layer_states,
         one_thread,
         save_draft,
+        separation_reached,
         torch_dtype,
         train_draft,
     )
-    from patchkit.rehearse.engine_target import build_target, same_prefix, separation_reached
     from patchkit.rehearse.engine_dflash import not_replayed, record_context, unfitted_draft
     from patchkit.rehearse.engine_measures import aux_errors, draft_proposals, first_difference_gap, offline_acceptance
     from patchkit.rehearse.engine_measures import shares_target_embedding
@@ -87,12 +88,14 @@ if __package__:
     from patchkit.rehearse.engine_steps import Step
 else:  # run as a script (``python engine_driver.py``): its folder is first on sys.path
     from engine_checkpoints import (
+        build_target,
         decoder_layers,
         greedy,
         layer_config,
         layer_states,
         one_thread,
         save_draft,
+        separation_reached,
         torch_dtype,
         train_draft,
     )
@@ -101,7 +104,6 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
     from engine_measures import shares_target_embedding
     from engine_report import counters, failure, import_target_class, progress
     from engine_start import engine, generate
-    from engine_target import build_target, same_prefix, separation_reached
     from engine_steps import Step
 
 # --------------------------------------------------------------------------- checkpoints
@@ -392,8 +394,7 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
         "train_accuracy": trained["fit"],
         "pairs": trained["pairs"],
         "shifted_to_sink": trained["shifted_to_sink"],
-        "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32"), spec["reference_ids"]),
-        "greedy_same_prefix": same_prefix(trained.get("greedy_in_dtype"), hf_greedy),
+        "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32")),
         "layer_margin": spec.get("layer_margin"),
         "fitted": eagle3,
     }

@@ -443,10 +443,8 @@ def _build_said(fit: dict, kind: Dtype) -> str:
 
 
 def _separation_said(fit: dict) -> str:
-    """The build's layer separation for the build check's text (issue 41): the draft's layers at least so far
-    from every other in transformers, per dtype, against the margin, and for how many tokens the run dtype's
-    greedy continuation is fp32's (``greedy_same_prefix``; not said in fp32); "" for a driver that did not
-    measure it."""
+    """The build's layer separation for the build check's text (issue 41): every two layers at least so far
+    apart in transformers, per dtype, against the margin; "" for a driver that did not measure it."""
     reached = fit.get("layer_separation") or {}
     if not reached:
         return ""
@@ -454,9 +452,7 @@ def _separation_said(fit: dict) -> str:
     low = margin is not None and min(reached.values()) < margin
     said = ", ".join(f"{v:.2f} in {k}" for k, v in reached.items())
     against = f" (margin {margin:g}{': not reached' if low else ''})" if margin is not None else ""
-    same = fit.get("greedy_same_prefix")
-    follows = "" if same is None else f"; in {list(reached)[-1]} its greedy tokens are fp32's for the first {same}"
-    return f", the draft's layers at least {said} from every other{against}{follows}"
+    return f", every two layers at least {said} apart{against}"
 
 
 def next_steps(install: Install, report: RehearsalReport, target: str = "vllm") -> tuple[NextStep, ...]:

@@ -89,9 +89,9 @@ class Undecided(str, Enum):
 
 
 LAYER_MARGIN = max(t.separation * t.aux + t.aux for t in TOLERANCES.values())
-"""How far apart (relative, median over the prompt's tokens) each of the draft's layers of the miniature target
-is built to stand from every other, in transformers on the CPU, in float32 and in the rehearsal's dtype (issue 41;
-:func:`patchkit.rehearse.engine_target.separate_layers`): 0.4, the largest ``separation x aux`` over the
+"""How far apart (relative, median over the prompt's tokens) every two layers of the miniature target are
+built to stand, in transformers on the CPU, in float32 and in the rehearsal's dtype (issue 41;
+:func:`patchkit.rehearse.engine_checkpoints.separate_layers`): 0.4, the largest ``separation x aux`` over the
 devices and dtypes (bf16: 3 x 1e-1) plus that tolerance, so a state the aux check accepts as its layer's is
 still ``separation`` tolerances from every other layer on every device and dtype rehearse supports. The
 build aims at 1.25 times it."""
