@@ -33,9 +33,9 @@ NOT_ON_GPU = {
 }
 NOT_YET_DECIDED_ON_GPU = {
     "ernie45-moe": "right ended not decided on the H100 (0.34.0) with transformers' zero router weights; seeded since "
-    "(engine_target.seed_routers), not rerun: the rerun of 2026-12-07 was stopped at its deadline",
-    "qwen3-next": "right ended not decided on the H100 (0.34.0): the bf16 miniature amplified rounding; the build "
-    "keeps its layers in a band since (engine_target.separate_layers), not rerun (stopped at the deadline)",
+    "(engine_checkpoints.seed_routers), not rerun: the rerun of 2026-12-07 was stopped at its deadline",
+    "qwen3-next": "right ended not decided on the H100 (0.34.0): the bf16 miniature amplifies rounding over its 10 "
+    "layers (docs/engine.md); a build that fixes it on the CPU is not on main (stablelm2's tier case undecided)",
     "gemma3-mm": "right failed only rehearse's own embedding probe on the H100 (0.34.0; driver_run.embed_reads since), "
     "every decisive check passed; not rerun (stopped at the deadline)",
     "gemma": "not rehearsed on a GPU yet (0.34.0 serves it through the Transformers backend)",
