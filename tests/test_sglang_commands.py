@@ -230,7 +230,7 @@ def test_revert_arch_restores_only_that_class(patched, unpatched, tmp_path, cli)
             "LlamaForCausalLM",
             "error: --arch 'LlamaForCausalLM': patchkit patched no such class in this SGLang (its journal holds "
             "Exaone4ForCausalLM, MixtralForCausalLM)",
-            "hint: run patchkit status --target sglang",
+            "hint: run '",
         ),
     ],
 )
@@ -241,7 +241,18 @@ def test_revert_arch_refuses_bad_input_and_changes_nothing(arch, first, hint, pa
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and lines[0].startswith(first) and lines[1].startswith(hint), lines
+    # the advised command names this SGLang, as the failing one did (it said a bare 'patchkit status/scan')
+    assert f"--target sglang --site-packages {site}" in lines[1], lines
     assert snapshot(site) == before
+
+
+def test_apply_advises_a_revert_of_this_sglang(unpatched, tmp_path, cli):
+    """The revert apply advises runs on the SGLang apply wrote (it said 'patchkit revert --target sglang', which
+    reverts the default interpreter's)."""
+    site = linked(unpatched, tmp_path)
+    result = cli("apply", *args(site, "--arch", "MixtralForCausalLM"))
+    assert result.exit_code == 0, result.output
+    assert f"revert --target sglang --site-packages {site} --arch MixtralForCausalLM'" in result.stdout
 
 
 def test_revert_arch_without_a_journal_has_nothing_to_do(unpatched, tmp_path, cli):

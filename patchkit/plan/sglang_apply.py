@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import interrupt
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, UsageError
 from patchkit.sglang import contract as c
 from patchkit.sglang.classes import Package
@@ -149,7 +150,8 @@ def registered(package: Package, architectures: list[str]) -> dict[str, Entry]:
             close = difflib.get_close_matches(arch, list(found), n=1)
             raise UsageError(
                 f"--arch {arch!r} is not in SGLang's registry (sglang/srt/models/*.py EntryClass)",
-                f"did you mean {close[0]!r}? " if close else "run patchkit scan --target sglang for the names",
+                f"did you mean {close[0]!r}?" if close else "",
+                step=NextStep(patchkit_argv("scan", target=c.DISTRIBUTION), "it lists the registered names"),
             )
     return {a: found[a] for a in architectures}
 

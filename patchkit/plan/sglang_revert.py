@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patchkit import interrupt
+from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import ExitCode, StateError, UsageError
 from patchkit.plan.sglang_apply import journal_of, load_patch, registered, transform
 from patchkit.sglang import contract as c
@@ -68,7 +69,7 @@ def _scope(journal: JournalRecords, architectures: list[str]) -> tuple[list[str]
             raise UsageError(
                 f"--arch {arch!r}: patchkit patched no such class in this SGLang"
                 + (f" (its journal holds {', '.join(names)})" if names else ""),
-                "run patchkit status --target sglang for what is patched",
+                step=NextStep(patchkit_argv("status", target=c.DISTRIBUTION), "it names what is patched"),
             )
     restore, keep = [], {}
     for path, entry in sorted(journal.entries.items()):

@@ -15,6 +15,7 @@ from patchkit.advice import NextStep, patchkit_argv
 from patchkit.errors import PatchkitError, UsageError
 from patchkit.sglang.contract import DISTRIBUTION as SGLANG
 from patchkit.ui.console import emit_json, out, working
+from patchkit.ui.hints import run_options
 from patchkit.ui.options import SGLANG_COMMANDS
 from patchkit.ui.runner import verdict
 
@@ -111,7 +112,8 @@ def apply_sglang(
     if not arch:
         raise UsageError(
             "apply --target sglang needs --arch: it patches the classes you name",
-            "run patchkit scan --target sglang, then give --arch NAME for a missing one (repeatable)",
+            "give --arch NAME for a missing class (repeatable)",
+            step=NextStep(patchkit_argv("scan", target=SGLANG), "it lists each architecture's state"),
         )
     install = _install(site_packages, python)
     with sglang_steps(), working("planning and checking the patches...", as_json):
@@ -133,7 +135,8 @@ def apply_sglang(
         would = f"would write {', '.join(report.planned)}; " if report.planned else ""
         w.line(f"dry run: {would}nothing was written")
     elif report.written:
-        w.line(f"wrote {', '.join(report.written)}; revert with patchkit revert --target sglang")
+        undo = NextStep(patchkit_argv("revert", target=SGLANG), "it puts the files back").for_run(run_options())
+        w.line(f"wrote {', '.join(report.written)}; {undo.line()}")
     elif any(o.status is Status.REFUSED for o in report.outcomes):
         w.line(("nothing written", "red"), ": every file is as it was")
     return int(report.exit_code)
