@@ -290,7 +290,7 @@ def jobs(
             out.append(("right", c.name, path, dtype))
             if wrong and not right_only(c):
                 out.append(("shift", c.name, path, dtype))
-            if wrong and c.name in HIDDEN_ONLY:
+            if wrong and c.name in HIDDEN_ONLY and not right_only(c):  # native StableLM 2 (0.34.0): right only
                 out.append(("residual", c.name, path, dtype))
     return out
 

@@ -142,3 +142,13 @@ def test_on_0_34_0_each_case_is_applied_on_its_own_and_made_wrong_where_its_capt
     assert MUTATIONS["shift-own"][1] in (models["shift"] / "llama.py").read_text()
     assert MUTATIONS["shift-own"][0] in (models["right"] / "llama.py").read_text()
     assert {e for e, c, *_ in CAMPAIGN.jobs(cases) if c in ("glm4", "gemma3-mm")} == {"right", "shift"}
+
+
+def test_a_right_only_hidden_states_case_gets_no_residual_job(monkeypatch):
+    """StableLM 2 is native on vLLM 0.34.0 (``--right-cases``): no capture of patchkit's to make wrong, so
+    neither a ``shift`` nor a ``residual`` job (the residual one was planned for every hidden-states-only
+    case, and would have rehearsed vLLM's own right capture under the name of a wrong one)."""
+    monkeypatch.setattr(CAMPAIGN, "RIGHT_CASES", {"stablelm2"})
+    envs = {e for e, c, *_ in CAMPAIGN.jobs([ALL["stablelm2"], ALL["exaone4"]]) if c == "stablelm2"}
+    assert envs == {"right"}
+    assert {e for e, c, *_ in CAMPAIGN.jobs([ALL["exaone4"]])} == {"right", "shift", "residual"}

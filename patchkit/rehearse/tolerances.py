@@ -91,10 +91,19 @@ class Undecided(str, Enum):
 LAYER_MARGIN = max(t.separation * t.aux + t.aux for t in TOLERANCES.values())
 """How far apart (relative, median over the prompt's tokens) every two layers of the miniature target are
 built to stand, in transformers on the CPU, in float32 and in the rehearsal's dtype (issue 41;
-:func:`patchkit.rehearse.engine_checkpoints.separate_layers`): 0.4, the largest ``separation x aux`` over the
+:func:`patchkit.rehearse.engine_layers.separate_layers`): 0.4, the largest ``separation x aux`` over the
 devices and dtypes (bf16: 3 x 1e-1) plus that tolerance, so a state the aux check accepts as its layer's is
 still ``separation`` tolerances from every other layer on every device and dtype rehearse supports. The
 build aims at 1.25 times it."""
+
+
+BANDED_MODEL_TYPES = frozenset({"qwen3_next"})
+"""Model types whose miniature is built in a band around :data:`LAYER_MARGIN`
+(:func:`patchkit.rehearse.engine_layers.band_layers`) instead of only scaled up: their branches amplify a relative
+change of their input (measured in transformers on the CPU, issue 41: Qwen3-Next's Gated DeltaNet about 2x, its
+MLP 1.5x; Mixtral's attention 0.3-0.5x), so a miniature whose layers all stand far apart turns bf16's rounding
+into other greedy tokens. One entry per model type; the others keep the plain build (the band build made
+StableLM 2's CPU tier fit too weak)."""
 
 
 @dataclass(frozen=True)
@@ -119,4 +128,15 @@ def fmt(x: float) -> str:
     return f"{x:.1e}" if x < 0.01 else f"{x:.2f}" if x < 10 else f"{x:.0f}"
 
 
-__all__ = ["LAYER_MARGIN", "TOLERANCES", "Device", "Dtype", "Tolerance", "Undecided", "Verdict", "fmt", "tolerance"]
+__all__ = [
+    "BANDED_MODEL_TYPES",
+    "LAYER_MARGIN",
+    "TOLERANCES",
+    "Device",
+    "Dtype",
+    "Tolerance",
+    "Undecided",
+    "Verdict",
+    "fmt",
+    "tolerance",
+]
