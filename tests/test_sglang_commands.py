@@ -383,3 +383,24 @@ def test_resolve_an_unknown_name_suggests_the_closest(unpatched, cli):
     assert code == 1 and not report["registered"] and report["suggestions"][0] == "MixtralForCausalLM"
     result = cli("resolve", "Mixtral ForCausalLM", *args(unpatched))
     assert result.exit_code == 2 and "Traceback" not in result.output and len(result.stderr.splitlines()) == 2
+
+
+def test_each_command_says_in_its_help_whether_it_takes_sglang():
+    """``--help`` of every command with ``--target`` names 'sglang' exactly where the command takes it
+    (``options.SGLANG_COMMANDS``): apply, verify, revert, status and resolve said "(only 'vllm')" while they
+    took ``--target sglang`` (issue 44)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from patchkit.ui.cli import app
+    from patchkit.ui.options import SGLANG_COMMANDS
+
+    runner = CliRunner()
+    said = {}
+    for command in ("scan", "doctor", "apply", "verify", "revert", "status", "resolve", "list", "explain", "rehearse"):
+        out = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).output
+        text = re.sub(r"\s+", " ", re.sub(r"[│╭╮╰╯─]", " ", out))
+        assert "--target" in text, (command, out[-500:])
+        said[command] = "'sglang'" in text and "only 'vllm'" not in text
+    assert {c for c, takes in said.items() if takes} == set(SGLANG_COMMANDS), said

@@ -32,7 +32,7 @@ from patchkit.ui.runner import run, verdict
 
 def resolve(
     architecture: str = typer.Argument(..., help="Architecture name from a checkpoint's config.json."),
-    target: str = ReadTargetOpt,
+    target: str = ScanTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,

@@ -26,10 +26,13 @@ if TYPE_CHECKING:
     from patchkit.vllm.release.install import Install
 
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
+"""``--target`` of the commands written for vLLM only (export, watch-install); they refuse 'sglang'."""
 ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
-"""``--target`` of the commands that only read (verify, status, resolve, list, doctor, rehearse, explain)."""
+"""``--target`` of the reading commands written for vLLM only (list, rehearse, explain)."""
 ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (docs/sglang.md).")
-"""``scan``'s ``--target``: the one command written for SGLang so far (issue 44)."""
+"""``--target`` of the reading commands written for SGLang too (scan, verify, status, resolve; issue 44)."""
+PatchTargetOpt = typer.Option("vllm", "--target", help="Distribution to patch: 'vllm', or 'sglang' (docs/sglang.md).")
+"""``--target`` of apply and revert, written for SGLang too (issue 44)."""
 DoctorTargetOpt = typer.Option(
     "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
 )

@@ -21,11 +21,11 @@ from patchkit.ui.options import (
     ArchOpt,
     JsonOpt,
     ModelOpt,
+    PatchTargetOpt,
     PythonOpt,
     RayOpt,
-    ReadTargetOpt,
+    ScanTargetOpt,
     SitePackagesOpt,
-    TargetOpt,
     find_install,
     request,
 )
@@ -35,7 +35,7 @@ from patchkit.ui.sglang_views import apply_sglang, refuse_options, revert_sglang
 
 
 def apply(
-    target: str = TargetOpt,
+    target: str = PatchTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff; write nothing."),
@@ -154,7 +154,7 @@ def _completed(report):
 
 
 def verify(
-    target: str = ReadTargetOpt,
+    target: str = ScanTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     runtime: bool = typer.Option(
@@ -221,7 +221,7 @@ def verify(
 
 
 def revert(
-    target: str = TargetOpt,
+    target: str = PatchTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     force: bool = typer.Option(
@@ -276,7 +276,7 @@ def revert(
 
 
 def status(
-    target: str = ReadTargetOpt,
+    target: str = ScanTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     arch: Optional[list[str]] = typer.Option(None, "--arch", help="Only what this architecture needs (repeatable)."),
