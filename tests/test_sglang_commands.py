@@ -92,6 +92,25 @@ def test_status_names_the_patched_classes_and_files(patched, tmp_path, cli):
     assert snapshot(site) == before
 
 
+def test_status_arch_shows_only_that_class(patched, tmp_path, cli):
+    """``status --target sglang --arch X`` (issue 44): only X's class and the files holding its patch; an
+    architecture the journal lacks is named as not patched; one SGLang does not register is a usage error."""
+    site = linked(patched, tmp_path)
+    before = snapshot(site)
+    code, report = cli.json("status", *args(site, "--arch", "MixtralForCausalLM"))
+    assert code == 0 and [(r["architecture"], r["file"]) for r in report["classes"]] == [
+        ("MixtralForCausalLM", MIXTRAL)
+    ]
+    assert [e["path"] for e in report["entries"]] == [MIXTRAL] and report["not_patched"] == []
+    code, report = cli.json("status", *args(site, "--arch", "LlamaForCausalLM", "--arch", "Exaone4ForCausalLM"))
+    assert code == 0 and [r["architecture"] for r in report["classes"]] == ["Exaone4ForCausalLM"]
+    assert report["not_patched"] == ["LlamaForCausalLM"] and [e["path"] for e in report["entries"]] == [EXAONE]
+    assert "not patched: LlamaForCausalLM" in cli("status", *args(site, "--arch", "LlamaForCausalLM")).stdout
+    bad = cli("status", *args(site, "--arch", "NopeForCausalLM"))
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "NopeForCausalLM" in bad.stderr.splitlines()[0]
+    assert snapshot(site) == before
+
+
 def test_status_tells_edited_reinstalled_and_upgraded_files(patched, unpatched, tmp_path, cli):
     site = linked(patched, tmp_path)
     replace_bytes(site / MIXTRAL, (site / MIXTRAL).read_bytes() + b"# edited\n")

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from patchkit.pending import PendingRun
 from patchkit.plan.file_states import FILE_STATES, FileState, file_state
-from patchkit.plan.sglang_apply import journal_of, load_patch
+from patchkit.plan.sglang_apply import journal_of, load_patch, registered
 from patchkit.sglang import contract as c
+from patchkit.sglang.classes import Package
 from patchkit.sglang.install import SglangInstall
 from patchkit.vllm.release.install import record_sha256
 
@@ -58,7 +59,8 @@ class ClassRow:
 @dataclass(frozen=True)
 class StatusReport:
     """``status --target sglang``'s result: the install, the classes, the files, an unfinished run (or None) and
-    whether the distribution has a ``RECORD`` (without one, an upgrade cannot be told from an edit)."""
+    whether the distribution has a ``RECORD`` (without one, an upgrade cannot be told from an edit); with
+    ``architectures`` (``--arch``) only their classes and files, and ``not_patched``: those the journal lacks."""
 
     install: SglangInstall
     classes: tuple[ClassRow, ...]
@@ -66,6 +68,8 @@ class StatusReport:
     pending: tuple[str, ...]
     unfinished: PendingRun | None
     record_missing: bool
+    architectures: tuple[str, ...] = ()
+    not_patched: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -88,22 +92,30 @@ class StatusReport:
             "pending": list(self.pending),
             "unfinished": self.unfinished.to_dict() if self.unfinished else None,
             "record_missing": self.record_missing,
+            "architectures": list(self.architectures),
+            "not_patched": list(self.not_patched),
         }
 
 
-def status(install: SglangInstall) -> StatusReport:
+def status(install: SglangInstall, architectures: tuple[str, ...] = ()) -> StatusReport:
     """What patchkit applied to this SGLang, read from its journal; nothing is written.
 
     Args:
         install: the SGLang install (:func:`patchkit.sglang.install.locate`).
+        architectures: registry names (``--arch``): only their classes and the files holding their patches;
+            () for everything the journal holds.
     Returns:
         a frozen :class:`StatusReport` (empty rows when patchkit changed nothing here).
     Raises:
+        UsageError: an architecture SGLang's registry does not hold (exit 2).
         StateError: the journal cannot be read (another format, damaged).
         InstallNotFound: the distribution's ``RECORD`` cannot be decoded.
     """
+    if architectures:
+        registered(Package(install.site_packages, c.PACKAGE), list(architectures))
     journal = journal_of(install)
-    paths = sorted(journal.entries)
+    wanted = {load_patch().record(a) for a in architectures}
+    paths = sorted(p for p, e in journal.entries.items() if not wanted or wanted & set(e.patches))
     record = record_sha256(install, paths) if paths else {}
     unfinished = journal.unfinished()
     interrupted = set(unfinished.to_roll_back) if unfinished else set()
@@ -119,7 +131,10 @@ def status(install: SglangInstall) -> StatusReport:
     )
     prefix = f"{load_patch().id}:"
     classes = tuple(
-        ClassRow(pid[len(prefix) :], pid, f.path, f.state) for f in files for pid in f.patches if pid.startswith(prefix)
+        ClassRow(pid[len(prefix) :], pid, f.path, f.state)
+        for f in files
+        for pid in f.patches
+        if pid.startswith(prefix) and (not wanted or pid in wanted)
     )
     return StatusReport(
         install,
@@ -128,6 +143,8 @@ def status(install: SglangInstall) -> StatusReport:
         tuple(sorted(item["path"] for item in journal.pending)),
         unfinished,
         not (install.dist_info / "RECORD").is_file(),
+        tuple(architectures),
+        tuple(a for a in architectures if a not in {r.architecture for r in classes}),
     )
 
 

@@ -292,8 +292,8 @@ def status(
         from patchkit import api  # lazy: the API and the layers below it cost start-up time (list needs none of them)
 
         if target == SGLANG:
-            refuse_options("status", {"--arch": arch, "--model": model, "--ray": ray})
-            return status_sglang(site_packages, python, as_json)
+            refuse_options("status", {"--model": model, "--ray": ray})
+            return status_sglang(site_packages, python, as_json, arch)
         if ray is not None:
             from patchkit.ui import cluster_view  # lazy: the cluster code, only with --ray
             from patchkit.ui.cluster_report import ClusterCommand  # lazy: as above

@@ -198,23 +198,27 @@ def revert_sglang(
     return int(report.exit_code)
 
 
-def status_sglang(site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
-    """``status --target sglang``: :func:`patchkit.plan.sglang_status.status`, rendered; exit 0 (it reports).
+def status_sglang(
+    site_packages: Optional[Path], python: Optional[Path], as_json: bool, arch: Optional[list[str]] = None
+) -> int:
+    """``status --target sglang [--arch X ...]``: :func:`patchkit.plan.sglang_status.status`, rendered; exit 0.
 
     Raises:
-        UsageError: both ``--site-packages`` and ``--python`` (exit 2).
+        UsageError: both ``--site-packages`` and ``--python``, or an ``--arch`` SGLang does not register (exit 2).
         InstallNotFound: no SGLang there (exit 4); StateError: a journal that cannot be read (exit 4).
     """
     from patchkit.plan.sglang_status import status  # lazy: the planning layer, only when status runs
 
     install = _install(site_packages, python)
     with sglang_steps():
-        report = status(install)
+        report = status(install, tuple(dict.fromkeys(arch or ())))
     if as_json:
         emit_json(report.to_dict())
         return report.exit_code
     w = out()
     w.line(f"SGLang {install.version} at {install.site_packages}")
+    for name in report.not_patched:
+        w.line(("not patched:", "yellow"), f" {name} (patchkit's journal here holds no patch for it)")
     if report.unfinished is not None:
         w.line(("unfinished run:", "yellow"), " ", report.unfinished.summary())
     if report.record_missing:
@@ -223,7 +227,7 @@ def status_sglang(site_packages: Optional[Path], python: Optional[Path], as_json
         style = "green" if r.state.value == "patched" else "yellow"
         w.line((r.state.value, style), f" {r.architecture}  ", (f"{r.path} ({r.patch})", "dim"))
     if not report.files and not report.pending:
-        w.line("no patchkit changes in this SGLang")
+        w.line("no patchkit changes in this SGLang" + (" for these architectures" if report.architectures else ""))
         return report.exit_code
     w.table(
         ["file", "state", "SGLang", "applied at", "patches"],
