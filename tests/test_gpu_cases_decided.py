@@ -32,22 +32,15 @@ NOT_ON_GPU = {
     "refusing the unpatched class with EAGLE-3 is the CPU tier's (tests/test_engine.py)",
 }
 NOT_YET_DECIDED_ON_GPU = {
-    "ernie45-moe": "right ended not decided on the H100 (0.34.0) with transformers' zero router weights; seeded since "
-    "(engine_checkpoints.seed_routers), not rerun: the rerun of 2026-12-07 was stopped at its deadline",
-    "qwen3-next": "right ended not decided on the H100 (0.34.0): the bf16 miniature amplifies rounding over its 10 "
-    "layers (docs/engine.md); a build that fixes it on the CPU is not on main (stablelm2's tier case undecided)",
-    "gemma3-mm": "right failed only rehearse's own embedding probe on the H100 (0.34.0; driver_run.embed_reads since), "
-    "every decisive check passed; not rerun (stopped at the deadline)",
-    "gemma": "not rehearsed on a GPU yet (0.34.0 serves it through the Transformers backend)",
-    "gemma2": "not rehearsed on a GPU yet",
-    "llama": "only benchmarks/spec_lossless.py on the H200, no rehearsal",
-    "seed-oss": "not rehearsed on a GPU yet (0.34.0: the Transformers backend)",
-    "stablelm2": "not rehearsed on a GPU yet (0.34.0: the Transformers backend)",
+    "qwen3-next": "right ended not decided on the H100 (0.34.0, 2026-12-07) on the plain build, which amplified bf16's "
+    "rounding over its 10 layers; the band build (engine_layers.band_layers) is built for it since, but its one GPU "
+    "run (H100, 0.20.2, 2026-12-07) stopped at the engine's start: the 0.20.2 stage has no flashinfer "
+    "(ModuleNotFoundError), which vLLM 0.20.2's Gated DeltaNet needs there",
 }
-"""Issue 41 asks for every case decided on the GPU; these are not yet, and why. On 2026-12-07 (evening) the device
-time went to refused starts and a call stopped at setup (two cases making one file wrong), and the last call's
-three rehearsals ran out of time: nothing was recorded. A record that decides one of them fails the test below
-until it is taken out of this table."""
+"""Issue 41 asks for every case decided on the GPU; these are not yet, and why. The H100 run of 2026-12-07 (night,
+vLLM 0.20.2, ``h100-vllm-0.20.2.jsonl``) decided ERNIE-4.5-MoE, Gemma 3's wrapper, Gemma, Gemma 2, Llama, StableLM 2
+(bf16) and Seed-OSS (fp32; its bf16 run ended not decided: the fitted draft agreed 0.15 at position 1). A record
+that decides one of those left fails the test below until it is taken out of this table."""
 NAMES = sorted({c.name for c in CASES + GPU_CASES})
 
 
@@ -72,7 +65,7 @@ def test_every_case_has_a_decided_right_pass_on_a_gpu_but_those_not_yet():
 
 def test_every_capture_patchkit_writes_fails_one_layer_late_on_a_gpu_but_those_not_yet():
     """For every case whose capture patchkit writes on 0.34.0, the capture made one layer late failed its aux check,
-    naming it, on a GPU (0.34.0 or 0.20.2), but for the cases not rehearsed on a GPU yet."""
+    naming it, on a GPU (0.34.0 or 0.20.2): Gemma 2, the last one missing, on the H100 with 0.20.2 (2026-12-07)."""
     rows = _gpu_rows()
     missing = set()
     for name in NAMES:
@@ -82,7 +75,7 @@ def test_every_capture_patchkit_writes_fails_one_layer_late_on_a_gpu_but_those_n
         ok = [r for r in shifted if outcome(r) is Outcome.FAILED and decided(r)[CheckName.AUX].ok is False]
         if not ok or not all(LATE in decided(r)[CheckName.AUX].detail for r in ok):
             missing.add(name)
-    assert missing == {"gemma2"} and missing <= set(NOT_YET_DECIDED_ON_GPU)
+    assert missing == set()
 
 
 @pytest.mark.release
