@@ -401,8 +401,8 @@ def long_functions(root: Path, skip: tuple[str, ...] = ()) -> list[str]:
 
 RELEASE = re.compile(r"(?<![\w.])v?0\.\d{1,2}\.(?:\d+|x)(?![\w])")
 """A vLLM release in a text: ``0.18.0``, ``v0.18.0``, ``0.20.x`` (vLLM's releases are all 0.x)."""
-RELEASES_AT_HOME = ("vllm/release/contract.py",)
-"""Where release boundaries are named (relative to the package folder)."""
+RELEASES_AT_HOME = ("vllm/release/contract.py", "sglang/contract.py")
+"""Where release boundaries are named (relative to the package folder): vLLM's, and the SGLang wing's contract."""
 MEASURED_ON = ("rehearse/tolerances.py",)
 """Modules whose release numbers say where a tolerance was measured (``Tolerance``'s note, "H200, vLLM
 0.20.2"): provenance of a measurement, not a boundary any decision rests on."""

@@ -423,3 +423,38 @@ def test_each_command_says_in_its_help_whether_it_takes_sglang():
         assert "--target" in text, (command, out[-500:])
         said[command] = "'sglang'" in text and "only 'vllm'" not in text
     assert {c for c, takes in said.items() if takes} == set(SGLANG_COMMANDS), said
+
+
+# -- explain -----------------------------------------------------------------------------------------------------
+
+
+def test_explain_a_class_says_what_apply_would_do_and_writes_nothing(unpatched, patched, tmp_path, cli):
+    """``explain --target sglang eagle3-sglang-capture:<Arch>`` (issue 44): the class's chain, what a dry-run apply
+    says for it with the lines it adds (the dry run's own diff, counted), and whether the journal holds it; the
+    shipped id alone needs no install; an unknown id or architecture is a usage error (exit 2)."""
+    (tmp_path / "u").mkdir()
+    (tmp_path / "p").mkdir()
+    site = linked(unpatched, tmp_path / "u")
+    before = snapshot(site)
+    code, report = cli.json("explain", "eagle3-sglang-capture:MixtralForCausalLM", *args(site))
+    assert code == 0 and report["target"] == "sglang" and report["version"] == VERSION
+    k = report["class"]
+    assert k["outcome"] == "applied" and k["module"].endswith("mixtral") and not k["journaled"]
+    _, plan = cli.json("apply", *args(site, "--arch", "MixtralForCausalLM", "--dry-run"))
+    added = sum(1 for line in plan["diff"].splitlines() if line.startswith("+") and not line.startswith("+++"))
+    assert k["lines_added"] == added > 0
+    assert k["chain"][0].startswith(f"wrapper sglang.srt.models.mixtral.MixtralForCausalLM {MIXTRAL}:"), k["chain"]
+    _, native = cli.json("explain", "eagle3-sglang-capture:LlamaForCausalLM", *args(site))
+    assert native["class"]["outcome"] == "native" and native["class"]["lines_added"] == 0
+    assert snapshot(site) == before
+    done = linked(patched, tmp_path / "p")
+    _, held = cli.json("explain", "eagle3-sglang-capture:MixtralForCausalLM", *args(done))
+    assert held["class"]["journaled"] and held["class"]["outcome"] == "already applied"
+    code, shipped = cli.json("explain", "eagle3-sglang-capture", "--target", "sglang")
+    assert code == 0 and shipped["class"] is None and shipped["qualified"] == ["0.5.14", "0.5.16", "0.5.23"]
+    text = cli("explain", "eagle3-sglang-capture:MixtralForCausalLM", *args(site)).stdout
+    assert "applied" in text and "chain" in text
+    for bad in ("eagle3-sglang-captur", "eagle3-sglang-capture:NopeForCausalLM"):
+        result = cli("explain", bad, *args(site))
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert len(result.stderr.splitlines()) == 2, result.stderr

@@ -7,6 +7,9 @@ yet: what differs between these releases is read from the files, not switched on
 
 from __future__ import annotations
 
+QUALIFIED = ("0.5.14", "0.5.16", "0.5.23")
+"""The SGLang releases whose files every fact below was read on and the patch was qualified on (README, issue 44)."""
+
 DISTRIBUTION = "sglang"
 """The ``--target`` name, and the distribution (``sglang-X.Y.Z.dist-info``) on PyPI."""
 

@@ -378,7 +378,7 @@ def explain_cmd(
         help="A patch id, as 'patchkit list' shows it, or an "
         "'eagle3:...' id as 'apply --arch' prints it (read on the given release).",
     ),
-    target: str = ReadTargetOpt,
+    target: str = ScanTargetOpt,
     site_packages: Optional[Path] = SitePackagesOpt,
     python: Optional[Path] = PythonOpt,
     as_json: bool = JsonOpt,
@@ -386,6 +386,10 @@ def explain_cmd(
     """What one patch changes and why, where it lands, its vLLM range and the upstream reference."""
 
     def body() -> int:
+        if target == SGLANG:
+            from patchkit.ui.sglang_views import explain_sglang  # lazy: only explain --target sglang renders it
+
+            return explain_sglang(patch_id, site_packages, python, as_json)
         from patchkit.ui import explain as explain_mod  # lazy: explain's planner imports libcst for eagle3: ids
 
         install = find_install(target, site_packages, python) if explain_mod.needs_install(patch_id, target) else None

@@ -28,16 +28,16 @@ if TYPE_CHECKING:
 TargetOpt = typer.Option("vllm", "--target", help="Distribution to patch (only 'vllm').")
 """``--target`` of the commands written for vLLM only (export, watch-install); they refuse 'sglang'."""
 ReadTargetOpt = typer.Option("vllm", "--target", help="Distribution to read (only 'vllm').")
-"""``--target`` of the reading commands written for vLLM only (list, rehearse, explain)."""
+"""``--target`` of the reading commands written for vLLM only (list, rehearse)."""
 ScanTargetOpt = typer.Option("vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (docs/sglang.md).")
-"""``--target`` of the reading commands written for SGLang too (scan, verify, status, resolve; issue 44)."""
+"""``--target`` of the reading commands written for SGLang too (scan, verify, status, resolve, explain; issue 44)."""
 PatchTargetOpt = typer.Option("vllm", "--target", help="Distribution to patch: 'vllm', or 'sglang' (docs/sglang.md).")
 """``--target`` of apply and revert, written for SGLang too (issue 44)."""
 DoctorTargetOpt = typer.Option(
     "vllm", "--target", help="Distribution to read: 'vllm', or 'sglang' (needs --draft; docs/sglang.md)."
 )
 """``doctor``'s ``--target``: written for SGLang too (issue 44, point 3)."""
-SGLANG_COMMANDS = ("scan", "doctor", "apply", "verify", "revert", "status", "resolve")
+SGLANG_COMMANDS = ("scan", "doctor", "apply", "verify", "revert", "status", "resolve", "explain")
 """The commands that accept ``--target sglang``; every other one refuses it (:func:`unwritten_target`)."""
 WRITTEN = ", ".join(f"'{name}'" for name in SGLANG_COMMANDS)
 """The written commands as the refusal names them."""

@@ -271,8 +271,30 @@ def resolve_sglang(architecture: str, site_packages: Optional[Path], python: Opt
     return int(report.exit_code)
 
 
+def explain_sglang(patch_id: str, site_packages: Optional[Path], python: Optional[Path], as_json: bool) -> int:
+    """``explain --target sglang ID``: :func:`patchkit.ui.sglang_explain.explain`, rendered; exit 0.
+
+    Raises:
+        UsageError: an unknown id, or an architecture SGLang does not register (exit 2).
+        InstallNotFound: no SGLang there, for an ``<id>:<Architecture>`` id (exit 4).
+    """
+    from patchkit.ui import sglang_explain  # lazy: only when explain runs
+
+    install = _install(site_packages, python) if sglang_explain.needs_install(patch_id) else None
+    report = sglang_explain.explain(patch_id, install)
+    if as_json:
+        emit_json(report.to_dict())
+        return 0
+    head, _, rest = report.heading.partition(": ")
+    w = out()
+    w.line((head, "bold"), f": {rest}")
+    w.table(["", ""], [[(k, "dim"), v] for k, v in report.rows()], show_header=False)
+    return 0
+
+
 __all__ = [
     "apply_sglang",
+    "explain_sglang",
     "resolve_sglang",
     "doctor_sglang",
     "refuse_options",
