@@ -84,12 +84,8 @@ class SglangExplainReport:
             rows += [
                 ("class", f"{k.architecture} in {k.module} (scan: {k.state})"),
                 *[("chain", link) for link in k.chain],
-                ("apply", f"{k.outcome}: {k.reason}"),
-                (
-                    "diff",
-                    f"+{k.added} -{k.removed} lines (patchkit apply --target sglang --arch {k.architecture} "
-                    "--dry-run shows them)",
-                ),
+                ("dry run", f"apply would say {k.outcome}: {k.reason}"),
+                ("diff", f"+{k.added} -{k.removed} lines (apply --dry-run with this --arch shows them)"),
                 ("journal", "holds it (patchkit revert --target sglang --arch restores it)" if k.journaled else "-"),
             ]
         return rows
