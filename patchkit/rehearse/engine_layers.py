@@ -54,7 +54,6 @@ def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) ->
     a random miniature's layers can be too alike to tell a shifted capture apart (GraniteMoE's
     ``residual_multiplier`` 0.22 against its ``embedding_multiplier`` 12: 0.06 apart). A layer already that
     far apart is left as it is. The margin reached is measured afterwards (:func:`layer_separation`)."""
-    import torch  # lazy: target interpreter only
 
     target = 1.25 * margin
     layers = decoder_layers(model)
@@ -72,12 +71,7 @@ def separate_layers(model, tokens: list[int], margin: float, rounds: int = 8) ->
             if step >= target:
                 break
             factor = min(8.0, max(1.5, 1.2 * target / max(step, 1e-6)))
-            with torch.no_grad():
-                for p, centred in params:
-                    if centred:
-                        p.copy_((1 + p) * factor - 1)
-                    else:
-                        p.mul_(factor)
+            _scale(params, factor)
             states = None
 
 
@@ -99,7 +93,6 @@ def band_layers(model, tokens: list[int], margin: float, ids: list[int] | None =
     apart, bf16's median relative error grew from 0.0016 to 0.30 at the last layer and bf16's greedy
     continuation left fp32's at its first token. Banded: 0.019, and 24 of 24 greedy tokens as fp32's.
     Returns nothing; raises nothing of its own (torch's errors pass through)."""
-    import torch  # lazy: target interpreter only
 
     layers = decoder_layers(model)
     states = None  # the streams of the model as it is: measured again only after a layer was scaled
@@ -115,13 +108,21 @@ def band_layers(model, tokens: list[int], margin: float, ids: list[int] | None =
             if low <= step <= BAND * low:
                 break
             factor = min(8.0, max(0.125, _ratio(low * (1 + BAND) / 2) / max(grown, 1e-6)))
-            with torch.no_grad():
-                for p, centred in params:
-                    if centred:
-                        p.copy_((1 + p) * factor - 1)
-                    else:
-                        p.mul_(factor)
+            _scale(params, factor)
             states = None
+
+
+def _scale(params: list, factor: float) -> None:
+    """Scale a layer's branch parameters (:func:`branch_scales`) by ``factor`` in place: a zero-centred norm weight
+    (Gemma's ``1 + weight``) as ``1 + weight``, every other one as it is."""
+    import torch  # lazy: target interpreter only
+
+    with torch.no_grad():
+        for p, centred in params:
+            if centred:
+                p.copy_((1 + p) * factor - 1)
+            else:
+                p.mul_(factor)
 
 
 def _ratio(step: float) -> float:
