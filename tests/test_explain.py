@@ -70,9 +70,9 @@ def test_explain_unknown_eagle3_form_needs_no_install(cli):
 def test_explain_unknown_target(cli):
     code, report = cli.json("explain", "eagle3-allowlist", "--target", "trtllm")
     assert code == 2 and report["error"] == "unknown --target 'trtllm'"
-    # sglang is known since issue 44, but explain is not written for it: refused before anything is read
+    # sglang is known since issue 44, and explain is written for it: vLLM's patch ids are not SGLang's
     code, report = cli.json("explain", "eagle3-allowlist", "--target", "sglang")
-    assert code == 2 and report["error"].startswith("--target sglang: 'explain' is not written for SGLang yet")
+    assert code == 2 and report["error"] == "unknown SGLang patch 'eagle3-allowlist'"
 
 
 # -- eagle3: ids, read on real releases -------------------------------------------------------------

@@ -232,7 +232,7 @@ def test_no_sglang_is_an_environment_error(tmp_path, cli):
 @pytest.mark.parametrize(
     "command",
     [
-        ["explain", "LlamaForCausalLM"],
+        ["export", "--arch", "LlamaForCausalLM"],
     ],
     ids=lambda c: " ".join(c),
 )
@@ -246,7 +246,7 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
     assert result.exit_code == 2, result.output
     assert result.stderr.splitlines() == [
         f"error: --target sglang: '{command[0]}' is not written for SGLang yet; only 'scan', 'doctor', 'apply', "
-        "'verify', 'revert', 'status', 'resolve' are (issue 44)",
+        "'verify', 'revert', 'status', 'resolve', 'explain' are (issue 44)",
         # the step repeats the --site-packages given (a fresh user ran the old hint: it found no SGLang)
         f"hint: run 'patchkit scan --target sglang --site-packages {site}' "
         "(each architecture's EAGLE-3 state; docs/sglang.md)",
@@ -257,7 +257,7 @@ def test_every_other_command_refuses_the_target_and_changes_nothing(tmp_path, cl
 
 def test_a_refusal_in_json_carries_its_step(tmp_path, cli):
     site = fake_sglang(tmp_path)
-    code, report = cli.json("explain", "LlamaForCausalLM", "--target", "sglang", "--site-packages", str(site))
+    code, report = cli.json("export", "--arch", "LlamaForCausalLM", "--target", "sglang", "--site-packages", str(site))
     assert code == 2 and report["exit_code"] == 2
     assert report["next_step"]["argv"] == ["patchkit", "scan", "--target", "sglang", "--site-packages", str(site)]
 
@@ -268,7 +268,7 @@ def test_an_unknown_target_names_the_close_one_and_lists_sglang(typed, close, cl
     assert result.exit_code == 2 and "Traceback" not in result.output
     first, hint = result.stderr.splitlines()
     assert first == f"error: unknown --target {typed!r}" + (f": did you mean {close!r}?" if close else "")
-    commands = "scan, doctor, apply, verify, revert, status, resolve"
+    commands = "scan, doctor, apply, verify, revert, status, resolve, explain"
     assert hint == f"hint: known targets: vllm, sglang ({commands} only; docs/sglang.md)"
 
 
@@ -278,14 +278,14 @@ def test_commands_without_an_install_option_refuse_it_too(cli, command):
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines()[0] == (
         f"error: --target sglang: '{' '.join(command)}' is not written for SGLang yet; only 'scan', 'doctor', 'apply', "
-        "'verify', 'revert', 'status', 'resolve' are (issue 44)"
+        "'verify', 'revert', 'status', 'resolve', 'explain' are (issue 44)"
     )
 
 
 def test_the_refusal_in_json_is_one_object(tmp_path, cli):
     site = str(fake_sglang(tmp_path))
-    code, data = cli.json("explain", "LlamaForCausalLM", "--target", "sglang", "--site-packages", site)
-    assert code == 2 and data["exit_code"] == 2 and data["error"].startswith("--target sglang: 'explain' is not")
+    code, data = cli.json("export", "--arch", "LlamaForCausalLM", "--target", "sglang", "--site-packages", site)
+    assert code == 2 and data["exit_code"] == 2 and data["error"].startswith("--target sglang: 'export' is not")
 
 
 # -- the real releases -------------------------------------------------------------------------------
