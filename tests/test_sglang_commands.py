@@ -458,3 +458,34 @@ def test_explain_a_class_says_what_apply_would_do_and_writes_nothing(unpatched, 
         result = cli("explain", bad, *args(site))
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert len(result.stderr.splitlines()) == 2, result.stderr
+
+
+# -- behaviour, not names: the id convention the patch copies ----------------------------------------------------
+
+
+def test_a_release_whose_llama_maps_ids_otherwise_fails_closed(patched, unpatched, tmp_path, cli):
+    """Issue 44 (and the brief's "behaviour, not names"): the patch copies the release's Llama setter. With its
+    ``val + 1`` made ``val + 2`` in a copy of 0.5.23 (every name kept), apply copied the new offset into Mixtral
+    and verify passed the patched classes (their setters equal Llama's). Now apply refuses (exit 3, nothing
+    written) and verify fails the patched ones with "not checked", naming the line."""
+
+    def shifted(site: Path) -> Path:
+        llama = site / "sglang/srt/models/llama.py"
+        text = llama.read_text()
+        assert "[val + 1 for val in layer_ids]" in text
+        replace_bytes(llama, text.replace("[val + 1 for val in layer_ids]", "[val + 2 for val in layer_ids]").encode())
+        return site
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "u").mkdir()
+    done, fresh = shifted(linked(patched, tmp_path / "p")), shifted(linked(unpatched, tmp_path / "u"))
+    before = snapshot(done), snapshot(fresh)
+    code, report = cli.json("verify", *args(done))
+    assert code == 1, report
+    result = cli("verify", *args(done, "--arch", "MixtralForCausalLM"))
+    assert result.exit_code == 1
+    assert "not checked: LlamaForCausalLM.set_eagle3_layers_to_capture maps ids" in result.stdout
+    code, plan = cli.json("apply", *args(fresh, "--arch", "MixtralForCausalLM"))
+    assert code == 3 and plan["written"] == [], plan
+    assert plan["outcomes"][0]["reason"].startswith("not checked:") and "llama.py:" in plan["outcomes"][0]["reason"]
+    assert (snapshot(done), snapshot(fresh)) == before

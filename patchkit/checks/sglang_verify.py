@@ -15,6 +15,7 @@ from patchkit.errors import ExitCode
 from patchkit.plan.sglang_apply import journal_of, load_patch, registered, relpath
 from patchkit.plan.sglang_chain import Link, chain
 from patchkit.sglang import contract as c
+from patchkit.sglang.drafts import reference_shift
 from patchkit.sglang.classes import Package
 from patchkit.sglang.install import SglangInstall
 from patchkit.sglang.registry import entries, not_generative
@@ -95,6 +96,8 @@ def verify(install: SglangInstall, architectures: list[str] | None = None) -> Ve
     gone = [a for a in wanted if a not in chosen]
     pooling = not_generative(package, c.GENERATION_CONFIG, c.GENERATION_FUNCTION)
     reference = package.path(c.REFERENCE_MODULE)
+    unchecked = reference_shift(package)  # the chain is compared with llama.py: only as good as llama.py's ids
+    shift = Link(f"the reference's ids + {c.ID_SHIFT}, as qualified", not unchecked, unchecked or "as qualified")
     out = [
         Verdict(a, "patched", False, mine[a], (Link("file holds patchkit's bytes", False, f"{mine[a]} {GONE}"),))
         for a in gone
@@ -115,7 +118,7 @@ def verify(install: SglangInstall, architectures: list[str] | None = None) -> Ve
         data = file.read_bytes()
         same = sha256(data) == journal.entries[mine[arch]].sha256_after
         held = Link("file holds patchkit's bytes", same, "as written" if same else "changed since patchkit wrote it")
-        links = (held, *chain(data, entry.cls.name, reference.read_bytes() if reference else b""))
+        links = (held, *chain(data, entry.cls.name, reference.read_bytes() if reference else b""), shift)
         out.append(Verdict(arch, "patched", all(k.ok for k in links), mine[arch], links))
     return VerifyReport(install, tuple(out))
 

@@ -159,6 +159,7 @@ def registered(package: Package, architectures: list[str]) -> dict[str, Entry]:
 def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[Outcome, bytes | None]:
     """One architecture's outcome and, when applied, its file's new bytes (the module docstring's order)."""
     from patchkit.plan.sglang_chain import chain  # lazy: only apply and verify read chains
+    from patchkit.sglang.drafts import reference_shift  # lazy: as above
 
     arch = entry.architecture
     row = classify(package, entry, pooling)
@@ -175,6 +176,9 @@ def _decide(package, install, entry, pooling, journal, patch, pending) -> tuple[
     reference = package.path(c.REFERENCE_MODULE)
     if reference is None:
         return Outcome(arch, Status.REFUSED, path, f"no {c.REFERENCE_MODULE} to copy the idiom from"), None
+    unchecked = reference_shift(package)  # the setter copied must map ids as qualified (behaviour, not its text)
+    if unchecked:
+        return Outcome(arch, Status.REFUSED, path, unchecked), None
     before = pending.get(path, (install.site_packages / path).read_bytes())
     try:
         after = transform(before, entry.cls.name, reference, patch)

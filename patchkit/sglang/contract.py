@@ -101,6 +101,13 @@ backbone as ``self.model`` (``_init_model``), the backbone's ``forward`` loops o
 ``i in range(self.start_layer, self.end_layer)``; 0.5.23's layer takes ``capture_output=None`` and hands
 ``capture=capture_output`` to ``self.attn_boundary.prepare``."""
 
+ID_SHIFT = 1
+"""What the reference wrapper's ``set_eagle3_layers_to_capture`` adds to each draft id (``llama.py``,
+``LlamaForCausalLM``: ``[val + 1 for val in layer_ids]``; its loop captures before layer ``i``, the output of layer
+``i - 1``; 0.5.14, 0.5.16, 0.5.23). A patch copies that setter with that loop, so a release whose Llama maps ids
+otherwise is not what the patch was qualified on: apply refuses and verify says not checked
+(:func:`patchkit.sglang.drafts.reference_shift`)."""
+
 LAYER_RANGE = ("start_layer", "end_layer")
 """The backbone's loop bounds, ``for i in range(self.start_layer, self.end_layer)`` (``llama.py``,
 ``LlamaModel.forward``; ``mixtral.py``, ``MixtralModel.forward``; 0.5.14 to 0.5.23)."""

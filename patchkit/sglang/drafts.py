@@ -349,6 +349,27 @@ def captured(package: Package, cls: ClassRef, ids: list[int] | None, num_layers:
     return Capture(tuple(found), where, setter)
 
 
+def reference_shift(package: Package) -> str:
+    """ "" when the reference wrapper's setter (:data:`~patchkit.sglang.contract.REFERENCE_CLASSES`' first) maps the
+    ids ``[1, 2, 3]`` on a 10-layer target to each id plus :data:`~patchkit.sglang.contract.ID_SHIFT`, as on the
+    releases the SGLang patch was qualified on; otherwise why not (a "not checked" reason). The body is evaluated
+    (:func:`captured`), not matched by its text, so a refactor that keeps the shift passes and one that changes it
+    does not. Never raises."""
+    cls = package.resolve(c.REFERENCE_MODULE, c.REFERENCE_CLASSES[0])
+    if cls is None:
+        return f"not checked: no {c.REFERENCE_CLASSES[0]} in {c.REFERENCE_MODULE} to read the id convention from"
+    ids = [1, 2, 3]
+    got = captured(package, cls, ids, 10)
+    want = tuple(i + c.ID_SHIFT for i in ids)
+    if got.ids == want:
+        return ""
+    read = f"maps ids {ids} to {list(got.ids)} ({got.where})" if got.ids is not None else f"was not read ({got.reason})"
+    return (
+        f"not checked: {c.REFERENCE_CLASSES[0]}.{c.CAPTURE_SETTER} {read}; patchkit was qualified on ids + "
+        f"{c.ID_SHIFT} ({', '.join(c.QUALIFIED)})"
+    )
+
+
 def _init(cls: ClassRef) -> ast.FunctionDef | None:
     return next((n for n in cls.node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
 
@@ -412,6 +433,7 @@ def fc_count(draft: dict) -> int:
 
 
 __all__ = [
+    "reference_shift",
     "Capture",
     "FcRead",
     "RunnerRead",
